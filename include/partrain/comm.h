@@ -1,0 +1,132 @@
+/* partrain communication: the one interface through which every strategy
+ * talks to other ranks. Backends (shm, mpi; later nccl) live behind it and
+ * are chosen at run time; a strategy never includes a backend's header.
+ *
+ * Lifecycle: pt_comm_init (world) -> pt_comm_split (groups of a mesh) ->
+ * operations -> pt_comm_free (sub-communicators before the world).
+ *
+ * Data: reductions are over float32. Sharded collectives work IN PLACE on a
+ * full-length buffer whose shards follow pt_comm_shard: the first
+ * (count % size) ranks hold one element more. So a ZeRO bucket, shard or unit
+ * is a slice of a flat buffer, never a copy.
+ *
+ * Ordering: like MPI and NCCL, every rank of a communicator must issue that
+ * communicator's operations in the same order. Non-blocking operations are
+ * queued and run in order by the process's progress thread; a blocking call
+ * on a communicator first lets that communicator's queued operations finish.
+ *
+ * Failure: no call waits forever. When a peer dies or stops answering for
+ * longer than the timeout, the call returns PT_ERR_COMM or PT_ERR_TIMEOUT and
+ * the last-error message names the peer rank and the operation. After an
+ * error the communicator is unusable except for pt_comm_free. */
+#ifndef PARTRAIN_COMM_H
+#define PARTRAIN_COMM_H
+
+#include "partrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pt_comm pt_comm;
+typedef struct pt_comm_req pt_comm_req;
+
+typedef enum { PT_REDUCE_SUM, PT_REDUCE_AVG } pt_reduce_op;
+
+typedef struct {
+    const char *backend; /* "auto" (NULL too), "shm", "mpi"; auto = shm, else mpi */
+    double timeout_s;    /* seconds before a silent peer is an error; <= 0: default 10 */
+} pt_comm_options;
+
+/* ---- lifecycle ---------------------------------------------------------------- */
+
+/* The world communicator of this process. Under the shm launcher the rank and
+ * size come from the launcher; under mpirun from MPI; otherwise it is a world
+ * of one. Logs the backend chosen. */
+pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt);
+/* Split into sub-communicators: ranks with the same color form one, ordered
+ * by (key, rank). Collective over c. *out is owned by the caller. */
+pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out);
+/* Waits for queued operations, then frees. NULL is a no-op. */
+void pt_comm_free(pt_comm *c);
+
+int pt_comm_rank(const pt_comm *c);
+int pt_comm_size(const pt_comm *c);
+const char *pt_comm_backend_name(const pt_comm *c);
+
+/* Shard of a count-element buffer held by `rank` of `size`: [*offset, *offset + *n). */
+void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n);
+
+/* ---- blocking operations ---------------------------------------------------------- */
+
+/* buf (count) := sum (or average) over ranks of buf. */
+pt_status pt_comm_allreduce(pt_comm *c, float *buf, size_t count, pt_reduce_op op);
+/* On return this rank's shard of buf (pt_comm_shard) holds the reduction of
+ * everyone's buf over that shard; the rest of buf is unspecified. */
+pt_status pt_comm_reduce_scatter(pt_comm *c, float *buf, size_t count, pt_reduce_op op);
+/* On entry each rank's shard of buf is valid; on return all of buf is. */
+pt_status pt_comm_allgather(pt_comm *c, float *buf, size_t count);
+/* bytes of buf on root copied to every rank. */
+pt_status pt_comm_broadcast(pt_comm *c, void *buf, size_t bytes, int root);
+/* Point-to-point; messages between a pair with the same tag arrive in order. */
+pt_status pt_comm_send(pt_comm *c, const void *buf, size_t bytes, int peer, int tag);
+pt_status pt_comm_recv(pt_comm *c, void *buf, size_t bytes, int peer, int tag);
+pt_status pt_comm_barrier(pt_comm *c);
+
+/* ---- non-blocking operations -------------------------------------------------------
+ * Same meaning as the blocking ones. The operation owns its buffer until
+ * pt_comm_wait returns (or pt_comm_test reports done): do not touch it. */
+pt_status pt_comm_iallreduce(pt_comm *c, float *buf, size_t count, pt_reduce_op op,
+                             pt_comm_req **req);
+pt_status pt_comm_ireduce_scatter(pt_comm *c, float *buf, size_t count, pt_reduce_op op,
+                                  pt_comm_req **req);
+pt_status pt_comm_iallgather(pt_comm *c, float *buf, size_t count, pt_comm_req **req);
+pt_status pt_comm_ibroadcast(pt_comm *c, void *buf, size_t bytes, int root, pt_comm_req **req);
+pt_status pt_comm_isend(pt_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                        pt_comm_req **req);
+pt_status pt_comm_irecv(pt_comm *c, void *buf, size_t bytes, int peer, int tag, pt_comm_req **req);
+/* Waits for completion, returns the operation's status and frees req. */
+pt_status pt_comm_wait(pt_comm_req *req);
+/* *done := 1 when complete (then call pt_comm_wait to collect and free). */
+pt_status pt_comm_test(pt_comm_req *req, int *done);
+
+/* ---- measurement -------------------------------------------------------------------- */
+
+typedef enum {
+    PT_OP_ALLREDUCE,
+    PT_OP_REDUCE_SCATTER,
+    PT_OP_ALLGATHER,
+    PT_OP_BROADCAST,
+    PT_OP_SEND,
+    PT_OP_RECV,
+    PT_OP_BARRIER,
+    PT_OP_COUNT
+} pt_comm_op;
+
+typedef struct {
+    uint64_t calls[PT_OP_COUNT];
+    uint64_t bytes_sent[PT_OP_COUNT]; /* bytes this rank wrote toward others */
+    uint64_t bytes_recv[PT_OP_COUNT]; /* bytes this rank read from others */
+    uint64_t ns[PT_OP_COUNT];         /* time from start to completion */
+} pt_comm_stats;
+
+const char *pt_comm_op_name(pt_comm_op op);
+/* Counters of this communicator since creation (or the last reset). */
+void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out);
+void pt_comm_reset_stats(pt_comm *c);
+
+/* ---- launcher (shm backend) ----------------------------------------------------------
+ * Forks nproc ranks on this machine, each running fn(arg) with the shm world
+ * prepared so that pt_comm_init in the child finds it. The parent supervises:
+ * when a rank exits non-zero or is killed, it stops the others, prints one
+ * summary line (rank, signal or exit code, last operation), and removes the
+ * shared memory. Ctrl-C stops every rank. *exit_code is 0 when all ranks
+ * exited 0. Called from a single-threaded parent. */
+typedef int (*pt_rank_main)(void *arg);
+pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                    int *exit_code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

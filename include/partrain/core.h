@@ -1,0 +1,196 @@
+/* partrain core: status codes and error messages, assertions, the counting
+ * allocator (memory by category), tensors, the counter-based RNG, logging and
+ * clocks. Depends on libc only. Every other layer includes this header.
+ *
+ * Not here: anything that knows about models, kernels or ranks. */
+#ifndef PARTRAIN_CORE_H
+#define PARTRAIN_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ------------------------------------------------------
+ * Functions that can fail return pt_status: 0 is success, negative an error.
+ * The X-macro is the single list; it yields the enum, the names and the
+ * generic messages. The specific message (which input, which value) is the
+ * thread-local "last error", set with pt_error_set. */
+#define PT_STATUS_LIST(X)                                                                          \
+    X(PT_OK, 0, "ok")                                                                              \
+    X(PT_ERR_INVALID, -1, "invalid argument")                                                      \
+    X(PT_ERR_IO, -2, "input/output error")                                                         \
+    X(PT_ERR_NOMEM, -3, "out of memory")                                                           \
+    X(PT_ERR_FORMAT, -4, "bad file format")                                                        \
+    X(PT_ERR_COMM, -5, "communication error")                                                      \
+    X(PT_ERR_TIMEOUT, -6, "timed out")                                                             \
+    X(PT_ERR_UNSUPPORTED, -7, "unsupported")                                                       \
+    X(PT_ERR_INTERNAL, -8, "internal error")                                                       \
+    X(PT_ERR_INTERRUPTED, -9, "interrupted")
+
+typedef enum {
+#define PT_X_ENUM(name, value, msg) name = value,
+    PT_STATUS_LIST(PT_X_ENUM)
+#undef PT_X_ENUM
+} pt_status;
+
+/* "PT_ERR_IO" for PT_ERR_IO; "PT_ERR_UNKNOWN" for values not in the list. */
+const char *pt_status_name(pt_status s);
+/* The generic message of a status ("input/output error"). */
+const char *pt_status_str(pt_status s);
+
+/* Record a specific message for the calling thread and return s, so that a
+ * failing function can `return pt_error_set(PT_ERR_IO, "%s: %s", path, ...)`.
+ * The message should name the bad input. */
+pt_status pt_error_set(pt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The calling thread's last message ("" when none). Valid until the next set. */
+const char *pt_error_message(void);
+/* Forget the calling thread's last message. */
+void pt_error_clear(void);
+
+/* Propagate a failure to the caller. */
+#define PT_CHECK(expr)                                                                             \
+    do {                                                                                           \
+        pt_status pt_check_s_ = (expr);                                                            \
+        if (pt_check_s_ != PT_OK) return pt_check_s_;                                              \
+    } while (0)
+
+/* Store a failure in `st` and jump to the single cleanup label. */
+#define PT_CHECK_GOTO(st, expr, label)                                                             \
+    do {                                                                                           \
+        (st) = (expr);                                                                             \
+        if ((st) != PT_OK) goto label;                                                             \
+    } while (0)
+
+/* Assertions are for our own bugs only and stay on in release builds. Input
+ * from users, files, the environment or other ranks never reaches them. */
+#define PT_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) pt_assert_fail(__FILE__, __LINE__, #cond, NULL);                              \
+    } while (0)
+/* Equality of two integers; prints both values when it fails. */
+#define PT_ASSERT_EQ(a, b)                                                                         \
+    do {                                                                                           \
+        long long pt_a_ = (long long)(a), pt_b_ = (long long)(b);                                  \
+        if (pt_a_ != pt_b_) pt_assert_fail_eq(__FILE__, __LINE__, #a " == " #b, pt_a_, pt_b_);     \
+    } while (0)
+_Noreturn void pt_assert_fail(const char *file, int line, const char *expr, const char *msg);
+_Noreturn void pt_assert_fail_eq(const char *file, int line, const char *expr, long long a,
+                                 long long b);
+
+/* ---- memory by category ------------------------------------------------
+ * All sizeable allocations go through pt_mem_alloc with a category, so that
+ * memory can be reported per category (current and peak). Blocks are 64-byte
+ * aligned. Thread-safe (atomic counters). */
+#define PT_MEM_CATEGORY_LIST(X)                                                                    \
+    X(PT_MEM_PARAMS, "params")                                                                     \
+    X(PT_MEM_GRADS, "grads")                                                                       \
+    X(PT_MEM_OPTIM, "optim")                                                                       \
+    X(PT_MEM_ACTS, "acts")                                                                         \
+    X(PT_MEM_COMM, "comm")                                                                         \
+    X(PT_MEM_SCRATCH, "scratch")
+
+typedef enum {
+#define PT_X_ENUM(name, str) name,
+    PT_MEM_CATEGORY_LIST(PT_X_ENUM)
+#undef PT_X_ENUM
+        PT_MEM_NCAT
+} pt_mem_cat;
+
+/* "params", "grads", ... */
+const char *pt_mem_cat_name(pt_mem_cat c);
+
+/* Allocate `bytes` (may be 0) zero-filled bytes, 64-byte aligned, counted in
+ * category c. Returns NULL and sets the last error on failure. */
+void *pt_mem_alloc(pt_mem_cat c, size_t bytes);
+/* Free a block from pt_mem_alloc; NULL is a no-op. */
+void pt_mem_free(void *p);
+/* Bytes currently held in category c, and the peak since the last reset. */
+size_t pt_mem_current(pt_mem_cat c);
+size_t pt_mem_peak(pt_mem_cat c);
+/* Bytes currently held / peak over all categories together. */
+size_t pt_mem_current_total(void);
+size_t pt_mem_peak_total(void);
+/* Start a new peak window (e.g. per training step): peak := current. */
+void pt_mem_reset_peak(void);
+/* Testing: make the n-th pt_mem_alloc call from now on fail (1 = the next
+ * one); 0 disables. */
+void pt_mem_fail_after(long n);
+
+/* ---- tensors -------------------------------------------------------------
+ * A tensor is a shape plus a float32 buffer. It either owns its buffer
+ * (pt_tensor_new) or views someone else's (pt_tensor_view: a slice of a flat
+ * parameter region, say). Shapes have at most PT_MAX_DIMS dimensions. */
+#define PT_MAX_DIMS 4
+
+typedef struct {
+    float *data;
+    int ndim;
+    int64_t shape[PT_MAX_DIMS];
+    int64_t numel;
+    pt_mem_cat cat; /* category the buffer is counted in (owned tensors) */
+    int owns;       /* 1 if pt_tensor_free frees data */
+} pt_tensor;
+
+/* New zero-filled tensor of the given shape, counted in category c. */
+pt_status pt_tensor_new(pt_tensor **out, pt_mem_cat c, int ndim, const int64_t *shape);
+/* Tensor header over a caller-owned buffer (lent, not freed). */
+pt_status pt_tensor_view(pt_tensor **out, float *data, int ndim, const int64_t *shape);
+/* Free the header and, when owned, the buffer. NULL is a no-op. */
+void pt_tensor_free(pt_tensor *t);
+/* Product of the dimensions; -1 if any is negative or it overflows. */
+int64_t pt_shape_numel(int ndim, const int64_t *shape);
+
+/* ---- counter-based RNG -----------------------------------------------------
+ * Philox-4x32-10 (Salmon et al., SC'11): the output is a pure function of a
+ * 64-bit key and a 128-bit counter, so any element of any tensor can be drawn
+ * independently, by any rank, in any order. Parameter init uses
+ * key = pt_rng_key(seed, name) and counter = element index in the FULL tensor
+ * (DESIGN principle 2). A sequential stream (pt_rng) is a key plus a counter
+ * that advances; its state is two integers, saved in checkpoints. */
+
+/* Key for (seed, name): a hash of the name mixed with the seed. */
+uint64_t pt_rng_key(uint64_t seed, const char *name);
+/* Four 32-bit words for (key, counter). */
+void pt_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
+/* Uniform in [0, 1) for element `index` of stream `key`. */
+float pt_rng_uniform_at(uint64_t key, uint64_t index);
+/* Standard normal (Box-Muller on two words) for element `index` of `key`. */
+float pt_rng_normal_at(uint64_t key, uint64_t index);
+
+typedef struct {
+    uint64_t key;
+    uint64_t counter;
+} pt_rng;
+
+void pt_rng_init(pt_rng *r, uint64_t seed, const char *name);
+/* Next 64 random bits; advances the counter by one. */
+uint64_t pt_rng_next_u64(pt_rng *r);
+/* Uniform integer in [0, n), n > 0 (rejection sampling: unbiased). */
+uint64_t pt_rng_below(pt_rng *r, uint64_t n);
+/* Uniform float in [0, 1). */
+float pt_rng_uniform(pt_rng *r);
+
+/* ---- logging and time ------------------------------------------------------ */
+typedef enum { PT_LOG_DEBUG, PT_LOG_INFO, PT_LOG_WARN, PT_LOG_ERROR } pt_log_level;
+
+/* Messages below `level` are dropped (default INFO; env PT_LOG=debug|info|
+ * warn|error). The rank, when set (>= 0), prefixes every line. */
+void pt_log_set_level(pt_log_level level);
+void pt_log_set_rank(int rank);
+void pt_log(pt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define PT_DEBUG(...) pt_log(PT_LOG_DEBUG, __VA_ARGS__)
+#define PT_INFO(...)  pt_log(PT_LOG_INFO, __VA_ARGS__)
+#define PT_WARN(...)  pt_log(PT_LOG_WARN, __VA_ARGS__)
+
+/* Monotonic clock in nanoseconds / seconds. */
+uint64_t pt_time_ns(void);
+double pt_time_s(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* partrain kernels: CPU float32 forward/backward pairs for a GPT-2 model, the
+ * AdamW update and gradient norms. Plain functions over raw buffers, in the
+ * manner of llm.c: no allocation inside a kernel (callers pass scratch), no
+ * knowledge of modules, ranks or parameters' names.
+ *
+ * Shape letters (used throughout partrain): B batch, T sequence length,
+ * C channels (n_embd), NH heads, hs = C / NH, V vocabulary, OC output
+ * channels, N = B * T rows. All buffers are row-major and contiguous.
+ *
+ * Linear weights use GPT-2's checkpoint layout (C, OC): out = inp @ W + b.
+ *
+ * Backward contract: every backward ACCUMULATES (+=) into every gradient it
+ * writes, the input gradient included, so that residual branches and
+ * micro-batches add up without extra passes. Callers zero gradients once.
+ *
+ * Threads: BLAS threads and the kernels' own threads are both set by
+ * pt_kernels_set_threads; work is split by (index, count). */
+#ifndef PARTRAIN_KERNELS_H
+#define PARTRAIN_KERNELS_H
+
+#include "partrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of threads the kernels (and BLAS) use; n >= 1. Default 1. */
+void pt_kernels_set_threads(int n);
+int pt_kernels_threads(void);
+
+/* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
+ * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */
+void pt_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                        int T, int C);
+/* dwte (V,C) += scatter of dout by token; dwpe (T,C) += sum over b. */
+void pt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                         int C);
+
+/* ---- LayerNorm over the last dimension, eps 1e-5 ----------------------------
+ * out (N,C), mean (N), rstd (N) saved for backward, inp (N,C), weight (C), bias (C). */
+void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C);
+/* dinp (N,C) +=, dweight (C) +=, dbias (C) += */
+void pt_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int N, int C);
+
+/* ---- linear: out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) ---------------
+ * bias may be NULL. Through CBLAS sgemm. */
+void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
+                       int C, int OC);
+/* dinp (N,C) += dout @ weight^T; dweight (C,OC) += inp^T @ dout; dbias (OC) +=
+ * column sums of dout. dinp or dbias may be NULL (not needed). */
+void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, int N, int C, int OC);
+
+/* ---- GELU, tanh approximation ------------------------------------------------
+ * out (N) = gelu(inp (N)). */
+void pt_gelu_forward(float *out, const float *inp, long N);
+/* dinp (N) += gelu'(inp) * dout */
+void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
+
+/* ---- residual: out = a + b ------------------------------------------------------ */
+void pt_residual_forward(float *out, const float *a, const float *b, long N);
+/* da += dout; db += dout */
+void pt_residual_backward(float *da, float *db, const float *dout, long N);
+
+/* ---- causal multi-head self-attention -----------------------------------------
+ * qkv (B,T,3C): q, k, v side by side along the last dim, head h at columns
+ * [h*hs, (h+1)*hs) of each. out (B,T,C): heads concatenated.
+ * att (B,NH,T,T) is saved for backward: the softmax probabilities (row t holds
+ * entries 0..t; entries past t are never read). Scale 1/sqrt(hs). */
+void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv (B,T,3C) +=. scratch must hold pt_attention_scratch_floats(...) floats. */
+void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH);
+size_t pt_attention_scratch_floats(int B, int T, int C, int NH);
+
+/* ---- fused softmax + cross-entropy ------------------------------------------------
+ * logits (N,V), targets (N) in [0, V). losses (N) = -log softmax(logits)[target].
+ * If dlogits is non-NULL it is OVERWRITTEN (not accumulated: it is the head of
+ * the backward pass) with dloss * (softmax(logits) - onehot(target)), where
+ * dloss is the weight of each row's loss in the total (1/N for a mean).
+ * dlogits may alias logits (in-place, saves N*V floats). */
+void pt_softmax_xent_forward_backward(float *losses, float *dlogits, const float *logits,
+                                      const int *targets, int N, int V, float dloss);
+
+/* ---- optimizer kernels ---------------------------------------------------------------
+ * AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected:
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p )
+ * over n elements; t >= 1 is the step count. grad_scale multiplies g first
+ * (used for clipping without an extra pass). */
+void pt_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t,
+                     float grad_scale);
+/* Sum of squares of x (n), accumulated in double. */
+double pt_sum_squares(const float *x, long n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,107 @@
+/* Core: status messages, the counting allocator (categories, peaks, injected
+ * failure), tensors and the counter-based RNG (reference vector, layout
+ * independence, distribution moments). */
+#include "partrain/core.h"
+#include "pt_test.h"
+
+static void test_status(void) {
+    CHECK(!strcmp(pt_status_name(PT_ERR_IO), "PT_ERR_IO"));
+    CHECK(!strcmp(pt_status_str(PT_ERR_NOMEM), "out of memory"));
+    pt_status s = pt_error_set(PT_ERR_INVALID, "bad key %s", "model.x");
+    CHECK_EQ(s, PT_ERR_INVALID);
+    CHECK(!strcmp(pt_error_message(), "bad key model.x"));
+    pt_error_clear();
+    CHECK(!strcmp(pt_error_message(), ""));
+}
+
+static void test_mem(void) {
+    size_t base = pt_mem_current(PT_MEM_PARAMS);
+    void *a = pt_mem_alloc(PT_MEM_PARAMS, 1000);
+    void *b = pt_mem_alloc(PT_MEM_GRADS, 24);
+    CHECK(a && b);
+    CHECK_EQ((uintptr_t)a % 64, 0);
+    CHECK_EQ(pt_mem_current(PT_MEM_PARAMS), base + 1000);
+    CHECK(((unsigned char *)a)[999] == 0);
+    pt_mem_free(a);
+    CHECK_EQ(pt_mem_current(PT_MEM_PARAMS), base);
+    CHECK(pt_mem_peak(PT_MEM_PARAMS) >= base + 1000);
+    pt_mem_reset_peak();
+    CHECK_EQ(pt_mem_peak(PT_MEM_PARAMS), base);
+    pt_mem_fail_after(2);
+    void *c = pt_mem_alloc(PT_MEM_ACTS, 8);
+    void *d = pt_mem_alloc(PT_MEM_ACTS, 8);
+    CHECK(c != NULL);
+    CHECK(d == NULL);
+    CHECK(strstr(pt_error_message(), "acts") != NULL);
+    pt_mem_free(c);
+    pt_mem_free(b);
+    pt_mem_free(NULL);
+}
+
+static void test_tensor(void) {
+    pt_tensor *t = NULL;
+    int64_t shape[2] = {3, 5};
+    CHECK_OK(pt_tensor_new(&t, PT_MEM_ACTS, 2, shape));
+    CHECK_EQ(t->numel, 15);
+    CHECK(t->data[14] == 0.0f);
+    pt_tensor_free(t);
+    int64_t bad[2] = {3, -1};
+    CHECK_EQ(pt_tensor_new(&t, PT_MEM_ACTS, 2, bad), PT_ERR_INVALID);
+    CHECK(t == NULL);
+    pt_tensor_free(NULL);
+}
+
+static void test_philox_known_answer(void) {
+    /* Random123's known-answer test for philox4x32_10 with counter and key
+     * all ones (kat_vectors: ffffffff... -> 408f276d 41c83b0e a20bc7c6 6d5451fd). */
+    uint32_t w[4];
+    pt_philox(0xffffffffffffffffull, 0xffffffffffffffffull, 0xffffffffffffffffull, w);
+    CHECK_EQ(w[0], 0x408f276du);
+    CHECK_EQ(w[1], 0x41c83b0eu);
+    CHECK_EQ(w[2], 0xa20bc7c6u);
+    CHECK_EQ(w[3], 0x6d5451fdu);
+    pt_philox(0, 0, 0, w);
+    CHECK_EQ(w[0], 0x6627e8d5u);
+    CHECK_EQ(w[1], 0xe169c58du);
+    CHECK_EQ(w[2], 0xbc57ac4cu);
+    CHECK_EQ(w[3], 0x9b00dbd8u);
+}
+
+static void test_rng_layout_independent(void) {
+    /* Element i of a tensor is the same whether drawn alone or in a sweep. */
+    uint64_t k = pt_rng_key(1337, "h.0.attn.c_attn.weight");
+    float all[64];
+    for (int i = 0; i < 64; i++) all[i] = pt_rng_normal_at(k, (uint64_t)i);
+    for (int i = 63; i >= 0; i -= 7) CHECK(pt_rng_normal_at(k, (uint64_t)i) == all[i]);
+    CHECK(pt_rng_key(1337, "a") != pt_rng_key(1337, "b"));
+    CHECK(pt_rng_key(1, "a") != pt_rng_key(2, "a"));
+}
+
+static void test_rng_moments(void) {
+    uint64_t k = pt_rng_key(7, "moments");
+    double s = 0, s2 = 0;
+    const int n = 200000;
+    for (int i = 0; i < n; i++) {
+        double x = pt_rng_normal_at(k, (uint64_t)i);
+        s += x;
+        s2 += x * x;
+    }
+    CHECK_NEAR(s / n, 0.0, 0.01, 0);
+    CHECK_NEAR(s2 / n, 1.0, 0.01, 0);
+    pt_rng r;
+    pt_rng_init(&r, 7, "stream");
+    int counts[10] = {0};
+    for (int i = 0; i < 100000; i++) counts[pt_rng_below(&r, 10)]++;
+    for (int i = 0; i < 10; i++) CHECK_NEAR(counts[i], 10000, 500, 0);
+    CHECK_EQ(r.counter, 100000);
+}
+
+int main(void) {
+    RUN(test_status);
+    RUN(test_mem);
+    RUN(test_tensor);
+    RUN(test_philox_known_answer);
+    RUN(test_rng_layout_independent);
+    RUN(test_rng_moments);
+    return TEST_DONE();
+}
