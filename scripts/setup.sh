@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages partrain needs (idempotent, quiet) and builds
+# the release tree in build/. Run as root on Debian 12.
+#   bash scripts/setup.sh            # packages + build
+#   PT_SKIP_APT=1 bash scripts/setup.sh   # build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev
+          libopenmpi-dev openmpi-bin fortunes iproute2)
+
+if [ "${PT_SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs" >/dev/null
+echo "setup: built build/src/cli/partrain"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs, builds the release tree and
+# the sanitizer tree (ASan + UBSan), and runs CTest in both.
+#   bash scripts/test.sh             # release + sanitizers (what CI runs)
+#   bash scripts/test.sh --quick     # release only
+#   bash scripts/test.sh --full      # also the slow "full" tier
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-}
+bash scripts/setup.sh
+
+# Open MPI refuses to run as root unless told; CI runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OPENBLAS_NUM_THREADS=1
+
+labels=(-L quick)
+[ "$mode" = --full ] && labels=()
+
+echo "== release build: tests"
+ctest --test-dir build --output-on-failure "${labels[@]}"
+
+if [ "$mode" != --quick ]; then
+  echo "== sanitizer build (ASan + UBSan): tests"
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPT_SANITIZE=ON >/dev/null
+  cmake --build build-asan -j "$(nproc)" >/dev/null
+  # Open MPI's own allocations are never freed before exit: not ours to report.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+  LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure "${labels[@]}"
+fi
