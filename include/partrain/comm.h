@@ -53,6 +53,9 @@ void pt_comm_free(pt_comm *c);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
 const char *pt_comm_backend_name(const pt_comm *c);
+/* Tell the communicator the caller's current training step (any value); a
+ * failure report (the launcher's summary line) then names it. Cheap. */
+void pt_comm_note_step(pt_comm *c, long step);
 
 /* Shard of a count-element buffer held by `rank` of `size`: [*offset, *offset + *n). */
 void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n);

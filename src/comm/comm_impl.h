@@ -7,7 +7,18 @@
  * A backend is correct as soon as send/recv are: every collective slot is
  * optional. Timeouts are the backend's job (it knows how to notice a dead
  * peer); it reports them as PT_ERR_TIMEOUT/PT_ERR_COMM with a message that
- * names the peer and the operation. */
+ * names the peer and the operation.
+ *
+ * Threading contract: a context may be used by two threads of its process,
+ * the caller's thread and the progress thread, but never by both at once on
+ * the SAME communicator: the wrappers drain a communicator's queue before a
+ * blocking call and run queued operations one at a time. Two different
+ * communicators (world and a split of it, say) may be in operations at the
+ * same moment from the two threads, so a backend must keep per-communicator
+ * state per context and make shared process state thread-safe (the mpi
+ * backend asks for MPI_THREAD_MULTIPLE, or serializes).
+ *
+ * Tags: user tags are >= 0; the generic collectives use negative tags. */
 #ifndef PT_COMM_IMPL_H
 #define PT_COMM_IMPL_H
 
@@ -35,7 +46,30 @@ typedef struct pt_comm_backend {
 
     /* Required. Release the context (the communicator is idle). */
     void (*free)(void *ctx);
+
+    /* Optional (NULL: ignored). The caller's training step, so that a
+     * failure report can say at which step a rank was. */
+    void (*note_step)(void *ctx, long step);
 } pt_comm_backend;
+
+/* Wrap a backend context into a communicator (for constructors outside the
+ * registry, e.g. pt_comm_shm_attach). The communicator owns ctx from here on,
+ * also on failure (be->free is called). */
+pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out);
+
+/* Generic collectives on send/recv (comm_generic.c), used by the wrappers for
+ * NULL slots. scratch holds PT_COMM_GENERIC_PIECE floats, owned by the
+ * communicator: the generic versions allocate nothing per call. */
+#define PT_COMM_GENERIC_PIECE 16384
+pt_status pt_comm_generic_reduce_scatter(const pt_comm_backend *be, void *ctx, int rank, int size,
+                                         float *scratch, float *buf, size_t count, pt_reduce_op op);
+pt_status pt_comm_generic_allgather(const pt_comm_backend *be, void *ctx, int rank, int size,
+                                    float *buf, size_t count);
+pt_status pt_comm_generic_allreduce(const pt_comm_backend *be, void *ctx, int rank, int size,
+                                    float *scratch, float *buf, size_t count, pt_reduce_op op);
+pt_status pt_comm_generic_broadcast(const pt_comm_backend *be, void *ctx, int rank, int size,
+                                    void *buf, size_t bytes, int root);
+pt_status pt_comm_generic_barrier(const pt_comm_backend *be, void *ctx, int rank, int size);
 
 /* Backends register a constructor for the world communicator. It returns
  * PT_ERR_UNSUPPORTED when it does not apply to this process (e.g. mpi when

@@ -1,0 +1,63 @@
+/* Private to the comm layer: what the shm backend offers beyond its world
+ * constructor (comm_impl.h). Two ways to form an shm job:
+ *
+ *  1. pt_launch (comm.h) maps an anonymous MAP_SHARED arena before forking
+ *     the ranks: invisible to other processes, gone when the last rank exits.
+ *     pt_comm_init in a launched rank finds it (pt_comm_shm_world).
+ *  2. Processes started by someone else (the `partrain bench comm` ranks
+ *     under mpirun) form an shm world through a NAMED segment:
+ *
+ *        rank 0:      pt_shm_job_create(size, timeout, name, sizeof name)
+ *        all:         broadcast name (e.g. MPI_Bcast of PT_SHM_NAME_MAX bytes)
+ *        all:         pt_comm_shm_attach(name, rank, size, &opt, &comm)
+ *        all:         barrier (e.g. MPI_Barrier) -- every rank has mapped it
+ *        rank 0:      pt_shm_job_unlink(name)   -- nothing left in /dev/shm
+ *        ...          pt_comm_* on comm ...
+ *        all:         pt_comm_free(comm)        -- unmaps
+ *
+ *     The creator owns the name and must unlink it on every path, error paths
+ *     included (unlink right after the barrier keeps the window small). In
+ *     this mode there is no launcher: a dead peer is noticed by its pid
+ *     vanishing (kill(pid, 0)) or by the timeout.
+ *
+ * Not here: the algorithms (shm.c) and the launcher (shm_launch.c). */
+#ifndef PT_COMM_SHM_H
+#define PT_COMM_SHM_H
+
+#include "comm_impl.h"
+
+/* Longest segment name including the NUL. */
+#define PT_SHM_NAME_MAX 64
+/* Largest job the shm backend forms. */
+#define PT_SHM_MAX_RANKS 64
+
+/* Create a named segment (O_EXCL, mode 0600, random name "/partrain-...")
+ * for a job of nranks ranks and write its name into name[name_len]
+ * (name_len >= PT_SHM_NAME_MAX). timeout_s <= 0: the ranks' own options
+ * decide. The caller owns the name: pt_shm_job_unlink it. */
+pt_status pt_shm_job_create(int nranks, double timeout_s, char *name, size_t name_len);
+/* Map the named segment as rank `rank` of `size` (size must equal the
+ * creator's nranks) and return its world communicator (caller frees). */
+pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm_options *opt,
+                             pt_comm **out);
+/* Remove the name (existing mappings stay valid). */
+pt_status pt_shm_job_unlink(const char *name);
+
+/* ---- between shm.c and shm_launch.c ---- */
+typedef struct pt_shm_job pt_shm_job;
+/* Map an anonymous arena for nranks (launcher, or a world of one). */
+pt_status pt_shm_job_map_anon(int nranks, double timeout_s, pt_shm_job **out);
+void pt_shm_job_unmap(pt_shm_job *job);
+/* Launcher: record that a rank died / exited and wake every waiter. */
+void pt_shm_job_mark_exit(pt_shm_job *job, int rank, int wait_status, int abort_job);
+/* Launcher: stop the job (Ctrl-C): every waiter returns PT_ERR_INTERRUPTED. */
+void pt_shm_job_interrupt(pt_shm_job *job);
+/* Launcher: the operation and step rank was in, for the summary line. */
+void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step);
+/* In a forked rank: make pt_comm_shm_world find this job as `rank`. */
+void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
+/* A world of one in this process (no launcher, nothing shared). */
+pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                           int *rank, int *size);
+
+#endif
