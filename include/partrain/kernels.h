@@ -54,6 +54,16 @@ void pt_matmul_forward(float *out, const float *inp, const float *weight, const 
 void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC);
 
+/* ---- linear with the weight stored transposed, (OC,C): out = inp @ weight^T + b
+ * For the tied LM head (logits = x @ wte^T with wte (V,C)) and any weight kept
+ * as (out, in). bias may be NULL. Shapes as pt_matmul_forward otherwise. */
+void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, const float *bias,
+                          int N, int C, int OC);
+/* dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) +=
+ * column sums of dout. dinp or dbias may be NULL. */
+void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, int N, int C, int OC);
+
 /* ---- GELU, tanh approximation ------------------------------------------------
  * out (N) = gelu(inp (N)). */
 void pt_gelu_forward(float *out, const float *inp, long N);

@@ -1,0 +1,284 @@
+/* Row-wise and element-wise kernels: token + position embedding, LayerNorm,
+ * GELU, residual add. Each splits its loop over the kernels' thread pool by
+ * (index, count), and every reduction runs in a fixed order that does not
+ * depend on the thread count, so results are bitwise the same at 1 or N
+ * threads.
+ *
+ * Parameter gradients that sum over rows (dwte, dwpe, LayerNorm dweight and
+ * dbias) are split by COLUMN range across workers, not by rows: each worker
+ * owns whole output columns, so there are no races and no per-thread partial
+ * buffers to allocate or combine.
+ *
+ * Not here: the reference versions (reference.c). */
+#include <math.h>
+#include <string.h>
+
+#include "fastmath.h"
+#include "kernels_impl.h"
+
+/* Below this many elements a parallel split costs more than it saves. */
+#define PAR_MIN_ELEMS 32768L
+
+static int workers_for(long elems) {
+    int n = pt_kernels_threads();
+    if (elems < PAR_MIN_ELEMS) return 1;
+    return n;
+}
+
+/* ---- encoder ------------------------------------------------------------ */
+
+typedef struct {
+    float *out, *dwte, *dwpe;
+    const float *dout, *wte, *wpe;
+    const int *inp;
+    int B, T, C;
+} enc_ctx;
+
+static void encoder_forward_part(void *p, int index, int count) {
+    enc_ctx *c = p;
+    long lo, hi;
+    pt_split_range((long)c->B * c->T, index, count, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        int t = (int)(r % c->T);
+        float *restrict o = c->out + r * c->C;
+        const float *restrict we = c->wte + (long)c->inp[r] * c->C;
+        const float *restrict pe = c->wpe + (long)t * c->C;
+        for (int i = 0; i < c->C; i++) o[i] = we[i] + pe[i];
+    }
+}
+
+void pt_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                        int T, int C) {
+    enc_ctx c = {.out = out, .inp = inp, .wte = wte, .wpe = wpe, .B = B, .T = T, .C = C};
+    pt_pool_run(encoder_forward_part, &c, workers_for((long)B * T * C));
+}
+
+static void encoder_backward_part(void *p, int index, int count) {
+    enc_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->C, index, count, &lo, &hi);
+    for (long r = 0; r < (long)c->B * c->T; r++) {
+        int t = (int)(r % c->T);
+        const float *restrict d = c->dout + r * c->C;
+        float *restrict dwe = c->dwte + (long)c->inp[r] * c->C;
+        float *restrict dpe = c->dwpe + (long)t * c->C;
+        for (long i = lo; i < hi; i++) {
+            dwe[i] += d[i];
+            dpe[i] += d[i];
+        }
+    }
+}
+
+void pt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                         int C) {
+    enc_ctx c = {.dwte = dwte, .dwpe = dwpe, .dout = dout, .inp = inp, .B = B, .T = T, .C = C};
+    pt_pool_run(encoder_backward_part, &c, workers_for((long)B * T * C));
+}
+
+/* ---- layernorm ------------------------------------------------------------ */
+
+typedef struct {
+    float *out, *mean, *rstd, *dinp, *dweight, *dbias;
+    const float *inp, *weight, *bias, *dout;
+    const float *cmean, *crstd;
+    int N, C;
+} ln_ctx;
+
+static void layernorm_forward_part(void *p, int index, int count) {
+    ln_ctx *c = p;
+    long lo, hi;
+    int C = c->C;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        const float *restrict x = c->inp + n * C;
+        float *restrict o = c->out + n * C;
+        const float *restrict w = c->weight;
+        const float *restrict bb = c->bias;
+        float m = 0.0f;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= C;
+        float v = 0.0f;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * w[i] + bb[i];
+        c->mean[n] = m;
+        c->rstd[n] = s;
+    }
+}
+
+void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int N, int C) {
+    ln_ctx c = {.out = out,
+                .mean = mean,
+                .rstd = rstd,
+                .inp = inp,
+                .weight = weight,
+                .bias = bias,
+                .N = N,
+                .C = C};
+    pt_pool_run(layernorm_forward_part, &c, workers_for((long)N * C));
+}
+
+/* dinp, by rows. */
+static void layernorm_backward_rows(void *p, int index, int count) {
+    ln_ctx *c = p;
+    long lo, hi;
+    int C = c->C;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    const float *restrict w = c->weight;
+    for (long n = lo; n < hi; n++) {
+        const float *restrict d = c->dout + n * C;
+        const float *restrict x = c->inp + n * C;
+        float *restrict dx = c->dinp + n * C;
+        float m = c->cmean[n], s = c->crstd[n];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            float dnorm = w[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            float norm = (x[i] - m) * s;
+            dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+        }
+    }
+}
+
+/* dweight and dbias, by column range. */
+static void layernorm_backward_cols(void *p, int index, int count) {
+    ln_ctx *c = p;
+    long lo, hi;
+    int C = c->C;
+    pt_split_range(C, index, count, &lo, &hi);
+    float *restrict dw = c->dweight;
+    float *restrict db = c->dbias;
+    for (long n = 0; n < c->N; n++) {
+        const float *restrict d = c->dout + n * C;
+        const float *restrict x = c->inp + n * C;
+        float m = c->cmean[n], s = c->crstd[n];
+        for (long i = lo; i < hi; i++) {
+            db[i] += d[i];
+            dw[i] += (x[i] - m) * s * d[i];
+        }
+    }
+}
+
+void pt_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int N, int C) {
+    ln_ctx c = {.dinp = dinp,
+                .dweight = dweight,
+                .dbias = dbias,
+                .dout = dout,
+                .inp = inp,
+                .weight = weight,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
+    int nw = workers_for((long)N * C);
+    pt_pool_run(layernorm_backward_rows, &c, nw);
+    pt_pool_run(layernorm_backward_cols, &c, nw);
+}
+
+/* ---- GELU ------------------------------------------------------------------
+ * gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Written
+ * as x * sigmoid(2u) = x / (1 + exp(-2u)), which is the same function, stays
+ * accurate in relative terms for large |x| of either sign (no 1 + tanh
+ * cancellation), and needs one vectorizable exp. Derivative with s =
+ * sigmoid(2u): gelu' = s + 2 x s (1 - s) u'. */
+
+#define GELU_K  0.7978845608028654f
+#define GELU_K3 (0.7978845608028654f * 0.044715f)
+
+typedef struct {
+    float *out;
+    const float *inp, *dout;
+    long N;
+} gelu_ctx;
+
+static void gelu_forward_part(void *p, int index, int count) {
+    gelu_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    float *restrict o = c->out;
+    const float *restrict x = c->inp;
+    for (long i = lo; i < hi; i++) {
+        float xi = x[i];
+        float u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
+        o[i] = xi / (1.0f + pt_fast_expf(u2));
+    }
+}
+
+void pt_gelu_forward(float *out, const float *inp, long N) {
+    gelu_ctx c = {.out = out, .inp = inp, .N = N};
+    pt_pool_run(gelu_forward_part, &c, workers_for(N));
+}
+
+static void gelu_backward_part(void *p, int index, int count) {
+    gelu_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    float *restrict dx = c->out;
+    const float *restrict x = c->inp;
+    const float *restrict d = c->dout;
+    for (long i = lo; i < hi; i++) {
+        float xi = x[i];
+        float x2 = xi * xi;
+        float u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
+        float s = 1.0f / (1.0f + pt_fast_expf(u2));
+        float du = GELU_K + 3.0f * GELU_K3 * x2;
+        dx[i] += (s + 2.0f * xi * s * (1.0f - s) * du) * d[i];
+    }
+}
+
+void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N) {
+    gelu_ctx c = {.out = dinp, .inp = inp, .dout = dout, .N = N};
+    pt_pool_run(gelu_backward_part, &c, workers_for(N));
+}
+
+/* ---- residual ------------------------------------------------------------------ */
+
+typedef struct {
+    float *out, *db;
+    const float *a, *b;
+    long N;
+} res_ctx;
+
+static void residual_forward_part(void *p, int index, int count) {
+    res_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    float *o = c->out; /* may alias a or b (in-place add) */
+    const float *a = c->a;
+    const float *b = c->b;
+    for (long i = lo; i < hi; i++) o[i] = a[i] + b[i];
+}
+
+void pt_residual_forward(float *out, const float *a, const float *b, long N) {
+    res_ctx c = {.out = out, .a = a, .b = b, .N = N};
+    pt_pool_run(residual_forward_part, &c, workers_for(N));
+}
+
+static void residual_backward_part(void *p, int index, int count) {
+    res_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    /* No restrict: callers may pass overlapping buffers here. */
+    float *da = c->out;
+    float *db = c->db;
+    const float *d = c->a;
+    for (long i = lo; i < hi; i++) {
+        da[i] += d[i];
+        db[i] += d[i];
+    }
+}
+
+void pt_residual_backward(float *da, float *db, const float *dout, long N) {
+    res_ctx c = {.out = da, .db = db, .a = dout, .N = N};
+    pt_pool_run(residual_backward_part, &c, workers_for(N));
+}

@@ -1,0 +1,65 @@
+/* Private to the kernels layer: the plain reference kernels (the test oracle,
+ * STYLE rule 11) and the small persistent thread pool the optimized kernels
+ * split their loops over.
+ *
+ * The pt_ref_* functions have exactly the contracts of their public
+ * counterparts in partrain/kernels.h; they are written for obviousness, not
+ * speed (plain loops, no BLAS, one thread), and are never on the training
+ * path. Tests compare every optimized kernel against them. */
+#ifndef PARTRAIN_KERNELS_IMPL_H
+#define PARTRAIN_KERNELS_IMPL_H
+
+#include "partrain/kernels.h"
+
+/* Upper bound on pt_kernels_set_threads; also sizes per-worker scratch. */
+#define PT_KERNELS_MAX_THREADS 64
+
+/* ---- thread pool --------------------------------------------------------
+ * pt_pool_run(fn, ctx, n) calls fn(ctx, i, n) once for each i in [0, n) and
+ * returns when all calls have returned; call i = 0 runs on the calling thread.
+ * n is clamped to the pool size (pt_kernels_threads()); with n == 1 no other
+ * thread is involved. Not reentrant: fn must not call pt_pool_run. */
+typedef void (*pt_pool_fn)(void *ctx, int index, int count);
+void pt_pool_run(pt_pool_fn fn, void *ctx, int n);
+/* The half-open range [*lo, *hi) of [0, total) that worker index of count owns. */
+static inline void pt_split_range(long total, int index, int count, long *lo, long *hi) {
+    long q = total / count, r = total % count;
+    *lo = index * q + (index < r ? index : r);
+    *hi = *lo + q + (index < r ? 1 : 0);
+}
+
+/* ---- reference kernels (see partrain/kernels.h for contracts) ---------- */
+void pt_ref_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C);
+void pt_ref_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C);
+void pt_ref_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+void pt_ref_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+void pt_ref_matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int N, int C, int OC);
+void pt_ref_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC);
+void pt_ref_matmul_forward_wt(float *out, const float *inp, const float *weight, const float *bias,
+                              int N, int C, int OC);
+void pt_ref_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int N, int C, int OC);
+void pt_ref_gelu_forward(float *out, const float *inp, long N);
+void pt_ref_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
+void pt_ref_residual_forward(float *out, const float *a, const float *b, long N);
+void pt_ref_residual_backward(float *da, float *db, const float *dout, long N);
+/* scratch: at least T floats. */
+void pt_ref_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH);
+void pt_ref_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH);
+void pt_ref_softmax_xent_forward_backward(float *losses, float *dlogits, const float *logits,
+                                          const int *targets, int N, int V, float dloss);
+void pt_ref_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, int t,
+                         float grad_scale);
+double pt_ref_sum_squares(const float *x, long n);
+
+#endif
