@@ -1,0 +1,370 @@
+/* Optimized kernels against the plain reference kernels (the oracle, in
+ * src/kernels/reference.c) on awkward sizes: T not a multiple of the
+ * attention block, T = 1, NH = 1, odd C and V, N below and above the
+ * parallel thresholds; at 1, 2 and 3 threads. Also: AdamW against a step
+ * computed in double, pt_sum_squares against a double sum, the vectorized exp
+ * against libm, and bitwise equality of results across thread counts.
+ *
+ * Tolerances: optimized and reference kernels sum in different orders (BLAS
+ * blocking, vector lanes) and the optimized exp differs from libm's by < 2e-7
+ * relative, so results agree to float rounding: abs 1e-5 + rel 1e-4 on
+ * O(1) data with sums of at most a few hundred terms. */
+#include <math.h>
+#include <string.h>
+
+#include "partrain/kernels.h"
+#include "../../src/kernels/fastmath.h"
+#include "../../src/kernels/kernels_impl.h"
+#include "pt_test.h"
+
+#define ATOL 1e-5
+#define RTOL 1e-4
+
+static uint64_t g_seed = 777;
+static double urand(void) {
+    g_seed ^= g_seed >> 12;
+    g_seed ^= g_seed << 25;
+    g_seed ^= g_seed >> 27;
+    return (double)((g_seed * 2685821657736338717ULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static float *rnd(long n, double scale) {
+    float *x = malloc(sizeof(float) * (n > 0 ? n : 1));
+    for (long i = 0; i < n; i++) x[i] = (float)(urand() * scale);
+    return x;
+}
+static float *dup(const float *x, long n) {
+    float *y = malloc(sizeof(float) * (n > 0 ? n : 1));
+    memcpy(y, x, sizeof(float) * n);
+    return y;
+}
+
+/* Close within ATOL + RTOL |want|; prints the first mismatches. */
+static void close_all(const char *what, const float *got, const float *want, long n) {
+    int bad = 0;
+    for (long i = 0; i < n; i++) {
+        if (!(fabs((double)got[i] - want[i]) <= ATOL + RTOL * fabs(want[i]))) {
+            if (bad < 4) fprintf(stderr, "  %s[%ld]: %.8g want %.8g\n", what, i, got[i], want[i]);
+            bad++;
+        }
+    }
+    if (bad) fprintf(stderr, "  %s: %d of %ld differ\n", what, bad, n);
+    CHECK(bad == 0);
+}
+
+static const int THREADS[] = {1, 2, 3};
+#define NTHREADS 3
+
+static void test_encoder(void) {
+    const int B = 3, T = 7, C = 37, V = 11;
+    int inp[21];
+    for (int i = 0; i < B * T; i++) inp[i] = (i * 5) % V;
+    float *wte = rnd(V * C, 1), *wpe = rnd(T * C, 1), *dout = rnd(B * T * C, 1);
+    float *out = rnd(B * T * C, 1), *outr = rnd(B * T * C, 1);
+    float *dwte = rnd(V * C, 1), *dwpe = rnd(T * C, 1);
+    float *dwter = dup(dwte, V * C), *dwper = dup(dwpe, T * C);
+    pt_ref_encoder_forward(outr, inp, wte, wpe, B, T, C);
+    pt_ref_encoder_backward(dwter, dwper, dout, inp, B, T, C);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *dw = dup(dwte, V * C), *dp = dup(dwpe, T * C);
+        pt_encoder_forward(out, inp, wte, wpe, B, T, C);
+        pt_encoder_backward(dw, dp, dout, inp, B, T, C);
+        close_all("enc out", out, outr, B * T * C);
+        close_all("enc dwte", dw, dwter, V * C);
+        close_all("enc dwpe", dp, dwper, T * C);
+        free(dw), free(dp);
+    }
+    pt_kernels_set_threads(1);
+    free(wte), free(wpe), free(dout), free(out), free(outr), free(dwte), free(dwpe), free(dwter);
+    free(dwper);
+}
+
+static void layernorm_case(int N, int C) {
+    float *x = rnd((long)N * C, 3), *w = rnd(C, 1), *b = rnd(C, 1), *dout = rnd((long)N * C, 1);
+    float *outr = rnd((long)N * C, 1), *meanr = rnd(N, 1), *rstdr = rnd(N, 1);
+    float *dx0 = rnd((long)N * C, 1), *dw0 = rnd(C, 1), *db0 = rnd(C, 1);
+    float *dxr = dup(dx0, (long)N * C), *dwr = dup(dw0, C), *dbr = dup(db0, C);
+    pt_ref_layernorm_forward(outr, meanr, rstdr, x, w, b, N, C);
+    pt_ref_layernorm_backward(dxr, dwr, dbr, dout, x, w, meanr, rstdr, N, C);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *out = rnd((long)N * C, 1), *mean = rnd(N, 1), *rstd = rnd(N, 1);
+        float *dx = dup(dx0, (long)N * C), *dw = dup(dw0, C), *db = dup(db0, C);
+        pt_layernorm_forward(out, mean, rstd, x, w, b, N, C);
+        pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+        close_all("ln out", out, outr, (long)N * C);
+        close_all("ln mean", mean, meanr, N);
+        close_all("ln rstd", rstd, rstdr, N);
+        close_all("ln dinp", dx, dxr, (long)N * C);
+        close_all("ln dweight", dw, dwr, C);
+        close_all("ln dbias", db, dbr, C);
+        free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+    }
+    pt_kernels_set_threads(1);
+    free(x), free(w), free(b), free(dout), free(outr), free(meanr), free(rstdr), free(dx0);
+    free(dw0), free(db0), free(dxr), free(dwr), free(dbr);
+}
+static void test_layernorm(void) {
+    layernorm_case(1, 5);
+    layernorm_case(7, 33);
+    layernorm_case(300, 129); /* above the parallel threshold */
+}
+
+static void matmul_case(int N, int C, int OC, int wt, int bias) {
+    float *x = rnd((long)N * C, 1), *w = rnd((long)C * OC, 1), *b = rnd(OC, 1);
+    float *dout = rnd((long)N * OC, 1), *outr = rnd((long)N * OC, 1), *out = rnd((long)N * OC, 1);
+    float *dx0 = rnd((long)N * C, 1), *dw0 = rnd((long)C * OC, 1), *db0 = rnd(OC, 1);
+    float *dxr = dup(dx0, (long)N * C), *dwr = dup(dw0, (long)C * OC), *dbr = dup(db0, OC);
+    const float *bb = bias ? b : NULL;
+    if (wt) {
+        pt_ref_matmul_forward_wt(outr, x, w, bb, N, C, OC);
+        pt_ref_matmul_backward_wt(dxr, dwr, bias ? dbr : NULL, dout, x, w, N, C, OC);
+    } else {
+        pt_ref_matmul_forward(outr, x, w, bb, N, C, OC);
+        pt_ref_matmul_backward(dxr, dwr, bias ? dbr : NULL, dout, x, w, N, C, OC);
+    }
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *dx = dup(dx0, (long)N * C), *dw = dup(dw0, (long)C * OC), *db = dup(db0, OC);
+        if (wt) {
+            pt_matmul_forward_wt(out, x, w, bb, N, C, OC);
+            pt_matmul_backward_wt(dx, dw, bias ? db : NULL, dout, x, w, N, C, OC);
+        } else {
+            pt_matmul_forward(out, x, w, bb, N, C, OC);
+            pt_matmul_backward(dx, dw, bias ? db : NULL, dout, x, w, N, C, OC);
+        }
+        close_all("mm out", out, outr, (long)N * OC);
+        close_all("mm dinp", dx, dxr, (long)N * C);
+        close_all("mm dweight", dw, dwr, (long)C * OC);
+        close_all("mm dbias", db, dbr, OC);
+        free(dx), free(dw), free(db);
+    }
+    pt_kernels_set_threads(1);
+    free(x), free(w), free(b), free(dout), free(outr), free(out), free(dx0), free(dw0), free(db0);
+    free(dxr), free(dwr), free(dbr);
+}
+static void test_matmul(void) {
+    for (int wt = 0; wt < 2; wt++)
+        for (int bias = 0; bias < 2; bias++) {
+            matmul_case(1, 1, 1, wt, bias);
+            matmul_case(13, 31, 17, wt, bias);
+            matmul_case(70, 64, 96, wt, bias);
+        }
+}
+
+static void test_gelu(void) {
+    const long N = 100003;
+    float *x = rnd(N, 8), *dout = rnd(N, 1), *d0 = rnd(N, 1);
+    x[0] = 0.0f, x[1] = -30.0f, x[2] = 30.0f, x[3] = -100.0f, x[4] = 100.0f, x[5] = 1e-8f;
+    float *outr = rnd(N, 1), *dr = dup(d0, N);
+    pt_ref_gelu_forward(outr, x, N);
+    pt_ref_gelu_backward(dr, x, dout, N);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *out = rnd(N, 1), *d = dup(d0, N);
+        pt_gelu_forward(out, x, N);
+        pt_gelu_backward(d, x, dout, N);
+        close_all("gelu out", out, outr, N);
+        close_all("gelu dinp", d, dr, N);
+        /* relative accuracy of the forward against double, away from 0 */
+        int bad = 0;
+        for (long i = 0; i < N; i++) {
+            double xi = x[i];
+            /* 0.5 x (1 + tanh u) written as x / (1 + exp(-2u)): the same function,
+             * without the cancellation of 1 + tanh u that makes even double
+             * lose all digits of gelu(x) for x < -6. */
+            double u = 0.7978845608028654 * (xi + 0.044715 * xi * xi * xi);
+            double want = xi / (1.0 + exp(-2.0 * u));
+            /* exp(-2u) amplifies the float rounding of its argument: relative
+             * error ~ 1.2e-7 |2u| on top of ~1e-6 for the rest. */
+            if (fabs(out[i] - want) > 1e-30 + (1e-6 + 2e-7 * fabs(2.0 * u)) * fabs(want)) {
+                if (bad < 3) fprintf(stderr, "  gelu(%.9g) = %.9g want %.9g\n", x[i], out[i], want);
+                bad++;
+            }
+        }
+        CHECK(bad == 0);
+        free(out), free(d);
+    }
+    pt_kernels_set_threads(1);
+    free(x), free(dout), free(d0), free(outr), free(dr);
+}
+
+static void test_residual(void) {
+    const long N = 70001;
+    float *a = rnd(N, 1), *b = rnd(N, 1), *d = rnd(N, 1), *da0 = rnd(N, 1), *db0 = rnd(N, 1);
+    float *outr = rnd(N, 1), *dar = dup(da0, N), *dbr = dup(db0, N);
+    pt_ref_residual_forward(outr, a, b, N);
+    pt_ref_residual_backward(dar, dbr, d, N);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *out = rnd(N, 1), *da = dup(da0, N), *db = dup(db0, N);
+        pt_residual_forward(out, a, b, N);
+        pt_residual_backward(da, db, d, N);
+        CHECK(memcmp(out, outr, sizeof(float) * N) == 0);
+        CHECK(memcmp(da, dar, sizeof(float) * N) == 0);
+        CHECK(memcmp(db, dbr, sizeof(float) * N) == 0);
+        free(out), free(da), free(db);
+    }
+    pt_kernels_set_threads(1);
+    free(a), free(b), free(d), free(da0), free(db0), free(outr), free(dar), free(dbr);
+}
+
+/* Attention: ref vs optimized, and bitwise equality across thread counts. */
+static void attention_case(int B, int T, int C, int NH) {
+    long nx = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
+    float *qkv = rnd(nx, 2), *dout = rnd(no, 1), *d0 = rnd(nx, 1);
+    float *outr = rnd(no, 1), *attr = rnd(na, 1), *dr = dup(d0, nx);
+    float *scr = rnd(T, 1);
+    pt_ref_attention_forward(outr, attr, qkv, B, T, C, NH);
+    pt_ref_attention_backward(dr, scr, dout, qkv, attr, B, T, C, NH);
+    size_t ns = pt_attention_scratch_floats(B, T, C, NH);
+    float *first_out = NULL, *first_d = NULL;
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *out = rnd(no, 1), *att = rnd(na, 1), *d = dup(d0, nx), *scratch = rnd((long)ns, 1);
+        pt_attention_forward(out, att, qkv, B, T, C, NH);
+        /* entries past t in att must not matter: poison them */
+        for (long bh = 0; bh < (long)B * NH; bh++)
+            for (int t = 0; t < T; t++)
+                for (int t2 = t + 1; t2 < T; t2++) att[(bh * T + t) * T + t2] = NAN;
+        pt_attention_backward(d, scratch, dout, qkv, att, B, T, C, NH);
+        close_all("att out", out, outr, no);
+        for (long bh = 0; bh < (long)B * NH; bh++)
+            for (int t = 0; t < T; t++)
+                close_all("att probs", att + (bh * T + t) * T, attr + (bh * T + t) * T, t + 1);
+        close_all("att dqkv", d, dr, nx);
+        if (!first_out) {
+            first_out = out, first_d = d;
+        } else {
+            CHECK(memcmp(out, first_out, sizeof(float) * no) == 0);
+            CHECK(memcmp(d, first_d, sizeof(float) * nx) == 0);
+            free(out), free(d);
+        }
+        free(att), free(scratch);
+    }
+    pt_kernels_set_threads(1);
+    free(first_out), free(first_d);
+    free(qkv), free(dout), free(d0), free(outr), free(attr), free(dr), free(scr);
+}
+static void test_attention(void) {
+    attention_case(1, 1, 4, 1);    /* T = 1 */
+    attention_case(2, 5, 12, 1);   /* NH = 1 */
+    attention_case(1, 64, 16, 2);  /* exactly one block */
+    attention_case(2, 65, 24, 3);  /* one row past a block */
+    attention_case(1, 130, 32, 4); /* three blocks, the last short */
+}
+
+static void xent_case(int N, int V) {
+    float *l = rnd((long)N * V, 5), *lossr = rnd(N, 1), *dr = rnd((long)N * V, 1);
+    int *tg = malloc(sizeof(int) * N);
+    for (int n = 0; n < N; n++) tg[n] = (n * 7919) % V;
+    pt_ref_softmax_xent_forward_backward(lossr, dr, l, tg, N, V, 1.0f / N);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *loss = rnd(N, 1), *loss2 = rnd(N, 1), *d = dup(l, (long)N * V);
+        pt_softmax_xent_forward_backward(loss, d, d, tg, N, V, 1.0f / N); /* in place */
+        pt_softmax_xent_forward_backward(loss2, NULL, l, tg, N, V, 1.0f / N);
+        close_all("xent loss", loss, lossr, N);
+        close_all("xent loss (no grad)", loss2, lossr, N);
+        /* dlogits are O(1/N V): compare with an absolute scale of their own */
+        int bad = 0;
+        for (long i = 0; i < (long)N * V; i++)
+            if (fabs(d[i] - dr[i]) > 1e-7 / N + 1e-5 * fabs(dr[i])) bad++;
+        CHECK(bad == 0);
+        free(loss), free(loss2), free(d);
+    }
+    pt_kernels_set_threads(1);
+    free(l), free(lossr), free(dr), free(tg);
+}
+static void test_softmax_xent(void) {
+    xent_case(1, 1);
+    xent_case(3, 13);
+    xent_case(17, 5003);
+}
+
+/* AdamW against one step computed in double from the formula in kernels.h. */
+static void test_adamw(void) {
+    const long n = 100001;
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1), *v = rnd(n, 0.1);
+        for (long i = 0; i < n; i++) v[i] = fabsf(v[i]);
+        float *p0 = dup(p, n), *m0 = dup(m, n), *v0 = dup(v, n);
+        const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+        const int t = 3;
+        pt_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+        int bad = 0;
+        for (long i = 0; i < n; i++) {
+            double gi = (double)g[i] * gs;
+            double mi = (double)b1 * m0[i] + (1.0 - (double)b1) * gi;
+            double vi = (double)b2 * v0[i] + (1.0 - (double)b2) * gi * gi;
+            double mh = mi / (1.0 - pow(b1, t)), vh = vi / (1.0 - pow(b2, t));
+            double pi = p0[i] - (double)lr * (mh / (sqrt(vh) + eps) + (double)wd * p0[i]);
+            if (fabs(m[i] - mi) > 1e-7 + 1e-5 * fabs(mi)) bad++;
+            if (fabs(v[i] - vi) > 1e-9 + 1e-5 * fabs(vi)) bad++;
+            /* the step is lr * O(1); its float rounding is ~1e-7 of |p| + lr */
+            if (fabs(p[i] - pi) > 1e-6 * (fabs(pi) + lr)) {
+                if (bad < 3) fprintf(stderr, "  adamw p[%ld] %.9g want %.9g\n", i, p[i], pi);
+                bad++;
+            }
+        }
+        CHECK(bad == 0);
+        /* and against the float reference kernel */
+        float *pr = dup(p0, n), *mr = dup(m0, n), *vr = dup(v0, n);
+        pt_ref_adamw_update(pr, g, mr, vr, n, lr, b1, b2, eps, wd, t, gs);
+        close_all("adamw param", p, pr, n);
+        free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0), free(pr), free(mr);
+        free(vr);
+    }
+    pt_kernels_set_threads(1);
+}
+
+static void test_sum_squares(void) {
+    const long sizes[] = {0, 1, 7, 1025, 300007};
+    for (int s = 0; s < 5; s++) {
+        long n = sizes[s];
+        float *x = rnd(n, 3);
+        double want = 0.0;
+        for (long i = 0; i < n; i++) want += (double)x[i] * x[i];
+        double first = 0.0;
+        for (int k = 0; k < NTHREADS; k++) {
+            pt_kernels_set_threads(THREADS[k]);
+            double got = pt_sum_squares(x, n);
+            CHECK_NEAR(got, want, 1e-12, 1e-6);
+            CHECK_NEAR(pt_ref_sum_squares(x, n), want, 1e-12, 1e-12);
+            if (k == 0)
+                first = got;
+            else
+                CHECK(got == first); /* same bits at any thread count */
+        }
+        free(x);
+    }
+    pt_kernels_set_threads(1);
+}
+
+static void test_fast_exp(void) {
+    double worst = 0.0;
+    for (float x = -87.0f; x <= 88.0f; x += 0.001953125f) {
+        double want = exp((double)x), got = pt_fast_expf(x);
+        double rel = fabs(got - want) / want;
+        if (rel > worst) worst = rel;
+    }
+    fprintf(stderr, "  fast exp: worst relative error %.3g\n", worst);
+    CHECK(worst < 2e-7);
+    CHECK(pt_fast_expf(-1000.0f) < 1e-37f);
+    CHECK(isfinite(pt_fast_expf(1000.0f)));
+}
+
+int main(void) {
+    RUN(test_fast_exp);
+    RUN(test_encoder);
+    RUN(test_layernorm);
+    RUN(test_matmul);
+    RUN(test_gelu);
+    RUN(test_residual);
+    RUN(test_attention);
+    RUN(test_softmax_xent);
+    RUN(test_adamw);
+    RUN(test_sum_squares);
+    return TEST_DONE();
+}
