@@ -1,0 +1,556 @@
+/* The mpi backend: the communicator interface on Open MPI, for jobs started
+ * by `mpirun -np N partrain ... --backend mpi` (one process per rank, on one
+ * or many hosts).
+ *
+ * What it does:
+ *  - maps every collective onto the MPI collective of the same meaning
+ *    (allreduce SUM, then a local scale for AVG; reduce-scatter with uneven
+ *    per-rank counts from pt_comm_shard; in-place all-gather through
+ *    MPI_Allgatherv; bcast; tagged send/recv) and sub-communicators onto
+ *    MPI_Comm_split;
+ *  - never waits forever: MPI itself blocks indefinitely when a peer dies or
+ *    its host becomes unreachable (TCP just retransmits), so every blocking
+ *    operation is the non-blocking MPI call plus an MPI_Test loop with a
+ *    deadline (pt_comm_options.timeout_s, else env PT_COMM_TIMEOUT, else
+ *    10 s). On expiry it returns PT_ERR_TIMEOUT naming the operation (and the
+ *    peer for point-to-point); the caller exits non-zero and mpirun tears the
+ *    job down. The communicator is then unusable (the MPI request cannot be
+ *    cancelled) and MPI_Finalize is skipped, as it could wait for the dead
+ *    peer;
+ *  - turns MPI errors into values: MPI_ERRORS_RETURN on every communicator,
+ *    and MPI_Error_string in the message.
+ *
+ * Threads: the comm.c wrappers run queued non-blocking operations on a
+ * per-process progress thread while the main thread may issue blocking ones
+ * (on other communicators). We ask for MPI_THREAD_MULTIPLE; when the library
+ * provides less, every MPI call of this file goes through one process-wide
+ * mutex. That is safe because no MPI call here blocks: waits are MPI_Test
+ * loops that release the mutex between tests, so two threads waiting on
+ * different communicators interleave instead of deadlocking.
+ *
+ * Waiting: the loop spins on MPI_Test for a short while (latency of small
+ * messages), then yields the core after every test (ranks may outnumber
+ * cores; Open MPI's ob1/vader progress only moves inside MPI calls, so
+ * sleeping would throttle large transfers), and after a second of waiting
+ * sleeps 100 us between tests: such a wait is a straggler or a fault.
+ *
+ * Memory: nothing is allocated per call; the count/displacement arrays of
+ * the uneven collectives are allocated once per communicator.
+ *
+ * Not here: the non-blocking queue and counters (comm.c), the generic
+ * collectives, launching processes (mpirun does it). */
+#include "comm_impl.h"
+#define PT_MPI_NATIVE_DEFINE
+#include "mpi_native.h"
+
+#include <mpi.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PT_MPI_DEFAULT_TIMEOUT_S 10.0
+
+typedef struct {
+    MPI_Comm comm;
+    int rank, size;
+    int is_world;     /* the world context: its free finalizes MPI */
+    double timeout_s; /* deadline of every wait */
+    int *counts;      /* size entries: per-rank element counts (reduce-scatter, all-gather) */
+    int *displs;      /* size entries: per-rank offsets (all-gather) */
+    int failed;       /* an operation failed: only free is allowed */
+} mpi_ctx;
+
+/* Process-wide MPI state. */
+static struct {
+    int initialized_here; /* we called MPI_Init_thread (so we finalize) */
+    int thread_level;     /* level provided */
+    int serialize;        /* 1: every MPI call under `lock` */
+    int failed;           /* some operation failed: skip MPI_Finalize */
+    int finalized;
+    int live;        /* contexts not yet freed */
+    MPI_Comm native; /* dup of the world for pt_mpi_native_* (bench) */
+} g = {.native = MPI_COMM_NULL};
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void mpi_lock(void) {
+    if (g.serialize) pthread_mutex_lock(&g_lock);
+}
+static void mpi_unlock(void) {
+    if (g.serialize) pthread_mutex_unlock(&g_lock);
+}
+
+/* An MPI error code as a status with a message naming the operation. */
+static pt_status mpi_fail(mpi_ctx *c, int rc, const char *op, int peer) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    if (c) c->failed = 1;
+    g.failed = 1;
+    if (peer >= 0)
+        return pt_error_set(PT_ERR_COMM, "mpi %s with peer rank %d failed on rank %d of %d: %s", op,
+                            peer, c ? c->rank : -1, c ? c->size : -1, s);
+    return pt_error_set(PT_ERR_COMM, "mpi %s failed on rank %d of %d: %s", op, c ? c->rank : -1,
+                        c ? c->size : -1, s);
+}
+
+static pt_status check_usable(mpi_ctx *c, const char *op) {
+    if (c->failed)
+        return pt_error_set(
+            PT_ERR_COMM, "mpi %s on rank %d: the communicator failed earlier; only free is allowed",
+            op, c->rank);
+    return PT_OK;
+}
+
+static pt_status check_count(mpi_ctx *c, size_t n, const char *op) {
+    if (n > INT_MAX)
+        return pt_error_set(PT_ERR_INVALID,
+                            "mpi %s on rank %d: %zu elements exceed MPI's int count", op, c->rank,
+                            n);
+    return PT_OK;
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {0, us * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait for *req with the context's deadline. peer < 0 for collectives. */
+static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer, size_t bytes,
+                          MPI_Status *st_out) {
+    uint64_t t0 = pt_time_ns();
+    uint64_t limit = (uint64_t)(c->timeout_s * 1e9);
+    MPI_Status st;
+    for (unsigned spin = 0;; spin++) {
+        int flag = 0;
+        mpi_lock();
+        int rc = MPI_Test(req, &flag, &st);
+        mpi_unlock();
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, peer);
+        if (flag) {
+            if (st_out) *st_out = st;
+            return PT_OK;
+        }
+        if (spin < 256) continue;
+        uint64_t waited = pt_time_ns() - t0;
+        if (waited > limit) {
+            c->failed = 1;
+            g.failed = 1;
+            if (peer >= 0)
+                return pt_error_set(PT_ERR_TIMEOUT,
+                                    "mpi %s of %zu bytes with peer rank %d timed out after %.1f s "
+                                    "on rank %d of %d (peer dead or unreachable)",
+                                    op, bytes, peer, c->timeout_s, c->rank, c->size);
+            return pt_error_set(PT_ERR_TIMEOUT,
+                                "mpi %s of %zu bytes timed out after %.1f s on rank %d of %d "
+                                "(a rank died, is unreachable or never joined)",
+                                op, bytes, c->timeout_s, c->rank, c->size);
+        }
+        if (waited < 1000000000ull)
+            sched_yield();
+        else
+            sleep_us(100);
+    }
+}
+
+static void scale(float *p, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) p[i] *= s;
+}
+
+/* ---- point-to-point ------------------------------------------------------------------ */
+
+static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const char *op) {
+    PT_CHECK(check_usable(c, op));
+    PT_CHECK(check_count(c, bytes, op));
+    if (peer < 0 || peer >= c->size)
+        return pt_error_set(PT_ERR_INVALID,
+                            "mpi %s: peer %d is not a rank of this communicator (size %d)", op,
+                            peer, c->size);
+    int *ub = NULL, found = 0;
+    mpi_lock();
+    MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &found);
+    mpi_unlock();
+    if (tag < 0 || (found && ub && tag > *ub))
+        return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag,
+                            found && ub ? *ub : 32767);
+    return PT_OK;
+}
+
+static pt_status mpi_send(void *ctx, const void *buf, size_t bytes, int peer, int tag) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_p2p(c, bytes, peer, tag, "send"));
+    MPI_Request req;
+    mpi_lock();
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "send", peer);
+    return wait_req(c, &req, "send", peer, bytes, NULL);
+}
+
+static pt_status mpi_recv(void *ctx, void *buf, size_t bytes, int peer, int tag) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_p2p(c, bytes, peer, tag, "recv"));
+    MPI_Request req;
+    MPI_Status st;
+    mpi_lock();
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "recv", peer);
+    PT_CHECK(wait_req(c, &req, "recv", peer, bytes, &st));
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    if ((size_t)got != bytes) {
+        c->failed = 1;
+        return pt_error_set(PT_ERR_COMM,
+                            "mpi recv from peer rank %d (tag %d): got %d bytes, expected %zu", peer,
+                            tag, got, bytes);
+    }
+    return PT_OK;
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "allreduce"));
+    PT_CHECK(check_count(c, count, "allreduce"));
+    if (count == 0) return PT_OK;
+    MPI_Request req;
+    mpi_lock();
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
+    if (op == PT_REDUCE_AVG && c->size > 1) scale(buf, count, 1.0f / (float)c->size);
+    return PT_OK;
+}
+
+/* pt_comm_shard's rule (comm.h), restated here so the backend stands alone:
+ * the first count % size ranks hold one element more. */
+static void shard(size_t count, int size, int rank, size_t *off, size_t *n) {
+    size_t base = count / (size_t)size, extra = count % (size_t)size, r = (size_t)rank;
+    *n = base + (r < extra);
+    *off = r * base + (r < extra ? r : extra);
+}
+
+/* Per-rank counts (and displacements) of a count-element buffer. */
+static void fill_shards(mpi_ctx *c, size_t count) {
+    for (int r = 0; r < c->size; r++) {
+        size_t off, n;
+        shard(count, c->size, r, &off, &n);
+        c->counts[r] = (int)n;
+        c->displs[r] = (int)off;
+    }
+}
+
+static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_reduce_op op) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "reduce_scatter"));
+    PT_CHECK(check_count(c, count, "reduce_scatter"));
+    if (count == 0) return PT_OK;
+    fill_shards(c, count);
+    MPI_Request req;
+    mpi_lock();
+    /* In place: the input is all of buf, the result lands at buf[0..n). */
+    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
+    PT_CHECK(wait_req(c, &req, "reduce_scatter", -1, count * sizeof(float), NULL));
+    size_t off = (size_t)c->displs[c->rank], n = (size_t)c->counts[c->rank];
+    if (off != 0 && n) memmove(buf + off, buf, n * sizeof(float));
+    if (op == PT_REDUCE_AVG && c->size > 1) scale(buf + off, n, 1.0f / (float)c->size);
+    return PT_OK;
+}
+
+static pt_status mpi_allgather(void *ctx, float *buf, size_t count) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "allgather"));
+    PT_CHECK(check_count(c, count, "allgather"));
+    if (count == 0) return PT_OK;
+    fill_shards(c, count);
+    MPI_Request req;
+    mpi_lock();
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
+                             MPI_FLOAT, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allgather", -1);
+    return wait_req(c, &req, "allgather", -1, count * sizeof(float), NULL);
+}
+
+static pt_status mpi_broadcast(void *ctx, void *buf, size_t bytes, int root) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "broadcast"));
+    PT_CHECK(check_count(c, bytes, "broadcast"));
+    if (root < 0 || root >= c->size)
+        return pt_error_set(PT_ERR_INVALID, "mpi broadcast: root %d is not a rank (size %d)", root,
+                            c->size);
+    if (bytes == 0) return PT_OK;
+    MPI_Request req;
+    mpi_lock();
+    int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "broadcast", -1);
+    return wait_req(c, &req, "broadcast", -1, bytes, NULL);
+}
+
+static pt_status mpi_barrier(void *ctx) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "barrier"));
+    MPI_Request req;
+    mpi_lock();
+    int rc = MPI_Ibarrier(c->comm, &req);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", -1);
+    return wait_req(c, &req, "barrier", -1, 0, NULL);
+}
+
+/* ---- communicators ------------------------------------------------------------------------ */
+
+static pt_status ctx_new(MPI_Comm comm, int is_world, double timeout_s, mpi_ctx **out) {
+    *out = NULL;
+    mpi_ctx *c = calloc(1, sizeof *c);
+    if (!c) return pt_error_set(PT_ERR_NOMEM, "mpi: communicator context");
+    c->comm = comm;
+    c->is_world = is_world;
+    c->timeout_s = timeout_s;
+    mpi_lock();
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    mpi_unlock();
+    c->counts = calloc((size_t)c->size, sizeof(int));
+    c->displs = calloc((size_t)c->size, sizeof(int));
+    if (!c->counts || !c->displs) {
+        int n = c->size;
+        free(c->counts);
+        free(c->displs);
+        free(c);
+        return pt_error_set(PT_ERR_NOMEM, "mpi: communicator context of size %d", n);
+    }
+    g.live++;
+    *out = c;
+    return PT_OK;
+}
+
+/* MPI_Comm_split and MPI_Comm_dup block until every rank arrives and have no
+ * non-blocking form we can put a deadline on (MPI_Comm_idup exists, split
+ * does not). So first meet in an MPI_Ibarrier with the deadline: once it
+ * completes every rank has reached this call, and the split itself cannot
+ * wait for a dead or missing rank. */
+static pt_status mpi_split(void *ctx, int color, int key, void **out_ctx, int *rank, int *size) {
+    mpi_ctx *c = ctx;
+    *out_ctx = NULL;
+    PT_CHECK(check_usable(c, "split"));
+    if (color < 0) return pt_error_set(PT_ERR_INVALID, "mpi split: color %d must be >= 0", color);
+    PT_CHECK(mpi_barrier(c));
+    MPI_Comm nc;
+    mpi_lock();
+    int rc = MPI_Comm_split(c->comm, color, key, &nc);
+    if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "split", -1);
+    mpi_ctx *n;
+    pt_status s = ctx_new(nc, 0, c->timeout_s, &n);
+    if (s != PT_OK) {
+        mpi_lock();
+        MPI_Comm_free(&nc);
+        mpi_unlock();
+        return s;
+    }
+    *out_ctx = n;
+    *rank = n->rank;
+    *size = n->size;
+    return PT_OK;
+}
+
+static void mpi_free(void *ctx) {
+    mpi_ctx *c = ctx;
+    if (!c) return;
+    /* A failed communicator may still have a request in flight that MPI
+     * cannot cancel: leave its MPI_Comm alone rather than free it under the
+     * request. */
+    if (!c->failed) {
+        mpi_lock();
+        MPI_Comm_free(&c->comm);
+        mpi_unlock();
+    }
+    int is_world = c->is_world;
+    free(c->counts);
+    free(c->displs);
+    free(c);
+    g.live--;
+    if (!is_world) return;
+    if (g.native != MPI_COMM_NULL && !g.failed) MPI_Comm_free(&g.native);
+    g.native = MPI_COMM_NULL;
+    if (!g.initialized_here || g.finalized) return;
+    if (g.failed) {
+        /* MPI_Finalize synchronizes with the other processes and would wait
+         * for the dead one; exiting without it makes mpirun end the job. */
+        PT_WARN("mpi: an operation failed; skipping MPI_Finalize (mpirun will end the job)");
+        return;
+    }
+    MPI_Finalize();
+    g.finalized = 1;
+}
+
+static const pt_comm_backend mpi_backend = {
+    .name = "mpi",
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .allreduce = mpi_allreduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allgather = mpi_allgather,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .split = mpi_split,
+    .free = mpi_free,
+};
+
+/* Seconds of the deadline: the option, else PT_COMM_TIMEOUT, else 10. */
+static pt_status timeout_of(const pt_comm_options *opt, double *out) {
+    *out = PT_MPI_DEFAULT_TIMEOUT_S;
+    if (opt && opt->timeout_s > 0) {
+        *out = opt->timeout_s;
+        return PT_OK;
+    }
+    const char *e = getenv("PT_COMM_TIMEOUT");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end || !(v > 0))
+            return pt_error_set(PT_ERR_INVALID, "PT_COMM_TIMEOUT='%s': expected seconds > 0", e);
+        *out = v;
+    }
+    return PT_OK;
+}
+
+/* 1 when this process was started by an MPI launcher (mpirun, or PMIx). */
+static int under_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+/* Initialize MPI once per process (thread level as described at the top). */
+static pt_status mpi_start(void) {
+    int inited = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin || g.finalized)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "mpi: MPI was already finalized in this process (the world was freed)");
+    MPI_Initialized(&inited);
+    if (inited) {
+        MPI_Query_thread(&g.thread_level);
+    } else {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &g.thread_level);
+        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "init", -1);
+        g.initialized_here = 1;
+    }
+    g.serialize = g.thread_level < MPI_THREAD_MULTIPLE;
+    if (g.thread_level < MPI_THREAD_SERIALIZED && g.thread_level != MPI_THREAD_FUNNELED) {
+        /* MPI_THREAD_SINGLE: calls from the progress thread are not allowed at all. */
+        PT_WARN("mpi: MPI provides only MPI_THREAD_SINGLE; serializing calls anyway");
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return PT_OK;
+}
+
+pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                            int *rank, int *size) {
+    *be = NULL;
+    *ctx = NULL;
+    if (!under_mpirun())
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "mpi: not started by mpirun (no OMPI_COMM_WORLD_SIZE)");
+    double timeout_s;
+    PT_CHECK(timeout_of(opt, &timeout_s));
+    PT_CHECK(mpi_start());
+    /* Our own duplicate of the world, so that our traffic never matches
+     * anyone else's (a library or the bench's native calls). */
+    mpi_ctx tmp = {.comm = MPI_COMM_WORLD, .timeout_s = timeout_s};
+    MPI_Comm_rank(MPI_COMM_WORLD, &tmp.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &tmp.size);
+    PT_CHECK(mpi_barrier(&tmp));
+    MPI_Comm w;
+    mpi_lock();
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
+    if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(&tmp, rc, "world dup", -1);
+    mpi_ctx *c;
+    pt_status s = ctx_new(w, 1, timeout_s, &c);
+    if (s != PT_OK) return s;
+    PT_INFO("mpi: rank %d of %d, thread level %s, timeout %.1f s", c->rank, c->size,
+            g.serialize ? "serialized (mutex)" : "MPI_THREAD_MULTIPLE", timeout_s);
+    *be = &mpi_backend;
+    *ctx = c;
+    *rank = c->rank;
+    *size = c->size;
+    return PT_OK;
+}
+
+/* ---- Open MPI's own collectives, for `partrain bench comm` (mpi_native.h) ---------------- */
+
+pt_status pt_mpi_native_init(int *rank, int *size) {
+    if (!under_mpirun()) return pt_error_set(PT_ERR_UNSUPPORTED, "mpi_native: not under mpirun");
+    if (g.native == MPI_COMM_NULL) {
+        PT_CHECK(mpi_start());
+        if (MPI_Comm_dup(MPI_COMM_WORLD, &g.native) != MPI_SUCCESS)
+            return pt_error_set(PT_ERR_COMM, "mpi_native: MPI_Comm_dup failed");
+        MPI_Comm_set_errhandler(g.native, MPI_ERRORS_RETURN);
+    }
+    MPI_Comm_rank(g.native, rank);
+    MPI_Comm_size(g.native, size);
+    return PT_OK;
+}
+
+pt_status pt_mpi_native_run(pt_comm_op op, void *buf, size_t bytes) {
+    if (g.native == MPI_COMM_NULL)
+        return pt_error_set(PT_ERR_INVALID, "mpi_native: pt_mpi_native_init first");
+    if (bytes / sizeof(float) > INT_MAX)
+        return pt_error_set(PT_ERR_INVALID, "mpi_native: %zu bytes too large", bytes);
+    int n = 0, me = 0, rc;
+    MPI_Comm_size(g.native, &n);
+    MPI_Comm_rank(g.native, &me);
+    int count = (int)(bytes / sizeof(float));
+    mpi_lock();
+    switch (op) {
+    case PT_OP_ALLREDUCE:
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, g.native);
+        break;
+    case PT_OP_REDUCE_SCATTER: {
+        /* Equal blocks (count / n each), as nccl-tests and Open MPI's own
+         * benchmarks measure it. */
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, count / n, MPI_FLOAT, MPI_SUM, g.native);
+        break;
+    }
+    case PT_OP_ALLGATHER:
+        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count / n, MPI_FLOAT, g.native);
+        break;
+    case PT_OP_BROADCAST:
+        rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, g.native);
+        break;
+    case PT_OP_BARRIER:
+        rc = MPI_Barrier(g.native);
+        break;
+    default:
+        mpi_unlock();
+        return pt_error_set(PT_ERR_INVALID, "mpi_native: op %d not benchmarked", (int)op);
+    }
+    mpi_unlock();
+    (void)me;
+    if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "native collective", -1);
+    return PT_OK;
+}
+
+pt_status pt_mpi_native_time_avg(double *t) {
+    if (g.native == MPI_COMM_NULL)
+        return pt_error_set(PT_ERR_INVALID, "mpi_native: pt_mpi_native_init first");
+    int n = 1;
+    MPI_Comm_size(g.native, &n);
+    mpi_lock();
+    int rc = MPI_Allreduce(MPI_IN_PLACE, t, 1, MPI_DOUBLE, MPI_SUM, g.native);
+    mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "native time reduce", -1);
+    *t /= n;
+    return PT_OK;
+}

@@ -1,0 +1,108 @@
+#!/bin/sh
+# The mpi backend across three simulated hosts (issue 3, item 6): network
+# namespaces pt-h1..pt-h3 joined by a bridge (../shared/multihost/hosts.sh),
+# Open MPI over TCP between them.
+#
+#   multihost_test.sh MPIRUN TEST_MPI_BACKEND [TEST_COMM_CONFORMANCE]
+#
+# 1. Every collective, checked against a double-precision reference, with
+#    one rank per host: test_mpi_backend, and the shared conformance test
+#    with --backend mpi when its binary is given.
+# 2. A long all-reduce loop; 3 s in, host 2's link is cut
+#    (ip -n pt-h2 link set pt-h2-e down). Asserts that mpirun exits non-zero
+#    within the comm timeout plus a margin, with a clear error (a rank's
+#    "allreduce ... timed out" or Open MPI's "lost communication with a
+#    remote daemon"), and that no process is left in any namespace.
+#
+# Open MPI notices a dead host only through TCP keepalive on its control
+# connections (oob_tcp_keepalive_*: default 300 s); without it mpirun hangs
+# while tearing the job down. We set it to about 3 s (see docs/mpi.md).
+#
+# Needs root and iproute2; exits 77 (CTest SKIP_RETURN_CODE) when network
+# namespaces cannot be made. The namespaces are always removed (trap).
+# The shared folder: $PT_SHARED_DIR, else <repo root>/../shared.
+set -u
+mpirun=$1 bin=$2 conf=${3:-}
+root=${PT_SOURCE_DIR:-$(git rev-parse --show-toplevel 2>/dev/null || pwd)}
+shared=${PT_SHARED_DIR:-$root/../shared}
+hosts=$shared/multihost/hosts.sh
+skip() { echo "SKIP multihost_test: $*"; exit 77; }
+[ -f "$hosts" ] || skip "$hosts not found (set PT_SHARED_DIR to the shared folder)"
+[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
+command -v ip >/dev/null 2>&1 || skip "needs iproute2 (ip)"
+ip netns add "pt-probe-$$" >/dev/null 2>&1 || skip "ip netns not permitted here"
+ip netns del "pt-probe-$$"
+
+timeout_s=5
+margin=20
+tag="pt-multihost-$$"
+out=$(mktemp)
+cleanup() {
+  # Processes we started inside the hosts (a daemon cut off from mpirun
+  # may linger); then the namespaces themselves.
+  for ns in pt-h1 pt-h2 pt-h3; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  sh "$hosts" down
+  rm -f "$out"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+sh "$hosts" down >/dev/null 2>&1 # a previous run killed before its trap
+sh "$hosts" up 3 || { echo "FAIL: hosts.sh up 3"; exit 1; }
+
+export PT_COMM_TIMEOUT=$timeout_s
+wrap=""
+mpi() {
+  $wrap ip netns exec pt-h1 "$mpirun" -x PT_COMM_TIMEOUT -x PT_LOG \
+    --mca plm_rsh_agent "$(sh "$hosts" agent)" \
+    --mca btl tcp,self --mca btl_tcp_if_include 10.213.0.0/24 \
+    --mca oob_tcp_if_include 10.213.0.0/24 \
+    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 \
+    --mca oob_tcp_keepalive_probes 3 \
+    -np 3 --host 10.213.0.1:1,10.213.0.2:1,10.213.0.3:1 "$@"
+}
+
+fail=0
+echo "== 1. collectives across 3 hosts: test_mpi_backend"
+if ! mpi "$bin" --max-count 262147 --tag "$tag"; then
+  echo "FAIL: test_mpi_backend across 3 hosts"; fail=1
+fi
+if [ -n "$conf" ]; then
+  echo "== 1b. collectives across 3 hosts: test_comm_conformance --backend mpi"
+  if ! mpi "$conf" --backend mpi --nproc 3; then
+    echo "FAIL: test_comm_conformance across 3 hosts"; fail=1
+  fi
+fi
+
+echo "== 2. cut host 2's link in the middle of a long all-reduce loop"
+(sleep 3; ip -n pt-h2 link set pt-h2-e down; echo "link of pt-h2 cut") &
+cutter=$!
+t0=$(date +%s)
+# The outer timeout turns a hang into a failure instead of outliving the test.
+limit=$((3 + timeout_s + margin))
+wrap="timeout $((limit + 30))"
+mpi "$bin" --loop 60 --tag "$tag" >"$out" 2>&1
+rc=$?
+wrap=""
+t1=$(date +%s)
+wait $cutter 2>/dev/null
+grep -v "all-reduces" "$out"
+elapsed=$((t1 - t0))
+echo "mpirun exit $rc after ${elapsed}s (link cut at ~3s, comm timeout ${timeout_s}s)"
+if [ "$rc" -eq 0 ]; then echo "FAIL: the job exited 0 after losing a host"; fail=1; fi
+if [ "$rc" -eq 124 ] || [ "$elapsed" -gt "$limit" ]; then
+  echo "FAIL: the job took ${elapsed}s to end (limit ${limit}s): it hung"; fail=1
+fi
+if ! grep -q -E "allreduce of .* timed out after|lost communication with a remote daemon" "$out"; then
+  echo "FAIL: no clear error (timeout naming the operation, or the lost host)"; fail=1
+fi
+sleep 1
+left=""
+for ns in pt-h1 pt-h2 pt-h3; do left="$left$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')"; done
+left="$left$(pgrep -f -- "$tag" | tr '\n' ' ')"
+if [ -n "$(echo "$left" | tr -d ' ')" ]; then
+  echo "FAIL: processes left behind after the job ended: $left"; fail=1
+fi
+[ $fail -eq 0 ] && echo "PASS multihost_test"
+exit $fail
