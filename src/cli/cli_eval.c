@@ -1,10 +1,113 @@
-/* Placeholder until the eval subcommand lands. */
+/* partrain eval: mean loss of a checkpoint on a data file, over consecutive
+ * non-overlapping windows of seq_len+1 tokens (the model's config comes from
+ * the checkpoint's state.json). */
 #include "cli_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partrain/kernels.h"
+#include "partrain/train.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: partrain eval --checkpoint DIR --data FILE [--batch N] [--threads N]\n\n"
+               "  --checkpoint DIR  checkpoint directory (with 'latest') or one step directory\n"
+               "  --data FILE       UTF-8 text or llm.c .bin tokens\n"
+               "  --batch N         windows per forward pass (default 8)\n"
+               "  --threads N       kernel threads (default 1)\n\n"
+               "Prints the mean loss over consecutive non-overlapping windows of seq_len+1 "
+               "tokens.\n");
+}
+
+static int parse_int(const char *opt, const char *s, int min, int *out) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < min || v > 1000000) {
+        fprintf(stderr, "partrain: %s must be an integer >= %d (got '%s')\n", opt, min, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
 
 int pt_cli_eval(int argc, char **argv) {
-    (void)argc;
-    fprintf(stderr, "partrain: %s is not built yet\n", argv[0]);
-    return 2;
+    const char *ckpt = NULL, *data = NULL;
+    int batch = 8, threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr,
+                    "partrain: unknown option or missing value '%s' (see partrain eval --help)\n",
+                    a);
+            return 2;
+        }
+        if (!strcmp(a, "--checkpoint"))
+            ckpt = argv[++i];
+        else if (!strcmp(a, "--data"))
+            data = argv[++i];
+        else if (!strcmp(a, "--batch")) {
+            if (!parse_int(a, argv[++i], 1, &batch)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            if (!parse_int(a, argv[++i], 1, &threads)) return 2;
+        } else {
+            fprintf(stderr, "partrain: unknown option '%s' (see partrain eval --help)\n", a);
+            return 2;
+        }
+    }
+    if (!ckpt || !data) {
+        fprintf(stderr, "partrain: eval needs --checkpoint DIR and --data FILE\n");
+        return 2;
+    }
+    pt_kernels_set_threads(threads);
+    char stepdir[PT_CONFIG_STR_MAX + 64], path[PT_CONFIG_STR_MAX + 128];
+    pt_config cfg;
+    pt_model *m = NULL;
+    pt_data *d = NULL;
+    int *inp = NULL, *tgt = NULL;
+    int rc = 1;
+    if (pt_checkpoint_resolve(ckpt, stepdir, sizeof stepdir) != PT_OK ||
+        pt_checkpoint_read_config(stepdir, &cfg) != PT_OK)
+        goto err;
+    int T = cfg.model.seq_len;
+    if (pt_data_open(&d, data, cfg.model.vocab_size) != PT_OK) goto err;
+    size_t nwin = pt_data_num_windows(d, T);
+    if (nwin == 0) {
+        pt_error_set(PT_ERR_FORMAT, "%s: shorter than one window (%zu tokens, need seq_len+1 = %d)",
+                     data, pt_data_num_tokens(d), T + 1);
+        goto err;
+    }
+    if ((size_t)batch > nwin) batch = (int)nwin;
+    if (pt_model_new(&m, &cfg.model, batch) != PT_OK) goto err;
+    snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
+    if (pt_safetensors_load(path, m, pt_model_params(m)) != PT_OK) goto err;
+    inp = pt_mem_alloc(PT_MEM_ACTS, (size_t)batch * T * sizeof(int));
+    tgt = pt_mem_alloc(PT_MEM_ACTS, (size_t)batch * T * sizeof(int));
+    if (!inp || !tgt) goto err;
+    double sum = 0;
+    for (size_t w = 0; w < nwin; w += (size_t)batch) {
+        int B = (int)(nwin - w < (size_t)batch ? nwin - w : (size_t)batch);
+        for (int b = 0; b < B; b++)
+            pt_data_window(d, w + (size_t)b, T, inp + (size_t)b * T, tgt + (size_t)b * T);
+        pt_batch bt = {inp, tgt, 0.0f, B, T};
+        float loss = 0;
+        pt_model_forward(m, &bt, &loss);
+        sum += (double)loss * B;
+    }
+    printf("loss %.6f  (%zu windows of %d tokens from %s; checkpoint %s)\n", sum / (double)nwin,
+           nwin, T + 1, data, stepdir);
+    rc = 0;
+    goto done;
+err:
+    fprintf(stderr, "partrain: %s\n", pt_error_message());
+done:
+    pt_mem_free(tgt);
+    pt_mem_free(inp);
+    pt_model_free(m);
+    pt_data_free(d);
+    return rc;
 }

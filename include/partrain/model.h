@@ -1,0 +1,148 @@
+/* partrain model: a GPT-2 decoder (pre-LN blocks, fused qkv, 4x MLP, tanh
+ * GELU, learned positions, LM head tied to the token embedding) built as a
+ * LIST OF MODULES over one flat parameter buffer.
+ *
+ * Modules, in order: 0 the embedding (wte, wpe); 1..L the blocks h.{i};
+ * L+1 the head (ln_f, and the tied LM head, which reads wte). Each module owns
+ * its named parameters in ONE contiguous region of the model-wide flat
+ * parameter buffer, and its gradients in the same region of the flat
+ * gradient buffer, so that a DDP bucket, a ZeRO shard or an FSDP unit is a
+ * slice, not a copy. Parameter names and shapes are GPT-2's (checkpoint layout
+ * (C, OC) for linears). Shape letters as in kernels.h: B, T, C, NH, V, L.
+ *
+ * Lifecycle: pt_model_new (allocates params, grads and every activation
+ * buffer for batches up to max_B x seq_len, up front, by category) ->
+ * pt_model_init (GPT-2 init from (seed, name, element index)) -> repeatedly
+ * pt_model_zero_grads, pt_model_forward, pt_model_backward -> pt_model_free.
+ * Forward/backward allocate nothing.
+ *
+ * Module-level access (for pipeline stages and FSDP): pt_module_forward /
+ * pt_module_backward run one module with an explicit activation context
+ * (pt_module_ctx). The model keeps one context per module for its own
+ * whole-model passes; a pipeline schedule can create more (one per in-flight
+ * micro-batch).
+ *
+ * Not here: the optimizer, data, communication (tensor-parallel linears will
+ * take a communicator later), checkpoint files. */
+#ifndef PARTRAIN_MODEL_H
+#define PARTRAIN_MODEL_H
+
+#include "partrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Architecture. All > 0; n_embd % n_head == 0. seq_len is also the number of
+ * learned positions (wpe rows). */
+typedef struct {
+    int n_layer;
+    int n_embd;
+    int n_head;
+    int vocab_size;
+    int seq_len;
+} pt_model_config;
+
+/* One clear message per problem, naming the key ("model.n_embd ..."). */
+pt_status pt_model_config_validate(const pt_model_config *c);
+/* Number of parameters (floats) of the architecture. */
+size_t pt_model_config_num_params(const pt_model_config *c);
+
+/* A named parameter tensor: a slice of the flat buffers. */
+#define PT_PARAM_NAME_MAX 48
+typedef struct {
+    char name[PT_PARAM_NAME_MAX]; /* GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;                     /* 1 or 2 */
+    int64_t shape[2];
+    size_t offset; /* in floats, into pt_model_params / pt_model_grads */
+    size_t numel;
+    int decay;  /* 1 for matrices (weight decay applies), 0 for biases and LN */
+    int module; /* index of the owning module */
+} pt_param_info;
+
+typedef enum { PT_MODULE_EMBEDDING, PT_MODULE_BLOCK, PT_MODULE_HEAD } pt_module_kind;
+
+/* What one (micro-)batch feeds the model. tokens and targets (B,T) are lent
+ * for the duration of forward AND backward. dloss is the weight of each
+ * position's loss in the total that is differentiated (1/(B*T) for the mean
+ * over one batch; 1/(B*T*M) with M micro-batches). */
+typedef struct {
+    const int *tokens;  /* (B,T), read by the embedding */
+    const int *targets; /* (B,T) or NULL (inference), read by the head */
+    float dloss;
+    int B, T;
+} pt_batch;
+
+typedef struct pt_model pt_model;
+typedef struct pt_module_ctx pt_module_ctx;
+
+/* Allocate a model for batches of up to max_B sequences of up to seq_len
+ * tokens. Parameters are zero until pt_model_init or a checkpoint load. */
+pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
+void pt_model_free(pt_model *m);
+
+const pt_model_config *pt_model_config_of(const pt_model *m);
+int pt_model_max_batch(const pt_model *m);
+
+/* GPT-2 init: normal(0, 0.02), *.c_proj.weight normal(0, 0.02/sqrt(2L)),
+ * LayerNorm weights 1, biases 0. Element j of tensor `name` is
+ * 0.02 * pt_rng_normal_at(pt_rng_key(seed, name), j): independent of layout. */
+void pt_model_init(pt_model *m, uint64_t seed);
+
+/* Flat buffers (lent). */
+float *pt_model_params(pt_model *m);
+float *pt_model_grads(pt_model *m);
+size_t pt_model_num_params(const pt_model *m);
+void pt_model_zero_grads(pt_model *m);
+
+/* Tensor table, in flat-buffer order. */
+int pt_model_num_tensors(const pt_model *m);
+const pt_param_info *pt_model_tensor(const pt_model *m, int i);
+const pt_param_info *pt_model_find(const pt_model *m, const char *name); /* NULL if absent */
+
+/* Whole model. With b->targets, returns the mean loss over B*T positions in
+ * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
+ * without, computes logits (see pt_model_logits). B <= max_B, T <= seq_len;
+ * token ids must be in [0, V) (the data loader checks). */
+void pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
+/* After a forward with targets: ACCUMULATES gradients into pt_model_grads. */
+void pt_model_backward(pt_model *m);
+/* Logits (B,T,V) of the last forward without targets (lent). */
+const float *pt_model_logits(const pt_model *m);
+
+/* ---- modules ---- */
+int pt_model_num_modules(const pt_model *m); /* n_layer + 2 */
+pt_module_kind pt_model_module_kind(const pt_model *m, int i);
+/* The module's region of the flat buffers: [offset, offset + count) floats. */
+void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *count);
+
+/* An activation context for module i and batches up to max_B x seq_len,
+ * counted in PT_MEM_ACTS. */
+pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B);
+void pt_module_ctx_free(pt_module_ctx *c);
+/* The model's own context of module i (lent). */
+pt_module_ctx *pt_model_ctx(pt_model *m, int i);
+
+/* Forward of module i.
+ *   embedding: in unused (NULL), out (B,T,C)
+ *   block:     in (B,T,C), out (B,T,C)
+ *   head:      in (B,T,C); out (B,T) per-position losses when b->targets,
+ *              else (B,T,V) logits
+ * `in` is lent until the matching backward returns (it is saved, not copied).
+ * out must not alias in. */
+void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
+                       float *out);
+/* Backward of module i after its forward with the same ctx and batch.
+ * ACCUMULATES into the module's parameter gradients; din (B,T,C) is
+ * OVERWRITTEN with the input gradient (NULL for the embedding).
+ *   embedding: dout (B,T,C)
+ *   block:     dout (B,T,C)
+ *   head:      dout unused (NULL): the loss weight b->dloss was applied in
+ *              the fused forward. */
+void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                        const float *dout, float *din);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

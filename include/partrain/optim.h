@@ -1,0 +1,72 @@
+/* partrain optimizer: AdamW over flat (possibly sharded) float buffers, the
+ * learning-rate schedule (linear warm-up, then cosine decay to a floor) and
+ * global-norm gradient clipping.
+ *
+ * Sharding-ready by construction: the optimizer state covers a window
+ * [base, base + n) of the model's flat parameter buffer, described by
+ * segments (each with its own weight-decay flag); a ZeRO rank creates one
+ * over its shard. Clipping is split in two so that ranks can sum their
+ * partial squared norms (an all-reduce) before the scale is computed:
+ *   local = pt_optim_grad_sumsq(g, n);  total = sum over shards;
+ *   scale = pt_optim_clip_scale(total, max_norm);
+ *   pt_adamw_step(opt, params, grads, lr, scale);
+ *
+ * Lifecycle: pt_adamw_new -> pt_adamw_step per optimizer step ->
+ * pt_adamw_free. State m and v are counted in PT_MEM_OPTIM. Not here: which
+ * parameters a rank owns, communication. */
+#ifndef PARTRAIN_OPTIM_H
+#define PARTRAIN_OPTIM_H
+
+#include "partrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float beta1, beta2, eps, weight_decay;
+} pt_adamw_hparams;
+
+/* A run of parameters [offset, offset + n) of the optimizer's window
+ * (offsets relative to the window's start), decayed or not. */
+typedef struct {
+    size_t offset, n;
+    int decay;
+} pt_optim_segment;
+
+typedef struct pt_adamw pt_adamw;
+
+/* State for n floats; segments (copied) must tile [0, n) in order. */
+pt_status pt_adamw_new(pt_adamw **out, size_t n, const pt_optim_segment *segs, int nsegs,
+                       const pt_adamw_hparams *hp);
+void pt_adamw_free(pt_adamw *o);
+
+/* One update of params/grads (n floats each, the optimizer's window) with
+ * learning rate lr; grads are multiplied by grad_scale first (clipping).
+ * Increments the step count t (bias correction uses t after increment). */
+void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale);
+
+/* State, lent: first and second moments (n floats each) and the number of
+ * steps taken (checkpoints save and restore these). */
+float *pt_adamw_m(pt_adamw *o);
+float *pt_adamw_v(pt_adamw *o);
+size_t pt_adamw_size(const pt_adamw *o);
+int pt_adamw_t(const pt_adamw *o);
+void pt_adamw_set_t(pt_adamw *o, int t);
+
+/* Learning rate for 0-based step `step` of `total`: linear warm-up from
+ * lr/warmup to lr over `warmup` steps, then cosine from lr to min_lr at the
+ * last step. */
+float pt_lr_schedule(int step, int total, int warmup, float lr, float min_lr);
+
+/* Sum of squares of a gradient (shard), in double: the partial norm. */
+double pt_optim_grad_sumsq(const float *g, size_t n);
+/* Factor that scales gradients to global norm max_norm when their total
+ * squared norm exceeds max_norm^2; 1 when max_norm <= 0 (no clipping) or
+ * the norm is within bounds. */
+float pt_optim_clip_scale(double total_sumsq, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* partrain train: the run configuration (one table of keys), the data loader,
+ * checkpoints (safetensors + state.json, written atomically) and the
+ * single-worker trainer loop with its metrics.
+ *
+ * Lifecycle of a run:
+ *   pt_config cfg; pt_config_defaults(&cfg);
+ *   pt_config_load_file(&cfg, path); pt_config_set(&cfg, "train.lr=1e-3"); ...
+ *   pt_config_validate(&cfg);
+ *   pt_trainer_new(&tr, &cfg);      allocates everything, up front
+ *   pt_trainer_resume(tr)           optional: continue from checkpoint.dir/latest
+ *   pt_trainer_run(tr)              steps, validation, metrics, checkpoints
+ *   pt_trainer_free(tr)
+ * A benchmark builds a trainer from a config with data.train = "" and times
+ * pt_trainer_step_batch on its own tokens.
+ *
+ * Not here (yet): more than one worker; parallel.* must be the single-worker
+ * values. */
+#ifndef PARTRAIN_TRAIN_H
+#define PARTRAIN_TRAIN_H
+
+#include <stdio.h>
+
+#include "partrain/core.h"
+#include "partrain/model.h"
+#include "partrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- configuration -------------------------------------------------------
+ * Every key is declared once in config.c's table (name, type, default, range,
+ * doc), which drives JSON parsing, --set, validation and --help. */
+#define PT_CONFIG_STR_MAX 1024
+typedef struct {
+    pt_model_config model;
+    struct {
+        char train[PT_CONFIG_STR_MAX], val[PT_CONFIG_STR_MAX];
+    } data;
+    struct {
+        int steps, batch_size, warmup_steps, val_every, val_batches, threads, seed;
+        double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
+    } train;
+    struct {
+        int dp, tp, pp, zero, microbatches, sync_every;
+        char schedule[16], sync[16];
+    } parallel;
+    struct {
+        char dir[PT_CONFIG_STR_MAX];
+        int every;
+    } checkpoint;
+    struct {
+        char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
+        int every;
+    } log;
+} pt_config;
+
+/* Every key at its default. */
+void pt_config_defaults(pt_config *c);
+/* Apply a JSON file (nested objects, dotted keys also accepted). Unknown keys
+ * and wrong types are errors naming the file and the key. */
+pt_status pt_config_load_file(pt_config *c, const char *path);
+/* Apply a JSON object given as text; `what` names it in messages. */
+pt_status pt_config_load_string(pt_config *c, const char *json, const char *what);
+/* Apply one "key=value" (the --set syntax). */
+pt_status pt_config_set(pt_config *c, const char *assignment);
+/* Ranges, cross-key rules (n_embd % n_head, batch_size % microbatches) and
+ * not-yet-supported parallel settings: one message naming the key. Does not
+ * require data.train (benchmarks run without data). */
+pt_status pt_config_validate(const pt_config *c);
+/* The whole config as a JSON object (malloc'd text; caller frees). */
+char *pt_config_to_json(const pt_config *c);
+/* The --help table of keys: name, type, default, doc. */
+void pt_config_print_help(FILE *f);
+/* "dp1-tp1-pp1-zero0" */
+void pt_config_layout(const pt_config *c, char *buf, size_t n);
+
+/* ---- data ------------------------------------------------------------------
+ * A token file held in memory: UTF-8 text as bytes (vocab 256), or llm.c's
+ * .bin (256 int32 header: magic 20240520, version 1, token count; then
+ * uint16 tokens), detected by the magic. */
+typedef struct pt_data pt_data;
+
+/* Errors name the file (missing, unreadable, empty, truncated, a token >=
+ * vocab_size with its offset). */
+pt_status pt_data_open(pt_data **out, const char *path, int vocab_size);
+void pt_data_free(pt_data *d);
+size_t pt_data_num_tokens(const pt_data *d);
+const char *pt_data_path(const pt_data *d);
+/* B random windows of T+1 tokens drawn from rng (advances it): inputs (B,T)
+ * and targets (B,T) shifted by one. Needs num_tokens >= T+1. */
+void pt_data_sample(const pt_data *d, pt_rng *rng, int B, int T, int *inputs, int *targets);
+/* Window w of the consecutive, non-overlapping windows of T+1 tokens
+ * (w < pt_data_num_windows). */
+size_t pt_data_num_windows(const pt_data *d, int T);
+void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets);
+
+/* ---- checkpoints -------------------------------------------------------------
+ * A checkpoint is a directory DIR/step_NNNNNNNN holding model.safetensors
+ * (GPT-2 names and shapes, F32), optim_m.safetensors and optim_v.safetensors
+ * (AdamW moments under the same names) and state.json (step, data RNG,
+ * config). DIR/latest names the newest one. Saving writes a temporary
+ * directory, fsyncs, renames it into place, then replaces DIR/latest the same
+ * way: a crash never damages the previous checkpoint. */
+
+/* Write the model's tensors to a safetensors file (atomically: temp + fsync +
+ * rename). `which` selects the buffer: params, or any float buffer laid out
+ * like them (optimizer moments). */
+pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf);
+/* Read a safetensors file into buf (laid out like the model's parameters):
+ * validates the header, offsets, dtypes and that every tensor of the model
+ * is present with its shape; GPT-2's non-parameter buffers (attn.bias,
+ * attn.masked_bias) are ignored, any other extra tensor is an error. */
+pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf);
+
+/* Resolve a checkpoint argument: DIR with a `latest` file -> DIR/<latest>;
+ * a step directory as is. out gets the step directory. */
+pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n);
+/* Read the config saved in a step directory's state.json. */
+pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg);
+
+/* ---- trainer ----------------------------------------------------------------- */
+typedef struct pt_trainer pt_trainer;
+
+typedef struct {
+    int step;   /* 1-based index of the step just taken */
+    float loss; /* mean over the global batch */
+    float lr;
+    float grad_norm; /* before clipping */
+    double step_ms;
+    double tokens_per_s;
+} pt_step_info;
+
+/* Build everything for cfg (validated here too): model (initialized from
+ * train.seed), optimizer, data when data.train / data.val are set, metrics
+ * file when log.metrics is set. Sets kernel threads to train.threads. */
+pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
+void pt_trainer_free(pt_trainer *t);
+
+pt_model *pt_trainer_model(pt_trainer *t);
+pt_adamw *pt_trainer_optim(pt_trainer *t);
+const pt_config *pt_trainer_config(const pt_trainer *t);
+int pt_trainer_step_count(const pt_trainer *t); /* optimizer steps taken */
+
+/* One optimizer step on the next batch from data.train (needs data). */
+pt_status pt_trainer_step(pt_trainer *t, pt_step_info *info);
+/* One optimizer step on caller tokens: inputs and targets (batch_size, T)
+ * ints in [0, V), lent. Allocates nothing. */
+pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *targets,
+                                pt_step_info *info);
+/* Mean loss over the first train.val_batches batches of consecutive windows
+ * of data.val (needs data.val). */
+pt_status pt_trainer_validate(pt_trainer *t, float *val_loss);
+
+/* Save a checkpoint of the current state to checkpoint.dir. */
+pt_status pt_trainer_save(pt_trainer *t);
+/* Load checkpoint.dir/latest (model, optimizer, step, data position). */
+pt_status pt_trainer_resume(pt_trainer *t);
+
+/* The loop: from the current step to train.steps, with the progress line on
+ * stderr, metrics, validation every val_every steps (and at the start and
+ * the end) and checkpoints every checkpoint.every steps and at the end (when
+ * checkpoint.dir is set). Stops early with PT_ERR_INTERRUPTED on SIGINT
+ * after saving. */
+pt_status pt_trainer_run(pt_trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

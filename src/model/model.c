@@ -1,0 +1,362 @@
+/* The GPT-2 model as a list of modules: config validation, the tensor table
+ * (GPT-2 names and shapes, flat layout module by module), allocation of
+ * parameters, gradients and activations up front, layout-independent init,
+ * and the whole-model forward/backward that chains the modules.
+ *
+ * Not here: the modules' own math (modules.c), the optimizer, files. */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partrain/kernels.h"
+
+pt_status pt_model_config_validate(const pt_model_config *c) {
+    const struct {
+        const char *name;
+        int v;
+    } pos[] = {{"model.n_layer", c->n_layer},
+               {"model.n_embd", c->n_embd},
+               {"model.n_head", c->n_head},
+               {"model.vocab_size", c->vocab_size},
+               {"model.seq_len", c->seq_len}};
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v <= 0)
+            return pt_error_set(PT_ERR_INVALID, "%s must be > 0 (got %d)", pos[i].name, pos[i].v);
+    if (c->n_embd % c->n_head != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "model.n_embd (%d) must be divisible by model.n_head (%d)", c->n_embd,
+                            c->n_head);
+    if (c->vocab_size > 65536)
+        return pt_error_set(PT_ERR_INVALID, "model.vocab_size must be <= 65536 (got %d)",
+                            c->vocab_size);
+    return PT_OK;
+}
+
+size_t pt_model_config_num_params(const pt_model_config *c) {
+    size_t C = (size_t)c->n_embd, V = (size_t)c->vocab_size, T = (size_t)c->seq_len;
+    size_t block =
+        2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+    return V * C + T * C + (size_t)c->n_layer * block + 2 * C;
+}
+
+/* ---- tensor table ---- */
+
+static void add_tensor(pt_model *m, int module, const char *name, int64_t d0, int64_t d1,
+                       int decay) {
+    pt_param_info *p = &m->tensors[m->ntensors++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = d1 > 0 ? 2 : 1;
+    p->shape[0] = d0;
+    p->shape[1] = d1 > 0 ? d1 : 0;
+    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->offset = m->nparams;
+    p->decay = decay;
+    p->module = module;
+    m->nparams += p->numel;
+}
+
+static void build_table(pt_model *m) {
+    const pt_model_config *c = &m->cfg;
+    int64_t C = c->n_embd;
+    char name[PT_PARAM_NAME_MAX];
+    int mod = 0;
+    m->mod_offset[mod] = m->nparams;
+    add_tensor(m, mod, "wte.weight", c->vocab_size, C, 1);
+    add_tensor(m, mod, "wpe.weight", c->seq_len, C, 1);
+    m->mod_count[mod] = m->nparams - m->mod_offset[mod];
+    for (int l = 0; l < c->n_layer; l++) {
+        mod = 1 + l;
+        m->mod_offset[mod] = m->nparams;
+        static const struct {
+            const char *suffix;
+            int rows, cols; /* multiples of C; cols 0 = vector */
+            int decay;
+        } blk[BLK_NTENSORS] = {
+            {"ln_1.weight", 1, 0, 0},        {"ln_1.bias", 1, 0, 0},
+            {"attn.c_attn.weight", 1, 3, 1}, {"attn.c_attn.bias", 3, 0, 0},
+            {"attn.c_proj.weight", 1, 1, 1}, {"attn.c_proj.bias", 1, 0, 0},
+            {"ln_2.weight", 1, 0, 0},        {"ln_2.bias", 1, 0, 0},
+            {"mlp.c_fc.weight", 1, 4, 1},    {"mlp.c_fc.bias", 4, 0, 0},
+            {"mlp.c_proj.weight", 4, 1, 1},  {"mlp.c_proj.bias", 1, 0, 0},
+        };
+        for (int k = 0; k < BLK_NTENSORS; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, blk[k].suffix);
+            add_tensor(m, mod, name, blk[k].rows * C, blk[k].cols * C, blk[k].decay);
+        }
+        m->mod_count[mod] = m->nparams - m->mod_offset[mod];
+    }
+    mod = c->n_layer + 1;
+    m->mod_offset[mod] = m->nparams;
+    add_tensor(m, mod, "ln_f.weight", C, 0, 0);
+    add_tensor(m, mod, "ln_f.bias", C, 0, 0);
+    m->mod_count[mod] = m->nparams - m->mod_offset[mod];
+}
+
+int pt_model_first_tensor(const pt_model *m, int i) {
+    if (i == 0) return 0;
+    if (i <= m->cfg.n_layer) return EMB_NTENSORS + BLK_NTENSORS * (i - 1);
+    return EMB_NTENSORS + BLK_NTENSORS * m->cfg.n_layer;
+}
+
+/* ---- lifecycle ---- */
+
+pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B) {
+    *out = NULL;
+    PT_ASSERT(i >= 0 && i < pt_model_num_modules(m) && max_B > 0);
+    pt_module_ctx *c = calloc(1, sizeof *c);
+    if (!c) return pt_error_set(PT_ERR_NOMEM, "module context");
+    c->module = i;
+    c->kind = pt_model_module_kind(m, i);
+    c->max_B = max_B;
+    size_t C = (size_t)m->cfg.n_embd, T = (size_t)m->cfg.seq_len, V = (size_t)m->cfg.vocab_size;
+    size_t NH = (size_t)m->cfg.n_head, N = (size_t)max_B * T;
+    size_t total = 0;
+    if (c->kind == PT_MODULE_BLOCK)
+        total = N * C * 4 + N * 4 + N * 3 * C + (size_t)max_B * NH * T * T + N * 8 * C;
+    else if (c->kind == PT_MODULE_HEAD)
+        total = N * C + 2 * N + N * V + N;
+    if (total) {
+        c->buf = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
+        if (!c->buf) {
+            free(c);
+            return PT_ERR_NOMEM;
+        }
+    }
+    float *p = c->buf;
+#define TAKE(ptr, n)                                                                               \
+    do {                                                                                           \
+        (ptr) = p;                                                                                 \
+        p += (n);                                                                                  \
+    } while (0)
+    if (c->kind == PT_MODULE_BLOCK) {
+        TAKE(c->ln1, N * C);
+        TAKE(c->ln1_mean, N);
+        TAKE(c->ln1_rstd, N);
+        TAKE(c->qkv, N * 3 * C);
+        TAKE(c->att, (size_t)max_B * NH * T * T);
+        TAKE(c->atty, N * C);
+        TAKE(c->res2, N * C);
+        TAKE(c->ln2, N * C);
+        TAKE(c->ln2_mean, N);
+        TAKE(c->ln2_rstd, N);
+        TAKE(c->fch, N * 4 * C);
+        TAKE(c->fch_gelu, N * 4 * C);
+    } else if (c->kind == PT_MODULE_HEAD) {
+        TAKE(c->lnf, N * C);
+        TAKE(c->lnf_mean, N);
+        TAKE(c->lnf_rstd, N);
+        TAKE(c->logits, N * V);
+        TAKE(c->losses, N);
+    }
+#undef TAKE
+    PT_ASSERT((size_t)(p - c->buf) <= total);
+    *out = c;
+    return PT_OK;
+}
+
+void pt_module_ctx_free(pt_module_ctx *c) {
+    if (!c) return;
+    pt_mem_free(c->buf);
+    free(c);
+}
+
+void pt_model_free(pt_model *m) {
+    if (!m) return;
+    if (m->ctx)
+        for (int i = pt_model_num_modules(m) - 1; i >= 0; i--) pt_module_ctx_free(m->ctx[i]);
+    free(m->ctx);
+    free(m->resid);
+    pt_mem_free(m->stream);
+    pt_mem_free(m->scratch);
+    pt_mem_free(m->grads);
+    pt_mem_free(m->params);
+    free(m->mod_count);
+    free(m->mod_offset);
+    free(m->tensors);
+    free(m);
+}
+
+pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
+    *out = NULL;
+    PT_CHECK(pt_model_config_validate(cfg));
+    if (max_B <= 0) return pt_error_set(PT_ERR_INVALID, "batch size must be > 0 (got %d)", max_B);
+    pt_status st = PT_OK;
+    pt_model *m = calloc(1, sizeof *m);
+    if (!m) return pt_error_set(PT_ERR_NOMEM, "model");
+    m->cfg = *cfg;
+    m->max_B = max_B;
+    int L = cfg->n_layer, nmod = L + 2;
+    m->tensors =
+        calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
+    m->mod_offset = calloc((size_t)nmod, sizeof(size_t));
+    m->mod_count = calloc((size_t)nmod, sizeof(size_t));
+    m->ctx = calloc((size_t)nmod, sizeof *m->ctx);
+    m->resid = calloc((size_t)L + 1, sizeof *m->resid);
+    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->ctx || !m->resid) {
+        st = pt_error_set(PT_ERR_NOMEM, "model tables");
+        goto fail;
+    }
+    build_table(m);
+    PT_ASSERT(m->nparams == pt_model_config_num_params(cfg));
+
+    m->params = pt_mem_alloc(PT_MEM_PARAMS, m->nparams * sizeof(float));
+    m->grads = pt_mem_alloc(PT_MEM_GRADS, m->nparams * sizeof(float));
+    if (!m->params || !m->grads) {
+        st = PT_ERR_NOMEM;
+        goto fail;
+    }
+
+    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
+    size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
+    size_t nscratch = N * C * 4 + N * 3 * C + N * 8 * C + att;
+    m->scratch = pt_mem_alloc(PT_MEM_ACTS, nscratch * sizeof(float));
+    if (!m->scratch) {
+        st = PT_ERR_NOMEM;
+        goto fail;
+    }
+    float *p = m->scratch;
+    m->fwd_tmp = p, p += N * C;
+    m->d_res2 = p, p += N * C;
+    m->d_ln = p, p += N * C;
+    m->d_atty = p, p += N * C;
+    m->d_qkv = p, p += N * 3 * C;
+    m->d_fch = p, p += N * 4 * C;
+    m->d_fch_gelu = p, p += N * 4 * C;
+    m->att_scratch = p;
+
+    m->stream = pt_mem_alloc(PT_MEM_ACTS, (N * C * ((size_t)L + 3) + N) * sizeof(float));
+    if (!m->stream) {
+        st = PT_ERR_NOMEM;
+        goto fail;
+    }
+    p = m->stream;
+    for (int i = 0; i <= L; i++) m->resid[i] = p, p += N * C;
+    m->dstream[0] = p, p += N * C;
+    m->dstream[1] = p, p += N * C;
+    m->losses = p;
+
+    for (int i = 0; i < nmod; i++)
+        PT_CHECK_GOTO(st, pt_module_ctx_new(&m->ctx[i], m, i, max_B), fail);
+    *out = m;
+    return PT_OK;
+fail:
+    pt_model_free(m);
+    return st;
+}
+
+const pt_model_config *pt_model_config_of(const pt_model *m) {
+    return &m->cfg;
+}
+int pt_model_max_batch(const pt_model *m) {
+    return m->max_B;
+}
+float *pt_model_params(pt_model *m) {
+    return m->params;
+}
+float *pt_model_grads(pt_model *m) {
+    return m->grads;
+}
+size_t pt_model_num_params(const pt_model *m) {
+    return m->nparams;
+}
+void pt_model_zero_grads(pt_model *m) {
+    memset(m->grads, 0, m->nparams * sizeof(float));
+}
+int pt_model_num_tensors(const pt_model *m) {
+    return m->ntensors;
+}
+const pt_param_info *pt_model_tensor(const pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->ntensors);
+    return &m->tensors[i];
+}
+const pt_param_info *pt_model_find(const pt_model *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+int pt_model_num_modules(const pt_model *m) {
+    return m->cfg.n_layer + 2;
+}
+pt_module_kind pt_model_module_kind(const pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    if (i == 0) return PT_MODULE_EMBEDDING;
+    if (i <= m->cfg.n_layer) return PT_MODULE_BLOCK;
+    return PT_MODULE_HEAD;
+}
+void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *count) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    *offset = m->mod_offset[i];
+    *count = m->mod_count[i];
+}
+pt_module_ctx *pt_model_ctx(pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    return m->ctx[i];
+}
+
+/* ---- init ---- */
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+void pt_model_init(pt_model *m, uint64_t seed) {
+    float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+    for (int i = 0; i < m->ntensors; i++) {
+        const pt_param_info *t = &m->tensors[i];
+        float *w = m->params + t->offset;
+        if (t->ndim == 1) {
+            /* LayerNorm weights 1; every bias and LayerNorm bias 0 */
+            float v = ends_with(t->name, "ln_1.weight") || ends_with(t->name, "ln_2.weight") ||
+                              !strcmp(t->name, "ln_f.weight")
+                          ? 1.0f
+                          : 0.0f;
+            for (size_t j = 0; j < t->numel; j++) w[j] = v;
+            continue;
+        }
+        float std = ends_with(t->name, ".c_proj.weight") ? proj_std : 0.02f;
+        uint64_t key = pt_rng_key(seed, t->name);
+        for (size_t j = 0; j < t->numel; j++) w[j] = std * pt_rng_normal_at(key, j);
+    }
+}
+
+/* ---- whole model ---- */
+
+void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
+    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    int L = m->cfg.n_layer;
+    m->last = *b;
+    m->have_targets = b->targets != NULL;
+    pt_module_forward(m, 0, m->ctx[0], b, NULL, m->resid[0]);
+    for (int l = 0; l < L; l++)
+        pt_module_forward(m, 1 + l, m->ctx[1 + l], b, m->resid[l], m->resid[l + 1]);
+    pt_module_forward(m, L + 1, m->ctx[L + 1], b, m->resid[L], b->targets ? m->losses : NULL);
+    if (b->targets && loss) {
+        size_t N = (size_t)b->B * (size_t)b->T;
+        double sum = 0;
+        for (size_t i = 0; i < N; i++) sum += m->losses[i];
+        *loss = (float)(sum / (double)N);
+    }
+}
+
+void pt_model_backward(pt_model *m) {
+    PT_ASSERT(m->have_targets);
+    int L = m->cfg.n_layer;
+    const pt_batch *b = &m->last;
+    float *d = m->dstream[0], *dnext = m->dstream[1];
+    pt_module_backward(m, L + 1, m->ctx[L + 1], b, NULL, d);
+    for (int l = L - 1; l >= 0; l--) {
+        pt_module_backward(m, 1 + l, m->ctx[1 + l], b, d, dnext);
+        float *t = d;
+        d = dnext;
+        dnext = t;
+    }
+    pt_module_backward(m, 0, m->ctx[0], b, d, NULL);
+}
+
+const float *pt_model_logits(const pt_model *m) {
+    return m->ctx[m->cfg.n_layer + 1]->logits;
+}

@@ -1,0 +1,82 @@
+/* Private to the model layer: the model and module-context structs shared by
+ * model.c (tensor table, allocation, init, whole-model passes) and
+ * modules.c (each module's forward and backward). */
+#ifndef PT_MODEL_IMPL_H
+#define PT_MODEL_IMPL_H
+
+#include "partrain/model.h"
+
+/* Saved activations of one module for one (micro-)batch. One allocation in
+ * PT_MEM_ACTS, carved into the buffers below (unused ones stay NULL). */
+struct pt_module_ctx {
+    int module;
+    pt_module_kind kind;
+    int max_B;
+    int B, T;        /* of the last forward */
+    const float *in; /* lent input of the last forward, read by backward */
+    float *buf;
+    /* block */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *att;                       /* (B,NH,T,T) softmax probabilities */
+    float *atty;                      /* (N,C) attention output before c_proj */
+    float *res2;                      /* (N,C) in + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N,4C) */
+    /* head */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
+    float *logits;                    /* (N,V); dlogits in place after a forward with targets */
+    float *losses;                    /* (N) */
+};
+
+struct pt_model {
+    pt_model_config cfg;
+    int max_B;
+    int ntensors;
+    pt_param_info *tensors;
+    size_t nparams;
+    float *params, *grads;
+    size_t *mod_offset, *mod_count; /* per module */
+    pt_module_ctx **ctx;            /* one per module */
+    /* Shared by every module's forward/backward (never saved across calls),
+     * one PT_MEM_ACTS allocation. */
+    float *scratch;
+    float *fwd_tmp;                /* (N,C) */
+    float *d_res2, *d_ln, *d_atty; /* (N,C) */
+    float *d_qkv;                  /* (N,3C) */
+    float *d_fch, *d_fch_gelu;     /* (N,4C) */
+    float *att_scratch;            /* pt_attention_scratch_floats */
+    /* Whole-model passes: the residual stream between modules and the
+     * gradient ping-pong, one PT_MEM_ACTS allocation. */
+    float *stream;
+    float **resid; /* L+1 buffers (N,C): resid[0] embedding out, resid[i+1] block i out */
+    float *dstream[2];
+    float *losses; /* (N) */
+    pt_batch last;
+    int have_targets;
+};
+
+/* Tensor order inside each module (the flat layout): the embedding's tensors
+ * are 0..1, block i's start at 2 + 12 i, the head's at 2 + 12 L. */
+enum { EMB_WTE, EMB_WPE, EMB_NTENSORS };
+enum {
+    BLK_LN1_W,
+    BLK_LN1_B,
+    BLK_QKV_W,
+    BLK_QKV_B,
+    BLK_ATTPROJ_W,
+    BLK_ATTPROJ_B,
+    BLK_LN2_W,
+    BLK_LN2_B,
+    BLK_FC_W,
+    BLK_FC_B,
+    BLK_FCPROJ_W,
+    BLK_FCPROJ_B,
+    BLK_NTENSORS
+};
+enum { HEAD_LNF_W, HEAD_LNF_B, HEAD_NTENSORS };
+
+/* Index of module i's first tensor in the tensor table. */
+int pt_model_first_tensor(const pt_model *m, int i);
+
+#endif

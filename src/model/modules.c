@@ -1,0 +1,152 @@
+/* The three kinds of module of GPT-2 and their forward/backward pairs:
+ * embedding (wte, wpe), transformer block (pre-LN attention and MLP, each a
+ * residual branch) and head (ln_f and the LM head tied to wte).
+ *
+ * Shapes: N = B*T rows, C channels, NH heads, V vocabulary. Saved for
+ * backward: everything in the module's context (model_impl.h). Backward
+ * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
+ * gradients live in the model's shared scratch (backward runs one module at a
+ * time on a rank).
+ *
+ * The head reads wte, which the embedding owns (weight tying): its gradient
+ * accumulates into the embedding's region. A pipeline with the head on
+ * another stage keeps a replica of wte there and sums the two gradients
+ * (Megatron's shared-embedding all-reduce); not done here. */
+#include "model_impl.h"
+
+#include <string.h>
+
+#include "partrain/kernels.h"
+
+#define W(m, i, k)  ((m)->params + (m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset)
+#define DW(m, i, k) ((m)->grads + (m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset)
+
+static void embedding_forward(pt_model *m, pt_module_ctx *c, const pt_batch *b, float *out) {
+    (void)c;
+    pt_encoder_forward(out, b->tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE), b->B, b->T,
+                       m->cfg.n_embd);
+}
+
+static void embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
+    pt_encoder_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), dout, b->tokens, b->B, b->T,
+                        m->cfg.n_embd);
+}
+
+/* x (N,C) -> out (N,C):
+ *   res2 = x + c_proj(attn(c_attn(ln_1(x))))
+ *   out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2)))) */
+static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                          float *out) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    long NC = (long)N * C;
+    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+                         W(m, i, BLK_LN1_B), N, C);
+    pt_matmul_forward(c->qkv, c->ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * C);
+    pt_attention_forward(c->atty, c->att, c->qkv, B, T, C, NH);
+    pt_matmul_forward(m->fwd_tmp, c->atty, W(m, i, BLK_ATTPROJ_W), W(m, i, BLK_ATTPROJ_B), N, C, C);
+    pt_residual_forward(c->res2, x, m->fwd_tmp, NC);
+    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
+                         W(m, i, BLK_LN2_B), N, C);
+    pt_matmul_forward(c->fch, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C, 4 * C);
+    pt_gelu_forward(c->fch_gelu, c->fch, 4 * NC);
+    pt_matmul_forward(m->fwd_tmp, c->fch_gelu, W(m, i, BLK_FCPROJ_W), W(m, i, BLK_FCPROJ_B), N,
+                      4 * C, C);
+    pt_residual_forward(out, c->res2, m->fwd_tmp, NC);
+}
+
+static void block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                           const float *dout, float *dx) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    size_t NC = (size_t)N * C;
+    /* MLP branch: out = res2 + mlp(res2) */
+    memcpy(m->d_res2, dout, NC * sizeof(float));
+    memset(m->d_fch_gelu, 0, 4 * NC * sizeof(float));
+    pt_matmul_backward(m->d_fch_gelu, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
+                       c->fch_gelu, W(m, i, BLK_FCPROJ_W), N, 4 * C, C);
+    memset(m->d_fch, 0, 4 * NC * sizeof(float));
+    pt_gelu_backward(m->d_fch, c->fch, m->d_fch_gelu, (long)(4 * NC));
+    memset(m->d_ln, 0, NC * sizeof(float));
+    pt_matmul_backward(m->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), m->d_fch, c->ln2,
+                       W(m, i, BLK_FC_W), N, C, 4 * C);
+    pt_layernorm_backward(m->d_res2, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), m->d_ln, c->res2,
+                          W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
+    /* attention branch: res2 = x + attn(x) */
+    memcpy(dx, m->d_res2, NC * sizeof(float));
+    memset(m->d_atty, 0, NC * sizeof(float));
+    pt_matmul_backward(m->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), m->d_res2,
+                       c->atty, W(m, i, BLK_ATTPROJ_W), N, C, C);
+    memset(m->d_qkv, 0, 3 * NC * sizeof(float));
+    pt_attention_backward(m->d_qkv, m->att_scratch, m->d_atty, c->qkv, c->att, B, T, C, NH);
+    memset(m->d_ln, 0, NC * sizeof(float));
+    pt_matmul_backward(m->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), m->d_qkv, c->ln1,
+                       W(m, i, BLK_QKV_W), N, C, 3 * C);
+    pt_layernorm_backward(dx, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), m->d_ln, c->in,
+                          W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
+}
+
+/* x (N,C) -> logits (N,V) = ln_f(x) @ wte^T; with targets, per-position
+ * losses and, in place of the logits, dlogits = dloss * (softmax - onehot). */
+static void head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                         float *out) {
+    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
+                         W(m, i, HEAD_LNF_B), N, C);
+    pt_matmul_forward_wt(c->logits, c->lnf, W(m, 0, EMB_WTE), NULL, N, C, V);
+    if (b->targets) {
+        pt_softmax_xent_forward_backward(c->losses, c->logits, c->logits, b->targets, N, V,
+                                         b->dloss);
+        if (out) memcpy(out, c->losses, (size_t)N * sizeof(float));
+    } else if (out) {
+        memcpy(out, c->logits, (size_t)N * V * sizeof(float));
+    }
+}
+
+static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
+    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    memset(m->d_ln, 0, (size_t)N * C * sizeof(float));
+    pt_matmul_backward_wt(m->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
+                          C, V);
+    memset(dx, 0, (size_t)N * C * sizeof(float));
+    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), m->d_ln, c->in,
+                          W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
+}
+
+void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
+                       float *out) {
+    PT_ASSERT(ctx && ctx->module == i);
+    PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    ctx->B = b->B;
+    ctx->T = b->T;
+    ctx->in = in;
+    switch (ctx->kind) {
+    case PT_MODULE_EMBEDDING:
+        embedding_forward(m, ctx, b, out);
+        break;
+    case PT_MODULE_BLOCK:
+        PT_ASSERT(in && out && in != out);
+        block_forward(m, i, ctx, b, in, out);
+        break;
+    case PT_MODULE_HEAD:
+        PT_ASSERT(in);
+        head_forward(m, i, ctx, b, in, out);
+        break;
+    }
+}
+
+void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                        const float *dout, float *din) {
+    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    switch (ctx->kind) {
+    case PT_MODULE_EMBEDDING:
+        embedding_backward(m, b, dout);
+        break;
+    case PT_MODULE_BLOCK:
+        PT_ASSERT(dout && din && dout != din);
+        block_backward(m, i, ctx, b, dout, din);
+        break;
+    case PT_MODULE_HEAD:
+        PT_ASSERT(b->targets && din);
+        head_backward(m, i, ctx, b, din);
+        break;
+    }
+}

@@ -1,0 +1,105 @@
+/* AdamW over a flat window of parameters, the LR schedule and the clipping
+ * helpers. The math per element is the kernels' pt_adamw_update; this file
+ * only holds state, segments (weight decay per tensor) and the step count.
+ *
+ * Not here: communication (a sharded optimizer sums partial norms itself). */
+#include "partrain/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partrain/kernels.h"
+
+struct pt_adamw {
+    size_t n;
+    float *m, *v;
+    pt_optim_segment *segs;
+    int nsegs;
+    pt_adamw_hparams hp;
+    int t;
+};
+
+pt_status pt_adamw_new(pt_adamw **out, size_t n, const pt_optim_segment *segs, int nsegs,
+                       const pt_adamw_hparams *hp) {
+    *out = NULL;
+    size_t at = 0;
+    for (int i = 0; i < nsegs; i++) {
+        if (segs[i].offset != at)
+            return pt_error_set(PT_ERR_INVALID, "optimizer segment %d does not follow %d", i,
+                                i - 1);
+        at += segs[i].n;
+    }
+    if (at != n)
+        return pt_error_set(PT_ERR_INVALID, "optimizer segments cover %zu of %zu floats", at, n);
+    pt_adamw *o = calloc(1, sizeof *o);
+    if (!o) return pt_error_set(PT_ERR_NOMEM, "optimizer");
+    o->n = n;
+    o->hp = *hp;
+    o->nsegs = nsegs;
+    o->segs = malloc((size_t)(nsegs > 0 ? nsegs : 1) * sizeof *o->segs);
+    o->m = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
+    o->v = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
+    if (!o->segs || !o->m || !o->v) {
+        pt_adamw_free(o);
+        return pt_error_set(PT_ERR_NOMEM, "optimizer state (%zu floats)", n);
+    }
+    if (nsegs) memcpy(o->segs, segs, (size_t)nsegs * sizeof *segs);
+    *out = o;
+    return PT_OK;
+}
+
+void pt_adamw_free(pt_adamw *o) {
+    if (!o) return;
+    pt_mem_free(o->v);
+    pt_mem_free(o->m);
+    free(o->segs);
+    free(o);
+}
+
+void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+    o->t++;
+    for (int i = 0; i < o->nsegs; i++) {
+        const pt_optim_segment *s = &o->segs[i];
+        pt_adamw_update(params + s->offset, grads + s->offset, o->m + s->offset, o->v + s->offset,
+                        (long)s->n, lr, o->hp.beta1, o->hp.beta2, o->hp.eps,
+                        s->decay ? o->hp.weight_decay : 0.0f, o->t, grad_scale);
+    }
+}
+
+float *pt_adamw_m(pt_adamw *o) {
+    return o->m;
+}
+float *pt_adamw_v(pt_adamw *o) {
+    return o->v;
+}
+size_t pt_adamw_size(const pt_adamw *o) {
+    return o->n;
+}
+int pt_adamw_t(const pt_adamw *o) {
+    return o->t;
+}
+void pt_adamw_set_t(pt_adamw *o, int t) {
+    o->t = t;
+}
+
+float pt_lr_schedule(int step, int total, int warmup, float lr, float min_lr) {
+    if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
+    int decay_steps = total - warmup - 1;
+    if (decay_steps <= 0) return lr;
+    double progress = (double)(step - warmup) / (double)decay_steps;
+    if (progress > 1) progress = 1;
+    double c = 0.5 * (1.0 + cos(M_PI * progress));
+    return (float)(min_lr + c * (lr - min_lr));
+}
+
+double pt_optim_grad_sumsq(const float *g, size_t n) {
+    return pt_sum_squares(g, (long)n);
+}
+
+float pt_optim_clip_scale(double total_sumsq, float max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    double norm = sqrt(total_sumsq);
+    if (!(norm > max_norm)) return 1.0f; /* also when the norm is NaN: let it show */
+    return (float)(max_norm / norm);
+}

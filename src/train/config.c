@@ -1,0 +1,347 @@
+/* The run configuration: ONE table of every key (name, type, default, range,
+ * doc) that drives defaults, JSON parsing, --set overrides, range validation,
+ * the --help text and the JSON saved in checkpoints. Cross-key rules follow
+ * the table in pt_config_validate.
+ *
+ * Not here: what the keys do (trainer, model). */
+#include "partrain/train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_INT, K_FLOAT, K_STRING } key_type;
+
+typedef struct {
+    const char *name;
+    key_type type;
+    size_t offset;
+    const char *def;     /* default, in --set syntax */
+    double min, max;     /* numbers: inclusive range */
+    const char *choices; /* strings: "a|b|c", or NULL for any */
+    const char *doc;
+} key_def;
+
+#define OFF(field) offsetof(pt_config, field)
+#define STR_MAXLEN (PT_CONFIG_STR_MAX - 1)
+static const key_def keys[] = {
+    {"model.n_layer", K_INT, OFF(model.n_layer), "4", 1, 1000, NULL, "transformer blocks (L)"},
+    {"model.n_embd", K_INT, OFF(model.n_embd), "128", 1, 65536, NULL, "channels (C)"},
+    {"model.n_head", K_INT, OFF(model.n_head), "4", 1, 4096, NULL,
+     "attention heads (NH); must divide n_embd"},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), "256", 1, 65536, NULL,
+     "vocabulary (V); 256 for byte-level text"},
+    {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
+     "sequence length (T), also the number of learned positions"},
+    {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
+     "training data: UTF-8 text (bytes) or llm.c .bin tokens"},
+    {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
+     "validation data (same formats); empty: no validation"},
+    {"train.steps", K_INT, OFF(train.steps), "300", 1, 1e9, NULL, "optimizer steps"},
+    {"train.batch_size", K_INT, OFF(train.batch_size), "16", 1, 1 << 20, NULL,
+     "GLOBAL sequences per optimizer step (same for every layout)"},
+    {"train.lr", K_FLOAT, OFF(train.lr), "1e-3", 0, 10, NULL, "peak learning rate"},
+    {"train.min_lr", K_FLOAT, OFF(train.min_lr), "1e-4", 0, 10, NULL,
+     "learning rate at the end of the cosine decay"},
+    {"train.warmup_steps", K_INT, OFF(train.warmup_steps), "20", 0, 1e9, NULL,
+     "linear warm-up steps"},
+    {"train.weight_decay", K_FLOAT, OFF(train.weight_decay), "0.1", 0, 10, NULL,
+     "AdamW decoupled weight decay (matrices only)"},
+    {"train.beta1", K_FLOAT, OFF(train.beta1), "0.9", 0, 0.999999, NULL, "AdamW beta1"},
+    {"train.beta2", K_FLOAT, OFF(train.beta2), "0.95", 0, 0.999999, NULL, "AdamW beta2"},
+    {"train.grad_clip", K_FLOAT, OFF(train.grad_clip), "1.0", 0, 1e9, NULL,
+     "clip the global gradient norm to this (0: off)"},
+    {"train.seed", K_INT, OFF(train.seed), "1337", 0, 2147483647, NULL,
+     "seed of init and batch sampling"},
+    {"train.val_every", K_INT, OFF(train.val_every), "50", 0, 1e9, NULL,
+     "validation every N steps (0: only at start and end)"},
+    {"train.val_batches", K_INT, OFF(train.val_batches), "8", 1, 1e6, NULL,
+     "batches of consecutive windows per validation"},
+    {"train.threads", K_INT, OFF(train.threads), "1", 1, 1024, NULL,
+     "threads for kernels and BLAS"},
+    {"parallel.dp", K_INT, OFF(parallel.dp), "1", 1, 1 << 20, NULL, "data-parallel ranks"},
+    {"parallel.tp", K_INT, OFF(parallel.tp), "1", 1, 1 << 20, NULL, "tensor-parallel ranks"},
+    {"parallel.pp", K_INT, OFF(parallel.pp), "1", 1, 1 << 20, NULL, "pipeline stages"},
+    {"parallel.zero", K_INT, OFF(parallel.zero), "0", 0, 3, NULL,
+     "ZeRO stage (0-3) inside data parallelism"},
+    {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
+     "micro-batches per step (gradient accumulation; must divide batch_size)"},
+    {"parallel.schedule", K_STRING, OFF(parallel.schedule), "1f1b", 0, 0, "gpipe|1f1b",
+     "pipeline schedule"},
+    {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
+     "gradient synchronization"},
+    {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "1", 1, 1e9, NULL,
+     "steps between synchronizations (local_sgd, stale)"},
+    {"checkpoint.dir", K_STRING, OFF(checkpoint.dir), "", 0, 0, NULL,
+     "checkpoint directory (empty: no checkpoints)"},
+    {"checkpoint.every", K_INT, OFF(checkpoint.every), "0", 0, 1e9, NULL,
+     "save every N steps (0: only at the end)"},
+    {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
+     "JSON-lines metrics file (empty: none)"},
+    {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,
+     "Chrome trace file (not written yet by the single-worker trainer)"},
+    {"log.every", K_INT, OFF(log.every), "10", 1, 1e9, NULL, "progress line every N steps"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const key_def *find_key(const char *name) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+static const char *type_name(key_type t) {
+    return t == K_INT ? "an integer" : t == K_FLOAT ? "a number" : "a string";
+}
+
+/* Store a value already converted; checks the range / choices. `what` names
+ * the source for messages ("config.json", "--set"). */
+static pt_status store_number(pt_config *c, const key_def *k, double v, const char *what) {
+    if (!isfinite(v) || v < k->min || v > k->max)
+        return pt_error_set(PT_ERR_INVALID, "%s: %s must be in [%g, %g] (got %g)", what, k->name,
+                            k->min, k->max, v);
+    if (k->type == K_INT) {
+        if (v != floor(v))
+            return pt_error_set(PT_ERR_INVALID, "%s: %s must be an integer (got %g)", what, k->name,
+                                v);
+        *(int *)((char *)c + k->offset) = (int)v;
+    } else {
+        *(double *)((char *)c + k->offset) = v;
+    }
+    return PT_OK;
+}
+
+static pt_status store_string(pt_config *c, const key_def *k, const char *s, const char *what) {
+    size_t len = strlen(s);
+    size_t cap = !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
+    if (len > cap)
+        return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
+                            k->name, len, cap);
+    if (k->choices) {
+        int ok = 0;
+        const char *p = k->choices;
+        while (*p) {
+            const char *bar = strchr(p, '|');
+            size_t n = bar ? (size_t)(bar - p) : strlen(p);
+            if (n == len && !strncmp(p, s, n)) ok = 1;
+            p += n + (bar ? 1 : 0);
+        }
+        if (!ok)
+            return pt_error_set(PT_ERR_INVALID, "%s: %s must be one of %s (got '%s')", what,
+                                k->name, k->choices, s);
+    }
+    memcpy((char *)c + k->offset, s, len + 1);
+    return PT_OK;
+}
+
+static pt_status set_text(pt_config *c, const key_def *k, const char *value, const char *what) {
+    if (k->type == K_STRING) return store_string(c, k, value, what);
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || errno == ERANGE)
+        return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s (got '%s')", what, k->name,
+                            type_name(k->type), value);
+    return store_number(c, k, v, what);
+}
+
+void pt_config_defaults(pt_config *c) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NKEYS; i++) {
+        pt_status st = set_text(c, &keys[i], keys[i].def, "default");
+        PT_ASSERT(st == PT_OK);
+    }
+}
+
+pt_status pt_config_set(pt_config *c, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    if (!eq || eq == assignment)
+        return pt_error_set(PT_ERR_INVALID, "--set %s: expected key=value", assignment);
+    char name[128];
+    size_t n = (size_t)(eq - assignment);
+    if (n >= sizeof name)
+        return pt_error_set(PT_ERR_INVALID, "--set: unknown key '%.*s'", (int)n, assignment);
+    memcpy(name, assignment, n);
+    name[n] = '\0';
+    const key_def *k = find_key(name);
+    if (!k) return pt_error_set(PT_ERR_INVALID, "--set: unknown key '%s'", name);
+    return set_text(c, k, eq + 1, "--set");
+}
+
+static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, const char *what) {
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        char name[160];
+        if (!it->string) return pt_error_set(PT_ERR_FORMAT, "%s: expected an object of keys", what);
+        if (snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", it->string) >=
+            (int)sizeof name)
+            return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, it->string);
+        const key_def *k = find_key(name);
+        if (!k && cJSON_IsObject(it)) {
+            /* a section: its keys must exist under it */
+            int section = 0;
+            size_t len = strlen(name);
+            for (size_t i = 0; i < NKEYS; i++)
+                if (!strncmp(keys[i].name, name, len) && keys[i].name[len] == '.') section = 1;
+            if (!section) return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, name);
+            PT_CHECK(apply_json(c, it, name, what));
+            continue;
+        }
+        if (!k) return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, name);
+        if (k->type == K_STRING) {
+            if (!cJSON_IsString(it))
+                return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);
+            PT_CHECK(store_string(c, k, it->valuestring, what));
+        } else {
+            if (!cJSON_IsNumber(it))
+                return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s", what, name,
+                                    type_name(k->type));
+            PT_CHECK(store_number(c, k, it->valuedouble, what));
+        }
+    }
+    return PT_OK;
+}
+
+pt_status pt_config_load_string(pt_config *c, const char *json, const char *what) {
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t line = 1;
+        if (at)
+            for (const char *p = json; p < at && *p; p++) line += *p == '\n';
+        return pt_error_set(PT_ERR_FORMAT, "%s: invalid JSON near line %zu", what, line);
+    }
+    pt_status st = PT_OK;
+    if (!cJSON_IsObject(root))
+        st = pt_error_set(PT_ERR_FORMAT, "%s: expected a JSON object at the top", what);
+    else
+        st = apply_json(c, root, "", what);
+    cJSON_Delete(root);
+    return st;
+}
+
+pt_status pt_config_load_file(pt_config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    pt_status st = PT_OK;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (64u << 20)) {
+                st = pt_error_set(PT_ERR_FORMAT, "%s: too large for a config", path);
+                goto done;
+            }
+            char *t = realloc(text, cap);
+            if (!t) {
+                st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+                goto done;
+            }
+            text = t;
+        }
+        size_t n = fread(text + len, 1, 4096, f);
+        len += n;
+        if (n < 4096) break;
+    }
+    if (ferror(f)) {
+        st = pt_error_set(PT_ERR_IO, "%s: read error", path);
+        goto done;
+    }
+    text[len] = '\0';
+    st = pt_config_load_string(c, text, path);
+done:
+    free(text);
+    fclose(f);
+    return st;
+}
+
+pt_status pt_config_validate(const pt_config *c) {
+    /* ranges (values set through the table are already checked; this also
+     * covers structs filled in by code) */
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        if (k->type == K_STRING) continue;
+        double v = k->type == K_INT ? *(const int *)((const char *)c + k->offset)
+                                    : *(const double *)((const char *)c + k->offset);
+        if (!(v >= k->min && v <= k->max))
+            return pt_error_set(PT_ERR_INVALID, "%s must be in [%g, %g] (got %g)", k->name, k->min,
+                                k->max, v);
+    }
+    PT_CHECK(pt_model_config_validate(&c->model));
+    if (c->train.min_lr > c->train.lr)
+        return pt_error_set(PT_ERR_INVALID, "train.min_lr (%g) must be <= train.lr (%g)",
+                            c->train.min_lr, c->train.lr);
+    if (c->train.batch_size % c->parallel.microbatches != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "train.batch_size (%d) must be divisible by parallel.microbatches (%d)",
+                            c->train.batch_size, c->parallel.microbatches);
+    const struct {
+        const char *name;
+        int v, want;
+    } single[] = {{"parallel.dp", c->parallel.dp, 1},
+                  {"parallel.tp", c->parallel.tp, 1},
+                  {"parallel.pp", c->parallel.pp, 1},
+                  {"parallel.zero", c->parallel.zero, 0}};
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+        if (single[i].v != single[i].want)
+            return pt_error_set(PT_ERR_UNSUPPORTED,
+                                "%s = %d is not supported yet (single worker: %d)", single[i].name,
+                                single[i].v, single[i].want);
+    if (strcmp(c->parallel.sync, "sync") != 0)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "parallel.sync = %s is not supported yet (single worker: sync)",
+                            c->parallel.sync);
+    return PT_OK;
+}
+
+char *pt_config_to_json(const pt_config *c) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        char section[64];
+        const char *dot = strchr(k->name, '.');
+        size_t n = (size_t)(dot - k->name);
+        memcpy(section, k->name, n);
+        section[n] = '\0';
+        cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, section);
+        if (!sec) sec = cJSON_AddObjectToObject(root, section);
+        const char *p = (const char *)c + k->offset;
+        cJSON *item = k->type == K_STRING ? cJSON_AddStringToObject(sec, dot + 1, p)
+                      : k->type == K_INT
+                          ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
+                          : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
+        if (!item) {
+            cJSON_Delete(root);
+            return NULL;
+        }
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+void pt_config_print_help(FILE *f) {
+    fprintf(f, "config keys (JSON file: nested objects; --set key=value):\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        char def[64];
+        snprintf(def, sizeof def, k->type == K_STRING ? "\"%s\"" : "%s", k->def);
+        fprintf(f, "  %-22s %-6s %-10s %s", k->name,
+                k->type == K_INT     ? "int"
+                : k->type == K_FLOAT ? "float"
+                                     : "string",
+                def, k->doc);
+        if (k->choices) fprintf(f, " (%s)", k->choices);
+        fputc('\n', f);
+    }
+}
+
+void pt_config_layout(const pt_config *c, char *buf, size_t n) {
+    snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d", c->parallel.dp, c->parallel.tp, c->parallel.pp,
+             c->parallel.zero);
+}

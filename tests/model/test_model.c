@@ -1,0 +1,289 @@
+/* Model tests: the tensor table (GPT-2 names, shapes, contiguous module
+ * regions), layout-independent init, loss at init ~ ln(V), a model-level
+ * gradient check against central finite differences, module-by-module passes
+ * equal to the whole-model pass, and no allocation in forward/backward. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "partrain/model.h"
+#include "pt_test.h"
+
+static const pt_model_config tiny = {2, 16, 4, 11, 6}; /* L, C, NH, V, T */
+
+static void fill_tokens(int *x, int n, int V, uint64_t seed) {
+    pt_rng r;
+    pt_rng_init(&r, seed, "tokens");
+    for (int i = 0; i < n; i++) x[i] = (int)pt_rng_below(&r, (uint64_t)V);
+}
+
+static void test_table(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    CHECK_EQ(pt_model_num_tensors(m), 2 + 12 * 2 + 2);
+    CHECK_EQ(pt_model_num_params(m), pt_model_config_num_params(&tiny));
+    CHECK_EQ(pt_model_num_modules(m), 4);
+    const pt_param_info *p = pt_model_find(m, "h.1.attn.c_attn.weight");
+    CHECK(p != NULL);
+    if (p) {
+        CHECK_EQ(p->ndim, 2);
+        CHECK_EQ(p->shape[0], 16);
+        CHECK_EQ(p->shape[1], 48);
+        CHECK_EQ(p->module, 2);
+    }
+    p = pt_model_find(m, "h.0.mlp.c_proj.weight");
+    CHECK(p && p->shape[0] == 64 && p->shape[1] == 16 && p->decay == 1);
+    p = pt_model_find(m, "wte.weight");
+    CHECK(p && p->shape[0] == 11 && p->shape[1] == 16 && p->offset == 0);
+    p = pt_model_find(m, "wpe.weight");
+    CHECK(p && p->shape[0] == 6 && p->shape[1] == 16);
+    p = pt_model_find(m, "ln_f.bias");
+    CHECK(p && p->ndim == 1 && p->decay == 0 && p->offset + p->numel == pt_model_num_params(m));
+    CHECK(pt_model_find(m, "h.2.ln_1.weight") == NULL);
+    /* module regions tile the flat buffer; each tensor lies in its module's */
+    size_t at = 0;
+    for (int i = 0; i < pt_model_num_modules(m); i++) {
+        size_t off, cnt;
+        pt_model_module_region(m, i, &off, &cnt);
+        CHECK_EQ(off, at);
+        at += cnt;
+    }
+    CHECK_EQ(at, pt_model_num_params(m));
+    for (int i = 0; i < pt_model_num_tensors(m); i++) {
+        const pt_param_info *t = pt_model_tensor(m, i);
+        size_t off, cnt;
+        pt_model_module_region(m, t->module, &off, &cnt);
+        CHECK(t->offset >= off && t->offset + t->numel <= off + cnt);
+    }
+    CHECK(pt_model_module_kind(m, 0) == PT_MODULE_EMBEDDING);
+    CHECK(pt_model_module_kind(m, 2) == PT_MODULE_BLOCK);
+    CHECK(pt_model_module_kind(m, 3) == PT_MODULE_HEAD);
+    pt_model_free(m);
+}
+
+static void test_config_errors(void) {
+    pt_model_config c = tiny;
+    c.n_head = 5;
+    CHECK(pt_model_config_validate(&c) == PT_ERR_INVALID);
+    CHECK(strstr(pt_error_message(), "model.n_embd") != NULL);
+    c = tiny;
+    c.n_layer = 0;
+    CHECK(pt_model_config_validate(&c) == PT_ERR_INVALID);
+    CHECK(strstr(pt_error_message(), "model.n_layer") != NULL);
+    c = tiny;
+    c.seq_len = -3;
+    pt_model *m = NULL;
+    CHECK(pt_model_new(&m, &c, 1) == PT_ERR_INVALID && m == NULL);
+}
+
+static void test_init(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 1));
+    if (!m) return;
+    pt_model_init(m, 42);
+    const float *w = pt_model_params(m);
+    const pt_param_info *p = pt_model_find(m, "h.1.mlp.c_fc.weight");
+    uint64_t key = pt_rng_key(42, "h.1.mlp.c_fc.weight");
+    int same = 1;
+    for (size_t j = 0; j < p->numel; j++)
+        if (w[p->offset + j] != 0.02f * pt_rng_normal_at(key, j)) same = 0;
+    CHECK(same);
+    p = pt_model_find(m, "h.0.attn.c_proj.weight");
+    key = pt_rng_key(42, "h.0.attn.c_proj.weight");
+    CHECK_NEAR(w[p->offset + 7], 0.02f / sqrtf(4.0f) * pt_rng_normal_at(key, 7), 1e-9, 0);
+    p = pt_model_find(m, "h.0.ln_2.weight");
+    CHECK(w[p->offset] == 1.0f && w[p->offset + p->numel - 1] == 1.0f);
+    p = pt_model_find(m, "h.0.ln_2.bias");
+    CHECK(w[p->offset] == 0.0f);
+    p = pt_model_find(m, "h.0.attn.c_attn.bias");
+    CHECK(w[p->offset + 3] == 0.0f);
+    p = pt_model_find(m, "ln_f.weight");
+    CHECK(w[p->offset + 2] == 1.0f);
+    /* std of a big matrix ~ 0.02 */
+    p = pt_model_find(m, "h.0.mlp.c_fc.weight");
+    double s = 0;
+    for (size_t j = 0; j < p->numel; j++) s += (double)w[p->offset + j] * w[p->offset + j];
+    CHECK_NEAR(sqrt(s / (double)p->numel), 0.02, 0.003, 0);
+    pt_model_free(m);
+}
+
+static void test_init_loss(void) {
+    pt_model_config c = {2, 32, 4, 256, 16};
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &c, 4));
+    if (!m) return;
+    pt_model_init(m, 1);
+    int x[64], y[64];
+    fill_tokens(x, 64, 256, 1);
+    fill_tokens(y, 64, 256, 2);
+    pt_batch b = {x, y, 1.0f / 64, 4, 16};
+    float loss = 0;
+    pt_model_forward(m, &b, &loss);
+    CHECK_NEAR(loss, log(256.0), 0.05, 0);
+    pt_model_free(m);
+}
+
+/* Perturb parameters so that every gradient is sizeable. */
+static void randomize(pt_model *m, float scale) {
+    float *w = pt_model_params(m);
+    for (int i = 0; i < pt_model_num_tensors(m); i++) {
+        const pt_param_info *t = pt_model_tensor(m, i);
+        uint64_t key = pt_rng_key(7, t->name);
+        int lnw = strstr(t->name, "ln_") && strstr(t->name, "weight");
+        for (size_t j = 0; j < t->numel; j++)
+            w[t->offset + j] = (lnw ? 1.0f : 0.0f) + scale * pt_rng_normal_at(key, j);
+    }
+}
+
+static double loss_at(pt_model *m, const pt_batch *b) {
+    float loss = 0;
+    pt_model_forward(m, b, &loss);
+    return loss;
+}
+
+static void test_gradcheck(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    randomize(m, 0.3f);
+    int B = 2, T = 6, x[12], y[12];
+    fill_tokens(x, 12, tiny.vocab_size, 3);
+    fill_tokens(y, 12, tiny.vocab_size, 4);
+    pt_batch b = {x, y, 1.0f / (float)(B * T), B, T};
+    pt_model_zero_grads(m);
+    float loss = 0;
+    pt_model_forward(m, &b, &loss);
+    pt_model_backward(m);
+    float *w = pt_model_params(m);
+    const float *g = pt_model_grads(m);
+    const float h = 1e-2f;
+    int bad = 0, checked = 0;
+    double num = 0, den = 0;
+    for (int i = 0; i < pt_model_num_tensors(m); i++) {
+        const pt_param_info *t = pt_model_tensor(m, i);
+        for (int k = 0; k < 6; k++) {
+            size_t j = t->offset + (size_t)((k * 7919u + (unsigned)i * 31u) % t->numel);
+            float old = w[j];
+            w[j] = old + h;
+            double lp = loss_at(m, &b);
+            w[j] = old - h;
+            double lm = loss_at(m, &b);
+            w[j] = old;
+            double fd = (lp - lm) / (2.0 * h);
+            double an = g[j];
+            num += (fd - an) * (fd - an);
+            den += fd * fd;
+            checked++;
+            if (fabs(fd - an) > 2e-3 + 5e-2 * fabs(fd)) {
+                if (bad < 5)
+                    fprintf(stderr, "  %s[%zu]: analytic %.6g vs finite difference %.6g\n", t->name,
+                            j - t->offset, an, fd);
+                bad++;
+            }
+        }
+    }
+    CHECK_EQ(bad, 0);
+    CHECK(sqrt(num / den) < 1e-2);
+    CHECK(den > 1e-4); /* the gradients are not all ~0 */
+    fprintf(stderr, "  gradcheck: %d coordinates, relative error %.2e\n", checked, sqrt(num / den));
+    pt_model_free(m);
+}
+
+/* Driving the modules one by one with fresh contexts gives the whole-model
+ * pass bit for bit. */
+static void test_modules(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    randomize(m, 0.2f);
+    int B = 2, T = 5, x[10], y[10];
+    fill_tokens(x, 10, tiny.vocab_size, 5);
+    fill_tokens(y, 10, tiny.vocab_size, 6);
+    pt_batch b = {x, y, 1.0f / 10, B, T};
+    size_t n = pt_model_num_params(m);
+    static float g1[20000];
+    CHECK(n <= 20000);
+    pt_model_zero_grads(m);
+    float loss = 0;
+    pt_model_forward(m, &b, &loss);
+    pt_model_backward(m);
+    memcpy(g1, pt_model_grads(m), n * sizeof(float));
+
+    int nmod = pt_model_num_modules(m);
+    pt_module_ctx *ctx[4] = {0};
+    for (int i = 0; i < nmod; i++) CHECK_OK(pt_module_ctx_new(&ctx[i], m, i, 2));
+    static float acts[4][2 * 6 * 16], losses[10], d[2][2 * 6 * 16];
+    pt_model_zero_grads(m);
+    pt_module_forward(m, 0, ctx[0], &b, NULL, acts[0]);
+    pt_module_forward(m, 1, ctx[1], &b, acts[0], acts[1]);
+    pt_module_forward(m, 2, ctx[2], &b, acts[1], acts[2]);
+    pt_module_forward(m, 3, ctx[3], &b, acts[2], losses);
+    double s = 0;
+    for (int i = 0; i < 10; i++) s += losses[i];
+    CHECK((float)(s / 10) == loss);
+    pt_module_backward(m, 3, ctx[3], &b, NULL, d[0]);
+    pt_module_backward(m, 2, ctx[2], &b, d[0], d[1]);
+    pt_module_backward(m, 1, ctx[1], &b, d[1], d[0]);
+    pt_module_backward(m, 0, ctx[0], &b, d[0], NULL);
+    CHECK(memcmp(g1, pt_model_grads(m), n * sizeof(float)) == 0);
+    /* backward accumulates into parameter gradients: wpe (only the
+     * embedding writes it) doubles */
+    pt_module_backward(m, 0, ctx[0], &b, d[0], NULL);
+    const pt_param_info *wpe = pt_model_find(m, "wpe.weight");
+    const float *g2 = pt_model_grads(m);
+    int ok = 1;
+    for (size_t j = wpe->offset; j < wpe->offset + wpe->numel; j++)
+        if (fabsf(g2[j] - 2 * g1[j]) > 1e-6f + 1e-5f * fabsf(g1[j])) ok = 0;
+    CHECK(ok);
+    for (int i = 0; i < nmod; i++) pt_module_ctx_free(ctx[i]);
+    pt_model_free(m);
+}
+
+/* Forward and backward allocate nothing: the peak equals the current. */
+static void test_no_alloc(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    pt_model_init(m, 3);
+    int x[12], y[12];
+    fill_tokens(x, 12, tiny.vocab_size, 1);
+    fill_tokens(y, 12, tiny.vocab_size, 2);
+    pt_batch b = {x, y, 1.0f / 12, 2, 6};
+    size_t before = pt_mem_current_total();
+    pt_mem_reset_peak();
+    float loss;
+    pt_model_forward(m, &b, &loss);
+    pt_model_backward(m);
+    CHECK_EQ(pt_mem_peak_total(), before);
+    CHECK_EQ(pt_mem_current_total(), before);
+    pt_model_free(m);
+}
+
+/* Out of memory anywhere in pt_model_new is an error, not a crash. */
+static void test_oom(void) {
+    for (long k = 1; k <= 8; k++) {
+        pt_model *m = NULL;
+        pt_mem_fail_after(k);
+        pt_status st = pt_model_new(&m, &tiny, 1);
+        pt_mem_fail_after(0);
+        if (st == PT_OK) {
+            pt_model_free(m);
+            break;
+        }
+        CHECK(st == PT_ERR_NOMEM && m == NULL);
+    }
+    CHECK_EQ(pt_mem_current_total(), 0);
+}
+
+int main(void) {
+    RUN(test_table);
+    RUN(test_config_errors);
+    RUN(test_init);
+    RUN(test_init_loss);
+    RUN(test_gradcheck);
+    RUN(test_modules);
+    RUN(test_no_alloc);
+    RUN(test_oom);
+    return TEST_DONE();
+}

@@ -1,0 +1,84 @@
+/* Optimizer tests: the LR schedule's shape, clipping scale, AdamW against a
+ * double-precision scalar oracle (with and without weight decay per
+ * segment), and segment validation. */
+#include <math.h>
+#include <string.h>
+
+#include "partrain/optim.h"
+#include "pt_test.h"
+
+static void test_schedule(void) {
+    CHECK_NEAR(pt_lr_schedule(0, 100, 10, 1e-3f, 1e-4f), 1e-4, 1e-9, 0);
+    CHECK_NEAR(pt_lr_schedule(4, 100, 10, 1e-3f, 1e-4f), 5e-4, 1e-9, 0);
+    CHECK_NEAR(pt_lr_schedule(9, 100, 10, 1e-3f, 1e-4f), 1e-3, 1e-9, 0);
+    CHECK_NEAR(pt_lr_schedule(10, 100, 10, 1e-3f, 1e-4f), 1e-3, 1e-9, 0);
+    CHECK_NEAR(pt_lr_schedule(99, 100, 10, 1e-3f, 1e-4f), 1e-4, 1e-9, 0);
+    CHECK_NEAR(pt_lr_schedule(200, 100, 10, 1e-3f, 1e-4f), 1e-4, 1e-9, 0);
+    /* halfway through the decay: the mean of lr and min_lr */
+    CHECK_NEAR(pt_lr_schedule(10 + 89 / 2, 100, 10, 1e-3f, 0), 0.5e-3, 2e-5, 0);
+    int mono = 1;
+    for (int s = 11; s < 100; s++)
+        if (pt_lr_schedule(s, 100, 10, 1e-3f, 1e-4f) > pt_lr_schedule(s - 1, 100, 10, 1e-3f, 1e-4f))
+            mono = 0;
+    CHECK(mono);
+    CHECK_NEAR(pt_lr_schedule(0, 1, 0, 1e-3f, 1e-4f), 1e-3, 1e-9, 0);
+}
+
+static void test_clip(void) {
+    CHECK_NEAR(pt_optim_clip_scale(25.0, 1.0f), 0.2, 1e-7, 0);
+    CHECK(pt_optim_clip_scale(0.25, 1.0f) == 1.0f);
+    CHECK(pt_optim_clip_scale(1e6, 0.0f) == 1.0f);
+    float g[3] = {3, 4, 0};
+    /* partial norms of shards add up to the whole */
+    CHECK_NEAR(pt_optim_grad_sumsq(g, 1) + pt_optim_grad_sumsq(g + 1, 2), 25.0, 1e-9, 0);
+}
+
+static void test_adamw(void) {
+    enum { N = 6 };
+    pt_optim_segment segs[2] = {{0, 4, 1}, {4, 2, 0}};
+    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
+    pt_adamw *o = NULL;
+    CHECK_OK(pt_adamw_new(&o, N, segs, 2, &hp));
+    if (!o) return;
+    float p[N] = {0.5f, -0.25f, 1.0f, 2.0f, -1.0f, 0.125f};
+    double pd[N], md[N] = {0}, vd[N] = {0};
+    for (int i = 0; i < N; i++) pd[i] = p[i];
+    for (int t = 1; t <= 5; t++) {
+        float g[N];
+        for (int i = 0; i < N; i++) g[i] = (float)(0.1 * (i + 1) * (t % 2 ? 1 : -1));
+        float scale = 0.5f, lr = 1e-2f;
+        pt_adamw_step(o, p, g, lr, scale);
+        for (int i = 0; i < N; i++) {
+            double gi = (double)g[i] * scale;
+            md[i] = 0.9 * md[i] + 0.1 * gi;
+            vd[i] = 0.95 * vd[i] + 0.05 * gi * gi;
+            double mh = md[i] / (1 - pow(0.9, t)), vh = vd[i] / (1 - pow(0.95, t));
+            double wd = i < 4 ? 0.1 : 0.0;
+            pd[i] -= lr * (mh / (sqrt(vh) + 1e-8) + wd * pd[i]);
+        }
+    }
+    for (int i = 0; i < N; i++) CHECK_NEAR(p[i], pd[i], 1e-5, 1e-5);
+    CHECK_EQ(pt_adamw_t(o), 5);
+    CHECK_EQ(pt_adamw_size(o), N);
+    CHECK(pt_adamw_m(o)[0] != 0 && pt_adamw_v(o)[5] != 0);
+    pt_adamw_free(o);
+    pt_adamw_free(NULL);
+}
+
+static void test_segments(void) {
+    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
+    pt_optim_segment gap[2] = {{0, 4, 1}, {5, 2, 0}};
+    pt_adamw *o = NULL;
+    CHECK(pt_adamw_new(&o, 7, gap, 2, &hp) == PT_ERR_INVALID && o == NULL);
+    pt_optim_segment shortseg[1] = {{0, 4, 1}};
+    CHECK(pt_adamw_new(&o, 7, shortseg, 1, &hp) == PT_ERR_INVALID && o == NULL);
+    CHECK_EQ(pt_mem_current(PT_MEM_OPTIM), 0);
+}
+
+int main(void) {
+    RUN(test_schedule);
+    RUN(test_clip);
+    RUN(test_adamw);
+    RUN(test_segments);
+    return TEST_DONE();
+}

@@ -1,0 +1,476 @@
+/* Train-layer tests: the config table (parse, --set, types, unknown keys,
+ * ranges, round trip), data files (text, .bin, bad files), safetensors
+ * (round trip, truncated, corrupt, another shape, GPT-2 buffers ignored), and
+ * the trainer (loss goes down, determinism, micro-batches, bitwise resume,
+ * no allocation per step). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "partrain/train.h"
+#include "pt_test.h"
+
+static char tmpdir[256];
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    if (n) fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void write_text(const char *path, size_t n) {
+    static const char pattern[] = "the quick brown fox jumps over the lazy dog. ";
+    char *s = malloc(n);
+    for (size_t i = 0; i < n; i++) s[i] = pattern[i % (sizeof pattern - 1)];
+    write_bytes(path, s, n);
+    free(s);
+}
+
+static void tiny_config(pt_config *c) {
+    pt_config_defaults(c);
+    c->model = (pt_model_config){2, 32, 4, 256, 16};
+    c->train.batch_size = 4;
+    c->train.steps = 20;
+    c->train.warmup_steps = 2;
+    c->train.lr = 3e-3;
+    c->train.min_lr = 3e-4;
+    c->train.threads = 1;
+    c->train.val_batches = 2;
+    snprintf(c->data.train, sizeof c->data.train, "%s", tmp_path("train.txt"));
+    snprintf(c->data.val, sizeof c->data.val, "%s", tmp_path("val.txt"));
+}
+
+static int msg_has(const char *s) {
+    int ok = strstr(pt_error_message(), s) != NULL;
+    if (!ok) fprintf(stderr, "  message '%s' lacks '%s'\n", pt_error_message(), s);
+    return ok;
+}
+
+/* ---- config ---- */
+
+static void test_config(void) {
+    pt_config c, d;
+    pt_config_defaults(&c);
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_load_string(
+        &c, "{\"model\": {\"n_layer\": 3, \"n_head\": 2}, \"train.lr\": 0.01}", "cfg.json"));
+    CHECK_EQ(c.model.n_layer, 3);
+    CHECK_EQ(c.model.n_head, 2);
+    CHECK_NEAR(c.train.lr, 0.01, 0, 0);
+    CHECK_OK(pt_config_set(&c, "data.train=foo.txt"));
+    CHECK(!strcmp(c.data.train, "foo.txt"));
+    CHECK_OK(pt_config_set(&c, "train.steps=7"));
+    CHECK_EQ(c.train.steps, 7);
+
+    pt_config_defaults(&c);
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layers\": 3}}", "cfg.json") ==
+          PT_ERR_INVALID);
+    CHECK(msg_has("cfg.json") && msg_has("model.n_layers"));
+    CHECK(pt_config_load_string(&c, "{\"modle\": {\"n_layer\": 3}}", "cfg.json") == PT_ERR_INVALID);
+    CHECK(msg_has("modle"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layer\": \"3\"}}", "cfg.json") ==
+          PT_ERR_INVALID);
+    CHECK(msg_has("model.n_layer") && msg_has("integer"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layer\": 2.5}}", "cfg.json") ==
+          PT_ERR_INVALID);
+    CHECK(pt_config_load_string(&c, "{\"data\": {\"train\": 3}}", "cfg.json") == PT_ERR_INVALID);
+    CHECK(msg_has("data.train") && msg_has("string"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layer\": -1}}", "cfg.json") ==
+          PT_ERR_INVALID);
+    CHECK(msg_has("model.n_layer"));
+    CHECK(pt_config_load_string(&c, "{\"train\": {\"batch_size\": 0}}", "cfg.json") ==
+          PT_ERR_INVALID);
+    CHECK(msg_has("train.batch_size"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layer\": 3,}", "cfg.json") == PT_ERR_FORMAT);
+    CHECK(msg_has("cfg.json") && msg_has("invalid JSON"));
+    CHECK(pt_config_load_string(&c, "[1, 2]", "cfg.json") == PT_ERR_FORMAT);
+    CHECK(pt_config_set(&c, "train.nope=1") == PT_ERR_INVALID && msg_has("train.nope"));
+    CHECK(pt_config_set(&c, "train.steps=abc") == PT_ERR_INVALID && msg_has("train.steps"));
+    CHECK(pt_config_set(&c, "train.steps") == PT_ERR_INVALID);
+    CHECK(pt_config_set(&c, "parallel.schedule=zigzag") == PT_ERR_INVALID &&
+          msg_has("parallel.schedule"));
+    CHECK(pt_config_load_file(&c, tmp_path("no-such.json")) == PT_ERR_IO &&
+          msg_has("no-such.json"));
+
+    pt_config_defaults(&c);
+    c.model.n_embd = 100;
+    c.model.n_head = 3;
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("n_head"));
+    pt_config_defaults(&c);
+    CHECK_OK(pt_config_set(&c, "parallel.dp=2"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.dp") &&
+          msg_has("not supported yet"));
+    pt_config_defaults(&c);
+    c.train.batch_size = 6;
+    c.parallel.microbatches = 4;
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("microbatches"));
+
+    /* round trip through JSON */
+    tiny_config(&c);
+    c.train.lr = 1.2345678901e-3;
+    char *json = pt_config_to_json(&c);
+    CHECK(json != NULL);
+    pt_config_defaults(&d);
+    CHECK_OK(pt_config_load_string(&d, json, "roundtrip"));
+    CHECK(memcmp(&c, &d, sizeof c) == 0);
+    free(json);
+}
+
+/* ---- data ---- */
+
+static void write_bin(const char *path, const uint16_t *tok, int n, int magic, int version,
+                      int count) {
+    int32_t header[256] = {0};
+    header[0] = magic;
+    header[1] = version;
+    header[2] = count;
+    FILE *f = fopen(path, "wb");
+    fwrite(header, 4, 256, f);
+    fwrite(tok, 2, (size_t)n, f);
+    fclose(f);
+}
+
+static void test_data(void) {
+    pt_data *d = NULL;
+    write_text(tmp_path("t.txt"), 100);
+    CHECK_OK(pt_data_open(&d, tmp_path("t.txt"), 256));
+    CHECK_EQ(pt_data_num_tokens(d), 100);
+    CHECK_EQ(pt_data_num_windows(d, 9), 10);
+    int x[9], y[9];
+    pt_data_window(d, 1, 9, x, y);
+    CHECK_EQ(x[0], 'b'); /* token 10 of the pattern */
+    CHECK_EQ(y[0], 'r');
+    pt_rng r;
+    pt_rng_init(&r, 1, "d");
+    int xs[18], ys[18];
+    pt_data_sample(d, &r, 2, 9, xs, ys);
+    CHECK_EQ(r.counter > 0, 1);
+    CHECK_EQ(xs[1], ys[0]);
+    pt_data_free(d);
+
+    uint16_t tok[5] = {1, 2, 3, 4, 5};
+    write_bin(tmp_path("ok.bin"), tok, 5, 20240520, 1, 5);
+    CHECK_OK(pt_data_open(&d, tmp_path("ok.bin"), 6));
+    CHECK_EQ(pt_data_num_tokens(d), 5);
+    pt_data_free(d);
+    d = NULL;
+    CHECK(pt_data_open(&d, tmp_path("ok.bin"), 5) == PT_ERR_FORMAT && d == NULL);
+    CHECK(msg_has("ok.bin") && msg_has("offset 4") && msg_has("vocab_size"));
+    write_bin(tmp_path("short.bin"), tok, 3, 20240520, 1, 5);
+    CHECK(pt_data_open(&d, tmp_path("short.bin"), 256) == PT_ERR_FORMAT && msg_has("short.bin"));
+    write_bin(tmp_path("v2.bin"), tok, 5, 20240520, 2, 5);
+    CHECK(pt_data_open(&d, tmp_path("v2.bin"), 256) == PT_ERR_FORMAT && msg_has("version"));
+    write_bytes(tmp_path("empty.txt"), "", 0);
+    CHECK(pt_data_open(&d, tmp_path("empty.txt"), 256) == PT_ERR_FORMAT && msg_has("empty.txt") &&
+          msg_has("empty"));
+    CHECK(pt_data_open(&d, tmp_path("missing.txt"), 256) == PT_ERR_IO && msg_has("missing.txt"));
+    CHECK(pt_data_open(&d, tmpdir, 256) != PT_OK && d == NULL);
+    CHECK_EQ(pt_mem_current(PT_MEM_SCRATCH), 0);
+}
+
+/* ---- trainer ---- */
+
+static pt_trainer *new_trainer(const pt_config *c) {
+    pt_trainer *t = NULL;
+    CHECK_OK(pt_trainer_new(&t, c));
+    return t;
+}
+
+static void run_steps(pt_trainer *t, int n, float *first, float *last) {
+    for (int i = 0; i < n; i++) {
+        pt_step_info info;
+        CHECK_OK(pt_trainer_step(t, &info));
+        if (i == 0 && first) *first = info.loss;
+        if (last) *last = info.loss;
+    }
+}
+
+static void test_train_learns(void) {
+    pt_config c;
+    tiny_config(&c);
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    float v0 = 0, v1 = 0, first = 0, last = 0;
+    CHECK_OK(pt_trainer_validate(t, &v0));
+    CHECK_NEAR(v0, 5.545, 0.1, 0); /* ln 256 at init */
+    run_steps(t, 30, &first, &last);
+    CHECK_OK(pt_trainer_validate(t, &v1));
+    fprintf(stderr, "  loss %.3f -> %.3f, val %.3f -> %.3f\n", first, last, v0, v1);
+    CHECK(last < first - 1.0f);
+    CHECK(v1 < v0 - 1.0f);
+    pt_trainer_free(t);
+}
+
+static void test_no_alloc_per_step(void) {
+    pt_config c;
+    tiny_config(&c);
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    run_steps(t, 1, NULL, NULL); /* warm-up */
+    size_t cur = pt_mem_current_total();
+    for (int i = 0; i < 3; i++) {
+        pt_step_info info;
+        CHECK_OK(pt_trainer_step(t, &info));
+        CHECK_EQ(pt_mem_peak_total(), cur);
+        CHECK_EQ(pt_mem_current_total(), cur);
+    }
+    CHECK(pt_mem_peak(PT_MEM_OPTIM) == 2 * pt_mem_peak(PT_MEM_PARAMS));
+    pt_trainer_free(t);
+}
+
+static int same_params(pt_trainer *a, pt_trainer *b) {
+    pt_model *ma = pt_trainer_model(a), *mb = pt_trainer_model(b);
+    size_t n = pt_model_num_params(ma);
+    return n == pt_model_num_params(mb) &&
+           !memcmp(pt_model_params(ma), pt_model_params(mb), n * sizeof(float)) &&
+           !memcmp(pt_adamw_m(pt_trainer_optim(a)), pt_adamw_m(pt_trainer_optim(b)),
+                   n * sizeof(float)) &&
+           !memcmp(pt_adamw_v(pt_trainer_optim(a)), pt_adamw_v(pt_trainer_optim(b)),
+                   n * sizeof(float));
+}
+
+static void test_determinism(void) {
+    pt_config c;
+    tiny_config(&c);
+    pt_trainer *a = new_trainer(&c), *b = new_trainer(&c);
+    if (!a || !b) return;
+    run_steps(a, 5, NULL, NULL);
+    run_steps(b, 5, NULL, NULL);
+    CHECK(same_params(a, b));
+    pt_trainer_free(b);
+    /* a different seed gives a different run */
+    c.train.seed = 99;
+    b = new_trainer(&c);
+    run_steps(b, 5, NULL, NULL);
+    CHECK(!same_params(a, b));
+    pt_trainer_free(a);
+    pt_trainer_free(b);
+}
+
+/* Two micro-batches of 2 = one batch of 4 (up to float summation order). */
+static void test_microbatches(void) {
+    pt_config c;
+    tiny_config(&c);
+    pt_trainer *a = new_trainer(&c);
+    c.parallel.microbatches = 2;
+    pt_trainer *b = new_trainer(&c);
+    if (!a || !b) return;
+    float la = 0, lb = 0;
+    run_steps(a, 3, NULL, &la);
+    run_steps(b, 3, NULL, &lb);
+    CHECK_NEAR(la, lb, 1e-4, 1e-4);
+    pt_model *ma = pt_trainer_model(a), *mb = pt_trainer_model(b);
+    double maxd = 0;
+    for (size_t i = 0; i < pt_model_num_params(ma); i++) {
+        double dd = fabs((double)pt_model_params(ma)[i] - pt_model_params(mb)[i]);
+        if (dd > maxd) maxd = dd;
+    }
+    CHECK(maxd < 1e-4);
+    pt_trainer_free(a);
+    pt_trainer_free(b);
+}
+
+/* 20 steps straight == 10 steps, save, new process state, resume, 10 steps:
+ * every parameter and moment bit for bit. */
+static void test_resume_bitwise(void) {
+    pt_config c;
+    tiny_config(&c);
+    pt_trainer *a = new_trainer(&c);
+    if (!a) return;
+    run_steps(a, 20, NULL, NULL);
+
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("ckpt"));
+    pt_trainer *b = new_trainer(&c);
+    run_steps(b, 10, NULL, NULL);
+    CHECK_OK(pt_trainer_save(b));
+    pt_trainer_free(b);
+
+    /* the checkpoint is in place, named by latest */
+    CHECK(access(tmp_path("ckpt/latest"), F_OK) == 0);
+    CHECK(access(tmp_path("ckpt/step_00000010/model.safetensors"), F_OK) == 0);
+    CHECK(access(tmp_path("ckpt/step_00000010/state.json"), F_OK) == 0);
+
+    pt_trainer *r = new_trainer(&c);
+    CHECK_OK(pt_trainer_resume(r));
+    CHECK_EQ(pt_trainer_step_count(r), 10);
+    run_steps(r, 10, NULL, NULL);
+    CHECK_EQ(pt_trainer_step_count(r), 20);
+    CHECK(same_params(a, r));
+    /* saving the same step again replaces it cleanly */
+    CHECK_OK(pt_trainer_save(r));
+    CHECK_OK(pt_trainer_save(r));
+
+    /* the saved config reads back */
+    pt_config saved;
+    CHECK_OK(pt_checkpoint_read_config(tmp_path("ckpt/step_00000020"), &saved));
+    CHECK_EQ(saved.model.n_embd, 32);
+    char stepdir[1200];
+    CHECK_OK(pt_checkpoint_resolve(tmp_path("ckpt"), stepdir, sizeof stepdir));
+    CHECK(strstr(stepdir, "step_00000020") != NULL);
+
+    /* resuming into another shape is refused, naming the key */
+    pt_config other = c;
+    other.model.n_embd = 64;
+    pt_trainer *o = new_trainer(&other);
+    CHECK(pt_trainer_resume(o) == PT_ERR_FORMAT && msg_has("model.n_embd"));
+    pt_trainer_free(o);
+    pt_trainer_free(a);
+    pt_trainer_free(r);
+}
+
+/* ---- safetensors ---- */
+
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static void copy_prefix(const char *from, const char *to, long n, long flip_at) {
+    FILE *f = fopen(from, "rb");
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    if (flip_at >= 0) buf[flip_at] = '{';
+    write_bytes(to, buf, got);
+    free(buf);
+}
+
+static void test_safetensors(void) {
+    pt_model_config mc = {2, 16, 2, 256, 8};
+    pt_model *m = NULL, *m2 = NULL, *big = NULL;
+    CHECK_OK(pt_model_new(&m, &mc, 1));
+    CHECK_OK(pt_model_new(&m2, &mc, 1));
+    if (!m || !m2) return;
+    pt_model_init(m, 5);
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("m.safetensors"));
+    CHECK_OK(pt_safetensors_save(path, m, pt_model_params(m)));
+    CHECK_OK(pt_safetensors_load(path, m2, pt_model_params(m2)));
+    CHECK(!memcmp(pt_model_params(m), pt_model_params(m2), pt_model_num_params(m) * 4));
+
+    long n = file_size(path);
+    copy_prefix(path, tmp_path("trunc.safetensors"), n - 10, -1);
+    CHECK(pt_safetensors_load(tmp_path("trunc.safetensors"), m2, pt_model_params(m2)) ==
+              PT_ERR_FORMAT &&
+          msg_has("trunc.safetensors"));
+    copy_prefix(path, tmp_path("tiny.safetensors"), 5, -1);
+    CHECK(pt_safetensors_load(tmp_path("tiny.safetensors"), m2, pt_model_params(m2)) ==
+              PT_ERR_FORMAT &&
+          msg_has("tiny.safetensors"));
+    copy_prefix(path, tmp_path("corrupt.safetensors"), n, 20);
+    CHECK(pt_safetensors_load(tmp_path("corrupt.safetensors"), m2, pt_model_params(m2)) ==
+              PT_ERR_FORMAT &&
+          msg_has("corrupt.safetensors"));
+    write_bytes(tmp_path("garbage.safetensors"), "\xff\xff\xff\xff\xff\xff\xff\x7fxxxx", 12);
+    CHECK(pt_safetensors_load(tmp_path("garbage.safetensors"), m2, pt_model_params(m2)) ==
+          PT_ERR_FORMAT);
+
+    /* another shape: more layers -> unexpected tensors; wider -> shape */
+    pt_model_config bc = mc;
+    bc.n_layer = 3;
+    CHECK_OK(pt_model_new(&big, &bc, 1));
+    CHECK_OK(pt_safetensors_save(tmp_path("big.safetensors"), big, pt_model_params(big)));
+    CHECK(pt_safetensors_load(tmp_path("big.safetensors"), m2, pt_model_params(m2)) ==
+              PT_ERR_FORMAT &&
+          msg_has("h.2.") && msg_has("another model shape"));
+    CHECK(pt_safetensors_load(path, big, pt_model_params(big)) == PT_ERR_FORMAT &&
+          msg_has("missing tensor"));
+    pt_model_free(big);
+    bc = mc;
+    bc.n_embd = 32;
+    CHECK_OK(pt_model_new(&big, &bc, 1));
+    CHECK(pt_safetensors_load(path, big, pt_model_params(big)) == PT_ERR_FORMAT &&
+          msg_has("shape"));
+    pt_model_free(big);
+
+    /* a GPT-2 style file: the transformer. prefix and attn.bias buffers */
+    {
+        char hdr[4096];
+        int at = snprintf(hdr, sizeof hdr,
+                          "{\"h.0.attn.bias\":{\"dtype\":\"F32\",\"shape\":[1],"
+                          "\"data_offsets\":[0,4]}");
+        size_t base = 4;
+        for (int i = 0; i < pt_model_num_tensors(m); i++) {
+            const pt_param_info *t = pt_model_tensor(m, i);
+            at += snprintf(hdr + at, sizeof hdr - (size_t)at,
+                           ",\"transformer.%s\":{\"dtype\":\"F32\",\"shape\":[%lld%s%.0lld],"
+                           "\"data_offsets\":[%zu,%zu]}",
+                           t->name, (long long)t->shape[0], t->ndim == 2 ? "," : "",
+                           t->ndim == 2 ? (long long)t->shape[1] : 0LL, base + t->offset * 4,
+                           base + (t->offset + t->numel) * 4);
+        }
+        at += snprintf(hdr + at, sizeof hdr - (size_t)at, "}");
+        FILE *f = fopen(tmp_path("gpt2.safetensors"), "wb");
+        uint64_t hl = (uint64_t)at;
+        fwrite(&hl, 8, 1, f);
+        fwrite(hdr, 1, (size_t)at, f);
+        float zero = 0;
+        fwrite(&zero, 4, 1, f);
+        fwrite(pt_model_params(m), 4, pt_model_num_params(m), f);
+        fclose(f);
+        memset(pt_model_params(m2), 0, pt_model_num_params(m2) * 4);
+        CHECK_OK(pt_safetensors_load(tmp_path("gpt2.safetensors"), m2, pt_model_params(m2)));
+        CHECK(!memcmp(pt_model_params(m), pt_model_params(m2), pt_model_num_params(m) * 4));
+    }
+    pt_model_free(m);
+    pt_model_free(m2);
+}
+
+static void test_trainer_bad_data(void) {
+    pt_config c;
+    pt_trainer *t = NULL;
+    tiny_config(&c);
+    write_text(tmp_path("short.txt"), 10);
+    snprintf(c.data.train, sizeof c.data.train, "%s", tmp_path("short.txt"));
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_FORMAT && t == NULL);
+    CHECK(msg_has("data.train") && msg_has("short.txt") && msg_has("shorter than one sequence"));
+    tiny_config(&c);
+    snprintf(c.data.val, sizeof c.data.val, "%s", tmp_path("nope.txt"));
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_IO && t == NULL);
+    CHECK(msg_has("data.val") && msg_has("nope.txt"));
+    tiny_config(&c);
+    c.model.vocab_size = 100;
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_FORMAT && msg_has("vocab_size"));
+    CHECK_EQ(pt_mem_current_total(), 0);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pt-test-train-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    write_text(tmp_path("train.txt"), 20000);
+    write_text(tmp_path("val.txt"), 3000);
+    RUN(test_config);
+    RUN(test_data);
+    RUN(test_safetensors);
+    RUN(test_train_learns);
+    RUN(test_no_alloc_per_step);
+    RUN(test_determinism);
+    RUN(test_microbatches);
+    RUN(test_resume_bitwise);
+    RUN(test_trainer_bad_data);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return TEST_DONE();
+}
