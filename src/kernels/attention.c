@@ -29,7 +29,9 @@
 #include "fastmath.h"
 #include "kernels_impl.h"
 
+#ifndef ATT_BLOCK
 #define ATT_BLOCK 64
+#endif
 
 typedef struct {
     float *out, *att, *dqkv, *scratch;
@@ -42,15 +44,8 @@ static void softmax_causal_rows(float *att, int r0, int r1, int T, float scale) 
     for (int t = r0; t < r1; t++) {
         float *restrict a = att + (long)t * T;
         int n = t + 1;
-        float maxv = -INFINITY;
-        for (int i = 0; i < n; i++) maxv = a[i] > maxv ? a[i] : maxv;
-        maxv *= scale;
-        float sum = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = pt_fast_expf(a[i] * scale - maxv);
-            a[i] = e;
-            sum += e;
-        }
+        float maxv = pt_max_lanes(a, n) * scale;
+        float sum = pt_exp_sum_lanes(a, n, scale, maxv);
         float inv = 1.0f / sum;
         for (int i = 0; i < n; i++) a[i] *= inv;
         for (int i = n; i < r1; i++) a[i] = 0.0f;
@@ -113,8 +108,7 @@ static void attention_backward_pair(att_ctx *c, int b, int h, float *scratch) {
             const float *restrict p = P + (long)(t - r0) * T;
             float *restrict d = dS + (long)(t - r0) * T;
             int n = t + 1;
-            float dot = 0.0f;
-            for (int i = 0; i < n; i++) dot += p[i] * d[i];
+            float dot = pt_dot_lanes(p, d, n);
             for (int i = 0; i < n; i++) d[i] = p[i] * (d[i] - dot) * scale;
             for (int i = n; i < r1; i++) d[i] = 0.0f;
         }
