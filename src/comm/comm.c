@@ -1,4 +1,500 @@
-/* Placeholder: the communicator wrappers land here (issue 3). */
+/* The communicator: the backend registry, the thin wrappers that every
+ * strategy calls (argument checks, byte and time counters, the generic
+ * fallback for NULL collective slots), and the per-process progress thread
+ * that runs non-blocking operations in order.
+ *
+ * Not here: any algorithm (backends, comm_generic.c) or any knowledge of
+ * which backend is which beyond the registry in pt_comm_init, the only place
+ * with an #ifdef.
+ *
+ * Threading: the caller's thread and the progress thread may both use a
+ * communicator, never at the same time: a blocking call first waits until the
+ * communicator's queue is empty (see comm_impl.h). */
 #include "comm_impl.h"
+#include "shm/shm.h"
 
-int pt_comm_placeholder_;
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pt_comm {
+    const pt_comm_backend *be;
+    void *ctx;
+    int rank, size;
+    float *scratch; /* PT_COMM_GENERIC_PIECE floats for the generic collectives */
+    pthread_mutex_t mu;
+    pthread_cond_t idle; /* signalled when pending drops to 0 */
+    int pending;         /* queued or running non-blocking operations */
+    pt_comm_stats stats; /* under mu */
+};
+
+typedef enum { REQ_QUEUED, REQ_DONE } req_state;
+
+struct pt_comm_req {
+    pt_comm *c;
+    pt_comm_op op;
+    void *buf;
+    size_t n; /* count (floats) or bytes */
+    int arg;  /* op / root / peer */
+    int tag;
+    pt_status st;
+    char msg[256];
+    req_state state; /* under the progress mutex */
+    pt_comm_req *next;
+};
+
+/* ---- progress thread: one per process, started on first use -------------- */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pt_comm_req *head, *tail;
+    int started;
+} prog = {
+    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+
+static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag);
+
+static void *progress_main(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&prog.mu);
+    for (;;) {
+        while (!prog.head) pthread_cond_wait(&prog.work, &prog.mu);
+        pt_comm_req *r = prog.head;
+        pthread_mutex_unlock(&prog.mu);
+
+        pt_error_clear();
+        r->st = run_op(r->c, r->op, r->buf, r->n, r->arg, r->tag);
+        if (r->st != PT_OK) snprintf(r->msg, sizeof r->msg, "%s", pt_error_message());
+
+        /* Release the communicator first (its owner may free it once
+         * drained), then the request (its owner frees it once done). */
+        pt_comm *c = r->c;
+        pthread_mutex_lock(&c->mu);
+        if (--c->pending == 0) pthread_cond_broadcast(&c->idle);
+        pthread_mutex_unlock(&c->mu);
+
+        pthread_mutex_lock(&prog.mu);
+        prog.head = r->next;
+        if (!prog.head) prog.tail = NULL;
+        r->state = REQ_DONE;
+        pthread_cond_broadcast(&prog.done);
+    }
+    return NULL;
+}
+
+/* Queue an operation; the request is freed by pt_comm_wait. */
+static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
+                         pt_comm_req **req) {
+    pt_comm_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return pt_error_set(PT_ERR_NOMEM, "out of memory for a %s request", pt_comm_op_name(op));
+    *r = (pt_comm_req){.c = c, .op = op, .buf = buf, .n = n, .arg = arg, .tag = tag};
+    pthread_mutex_lock(&c->mu);
+    c->pending++;
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&prog.mu);
+    if (!prog.started) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        int e = pthread_create(&t, &a, progress_main, NULL);
+        pthread_attr_destroy(&a);
+        if (e != 0) {
+            pthread_mutex_unlock(&prog.mu);
+            pthread_mutex_lock(&c->mu);
+            c->pending--;
+            pthread_mutex_unlock(&c->mu);
+            free(r);
+            return pt_error_set(PT_ERR_INTERNAL, "cannot start the comm progress thread (%d)", e);
+        }
+        prog.started = 1;
+    }
+    if (prog.tail)
+        prog.tail->next = r;
+    else
+        prog.head = r;
+    prog.tail = r;
+    pthread_cond_signal(&prog.work);
+    pthread_mutex_unlock(&prog.mu);
+    *req = r;
+    return PT_OK;
+}
+
+/* Wait until no non-blocking operation of c is queued or running. */
+static void drain(pt_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    while (c->pending > 0) pthread_cond_wait(&c->idle, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+pt_status pt_comm_wait(pt_comm_req *req) {
+    if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
+    pthread_mutex_lock(&prog.mu);
+    while (req->state != REQ_DONE) pthread_cond_wait(&prog.done, &prog.mu);
+    pthread_mutex_unlock(&prog.mu);
+    pt_status st = req->st;
+    if (st != PT_OK) pt_error_set(st, "%s", req->msg);
+    free(req);
+    return st;
+}
+
+pt_status pt_comm_test(pt_comm_req *req, int *done) {
+    if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: req is NULL");
+    if (!done) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: done is NULL");
+    pthread_mutex_lock(&prog.mu);
+    *done = req->state == REQ_DONE;
+    pthread_mutex_unlock(&prog.mu);
+    return PT_OK;
+}
+
+/* ---- names, shards, stats ------------------------------------------------- */
+
+const char *pt_comm_op_name(pt_comm_op op) {
+    static const char *names[PT_OP_COUNT] = {
+        "allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv", "barrier"};
+    return (unsigned)op < PT_OP_COUNT ? names[op] : "unknown";
+}
+
+void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n) {
+    PT_ASSERT(size > 0 && rank >= 0 && rank < size);
+    size_t q = count / (size_t)size, r = count % (size_t)size, k = (size_t)rank;
+    *n = q + (k < r);
+    *offset = k * q + (k < r ? k : r);
+}
+
+void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out) {
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    *out = c->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+}
+
+void pt_comm_reset_stats(pt_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    memset(&c->stats, 0, sizeof c->stats);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Bytes moved, counted as the algorithm-independent volumes that
+ * nccl-tests' bus bandwidth uses: all-reduce 2(n-1)/n of the buffer each
+ * way, reduce-scatter and all-gather (n-1)/n, broadcast the buffer once out
+ * of the root and once into each other rank. */
+static void count(pt_comm *c, pt_comm_op op, size_t bytes, int root, uint64_t ns) {
+    uint64_t n = (uint64_t)c->size, b = bytes, sent = 0, recv = 0;
+    switch (op) {
+    case PT_OP_ALLREDUCE:
+        sent = recv = 2 * (n - 1) * b / n;
+        break;
+    case PT_OP_REDUCE_SCATTER:
+    case PT_OP_ALLGATHER:
+        sent = recv = (n - 1) * b / n;
+        break;
+    case PT_OP_BROADCAST:
+        if (n > 1 && c->rank == root) sent = b;
+        if (n > 1 && c->rank != root) recv = b;
+        break;
+    case PT_OP_SEND:
+        sent = b;
+        break;
+    case PT_OP_RECV:
+        recv = b;
+        break;
+    default:
+        break;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.calls[op]++;
+    c->stats.bytes_sent[op] += sent;
+    c->stats.bytes_recv[op] += recv;
+    c->stats.ns[op] += ns;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- dispatch: backend slot or generic fallback ---------------------------- */
+
+static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
+    const pt_comm_backend *be = c->be;
+    uint64_t t0 = pt_time_ns();
+    pt_status st = PT_OK;
+    size_t bytes = op == PT_OP_BROADCAST || op == PT_OP_SEND || op == PT_OP_RECV ? n : n * 4;
+    switch (op) {
+    case PT_OP_ALLREDUCE:
+        st = be->allreduce ? be->allreduce(c->ctx, buf, n, (pt_reduce_op)arg)
+                           : pt_comm_generic_allreduce(be, c->ctx, c->rank, c->size, c->scratch,
+                                                       buf, n, (pt_reduce_op)arg);
+        break;
+    case PT_OP_REDUCE_SCATTER:
+        st = be->reduce_scatter
+                 ? be->reduce_scatter(c->ctx, buf, n, (pt_reduce_op)arg)
+                 : pt_comm_generic_reduce_scatter(be, c->ctx, c->rank, c->size, c->scratch, buf, n,
+                                                  (pt_reduce_op)arg);
+        break;
+    case PT_OP_ALLGATHER:
+        st = be->allgather ? be->allgather(c->ctx, buf, n)
+                           : pt_comm_generic_allgather(be, c->ctx, c->rank, c->size, buf, n);
+        break;
+    case PT_OP_BROADCAST:
+        st = be->broadcast ? be->broadcast(c->ctx, buf, n, arg)
+                           : pt_comm_generic_broadcast(be, c->ctx, c->rank, c->size, buf, n, arg);
+        break;
+    case PT_OP_SEND:
+        st = be->send(c->ctx, buf, n, arg, tag);
+        break;
+    case PT_OP_RECV:
+        st = be->recv(c->ctx, buf, n, arg, tag);
+        break;
+    case PT_OP_BARRIER:
+        st = be->barrier ? be->barrier(c->ctx)
+                         : pt_comm_generic_barrier(be, c->ctx, c->rank, c->size);
+        break;
+    default:
+        return pt_error_set(PT_ERR_INTERNAL, "unknown comm op %d", (int)op);
+    }
+    if (st == PT_OK) count(c, op, bytes, arg, pt_time_ns() - t0);
+    return st;
+}
+
+/* ---- argument checks --------------------------------------------------------- */
+
+static pt_status check_comm(const pt_comm *c, pt_comm_op op) {
+    if (!c) return pt_error_set(PT_ERR_INVALID, "%s: communicator is NULL", pt_comm_op_name(op));
+    return PT_OK;
+}
+
+static pt_status check_buf(const pt_comm *c, pt_comm_op op, const void *buf, size_t n,
+                           const char *what) {
+    PT_CHECK(check_comm(c, op));
+    if (!buf && n > 0)
+        return pt_error_set(PT_ERR_INVALID, "%s: buf is NULL with %s %zu", pt_comm_op_name(op),
+                            what, n);
+    return PT_OK;
+}
+
+static pt_status check_rop(pt_comm_op op, pt_reduce_op rop) {
+    if (rop != PT_REDUCE_SUM && rop != PT_REDUCE_AVG)
+        return pt_error_set(PT_ERR_INVALID, "%s: reduce op %d is neither SUM nor AVG",
+                            pt_comm_op_name(op), (int)rop);
+    return PT_OK;
+}
+
+static pt_status check_rank(const pt_comm *c, pt_comm_op op, int r, const char *what) {
+    if (r < 0 || r >= c->size)
+        return pt_error_set(PT_ERR_INVALID, "%s: %s %d is outside 0..%d", pt_comm_op_name(op), what,
+                            r, c->size - 1);
+    return PT_OK;
+}
+
+static pt_status check_args(const pt_comm *c, pt_comm_op op, const void *buf, size_t n, int arg,
+                            int tag) {
+    switch (op) {
+    case PT_OP_ALLREDUCE:
+    case PT_OP_REDUCE_SCATTER:
+        PT_CHECK(check_buf(c, op, buf, n, "count"));
+        return check_rop(op, (pt_reduce_op)arg);
+    case PT_OP_ALLGATHER:
+        return check_buf(c, op, buf, n, "count");
+    case PT_OP_BROADCAST:
+        PT_CHECK(check_buf(c, op, buf, n, "bytes"));
+        return check_rank(c, op, arg, "root");
+    case PT_OP_SEND:
+    case PT_OP_RECV:
+        PT_CHECK(check_buf(c, op, buf, n, "bytes"));
+        PT_CHECK(check_rank(c, op, arg, "peer"));
+        if (tag < 0)
+            return pt_error_set(PT_ERR_INVALID, "%s: tag %d is negative (reserved)",
+                                pt_comm_op_name(op), tag);
+        return PT_OK;
+    default:
+        return check_comm(c, op);
+    }
+}
+
+static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
+    PT_CHECK(check_args(c, op, buf, n, arg, tag));
+    drain(c);
+    return run_op(c, op, buf, n, arg, tag);
+}
+
+static pt_status nonblocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
+                             pt_comm_req **req) {
+    if (!req) return pt_error_set(PT_ERR_INVALID, "i%s: req is NULL", pt_comm_op_name(op));
+    *req = NULL;
+    PT_CHECK(check_args(c, op, buf, n, arg, tag));
+    return enqueue(c, op, buf, n, arg, tag, req);
+}
+
+/* ---- public operations ---------------------------------------------------------- */
+
+pt_status pt_comm_allreduce(pt_comm *c, float *buf, size_t count, pt_reduce_op op) {
+    return blocking(c, PT_OP_ALLREDUCE, buf, count, (int)op, 0);
+}
+pt_status pt_comm_reduce_scatter(pt_comm *c, float *buf, size_t count, pt_reduce_op op) {
+    return blocking(c, PT_OP_REDUCE_SCATTER, buf, count, (int)op, 0);
+}
+pt_status pt_comm_allgather(pt_comm *c, float *buf, size_t count) {
+    return blocking(c, PT_OP_ALLGATHER, buf, count, 0, 0);
+}
+pt_status pt_comm_broadcast(pt_comm *c, void *buf, size_t bytes, int root) {
+    return blocking(c, PT_OP_BROADCAST, buf, bytes, root, 0);
+}
+pt_status pt_comm_send(pt_comm *c, const void *buf, size_t bytes, int peer, int tag) {
+    return blocking(c, PT_OP_SEND, (void *)buf, bytes, peer, tag);
+}
+pt_status pt_comm_recv(pt_comm *c, void *buf, size_t bytes, int peer, int tag) {
+    return blocking(c, PT_OP_RECV, buf, bytes, peer, tag);
+}
+pt_status pt_comm_barrier(pt_comm *c) {
+    return blocking(c, PT_OP_BARRIER, NULL, 0, 0, 0);
+}
+
+pt_status pt_comm_iallreduce(pt_comm *c, float *buf, size_t count, pt_reduce_op op,
+                             pt_comm_req **req) {
+    return nonblocking(c, PT_OP_ALLREDUCE, buf, count, (int)op, 0, req);
+}
+pt_status pt_comm_ireduce_scatter(pt_comm *c, float *buf, size_t count, pt_reduce_op op,
+                                  pt_comm_req **req) {
+    return nonblocking(c, PT_OP_REDUCE_SCATTER, buf, count, (int)op, 0, req);
+}
+pt_status pt_comm_iallgather(pt_comm *c, float *buf, size_t count, pt_comm_req **req) {
+    return nonblocking(c, PT_OP_ALLGATHER, buf, count, 0, 0, req);
+}
+pt_status pt_comm_ibroadcast(pt_comm *c, void *buf, size_t bytes, int root, pt_comm_req **req) {
+    return nonblocking(c, PT_OP_BROADCAST, buf, bytes, root, 0, req);
+}
+pt_status pt_comm_isend(pt_comm *c, const void *buf, size_t bytes, int peer, int tag,
+                        pt_comm_req **req) {
+    return nonblocking(c, PT_OP_SEND, (void *)buf, bytes, peer, tag, req);
+}
+pt_status pt_comm_irecv(pt_comm *c, void *buf, size_t bytes, int peer, int tag, pt_comm_req **req) {
+    return nonblocking(c, PT_OP_RECV, buf, bytes, peer, tag, req);
+}
+
+/* ---- lifecycle and the registry ------------------------------------------------ */
+
+pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out) {
+    PT_ASSERT(be && out && rank >= 0 && rank < size);
+    *out = NULL;
+    pt_comm *c = calloc(1, sizeof *c);
+    float *scratch = pt_mem_alloc(PT_MEM_COMM, PT_COMM_GENERIC_PIECE * sizeof(float));
+    if (!c || !scratch) {
+        free(c);
+        pt_mem_free(scratch);
+        be->free(ctx);
+        return pt_error_set(PT_ERR_NOMEM, "out of memory for a communicator");
+    }
+    c->be = be;
+    c->ctx = ctx;
+    c->rank = rank;
+    c->size = size;
+    c->scratch = scratch;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->idle, NULL);
+    *out = c;
+    return PT_OK;
+}
+
+/* PT_COMM_TIMEOUT (seconds) overrides opt->timeout_s; <= 0 means 10 s. */
+static pt_status resolve_options(const pt_comm_options *opt, pt_comm_options *o) {
+    o->backend = opt && opt->backend ? opt->backend : "auto";
+    o->timeout_s = opt && opt->timeout_s > 0 ? opt->timeout_s : 10.0;
+    const char *env = getenv("PT_COMM_TIMEOUT");
+    if (env && *env) {
+        char *end;
+        double t = strtod(env, &end);
+        if (*end != '\0' || !(t > 0) || t > 1e6)
+            return pt_error_set(PT_ERR_INVALID,
+                                "PT_COMM_TIMEOUT=%s is not a number of seconds in (0, 1e6]", env);
+        o->timeout_s = t;
+    }
+    const char *eb = getenv("PT_BACKEND");
+    if ((!opt || !opt->backend || strcmp(opt->backend, "auto") == 0) && eb && *eb) o->backend = eb;
+    return PT_OK;
+}
+
+pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt) {
+    if (!out) return pt_error_set(PT_ERR_INVALID, "pt_comm_init: out is NULL");
+    *out = NULL;
+    pt_comm_options o;
+    PT_CHECK(resolve_options(opt, &o));
+
+    /* The registry, in preference order: shm (launched by pt_launch), mpi
+     * (under mpirun), then a world of one. */
+    static const struct {
+        const char *name;
+        pt_comm_backend_world world;
+    } registry[] = {
+        {"shm", pt_comm_shm_world},
+#ifdef PT_HAVE_MPI
+        {"mpi", pt_comm_mpi_world},
+#endif
+    };
+    const int nreg = (int)(sizeof registry / sizeof registry[0]);
+    int is_auto = strcmp(o.backend, "auto") == 0;
+    int known = is_auto;
+    for (int i = 0; i < nreg; i++) {
+        if (!is_auto && strcmp(o.backend, registry[i].name) != 0) continue;
+        known = 1;
+        const pt_comm_backend *be = NULL;
+        void *ctx = NULL;
+        int rank = 0, size = 1;
+        pt_status st = registry[i].world(&o, &be, &ctx, &rank, &size);
+        if (st == PT_ERR_UNSUPPORTED && (is_auto || strcmp(o.backend, "shm") == 0)) continue;
+        if (st != PT_OK) return st;
+        PT_CHECK(pt_comm_wrap(be, ctx, rank, size, out));
+        pt_log_set_rank(rank);
+        PT_INFO("comm: backend %s, rank %d of %d, timeout %.3g s", be->name, rank, size,
+                o.timeout_s);
+        return PT_OK;
+    }
+    if (!known) {
+        if (strcmp(o.backend, "mpi") == 0)
+            return pt_error_set(PT_ERR_UNSUPPORTED,
+                                "backend mpi: partrain was built without Open MPI");
+        return pt_error_set(PT_ERR_INVALID, "backend \"%s\" is not one of auto, shm, mpi",
+                            o.backend);
+    }
+    if (!is_auto && strcmp(o.backend, "shm") != 0) /* explicit, but not for this process */
+        return pt_error_set(PT_ERR_UNSUPPORTED, "backend %s: %s", o.backend, pt_error_message());
+    const pt_comm_backend *be = NULL;
+    void *ctx = NULL;
+    int rank = 0, size = 1;
+    PT_CHECK(pt_comm_shm_self(&o, &be, &ctx, &rank, &size));
+    PT_CHECK(pt_comm_wrap(be, ctx, rank, size, out));
+    PT_INFO("comm: no launcher and no mpirun: a world of one (backend %s)", be->name);
+    return PT_OK;
+}
+
+pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out) {
+    if (!out) return pt_error_set(PT_ERR_INVALID, "split: out is NULL");
+    *out = NULL;
+    if (!c) return pt_error_set(PT_ERR_INVALID, "split: communicator is NULL");
+    drain(c);
+    void *ctx = NULL;
+    int rank = 0, size = 0;
+    PT_CHECK(c->be->split(c->ctx, color, key, &ctx, &rank, &size));
+    return pt_comm_wrap(c->be, ctx, rank, size, out);
+}
+
+void pt_comm_free(pt_comm *c) {
+    if (!c) return;
+    drain(c);
+    c->be->free(c->ctx);
+    pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->mu);
+    pt_mem_free(c->scratch);
+    free(c);
+}
+
+int pt_comm_rank(const pt_comm *c) {
+    return c ? c->rank : 0;
+}
+int pt_comm_size(const pt_comm *c) {
+    return c ? c->size : 1;
+}
+const char *pt_comm_backend_name(const pt_comm *c) {
+    return c ? c->be->name : "none";
+}
+void pt_comm_note_step(pt_comm *c, long step) {
+    if (c && c->be->note_step) c->be->note_step(c->ctx, step);
+}

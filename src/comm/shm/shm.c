@@ -1,0 +1,935 @@
+/* The shm backend: ranks on one machine talk through one shared arena.
+ *
+ * Arena (one mapping per job: anonymous MAP_SHARED made by the launcher
+ * before fork, or a named 0600 segment for pt_comm_shm_attach):
+ *
+ *   [job header: per-rank state, pid, current op, step; abort word; futex
+ *    word; bump pointer] [world region] [regions of sub-communicators ...]
+ *
+ * A region (one per communicator, made by the lowest member at split time
+ * from the bump pointer; pages are given back with MADV_REMOVE when the last
+ * member frees it) holds, for its n members:
+ *   ctl[n]          one 128-byte line per member: its sync flag (an epoch
+ *                   counter) and the split fields
+ *   stage[n][2]     two halves of PT_SHM_STAGE bytes per member: the
+ *                   staging buffers of the collectives (double buffered)
+ *   ring[n][n]      a byte ring of PT_SHM_RING bytes per ordered pair
+ *                   (send/recv), head and tail on their own cache lines
+ *
+ * Collectives (no allocation per call; every rank of a communicator runs the
+ * same sequence of "rounds", each using one staging half, alternating):
+ *   sync        every member stores ++epoch into its flag (release) and
+ *               waits until all flags reach it (acquire): a barrier.
+ *   allreduce   <= PT_SHM_SMALL bytes: copy the buffer into my half, sync,
+ *               every rank sums all halves (one sync: latency). Larger:
+ *               rounds of n slices (one per rank's pt_comm_shard range):
+ *               copy in, sync, rank r reduces slice r from all n halves
+ *               into its buffer and its half, sync, copy the other slices
+ *               out. The reduction is split evenly across ranks
+ *               (reduce-scatter + all-gather through shared memory).
+ *   reduce_scatter  the first half of the large all-reduce (one sync).
+ *   allgather   copy my shard slice in, sync, copy the others out.
+ *   broadcast   root copies a chunk in, sync, the others copy it out.
+ * Sums run over ranks in order 0..n-1 everywhere, so every rank gets the
+ * bitwise same result. Why two halves: a rank may start round k+1 while a
+ * slow rank still reads round k; it cannot start round k+2 before the slow
+ * rank has posted a flag in round k+1, i.e. finished round k.
+ *
+ * Waiting: spin (briefly, or not at all when ranks outnumber cores), then
+ * sched_yield, then sleep on a futex word shared by the job (posters wake
+ * only when someone sleeps). Every wait checks the job's abort word (set by
+ * the launcher when a rank dies or on Ctrl-C), the awaited peer's state
+ * (exited, or its pid gone when there is no launcher), and the timeout.
+ *
+ * Not here: the launcher (shm_launch.c), argument checks and counters
+ * (comm.c). */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Staging half per member. 256 KiB keeps a round of 2 ranks in L2/L3 and
+ * makes the two syncs per round cheap next to the copy (see docs/comm.md). */
+#define PT_SHM_STAGE (256u << 10)
+/* All-reduce at or below this many bytes uses the one-sync algorithm. */
+#define PT_SHM_SMALL (16u << 10)
+/* Bytes of each send/recv ring. */
+#define PT_SHM_RING (64u << 10)
+#define SHM_MAGIC   0x7074736du
+#define OP_SPLIT    PT_OP_COUNT /* op code of split, for messages */
+
+enum { RANK_NONE = 0, RANK_RUNNING, RANK_EXITED, RANK_FAILED };
+enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED };
+
+typedef struct {
+    _Atomic int state;
+    _Atomic int wstatus;
+    _Atomic int pid;
+    _Atomic int cur_op;
+    _Atomic int last_op;
+    _Atomic long step;
+    char pad[64 - 5 * sizeof(int) - sizeof(long)];
+} shm_rank_info;
+
+struct pt_shm_job {
+    uint32_t magic;
+    int nranks;
+    uint64_t total;
+    double timeout_s;
+    uint64_t world_off;
+    _Atomic uint64_t next_off; /* bump pointer for sub-communicator regions */
+    _Atomic int aborted;
+    _Atomic int dead_rank;
+    char pad1[64];
+    _Atomic uint32_t futex; /* bumped and woken when a sleeper may care */
+    _Atomic int sleepers;
+    char pad2[64];
+    shm_rank_info ranks[PT_SHM_MAX_RANKS];
+};
+
+typedef struct {
+    int n;
+    _Atomic int refs;
+    uint64_t stage_bytes, ring_bytes;
+    int world_rank[PT_SHM_MAX_RANKS];
+} shm_region;
+
+typedef struct {
+    _Atomic uint64_t flag;
+    char pad[56];
+    int split_color, split_key;
+    uint64_t split_off;
+    char pad2[48];
+} shm_ctl;
+
+typedef struct {
+    _Atomic uint64_t head;
+    char pad[56];
+    _Atomic uint64_t tail;
+    char pad2[56];
+} shm_ring;
+
+/* This process's mapping of the arena, shared by its communicators. */
+typedef struct {
+    pt_shm_job *job;
+    size_t total;
+    _Atomic int refs;
+} shm_map;
+
+typedef struct {
+    shm_map *map;
+    pt_shm_job *job;
+    shm_region *reg;
+    uint64_t reg_off;
+    shm_ctl *ctl;
+    char *stage;
+    char *rings;
+    int rank, n, wrank;
+    double timeout_s;
+    uint64_t spin_ns;
+    uint64_t epoch; /* syncs done */
+    uint64_t round; /* rounds done: selects the staging half */
+    uint64_t want;  /* epoch being waited for */
+    int scan;       /* first member not yet seen at `want` */
+    int is_world;
+} shm_ctx;
+
+static size_t round_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
+
+/* ---- region layout ---------------------------------------------------------- */
+
+static size_t ctl_off(void) {
+    return round_up(sizeof(shm_region), 64);
+}
+static size_t stage_off(int n) {
+    return round_up(ctl_off() + (size_t)n * sizeof(shm_ctl), 4096);
+}
+static size_t ring_stride(void) {
+    return sizeof(shm_ring) + PT_SHM_RING;
+}
+static size_t ring_off(int n) {
+    return stage_off(n) + (size_t)n * 2 * PT_SHM_STAGE;
+}
+static size_t region_size(int n) {
+    return round_up(ring_off(n) + (size_t)n * n * ring_stride(), 4096);
+}
+
+static char *stage_of(const shm_ctx *x, int member, int half) {
+    return x->stage + ((size_t)member * 2 + (size_t)half) * x->reg->stage_bytes;
+}
+static shm_ring *ring_of(const shm_ctx *x, int src, int dst) {
+    return (shm_ring *)(x->rings + ((size_t)src * x->n + (size_t)dst) * ring_stride());
+}
+
+/* ---- jobs: anonymous (launcher) or named (attach) -------------------------- */
+
+static size_t job_total(int nranks) {
+    size_t world = region_size(nranks);
+    /* Room for sub-communicators: address space only, pages are touched
+     * when used and returned when the sub-communicator is freed. */
+    size_t pool = 16 * world;
+    if (pool < ((size_t)512 << 20)) pool = (size_t)512 << 20;
+    return round_up(sizeof(pt_shm_job), 4096) + world + pool;
+}
+
+static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s) {
+    job->magic = SHM_MAGIC;
+    job->nranks = nranks;
+    job->total = total;
+    job->timeout_s = timeout_s;
+    job->world_off = round_up(sizeof(pt_shm_job), 4096);
+    atomic_store(&job->next_off, job->world_off + region_size(nranks));
+    for (int r = 0; r < PT_SHM_MAX_RANKS; r++) {
+        atomic_store(&job->ranks[r].cur_op, -1);
+        atomic_store(&job->ranks[r].last_op, -1);
+        atomic_store(&job->ranks[r].step, -1);
+    }
+    shm_region *w = (shm_region *)((char *)job + job->world_off);
+    w->n = nranks;
+    w->stage_bytes = PT_SHM_STAGE;
+    w->ring_bytes = PT_SHM_RING;
+    atomic_store(&w->refs, nranks);
+    for (int r = 0; r < nranks; r++) w->world_rank[r] = r;
+}
+
+static pt_status check_nranks(int nranks) {
+    if (nranks < 1 || nranks > PT_SHM_MAX_RANKS)
+        return pt_error_set(PT_ERR_INVALID, "shm: %d ranks is outside 1..%d", nranks,
+                            PT_SHM_MAX_RANKS);
+    return PT_OK;
+}
+
+pt_status pt_shm_job_map_anon(int nranks, double timeout_s, pt_shm_job **out) {
+    *out = NULL;
+    PT_CHECK(check_nranks(nranks));
+    size_t total = job_total(nranks);
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return pt_error_set(PT_ERR_NOMEM, "shm: cannot map a %zu-byte arena: %s", total,
+                            strerror(errno));
+    job_init(p, nranks, total, timeout_s);
+    *out = p;
+    return PT_OK;
+}
+
+void pt_shm_job_unmap(pt_shm_job *job) {
+    if (job) munmap(job, job->total);
+}
+
+pt_status pt_shm_job_create(int nranks, double timeout_s, char *name, size_t name_len) {
+    PT_CHECK(check_nranks(nranks));
+    if (!name || name_len < PT_SHM_NAME_MAX)
+        return pt_error_set(PT_ERR_INVALID, "shm: name buffer must hold %d bytes", PT_SHM_NAME_MAX);
+    size_t total = job_total(nranks);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        unsigned long rnd = (unsigned long)pt_time_ns() ^ ((unsigned long)getpid() << 20) ^
+                            ((unsigned long)attempt * 0x9e3779b97f4a7c15ul);
+        snprintf(name, name_len, "/partrain-%d-%lx", (int)getpid(), rnd);
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && errno == EEXIST) continue;
+        if (fd < 0) return pt_error_set(PT_ERR_IO, "shm: shm_open %s: %s", name, strerror(errno));
+        if (ftruncate(fd, (off_t)total) != 0) {
+            int e = errno;
+            close(fd);
+            shm_unlink(name);
+            return pt_error_set(PT_ERR_NOMEM, "shm: ftruncate %s to %zu bytes: %s", name, total,
+                                strerror(e));
+        }
+        void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        int e = errno;
+        close(fd);
+        if (p == MAP_FAILED) {
+            shm_unlink(name);
+            return pt_error_set(PT_ERR_NOMEM, "shm: mmap %s: %s", name, strerror(e));
+        }
+        job_init(p, nranks, total, timeout_s);
+        munmap(p, total);
+        return PT_OK;
+    }
+    return pt_error_set(PT_ERR_IO, "shm: no free segment name after 16 tries");
+}
+
+pt_status pt_shm_job_unlink(const char *name) {
+    if (!name) return pt_error_set(PT_ERR_INVALID, "shm: name is NULL");
+    if (shm_unlink(name) != 0 && errno != ENOENT)
+        return pt_error_set(PT_ERR_IO, "shm: shm_unlink %s: %s", name, strerror(errno));
+    return PT_OK;
+}
+
+/* ---- waking and waiting ------------------------------------------------------------ */
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+    /* Not FUTEX_PRIVATE: the word is shared between processes. */
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static void wake_all(pt_shm_job *job) {
+    atomic_fetch_add(&job->futex, 1);
+    futex(&job->futex, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* After publishing a flag or a ring pointer: wake sleepers, if any. The
+ * fence pairs with the one in wait_until (a sleeper either sees the new
+ * value or is seen here). */
+static void wake(shm_ctx *x) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&x->job->sleepers, memory_order_relaxed) > 0) wake_all(x->job);
+}
+
+static const char *op_name(int op) {
+    return op == OP_SPLIT ? "split" : pt_comm_op_name((pt_comm_op)op);
+}
+
+static void describe_status(int ws, char *out, size_t len) {
+    if (WIFSIGNALED(ws)) {
+        const char *abbr = sigabbrev_np(WTERMSIG(ws));
+        snprintf(out, len, "killed by signal %d (SIG%s)", WTERMSIG(ws), abbr ? abbr : "?");
+    } else if (WIFEXITED(ws)) {
+        snprintf(out, len, "exited with code %d", WEXITSTATUS(ws));
+    } else {
+        snprintf(out, len, "stopped (status 0x%x)", ws);
+    }
+}
+
+/* "rank 2" or "rank 1 (world rank 5)". */
+static void name_member(const shm_ctx *x, int m, char *out, size_t len) {
+    int w = x->reg->world_rank[m];
+    if (x->is_world || w == m)
+        snprintf(out, len, "rank %d", m);
+    else
+        snprintf(out, len, "rank %d (world rank %d)", m, w);
+}
+
+/* Error for a job the launcher stopped, or PT_OK. */
+static pt_status check_abort(shm_ctx *x, int op) {
+    int a = atomic_load_explicit(&x->job->aborted, memory_order_acquire);
+    if (a == ABORT_NONE) return PT_OK;
+    if (a == ABORT_INTERRUPTED)
+        return pt_error_set(PT_ERR_INTERRUPTED, "%s: job interrupted", op_name(op));
+    int d = atomic_load(&x->job->dead_rank);
+    char why[96];
+    describe_status(atomic_load(&x->job->ranks[d].wstatus), why, sizeof why);
+    return pt_error_set(PT_ERR_COMM, "%s: world rank %d %s; job stopped", op_name(op), d, why);
+}
+
+/* Error when member m is gone (exited, or its pid vanished), else PT_OK. */
+static pt_status check_peer(shm_ctx *x, int m, int op) {
+    int w = x->reg->world_rank[m];
+    shm_rank_info *ri = &x->job->ranks[w];
+    int state = atomic_load_explicit(&ri->state, memory_order_acquire);
+    char who[64], why[96];
+    name_member(x, m, who, sizeof who);
+    if (state == RANK_EXITED || state == RANK_FAILED) {
+        describe_status(atomic_load(&ri->wstatus), why, sizeof why);
+        return pt_error_set(PT_ERR_COMM, "%s: %s %s before taking part", op_name(op), who, why);
+    }
+    int pid = atomic_load(&ri->pid);
+    if (state == RANK_RUNNING && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        return pt_error_set(PT_ERR_COMM, "%s: %s (pid %d) is gone", op_name(op), who, pid);
+    return PT_OK;
+}
+
+typedef int (*pending_fn)(shm_ctx *x, const void *arg);
+
+/* Wait until pending() returns -1; it otherwise returns the member being
+ * waited for, whom errors name. */
+static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int op) {
+    int who = pending(x, arg);
+    if (who < 0) return PT_OK;
+    uint64_t t0 = pt_time_ns(), now = t0;
+    uint64_t timeout_ns = (uint64_t)(x->timeout_s * 1e9);
+    uint64_t next_peer_check = t0 + 50000000ull;
+    for (unsigned i = 1;; i++) {
+        who = pending(x, arg);
+        if (who < 0) return PT_OK;
+        if ((i & 63) == 0 || now - t0 >= x->spin_ns) {
+            PT_CHECK(check_abort(x, op));
+            now = pt_time_ns();
+        }
+        if (now - t0 < x->spin_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        if (now >= next_peer_check) {
+            next_peer_check = now + 50000000ull;
+            if (check_peer(x, who, op) != PT_OK) {
+                /* It may have finished its part and then exited. */
+                if (pending(x, arg) < 0) return PT_OK;
+                return check_peer(x, who, op);
+            }
+        }
+        if (now - t0 > timeout_ns) {
+            char w[64];
+            name_member(x, who, w, sizeof w);
+            return pt_error_set(PT_ERR_TIMEOUT, "%s: %s did not take part within %.3g s",
+                                op_name(op), w, x->timeout_s);
+        }
+        if (now - t0 < x->spin_ns + 1000000ull) {
+            sched_yield();
+            continue;
+        }
+        /* Sleep until someone posts (or 10 ms, to re-check peers). */
+        atomic_fetch_add(&x->job->sleepers, 1);
+        uint32_t gen = atomic_load(&x->job->futex);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (pending(x, arg) >= 0 && atomic_load(&x->job->aborted) == ABORT_NONE) {
+            struct timespec ts = {0, 10000000};
+            futex(&x->job->futex, FUTEX_WAIT, gen, &ts);
+        }
+        atomic_fetch_sub(&x->job->sleepers, 1);
+    }
+}
+
+/* ---- sync -------------------------------------------------------------------------- */
+
+static int pending_flags(shm_ctx *x, const void *arg) {
+    (void)arg;
+    for (; x->scan < x->n; x->scan++)
+        if (atomic_load_explicit(&x->ctl[x->scan].flag, memory_order_acquire) < x->want)
+            return x->scan;
+    return -1;
+}
+
+static pt_status sync_all(shm_ctx *x, int op) {
+    uint64_t e = ++x->epoch;
+    atomic_store_explicit(&x->ctl[x->rank].flag, e, memory_order_release);
+    wake(x);
+    x->want = e;
+    x->scan = 0;
+    return wait_until(x, pending_flags, NULL, op);
+}
+
+static void op_begin(shm_ctx *x, int op) {
+    atomic_store_explicit(&x->job->ranks[x->wrank].cur_op, op, memory_order_relaxed);
+}
+
+static pt_status op_end(shm_ctx *x, int op, pt_status st) {
+    atomic_store_explicit(&x->job->ranks[x->wrank].last_op, op, memory_order_relaxed);
+    atomic_store_explicit(&x->job->ranks[x->wrank].cur_op, -1, memory_order_relaxed);
+    return st;
+}
+
+/* ---- reductions -------------------------------------------------------------------- */
+
+/* dst[0:k] = sum over j of src[j][0:k] in order j = 0..n-1 (divided by n for
+ * AVG). Blocks keep the partial sum in L1; the loops vectorize. */
+static void reduce_into(float *restrict dst, const float *const *src, int n, size_t k, int avg) {
+    enum { BLK = 2048 };
+    float tmp[BLK] __attribute__((aligned(64)));
+    float fn = (float)n;
+    for (size_t o = 0; o < k; o += BLK) {
+        size_t m = k - o < BLK ? k - o : BLK;
+        const float *restrict a = src[0] + o, *restrict b = src[1] + o;
+        if (n == 2 && !avg) {
+            float *restrict d = dst + o;
+            for (size_t i = 0; i < m; i++) d[i] = a[i] + b[i];
+            continue;
+        }
+        for (size_t i = 0; i < m; i++) tmp[i] = a[i] + b[i];
+        for (int j = 2; j < n; j++) {
+            const float *restrict c = src[j] + o;
+            for (size_t i = 0; i < m; i++) tmp[i] += c[i];
+        }
+        float *restrict d = dst + o;
+        if (avg) {
+            for (size_t i = 0; i < m; i++) d[i] = tmp[i] / fn;
+        } else {
+            memcpy(d, tmp, m * sizeof(float));
+        }
+    }
+}
+
+/* Floats per shard slice in one round of n slices (multiple of 16). */
+static size_t slice_floats(const shm_ctx *x) {
+    size_t c = x->reg->stage_bytes / sizeof(float) / (size_t)x->n;
+    return c & ~(size_t)15;
+}
+
+/* ---- collectives ----------------------------------------------------------------------- */
+
+static pt_status allreduce_small(shm_ctx *x, float *buf, size_t count, int avg) {
+    int h = (int)(x->round++ & 1);
+    memcpy(stage_of(x, x->rank, h), buf, count * sizeof(float));
+    PT_CHECK(sync_all(x, PT_OP_ALLREDUCE));
+    const float *src[PT_SHM_MAX_RANKS];
+    for (int j = 0; j < x->n; j++) src[j] = (const float *)stage_of(x, j, h);
+    reduce_into(buf, src, x->n, count, avg);
+    return PT_OK;
+}
+
+/* Rounds of n slices, one per shard; `gather` = 0 stops after the reduction
+ * (reduce-scatter), 1 shares the reduced slices (all-reduce). */
+static pt_status reduce_rounds(shm_ctx *x, float *buf, size_t count, int avg, int gather, int op) {
+    int n = x->n, me = x->rank;
+    size_t c = slice_floats(x);
+    size_t off[PT_SHM_MAX_RANKS], len[PT_SHM_MAX_RANKS];
+    for (int j = 0; j < n; j++) pt_comm_shard(count, n, j, &off[j], &len[j]);
+    const float *src[PT_SHM_MAX_RANKS];
+    for (size_t k = 0; k < len[0]; k += c) { /* shard 0 is the longest */
+        int h = (int)(x->round++ & 1);
+        float *mine = (float *)stage_of(x, me, h);
+        for (int j = 0; j < n; j++)
+            if (k < len[j])
+                memcpy(mine + (size_t)j * c, buf + off[j] + k,
+                       (len[j] - k < c ? len[j] - k : c) * sizeof(float));
+        PT_CHECK(sync_all(x, op));
+        if (k < len[me]) {
+            size_t m = len[me] - k < c ? len[me] - k : c;
+            for (int j = 0; j < n; j++) src[j] = (const float *)stage_of(x, j, h) + (size_t)me * c;
+            reduce_into(buf + off[me] + k, src, n, m, avg);
+            if (gather) memcpy(mine + (size_t)me * c, buf + off[me] + k, m * sizeof(float));
+        }
+        if (!gather) continue;
+        PT_CHECK(sync_all(x, op));
+        for (int j = 0; j < n; j++) {
+            if (j == me || k >= len[j]) continue;
+            size_t m = len[j] - k < c ? len[j] - k : c;
+            memcpy(buf + off[j] + k, (const float *)stage_of(x, j, h) + (size_t)j * c,
+                   m * sizeof(float));
+        }
+    }
+    return PT_OK;
+}
+
+static pt_status shm_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
+    shm_ctx *x = ctx;
+    if (x->n == 1 || count == 0) return PT_OK;
+    op_begin(x, PT_OP_ALLREDUCE);
+    int avg = op == PT_REDUCE_AVG;
+    pt_status st = count * sizeof(float) <= PT_SHM_SMALL
+                       ? allreduce_small(x, buf, count, avg)
+                       : reduce_rounds(x, buf, count, avg, 1, PT_OP_ALLREDUCE);
+    return op_end(x, PT_OP_ALLREDUCE, st);
+}
+
+static pt_status shm_reduce_scatter(void *ctx, float *buf, size_t count, pt_reduce_op op) {
+    shm_ctx *x = ctx;
+    if (x->n == 1 || count == 0) return PT_OK;
+    op_begin(x, PT_OP_REDUCE_SCATTER);
+    pt_status st = reduce_rounds(x, buf, count, op == PT_REDUCE_AVG, 0, PT_OP_REDUCE_SCATTER);
+    return op_end(x, PT_OP_REDUCE_SCATTER, st);
+}
+
+static pt_status allgather_rounds(shm_ctx *x, float *buf, size_t count) {
+    int n = x->n, me = x->rank;
+    size_t c = x->reg->stage_bytes / sizeof(float);
+    size_t off[PT_SHM_MAX_RANKS], len[PT_SHM_MAX_RANKS];
+    for (int j = 0; j < n; j++) pt_comm_shard(count, n, j, &off[j], &len[j]);
+    for (size_t k = 0; k < len[0]; k += c) {
+        int h = (int)(x->round++ & 1);
+        if (k < len[me])
+            memcpy(stage_of(x, me, h), buf + off[me] + k,
+                   (len[me] - k < c ? len[me] - k : c) * sizeof(float));
+        PT_CHECK(sync_all(x, PT_OP_ALLGATHER));
+        for (int j = 0; j < n; j++) {
+            if (j == me || k >= len[j]) continue;
+            memcpy(buf + off[j] + k, stage_of(x, j, h),
+                   (len[j] - k < c ? len[j] - k : c) * sizeof(float));
+        }
+    }
+    return PT_OK;
+}
+
+static pt_status shm_allgather(void *ctx, float *buf, size_t count) {
+    shm_ctx *x = ctx;
+    if (x->n == 1 || count == 0) return PT_OK;
+    op_begin(x, PT_OP_ALLGATHER);
+    return op_end(x, PT_OP_ALLGATHER, allgather_rounds(x, buf, count));
+}
+
+static pt_status broadcast_rounds(shm_ctx *x, char *buf, size_t bytes, int root) {
+    size_t c = x->reg->stage_bytes;
+    for (size_t k = 0; k < bytes; k += c) {
+        int h = (int)(x->round++ & 1);
+        size_t m = bytes - k < c ? bytes - k : c;
+        if (x->rank == root) memcpy(stage_of(x, root, h), buf + k, m);
+        PT_CHECK(sync_all(x, PT_OP_BROADCAST));
+        if (x->rank != root) memcpy(buf + k, stage_of(x, root, h), m);
+    }
+    return PT_OK;
+}
+
+static pt_status shm_broadcast(void *ctx, void *buf, size_t bytes, int root) {
+    shm_ctx *x = ctx;
+    if (x->n == 1 || bytes == 0) return PT_OK;
+    op_begin(x, PT_OP_BROADCAST);
+    return op_end(x, PT_OP_BROADCAST, broadcast_rounds(x, buf, bytes, root));
+}
+
+static pt_status shm_barrier(void *ctx) {
+    shm_ctx *x = ctx;
+    if (x->n == 1) return PT_OK;
+    op_begin(x, PT_OP_BARRIER);
+    return op_end(x, PT_OP_BARRIER, sync_all(x, PT_OP_BARRIER));
+}
+
+/* ---- send/recv: one byte ring per ordered pair -------------------------------------------
+ * A message is a 16-byte header (tag, bytes) then the payload, streamed
+ * through the ring as space frees up. Messages from one peer are received in
+ * the order sent; a recv whose tag or size differs from the next message's is
+ * an error (no out-of-order matching). */
+
+typedef struct {
+    shm_ring *r;
+    int peer;
+    uint64_t need; /* bytes of space (send) or data (recv) wanted */
+} ring_wait;
+
+static int pending_space(shm_ctx *x, const void *arg) {
+    const ring_wait *w = arg;
+    uint64_t used = atomic_load_explicit(&w->r->head, memory_order_relaxed) -
+                    atomic_load_explicit(&w->r->tail, memory_order_acquire);
+    (void)x;
+    return PT_SHM_RING - used >= w->need ? -1 : w->peer;
+}
+
+static int pending_data(shm_ctx *x, const void *arg) {
+    const ring_wait *w = arg;
+    uint64_t avail = atomic_load_explicit(&w->r->head, memory_order_acquire) -
+                     atomic_load_explicit(&w->r->tail, memory_order_relaxed);
+    (void)x;
+    return avail >= w->need ? -1 : w->peer;
+}
+
+static char *ring_data(shm_ring *r) {
+    return (char *)(r + 1);
+}
+
+static pt_status ring_write(shm_ctx *x, shm_ring *r, int peer, const char *p, size_t bytes,
+                            int op) {
+    while (bytes > 0) {
+        ring_wait w = {r, peer, 1};
+        PT_CHECK(wait_until(x, pending_space, &w, op));
+        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+        uint64_t space =
+            PT_SHM_RING - (head - atomic_load_explicit(&r->tail, memory_order_acquire));
+        size_t k = bytes < space ? bytes : space;
+        size_t pos = head % PT_SHM_RING, first = PT_SHM_RING - pos < k ? PT_SHM_RING - pos : k;
+        memcpy(ring_data(r) + pos, p, first);
+        memcpy(ring_data(r), p + first, k - first);
+        atomic_store_explicit(&r->head, head + k, memory_order_release);
+        wake(x);
+        p += k;
+        bytes -= k;
+    }
+    return PT_OK;
+}
+
+static pt_status ring_read(shm_ctx *x, shm_ring *r, int peer, char *p, size_t bytes, int op) {
+    while (bytes > 0) {
+        ring_wait w = {r, peer, 1};
+        PT_CHECK(wait_until(x, pending_data, &w, op));
+        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        uint64_t avail = atomic_load_explicit(&r->head, memory_order_acquire) - tail;
+        size_t k = bytes < avail ? bytes : avail;
+        size_t pos = tail % PT_SHM_RING, first = PT_SHM_RING - pos < k ? PT_SHM_RING - pos : k;
+        memcpy(p, ring_data(r) + pos, first);
+        memcpy(p + first, ring_data(r), k - first);
+        atomic_store_explicit(&r->tail, tail + k, memory_order_release);
+        wake(x);
+        p += k;
+        bytes -= k;
+    }
+    return PT_OK;
+}
+
+typedef struct {
+    int64_t tag;
+    uint64_t bytes;
+} msg_header;
+
+static pt_status shm_send(void *ctx, const void *buf, size_t bytes, int peer, int tag) {
+    shm_ctx *x = ctx;
+    op_begin(x, PT_OP_SEND);
+    msg_header hd = {tag, bytes};
+    shm_ring *r = ring_of(x, x->rank, peer);
+    pt_status st = ring_write(x, r, peer, (const char *)&hd, sizeof hd, PT_OP_SEND);
+    if (st == PT_OK) st = ring_write(x, r, peer, buf, bytes, PT_OP_SEND);
+    return op_end(x, PT_OP_SEND, st);
+}
+
+static pt_status shm_recv(void *ctx, void *buf, size_t bytes, int peer, int tag) {
+    shm_ctx *x = ctx;
+    op_begin(x, PT_OP_RECV);
+    msg_header hd;
+    shm_ring *r = ring_of(x, peer, x->rank);
+    pt_status st = ring_read(x, r, peer, (char *)&hd, sizeof hd, PT_OP_RECV);
+    if (st == PT_OK && (hd.tag != tag || hd.bytes != bytes)) {
+        char who[64];
+        name_member(x, peer, who, sizeof who);
+        st = pt_error_set(PT_ERR_COMM,
+                          "recv: next message from %s has tag %lld and %llu bytes; expected tag "
+                          "%d and %zu bytes (shm receives in send order)",
+                          who, (long long)hd.tag, (unsigned long long)hd.bytes, tag, bytes);
+    }
+    if (st == PT_OK) st = ring_read(x, r, peer, buf, bytes, PT_OP_RECV);
+    return op_end(x, PT_OP_RECV, st);
+}
+
+/* ---- contexts, split, free -------------------------------------------------------------- */
+
+static const pt_comm_backend shm_backend;
+
+static uint64_t spin_ns_for(int nranks) {
+    /* Spinning only pays when every rank has a core of its own. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus >= nranks ? 50000 : 2000;
+}
+
+static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, int is_world,
+                         shm_ctx **out) {
+    shm_ctx *x = calloc(1, sizeof *x);
+    if (!x) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a context");
+    x->map = map;
+    x->job = map->job;
+    x->reg_off = reg_off;
+    x->reg = (shm_region *)((char *)map->job + reg_off);
+    x->ctl = (shm_ctl *)((char *)x->reg + ctl_off());
+    x->n = x->reg->n;
+    x->stage = (char *)x->reg + stage_off(x->n);
+    x->rings = (char *)x->reg + ring_off(x->n);
+    x->rank = rank;
+    x->wrank = x->reg->world_rank[rank];
+    x->timeout_s = map->job->timeout_s > 0 ? map->job->timeout_s : timeout_s;
+    x->spin_ns = spin_ns_for(map->job->nranks);
+    x->is_world = is_world;
+    /* A sub-communicator's flags start at 0 (fresh region); the world's too. */
+    atomic_fetch_add(&map->refs, 1);
+    *out = x;
+    return PT_OK;
+}
+
+static void map_release(shm_map *map) {
+    if (atomic_fetch_sub(&map->refs, 1) == 1) {
+        munmap(map->job, map->total);
+        free(map);
+    }
+}
+
+static void shm_free(void *ctx) {
+    shm_ctx *x = ctx;
+    if (!x) return;
+    if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1)
+        madvise(x->reg, region_size(x->n), MADV_REMOVE); /* give the pages back */
+    map_release(x->map);
+    free(x);
+}
+
+static void shm_note_step(void *ctx, long step) {
+    shm_ctx *x = ctx;
+    atomic_store_explicit(&x->job->ranks[x->wrank].step, step, memory_order_relaxed);
+}
+
+static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *rank, int *size) {
+    shm_ctx *x = ctx;
+    *out_ctx = NULL;
+    op_begin(x, OP_SPLIT);
+    x->ctl[x->rank].split_color = color;
+    x->ctl[x->rank].split_key = key;
+    pt_status st = sync_all(x, OP_SPLIT);
+    if (st != PT_OK) return op_end(x, OP_SPLIT, st);
+
+    /* Members: same color, ordered by (key, parent rank). */
+    int members[PT_SHM_MAX_RANKS], m = 0;
+    for (int j = 0; j < x->n; j++) {
+        if (x->ctl[j].split_color != color) continue;
+        int pos = m++;
+        while (pos > 0) {
+            int p = members[pos - 1];
+            if (x->ctl[p].split_key <= x->ctl[j].split_key) break;
+            members[pos] = p;
+            pos--;
+        }
+        members[pos] = j;
+    }
+    int leader = members[0], me = -1;
+    for (int i = 0; i < m; i++)
+        if (members[i] == x->rank) me = i;
+    PT_ASSERT(me >= 0);
+    if (leader == x->rank) {
+        uint64_t need = region_size(m);
+        uint64_t off = atomic_fetch_add(&x->job->next_off, need);
+        if (off + need > x->job->total) {
+            x->ctl[x->rank].split_off = 0;
+        } else {
+            shm_region *r = (shm_region *)((char *)x->job + off);
+            r->n = m;
+            r->stage_bytes = PT_SHM_STAGE;
+            r->ring_bytes = PT_SHM_RING;
+            atomic_store(&r->refs, m);
+            for (int i = 0; i < m; i++) r->world_rank[i] = x->reg->world_rank[members[i]];
+            x->ctl[x->rank].split_off = off;
+        }
+    }
+    st = sync_all(x, OP_SPLIT);
+    if (st != PT_OK) return op_end(x, OP_SPLIT, st);
+    uint64_t off = x->ctl[leader].split_off;
+    if (off == 0)
+        return op_end(x, OP_SPLIT,
+                      pt_error_set(PT_ERR_NOMEM,
+                                   "split: the shm arena has no room for another "
+                                   "sub-communicator (%llu bytes reserved)",
+                                   (unsigned long long)x->job->total));
+    shm_ctx *y;
+    st = ctx_new(x->map, off, me, x->timeout_s, 0, &y);
+    if (st != PT_OK) return op_end(x, OP_SPLIT, st);
+    *out_ctx = y;
+    *rank = me;
+    *size = m;
+    return op_end(x, OP_SPLIT, PT_OK);
+}
+
+static const pt_comm_backend shm_backend = {
+    .name = "shm",
+    .send = shm_send,
+    .recv = shm_recv,
+    .allreduce = shm_allreduce,
+    .reduce_scatter = shm_reduce_scatter,
+    .allgather = shm_allgather,
+    .broadcast = shm_broadcast,
+    .barrier = shm_barrier,
+    .split = shm_split,
+    .free = shm_free,
+    .note_step = shm_note_step,
+};
+
+/* ---- world constructors ----------------------------------------------------------------- */
+
+static struct {
+    pt_shm_job *job;
+    int rank;
+} adopted = {NULL, -1};
+
+/* Out of line: GCC 12 misjudges the size of a freshly mmapped job inline. */
+static __attribute__((noinline)) void mark_running(pt_shm_job *job, int rank, int pid) {
+    atomic_store(&job->ranks[rank].pid, pid);
+    atomic_store(&job->ranks[rank].state, RANK_RUNNING);
+}
+
+void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid) {
+    adopted.job = job;
+    adopted.rank = rank;
+    mark_running(job, rank, pid);
+}
+
+static pt_status world_from(pt_shm_job *job, size_t total, int rank, double timeout_s,
+                            const pt_comm_backend **be, void **ctx, int *out_rank, int *size) {
+    shm_map *map = calloc(1, sizeof *map);
+    if (!map) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a mapping");
+    map->job = job;
+    map->total = total;
+    atomic_store(&map->refs, 1); /* held until the world context is made */
+    shm_ctx *x;
+    pt_status st = ctx_new(map, job->world_off, rank, timeout_s, 1, &x);
+    map_release(map); /* the context holds it now (or, on failure, nobody) */
+    if (st != PT_OK) return st;
+    *be = &shm_backend;
+    *ctx = x;
+    *out_rank = rank;
+    *size = job->nranks;
+    return PT_OK;
+}
+
+pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                            int *rank, int *size) {
+    if (!adopted.job)
+        return pt_error_set(PT_ERR_UNSUPPORTED, "shm: this process was not started by pt_launch");
+    pt_shm_job *job = adopted.job;
+    adopted.job = NULL; /* one world per launched rank */
+    return world_from(job, job->total, adopted.rank, opt->timeout_s, be, ctx, rank, size);
+}
+
+pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                           int *rank, int *size) {
+    pt_shm_job *job;
+    PT_CHECK(pt_shm_job_map_anon(1, 0, &job));
+    pt_shm_job_adopt(job, 0, (int)getpid());
+    adopted.job = NULL;
+    return world_from(job, job->total, 0, opt->timeout_s, be, ctx, rank, size);
+}
+
+pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm_options *opt,
+                             pt_comm **out) {
+    if (!out) return pt_error_set(PT_ERR_INVALID, "shm attach: out is NULL");
+    *out = NULL;
+    if (!name) return pt_error_set(PT_ERR_INVALID, "shm attach: name is NULL");
+    PT_CHECK(check_nranks(size));
+    if (rank < 0 || rank >= size)
+        return pt_error_set(PT_ERR_INVALID, "shm attach: rank %d is outside 0..%d", rank, size - 1);
+    int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0)
+        return pt_error_set(PT_ERR_IO, "shm attach: shm_open %s: %s", name, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(pt_shm_job)) {
+        close(fd);
+        return pt_error_set(PT_ERR_FORMAT, "shm attach: %s is too small", name);
+    }
+    size_t total = (size_t)sb.st_size;
+    void *p = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED)
+        return pt_error_set(PT_ERR_NOMEM, "shm attach: mmap %s: %s", name, strerror(e));
+    pt_shm_job *job = p;
+    if (job->magic != SHM_MAGIC || job->total != total || job->nranks != size) {
+        int n = job->nranks;
+        munmap(p, total);
+        return pt_error_set(PT_ERR_FORMAT, "shm attach: %s is not a partrain job of %d ranks (%d)",
+                            name, size, n);
+    }
+    mark_running(job, rank, (int)getpid());
+    pt_comm_options o = {opt ? opt->backend : NULL,
+                         opt && opt->timeout_s > 0 ? opt->timeout_s : 10};
+    const char *env = getenv("PT_COMM_TIMEOUT");
+    if (env && atof(env) > 0) o.timeout_s = atof(env);
+    const pt_comm_backend *be;
+    void *ctx;
+    int r, s;
+    PT_CHECK(world_from(job, total, rank, o.timeout_s, &be, &ctx, &r, &s)); /* unmaps on failure */
+    return pt_comm_wrap(be, ctx, r, s, out);
+}
+
+/* ---- launcher side --------------------------------------------------------------------- */
+
+void pt_shm_job_mark_exit(pt_shm_job *job, int rank, int wait_status, int abort_job) {
+    int ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+    atomic_store(&job->ranks[rank].wstatus, wait_status);
+    atomic_store(&job->ranks[rank].state, ok ? RANK_EXITED : RANK_FAILED);
+    if (abort_job) {
+        atomic_store(&job->dead_rank, rank);
+        int expected = ABORT_NONE;
+        atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_DIED);
+    }
+    wake_all(job);
+}
+
+void pt_shm_job_interrupt(pt_shm_job *job) {
+    int expected = ABORT_NONE;
+    atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_INTERRUPTED);
+    wake_all(job);
+}
+
+void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step) {
+    pt_shm_job *j = (pt_shm_job *)job;
+    *cur_op = atomic_load(&j->ranks[rank].cur_op);
+    *last_op = atomic_load(&j->ranks[rank].last_op);
+    *step = atomic_load(&j->ranks[rank].step);
+}

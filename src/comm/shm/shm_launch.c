@@ -1,0 +1,181 @@
+/* The shm launcher: pt_launch forks the ranks of a job on this machine and
+ * supervises them.
+ *
+ * The arena is an anonymous MAP_SHARED mapping made before fork: no name in
+ * /dev/shm, no other process can open it, and the kernel frees it when the
+ * last rank and the launcher have exited, however they exit.
+ *
+ * Supervision: SIGCHLD, SIGINT and SIGTERM are blocked in the launcher and
+ * taken with sigtimedwait, so none is lost between checks. When a rank is
+ * killed or exits non-zero the launcher marks the job aborted in the arena
+ * (every waiting rank returns PT_ERR_COMM at once, naming the dead rank),
+ * gives the ranks PT_LAUNCH_GRACE_S to return their errors and exit, then
+ * SIGTERM, then SIGKILL after another grace, and prints one summary line.
+ * SIGINT/SIGTERM to the launcher: same, with PT_ERR_INTERRUPTED in the
+ * ranks and SIGTERM at once. Ranks ask for SIGKILL when the launcher dies
+ * (PR_SET_PDEATHSIG), so there are never orphans.
+ *
+ * Not here: the algorithms (shm.c). */
+#include "shm.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PT_LAUNCH_GRACE_S 1.0
+
+static void signal_all(const pid_t *pids, int n, int sig) {
+    for (int r = 0; r < n; r++)
+        if (pids[r] > 0) kill(pids[r], sig);
+}
+
+static void describe(int ws, char *out, size_t len) {
+    if (WIFSIGNALED(ws)) {
+        const char *abbr = sigabbrev_np(WTERMSIG(ws));
+        snprintf(out, len, "killed by signal %d (SIG%s)", WTERMSIG(ws), abbr ? abbr : "?");
+    } else {
+        snprintf(out, len, "exited with code %d", WEXITSTATUS(ws));
+    }
+}
+
+static int exit_code_of(int ws) {
+    if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+/* " during allreduce at step 14" / " after barrier" / "". */
+static void where(const pt_shm_job *job, int r, char *out, size_t len) {
+    int cur, last;
+    long step;
+    pt_shm_job_rank_info(job, r, &cur, &last, &step);
+    size_t k = 0;
+    out[0] = '\0';
+    if (cur >= 0 && cur <= PT_OP_COUNT)
+        k = (size_t)snprintf(out, len, " during %s",
+                             cur == PT_OP_COUNT ? "split" : pt_comm_op_name((pt_comm_op)cur));
+    else if (last >= 0 && last <= PT_OP_COUNT)
+        k = (size_t)snprintf(out, len, " after %s",
+                             last == PT_OP_COUNT ? "split" : pt_comm_op_name((pt_comm_op)last));
+    if (step >= 0 && k < len) snprintf(out + k, len - k, " at step %ld", step);
+}
+
+static double timeout_of(const pt_comm_options *opt) {
+    const char *env = getenv("PT_COMM_TIMEOUT");
+    if (env && atof(env) > 0) return atof(env);
+    return opt && opt->timeout_s > 0 ? opt->timeout_s : 0;
+}
+
+pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                    int *exit_code) {
+    if (!exit_code) return pt_error_set(PT_ERR_INVALID, "pt_launch: exit_code is NULL");
+    *exit_code = 1;
+    if (!fn) return pt_error_set(PT_ERR_INVALID, "pt_launch: fn is NULL");
+    if (nproc < 1 || nproc > PT_SHM_MAX_RANKS)
+        return pt_error_set(PT_ERR_INVALID, "pt_launch: nproc %d is outside 1..%d", nproc,
+                            PT_SHM_MAX_RANKS);
+    pt_shm_job *job;
+    PT_CHECK(pt_shm_job_map_anon(nproc, timeout_of(opt), &job));
+
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigprocmask(SIG_BLOCK, &set, &old);
+    fflush(NULL); /* or buffered output would be written once per rank */
+
+    pid_t pids[PT_SHM_MAX_RANKS] = {0};
+    pid_t parent = getpid();
+    int alive = 0;
+    pt_status st = PT_OK;
+    for (int r = 0; r < nproc; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(1); /* launcher already gone */
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            pt_shm_job_adopt(job, r, (int)getpid());
+            int rc = fn(arg);
+            exit(rc & 0xff);
+        }
+        if (pid < 0) {
+            st =
+                pt_error_set(PT_ERR_INTERNAL, "pt_launch: fork of rank %d: %s", r, strerror(errno));
+            break;
+        }
+        pids[r] = pid;
+        alive++;
+    }
+
+    int first_fail = -1, fail_ws = 0, interrupted = 0, early_exit = -1;
+    char fail_where[128] = "";
+    double stop_at = 0, term_at = 0;
+    if (st != PT_OK) { /* could not start them all: stop the ones we have */
+        pt_shm_job_interrupt(job);
+        signal_all(pids, nproc, SIGTERM);
+        stop_at = term_at = pt_time_s();
+    }
+    while (alive > 0) {
+        struct timespec ts = {0, 20000000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if ((sig == SIGINT || sig == SIGTERM) && !interrupted) {
+            interrupted = sig;
+            pt_shm_job_interrupt(job);
+            signal_all(pids, nproc, SIGTERM);
+            stop_at = term_at = pt_time_s();
+        }
+        for (int r = 0; r < nproc; r++) {
+            int ws;
+            if (pids[r] <= 0 || waitpid(pids[r], &ws, WNOHANG) != pids[r]) continue;
+            pids[r] = 0;
+            alive--;
+            int failed = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+            int first = failed && first_fail < 0 && !interrupted && st == PT_OK;
+            if (first) {
+                first_fail = r;
+                fail_ws = ws;
+                where(job, r, fail_where, sizeof fail_where);
+                stop_at = pt_time_s();
+            }
+            if (!failed && first_fail < 0 && early_exit < 0) early_exit = r;
+            pt_shm_job_mark_exit(job, r, ws, first);
+        }
+        if (alive == 0) break;
+        if (!(first_fail >= 0 || interrupted || st != PT_OK)) continue;
+        double now = pt_time_s();
+        if (term_at == 0 && now > stop_at + PT_LAUNCH_GRACE_S) {
+            signal_all(pids, nproc, SIGTERM);
+            term_at = now;
+        }
+        if (term_at > 0 && now > term_at + PT_LAUNCH_GRACE_S) signal_all(pids, nproc, SIGKILL);
+    }
+    /* Drain what the ranks' exits left pending, then restore the mask. */
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&set, NULL, &zero) > 0) {
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    pt_shm_job_unmap(job);
+    if (st != PT_OK) return st;
+
+    if (interrupted) {
+        const char *abbr = sigabbrev_np(interrupted);
+        fprintf(stderr, "partrain: interrupted by SIG%s; stopped %d ranks\n", abbr ? abbr : "?",
+                nproc);
+        *exit_code = 128 + interrupted;
+    } else if (first_fail >= 0) {
+        char why[96], extra[96] = "";
+        describe(fail_ws, why, sizeof why);
+        if (early_exit >= 0 && early_exit != first_fail)
+            snprintf(extra, sizeof extra, " (rank %d had already exited with code 0)", early_exit);
+        fprintf(stderr, "partrain: rank %d %s%s%s; job stopped\n", first_fail, why, fail_where,
+                extra);
+        *exit_code = exit_code_of(fail_ws);
+    } else {
+        *exit_code = 0;
+    }
+    return PT_OK;
+}
