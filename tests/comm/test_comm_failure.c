@@ -1,3 +1,227 @@
+/* Failure handling of the shm backend and launcher. Each case launches 4
+ * ranks with a 2 s timeout that loop over 1 MiB all-reduces, breaks one rank,
+ * and asserts:
+ *   - every other rank gets the expected error (PT_ERR_COMM, _TIMEOUT or
+ *     _INTERRUPTED) within the timeout, naming the broken rank;
+ *   - pt_launch reports a non-zero exit code and prints one summary line
+ *     naming the rank;
+ *   - no process of the job is left and no new /dev/shm entry remains.
+ * Cases: a rank SIGKILLed mid all-reduce, a rank that exits early (code 0,
+ * never reaches the collective), a rank that exits non-zero, a rank that
+ * hangs outside any collective (timeout), SIGINT to the launcher. */
+#include "partrain/comm.h"
+#include "pt_test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define NPROC     4
+#define TIMEOUT_S 2.0
+#define COUNT     (256 * 1024)
+
+enum { KILL, EARLY, NONZERO, HANG, SIGINT_LAUNCHER };
+static const char *case_names[] = {"kill", "early", "nonzero", "hang", "sigint"};
+
+typedef struct {
+    int pid;
+    int status; /* first error, 0 if none */
+    double t_err;
+    char msg[256];
+} rank_result;
+
+typedef struct {
+    _Atomic double t_break; /* when the rank was broken */
+    rank_result r[NPROC];
+} shared_area;
+
+static shared_area *sh; /* MAP_SHARED before pt_launch: the ranks write here */
+
+static int rank_main(void *arg) {
+    int which = *(const int *)arg;
+    pt_comm *w = NULL;
+    pt_comm_options opt = {"shm", TIMEOUT_S};
+    if (pt_comm_init(&w, &opt) != PT_OK) return 2;
+    int me = pt_comm_rank(w);
+    sh->r[me].pid = (int)getpid();
+    if (pt_comm_barrier(w) != PT_OK) return 3;
+    float *buf = pt_mem_alloc(PT_MEM_SCRATCH, COUNT * sizeof(float));
+    pt_status st = PT_OK;
+    for (long it = 0; it < 100000 && st == PT_OK; it++) {
+        pt_comm_note_step(w, it);
+        if (which == KILL && me == 1 && it == 20) {
+            sh->t_break = pt_time_s();
+            kill(sh->r[2].pid, SIGKILL);
+        }
+        if (which == EARLY && me == 3) {
+            sh->t_break = pt_time_s();
+            return 0;
+        }
+        if (which == NONZERO && me == 1 && it == 5) {
+            sh->t_break = pt_time_s();
+            return 7;
+        }
+        if (which == HANG && me == 1 && it == 3) {
+            sh->t_break = pt_time_s();
+            sleep(60);
+        }
+        if (which == SIGINT_LAUNCHER && me == 0 && it == 10) {
+            sh->t_break = pt_time_s();
+            kill(getppid(), SIGINT);
+        }
+        st = pt_comm_allreduce(w, buf, COUNT, PT_REDUCE_SUM);
+    }
+    if (st != PT_OK) {
+        sh->r[me].status = st;
+        sh->r[me].t_err = pt_time_s();
+        snprintf(sh->r[me].msg, sizeof sh->r[me].msg, "%s", pt_error_message());
+    }
+    pt_mem_free(buf);
+    pt_comm_free(w);
+    return st == PT_OK ? 0 : 1;
+}
+
+/* Names in /dev/shm, newline-separated. */
+static void list_shm(char *out, size_t len) {
+    out[0] = '\0';
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    struct dirent *e;
+    size_t k = 0;
+    while ((e = readdir(d)) && k + 260 < len)
+        k += (size_t)snprintf(out + k, len - k, "%s\n", e->d_name);
+    closedir(d);
+}
+
+static void run_case(int which) {
+    static char before[1 << 16], after[1 << 16], log[1 << 16];
+    memset(sh, 0, sizeof *sh);
+    list_shm(before, sizeof before);
+
+    /* Catch the launcher's (and the ranks') stderr. */
+    FILE *tmp = tmpfile();
+    PT_ASSERT(tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    int code = 0;
+    double t0 = pt_time_s();
+    pt_comm_options opt = {"shm", TIMEOUT_S};
+    pt_status st = pt_launch(NPROC, rank_main, &which, &opt, &code);
+    double elapsed = pt_time_s() - t0;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(log, 1, sizeof log - 1, tmp);
+    log[n] = '\0';
+    fclose(tmp);
+
+    fprintf(stderr, "[%s] %.2f s, exit code %d\n", case_names[which], elapsed, code);
+    CHECK_OK(st);
+    CHECK(code != 0);
+    const char *summary = strstr(log, "partrain: ");
+    CHECK(summary != NULL);
+    if (summary) {
+        const char *end = strchr(summary, '\n');
+        fprintf(stderr, "  summary: %.*s\n", end ? (int)(end - summary) : 200, summary);
+        CHECK(strstr(summary + 1, "partrain: ") == NULL); /* exactly one line */
+    }
+    int broken = which == KILL      ? 2
+                 : which == EARLY   ? 3
+                 : which == NONZERO ? 1
+                 : which == HANG    ? 1
+                                    : -1;
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", broken);
+    if (summary && broken >= 0) CHECK(strstr(summary, want) != NULL);
+    if (summary && which == KILL) CHECK(strstr(summary, "SIGKILL") != NULL);
+    if (summary && which == KILL) CHECK(strstr(summary, "during allreduce at step 20") != NULL);
+    if (summary && which == NONZERO) CHECK(strstr(summary, "exited with code 7") != NULL);
+    if (summary && which == SIGINT_LAUNCHER) CHECK(strstr(summary, "interrupted") != NULL);
+    if (which == KILL) CHECK_EQ(code, 128 + SIGKILL);
+    if (which == NONZERO) CHECK_EQ(code, 7);
+    if (which == SIGINT_LAUNCHER) CHECK_EQ(code, 128 + SIGINT);
+
+    for (int r = 0; r < NPROC; r++) {
+        if (r == broken) continue;
+        rank_result *rr = &sh->r[r];
+        if (which == SIGINT_LAUNCHER && rr->status == 0) continue; /* SIGTERM may beat it */
+        int want_st = which == HANG              ? PT_ERR_TIMEOUT
+                      : which == SIGINT_LAUNCHER ? PT_ERR_INTERRUPTED
+                                                 : PT_ERR_COMM;
+        if (which == EARLY && rr->status == PT_ERR_TIMEOUT) want_st = PT_ERR_TIMEOUT;
+        CHECK_EQ(rr->status, want_st);
+        /* early: the first rank to notice exits 1, and the job abort that
+         * follows may reach the others first; the summary names rank 3. */
+        if (broken >= 0 && which != EARLY) {
+            if (!strstr(rr->msg, want)) fprintf(stderr, "  rank %d: %s\n", r, rr->msg);
+            CHECK(strstr(rr->msg, want) != NULL);
+        }
+        CHECK(strstr(rr->msg, "allreduce") != NULL);
+        double dt = rr->t_err - sh->t_break;
+        if (!(dt < TIMEOUT_S + 0.5)) fprintf(stderr, "  rank %d noticed after %.2f s\n", r, dt);
+        CHECK(dt < TIMEOUT_S + 0.5);
+    }
+    /* Nothing left behind. */
+    for (int r = 0; r < NPROC; r++) {
+        if (sh->r[r].pid <= 0) continue;
+        int gone = kill(sh->r[r].pid, 0) != 0 && errno == ESRCH;
+        if (!gone) fprintf(stderr, "  rank %d (pid %d) is still there\n", r, sh->r[r].pid);
+        CHECK(gone);
+    }
+    list_shm(after, sizeof after);
+    CHECK(strcmp(before, after) == 0);
+    CHECK(elapsed < TIMEOUT_S + 4);
+}
+
+static void test_kill(void) {
+    run_case(KILL);
+}
+static void test_early_exit(void) {
+    run_case(EARLY);
+}
+static void test_nonzero_exit(void) {
+    run_case(NONZERO);
+}
+static void test_hang(void) {
+    run_case(HANG);
+}
+static void test_sigint(void) {
+    run_case(SIGINT_LAUNCHER);
+}
+
+/* A clean job: exit code 0, no summary line. */
+static int ok_main(void *arg) {
+    (void)arg;
+    pt_comm *w;
+    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    float x = 1;
+    pt_status st = pt_comm_allreduce(w, &x, 1, PT_REDUCE_SUM);
+    int ok = st == PT_OK && x == (float)pt_comm_size(w);
+    pt_comm_free(w);
+    return ok ? 0 : 1;
+}
+
+static void test_clean_exit(void) {
+    int code = -1;
+    CHECK_OK(pt_launch(3, ok_main, NULL, NULL, &code));
+    CHECK_EQ(code, 0);
+    CHECK_EQ(pt_launch(0, ok_main, NULL, NULL, &code), PT_ERR_INVALID);
+}
+
 int main(void) {
-    return 0;
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    PT_ASSERT(sh != MAP_FAILED);
+    RUN(test_clean_exit);
+    RUN(test_kill);
+    RUN(test_early_exit);
+    RUN(test_nonzero_exit);
+    RUN(test_hang);
+    RUN(test_sigint);
+    munmap(sh, sizeof *sh);
+    return TEST_DONE();
 }

@@ -81,7 +81,7 @@ typedef struct {
     _Atomic int cur_op;
     _Atomic int last_op;
     _Atomic long step;
-    char pad[64 - 5 * sizeof(int) - sizeof(long)];
+    char err[224]; /* the rank's first comm error, for the launcher's summary */
 } shm_rank_info;
 
 struct pt_shm_job {
@@ -422,6 +422,9 @@ static void op_begin(shm_ctx *x, int op) {
 }
 
 static pt_status op_end(shm_ctx *x, int op, pt_status st) {
+    shm_rank_info *ri = &x->job->ranks[x->wrank];
+    if (st != PT_OK && ri->err[0] == '\0')
+        snprintf(ri->err, sizeof ri->err, "%s", pt_error_message());
     atomic_store_explicit(&x->job->ranks[x->wrank].last_op, op, memory_order_relaxed);
     atomic_store_explicit(&x->job->ranks[x->wrank].cur_op, -1, memory_order_relaxed);
     return st;
@@ -927,8 +930,10 @@ void pt_shm_job_interrupt(pt_shm_job *job) {
     wake_all(job);
 }
 
-void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step) {
+void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op,
+                          long *step, const char **err) {
     pt_shm_job *j = (pt_shm_job *)job;
+    *err = j->ranks[rank].err;
     *cur_op = atomic_load(&j->ranks[rank].cur_op);
     *last_op = atomic_load(&j->ranks[rank].last_op);
     *step = atomic_load(&j->ranks[rank].step);

@@ -51,7 +51,8 @@ static int exit_code_of(int ws) {
 static void where(const pt_shm_job *job, int r, char *out, size_t len) {
     int cur, last;
     long step;
-    pt_shm_job_rank_info(job, r, &cur, &last, &step);
+    const char *err;
+    pt_shm_job_rank_info(job, r, &cur, &last, &step, &err);
     size_t k = 0;
     out[0] = '\0';
     if (cur >= 0 && cur <= PT_OP_COUNT)
@@ -60,7 +61,8 @@ static void where(const pt_shm_job *job, int r, char *out, size_t len) {
     else if (last >= 0 && last <= PT_OP_COUNT)
         k = (size_t)snprintf(out, len, " after %s",
                              last == PT_OP_COUNT ? "split" : pt_comm_op_name((pt_comm_op)last));
-    if (step >= 0 && k < len) snprintf(out + k, len - k, " at step %ld", step);
+    if (step >= 0 && k < len) k += (size_t)snprintf(out + k, len - k, " at step %ld", step);
+    if (err[0] && k < len) snprintf(out + k, len - k, " (%s)", err);
 }
 
 static double timeout_of(const pt_comm_options *opt) {
@@ -112,7 +114,7 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     }
 
     int first_fail = -1, fail_ws = 0, interrupted = 0, early_exit = -1;
-    char fail_where[128] = "";
+    char fail_where[512] = "";
     double stop_at = 0, term_at = 0;
     if (st != PT_OK) { /* could not start them all: stop the ones we have */
         pt_shm_job_interrupt(job);
@@ -169,7 +171,7 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     } else if (first_fail >= 0) {
         char why[96], extra[96] = "";
         describe(fail_ws, why, sizeof why);
-        if (early_exit >= 0 && early_exit != first_fail)
+        if (early_exit >= 0 && early_exit != first_fail && !strchr(fail_where, '('))
             snprintf(extra, sizeof extra, " (rank %d had already exited with code 0)", early_exit);
         fprintf(stderr, "partrain: rank %d %s%s%s; job stopped\n", first_fail, why, fail_where,
                 extra);
