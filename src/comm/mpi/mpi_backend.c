@@ -40,10 +40,8 @@
  * Not here: the non-blocking queue and counters (comm.c), the generic
  * collectives, launching processes (mpirun does it). */
 #include "comm_impl.h"
-#define PT_MPI_NATIVE_DEFINE
-#include "mpi_native.h"
+#include "mpi_impl.h"
 
-#include <mpi.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -63,23 +61,45 @@ typedef struct {
     int failed;       /* an operation failed: only free is allowed */
 } mpi_ctx;
 
-/* Process-wide MPI state. */
-static struct {
-    int initialized_here; /* we called MPI_Init_thread (so we finalize) */
-    int thread_level;     /* level provided */
-    int serialize;        /* 1: every MPI call under `lock` */
-    int failed;           /* some operation failed: skip MPI_Finalize */
-    int finalized;
-    int live;        /* contexts not yet freed */
-    MPI_Comm native; /* dup of the world for pt_mpi_native_* (bench) */
-} g = {.native = MPI_COMM_NULL};
+pt_mpi_state pt_mpi_g;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void mpi_lock(void) {
-    if (g.serialize) pthread_mutex_lock(&g_lock);
+void pt_mpi_lock(void) {
+    if (pt_mpi_g.serialize) pthread_mutex_lock(&g_lock);
 }
-static void mpi_unlock(void) {
-    if (g.serialize) pthread_mutex_unlock(&g_lock);
+void pt_mpi_unlock(void) {
+    if (pt_mpi_g.serialize) pthread_mutex_unlock(&g_lock);
+}
+
+/* 1 when this process was started by an MPI launcher (mpirun, or PMIx). */
+int pt_mpi_under_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+/* Initialize MPI once per process (thread level as described at the top). */
+pt_status pt_mpi_start(void) {
+    int inited = 0, fin = 0;
+    MPI_Finalized(&fin);
+    if (fin || pt_mpi_g.finalized)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "mpi: MPI was already finalized in this process (the world was freed)");
+    MPI_Initialized(&inited);
+    if (inited) {
+        MPI_Query_thread(&pt_mpi_g.thread_level);
+    } else {
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &pt_mpi_g.thread_level);
+        if (rc != MPI_SUCCESS)
+            return pt_error_set(PT_ERR_COMM, "mpi: MPI_Init_thread failed (error %d)", rc);
+        pt_mpi_g.initialized_here = 1;
+    }
+    pt_mpi_g.serialize = pt_mpi_g.thread_level < MPI_THREAD_MULTIPLE;
+    if (pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED &&
+        pt_mpi_g.thread_level != MPI_THREAD_FUNNELED) {
+        /* MPI_THREAD_SINGLE: calls from the progress thread are not allowed at all. */
+        PT_WARN("mpi: MPI provides only MPI_THREAD_SINGLE; serializing calls anyway");
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return PT_OK;
 }
 
 /* An MPI error code as a status with a message naming the operation. */
@@ -88,7 +108,7 @@ static pt_status mpi_fail(mpi_ctx *c, int rc, const char *op, int peer) {
     int len = 0;
     if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
     if (c) c->failed = 1;
-    g.failed = 1;
+    pt_mpi_g.failed = 1;
     if (peer >= 0)
         return pt_error_set(PT_ERR_COMM, "mpi %s with peer rank %d failed on rank %d of %d: %s", op,
                             peer, c ? c->rank : -1, c ? c->size : -1, s);
@@ -125,9 +145,9 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
     MPI_Status st;
     for (unsigned spin = 0;; spin++) {
         int flag = 0;
-        mpi_lock();
+        pt_mpi_lock();
         int rc = MPI_Test(req, &flag, &st);
-        mpi_unlock();
+        pt_mpi_unlock();
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, peer);
         if (flag) {
             if (st_out) *st_out = st;
@@ -137,7 +157,7 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
         uint64_t waited = pt_time_ns() - t0;
         if (waited > limit) {
             c->failed = 1;
-            g.failed = 1;
+            pt_mpi_g.failed = 1;
             if (peer >= 0)
                 return pt_error_set(PT_ERR_TIMEOUT,
                                     "mpi %s of %zu bytes with peer rank %d timed out after %.1f s "
@@ -169,9 +189,9 @@ static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const ch
                             "mpi %s: peer %d is not a rank of this communicator (size %d)", op,
                             peer, c->size);
     int *ub = NULL, found = 0;
-    mpi_lock();
+    pt_mpi_lock();
     MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &found);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (tag < 0 || (found && ub && tag > *ub))
         return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag,
                             found && ub ? *ub : 32767);
@@ -182,9 +202,9 @@ static pt_status mpi_send(void *ctx, const void *buf, size_t bytes, int peer, in
     mpi_ctx *c = ctx;
     PT_CHECK(check_p2p(c, bytes, peer, tag, "send"));
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "send", peer);
     return wait_req(c, &req, "send", peer, bytes, NULL);
 }
@@ -194,9 +214,9 @@ static pt_status mpi_recv(void *ctx, void *buf, size_t bytes, int peer, int tag)
     PT_CHECK(check_p2p(c, bytes, peer, tag, "recv"));
     MPI_Request req;
     MPI_Status st;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "recv", peer);
     PT_CHECK(wait_req(c, &req, "recv", peer, bytes, &st));
     int got = 0;
@@ -218,9 +238,9 @@ static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op
     PT_CHECK(check_count(c, count, "allreduce"));
     if (count == 0) return PT_OK;
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
     PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
     if (op == PT_REDUCE_AVG && c->size > 1) scale(buf, count, 1.0f / (float)c->size);
@@ -252,10 +272,10 @@ static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_redu
     if (count == 0) return PT_OK;
     fill_shards(c, count);
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     /* In place: the input is all of buf, the result lands at buf[0..n). */
     int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
     PT_CHECK(wait_req(c, &req, "reduce_scatter", -1, count * sizeof(float), NULL));
     size_t off = (size_t)c->displs[c->rank], n = (size_t)c->counts[c->rank];
@@ -271,10 +291,10 @@ static pt_status mpi_allgather(void *ctx, float *buf, size_t count) {
     if (count == 0) return PT_OK;
     fill_shards(c, count);
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
                              MPI_FLOAT, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allgather", -1);
     return wait_req(c, &req, "allgather", -1, count * sizeof(float), NULL);
 }
@@ -288,9 +308,9 @@ static pt_status mpi_broadcast(void *ctx, void *buf, size_t bytes, int root) {
                             c->size);
     if (bytes == 0) return PT_OK;
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "broadcast", -1);
     return wait_req(c, &req, "broadcast", -1, bytes, NULL);
 }
@@ -299,9 +319,9 @@ static pt_status mpi_barrier(void *ctx) {
     mpi_ctx *c = ctx;
     PT_CHECK(check_usable(c, "barrier"));
     MPI_Request req;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Ibarrier(c->comm, &req);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", -1);
     return wait_req(c, &req, "barrier", -1, 0, NULL);
 }
@@ -315,10 +335,10 @@ static pt_status ctx_new(MPI_Comm comm, int is_world, double timeout_s, mpi_ctx 
     c->comm = comm;
     c->is_world = is_world;
     c->timeout_s = timeout_s;
-    mpi_lock();
+    pt_mpi_lock();
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->size);
-    mpi_unlock();
+    pt_mpi_unlock();
     c->counts = calloc((size_t)c->size, sizeof(int));
     c->displs = calloc((size_t)c->size, sizeof(int));
     if (!c->counts || !c->displs) {
@@ -328,7 +348,7 @@ static pt_status ctx_new(MPI_Comm comm, int is_world, double timeout_s, mpi_ctx 
         free(c);
         return pt_error_set(PT_ERR_NOMEM, "mpi: communicator context of size %d", n);
     }
-    g.live++;
+    pt_mpi_g.live++;
     *out = c;
     return PT_OK;
 }
@@ -345,17 +365,17 @@ static pt_status mpi_split(void *ctx, int color, int key, void **out_ctx, int *r
     if (color < 0) return pt_error_set(PT_ERR_INVALID, "mpi split: color %d must be >= 0", color);
     PT_CHECK(mpi_barrier(c));
     MPI_Comm nc;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Comm_split(c->comm, color, key, &nc);
     if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "split", -1);
     mpi_ctx *n;
     pt_status s = ctx_new(nc, 0, c->timeout_s, &n);
     if (s != PT_OK) {
-        mpi_lock();
+        pt_mpi_lock();
         MPI_Comm_free(&nc);
-        mpi_unlock();
+        pt_mpi_unlock();
         return s;
     }
     *out_ctx = n;
@@ -371,27 +391,26 @@ static void mpi_free(void *ctx) {
      * cannot cancel: leave its MPI_Comm alone rather than free it under the
      * request. */
     if (!c->failed) {
-        mpi_lock();
+        pt_mpi_lock();
         MPI_Comm_free(&c->comm);
-        mpi_unlock();
+        pt_mpi_unlock();
     }
     int is_world = c->is_world;
     free(c->counts);
     free(c->displs);
     free(c);
-    g.live--;
+    pt_mpi_g.live--;
     if (!is_world) return;
-    if (g.native != MPI_COMM_NULL && !g.failed) MPI_Comm_free(&g.native);
-    g.native = MPI_COMM_NULL;
-    if (!g.initialized_here || g.finalized) return;
-    if (g.failed) {
+    pt_mpi_native_release(); /* its communicator goes before MPI */
+    if (!pt_mpi_g.initialized_here || pt_mpi_g.finalized) return;
+    if (pt_mpi_g.failed) {
         /* MPI_Finalize synchronizes with the other processes and would wait
          * for the dead one; exiting without it makes mpirun end the job. */
         PT_WARN("mpi: an operation failed; skipping MPI_Finalize (mpirun will end the job)");
         return;
     }
     MPI_Finalize();
-    g.finalized = 1;
+    pt_mpi_g.finalized = 1;
 }
 
 static const pt_comm_backend mpi_backend = {
@@ -425,45 +444,16 @@ static pt_status timeout_of(const pt_comm_options *opt, double *out) {
     return PT_OK;
 }
 
-/* 1 when this process was started by an MPI launcher (mpirun, or PMIx). */
-static int under_mpirun(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
-}
-
-/* Initialize MPI once per process (thread level as described at the top). */
-static pt_status mpi_start(void) {
-    int inited = 0, fin = 0;
-    MPI_Finalized(&fin);
-    if (fin || g.finalized)
-        return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "mpi: MPI was already finalized in this process (the world was freed)");
-    MPI_Initialized(&inited);
-    if (inited) {
-        MPI_Query_thread(&g.thread_level);
-    } else {
-        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &g.thread_level);
-        if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "init", -1);
-        g.initialized_here = 1;
-    }
-    g.serialize = g.thread_level < MPI_THREAD_MULTIPLE;
-    if (g.thread_level < MPI_THREAD_SERIALIZED && g.thread_level != MPI_THREAD_FUNNELED) {
-        /* MPI_THREAD_SINGLE: calls from the progress thread are not allowed at all. */
-        PT_WARN("mpi: MPI provides only MPI_THREAD_SINGLE; serializing calls anyway");
-    }
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    return PT_OK;
-}
-
 pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
                             int *rank, int *size) {
     *be = NULL;
     *ctx = NULL;
-    if (!under_mpirun())
+    if (!pt_mpi_under_mpirun())
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "mpi: not started by mpirun (no OMPI_COMM_WORLD_SIZE)");
     double timeout_s;
     PT_CHECK(timeout_of(opt, &timeout_s));
-    PT_CHECK(mpi_start());
+    PT_CHECK(pt_mpi_start());
     /* Our own duplicate of the world, so that our traffic never matches
      * anyone else's (a library or the bench's native calls). */
     mpi_ctx tmp = {.comm = MPI_COMM_WORLD, .timeout_s = timeout_s};
@@ -471,86 +461,19 @@ pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **
     MPI_Comm_size(MPI_COMM_WORLD, &tmp.size);
     PT_CHECK(mpi_barrier(&tmp));
     MPI_Comm w;
-    mpi_lock();
+    pt_mpi_lock();
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &w);
     if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN);
-    mpi_unlock();
+    pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(&tmp, rc, "world dup", -1);
     mpi_ctx *c;
     pt_status s = ctx_new(w, 1, timeout_s, &c);
     if (s != PT_OK) return s;
     PT_INFO("mpi: rank %d of %d, thread level %s, timeout %.1f s", c->rank, c->size,
-            g.serialize ? "serialized (mutex)" : "MPI_THREAD_MULTIPLE", timeout_s);
+            pt_mpi_g.serialize ? "serialized (mutex)" : "MPI_THREAD_MULTIPLE", timeout_s);
     *be = &mpi_backend;
     *ctx = c;
     *rank = c->rank;
     *size = c->size;
-    return PT_OK;
-}
-
-/* ---- Open MPI's own collectives, for `partrain bench comm` (mpi_native.h) ---------------- */
-
-pt_status pt_mpi_native_init(int *rank, int *size) {
-    if (!under_mpirun()) return pt_error_set(PT_ERR_UNSUPPORTED, "mpi_native: not under mpirun");
-    if (g.native == MPI_COMM_NULL) {
-        PT_CHECK(mpi_start());
-        if (MPI_Comm_dup(MPI_COMM_WORLD, &g.native) != MPI_SUCCESS)
-            return pt_error_set(PT_ERR_COMM, "mpi_native: MPI_Comm_dup failed");
-        MPI_Comm_set_errhandler(g.native, MPI_ERRORS_RETURN);
-    }
-    MPI_Comm_rank(g.native, rank);
-    MPI_Comm_size(g.native, size);
-    return PT_OK;
-}
-
-pt_status pt_mpi_native_run(pt_comm_op op, void *buf, size_t bytes) {
-    if (g.native == MPI_COMM_NULL)
-        return pt_error_set(PT_ERR_INVALID, "mpi_native: pt_mpi_native_init first");
-    if (bytes / sizeof(float) > INT_MAX)
-        return pt_error_set(PT_ERR_INVALID, "mpi_native: %zu bytes too large", bytes);
-    int n = 0, me = 0, rc;
-    MPI_Comm_size(g.native, &n);
-    MPI_Comm_rank(g.native, &me);
-    int count = (int)(bytes / sizeof(float));
-    mpi_lock();
-    switch (op) {
-    case PT_OP_ALLREDUCE:
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, g.native);
-        break;
-    case PT_OP_REDUCE_SCATTER: {
-        /* Equal blocks (count / n each), as nccl-tests and Open MPI's own
-         * benchmarks measure it. */
-        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, count / n, MPI_FLOAT, MPI_SUM, g.native);
-        break;
-    }
-    case PT_OP_ALLGATHER:
-        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count / n, MPI_FLOAT, g.native);
-        break;
-    case PT_OP_BROADCAST:
-        rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, g.native);
-        break;
-    case PT_OP_BARRIER:
-        rc = MPI_Barrier(g.native);
-        break;
-    default:
-        mpi_unlock();
-        return pt_error_set(PT_ERR_INVALID, "mpi_native: op %d not benchmarked", (int)op);
-    }
-    mpi_unlock();
-    (void)me;
-    if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "native collective", -1);
-    return PT_OK;
-}
-
-pt_status pt_mpi_native_time_avg(double *t) {
-    if (g.native == MPI_COMM_NULL)
-        return pt_error_set(PT_ERR_INVALID, "mpi_native: pt_mpi_native_init first");
-    int n = 1;
-    MPI_Comm_size(g.native, &n);
-    mpi_lock();
-    int rc = MPI_Allreduce(MPI_IN_PLACE, t, 1, MPI_DOUBLE, MPI_SUM, g.native);
-    mpi_unlock();
-    if (rc != MPI_SUCCESS) return mpi_fail(NULL, rc, "native time reduce", -1);
-    *t /= n;
     return PT_OK;
 }

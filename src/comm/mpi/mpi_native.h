@@ -17,6 +17,11 @@
 #define PT_MPI_NATIVE_WEAK
 #else
 #define PT_MPI_NATIVE_WEAK __attribute__((weak))
+/* The shm world formed among these mpirun processes (rank and size as in
+ * MPI_COMM_WORLD), so that shm and mpi can be measured side by side in one
+ * run. Collective; nothing is left in /dev/shm. *out is the caller's. */
+PT_MPI_NATIVE_WEAK pt_status pt_mpi_native_shm_world(const pt_comm_options *opt, pt_comm **out);
+
 #endif
 
 /* Initialize MPI if needed (under mpirun only; else PT_ERR_UNSUPPORTED) and
@@ -28,5 +33,10 @@ PT_MPI_NATIVE_WEAK pt_status pt_mpi_native_init(int *rank, int *size);
 PT_MPI_NATIVE_WEAK pt_status pt_mpi_native_run(pt_comm_op op, void *buf, size_t bytes);
 /* *t := mean of *t over ranks (MPI_Allreduce on a double). */
 PT_MPI_NATIVE_WEAK pt_status pt_mpi_native_time_avg(double *t);
+
+/* The shm world formed among these mpirun processes (rank and size as in
+ * MPI_COMM_WORLD), so that shm and mpi can be measured side by side in one
+ * run. Collective; nothing is left in /dev/shm. *out is the caller's. */
+PT_MPI_NATIVE_WEAK pt_status pt_mpi_native_shm_world(const pt_comm_options *opt, pt_comm **out);
 
 #endif
