@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define BIN_MAGIC      20240520
 #define BIN_HEADER_INT 256
@@ -33,12 +34,12 @@ static pt_status read_all(const char *path, unsigned char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
     pt_status st = PT_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = pt_error_set(PT_ERR_IO, "%s: cannot determine the size (not a regular file?)", path);
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = pt_error_set(PT_ERR_IO, "%s: not a regular file", path);
         goto done;
     }
+    long size = (long)sb.st_size;
     unsigned char *buf = malloc((size_t)size + 1);
     if (!buf) {
         st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory (%ld bytes)", path, size);

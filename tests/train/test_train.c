@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "partrain/train.h"
@@ -303,6 +304,11 @@ static void test_resume_bitwise(void) {
     CHECK(access(tmp_path("ckpt/latest"), F_OK) == 0);
     CHECK(access(tmp_path("ckpt/step_00000010/model.safetensors"), F_OK) == 0);
     CHECK(access(tmp_path("ckpt/step_00000010/state.json"), F_OK) == 0);
+
+    /* a save that crashed half-way leaves only a temporary directory, which
+     * resume never reads */
+    CHECK(mkdir(tmp_path("ckpt/.tmp-step_00000011-1"), 0755) == 0);
+    write_bytes(tmp_path("ckpt/.tmp-step_00000011-1/model.safetensors"), "\x10\0\0", 3);
 
     pt_trainer *r = new_trainer(&c);
     CHECK_OK(pt_trainer_resume(r));

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# CLI tests: every bad input gets a non-zero exit and exactly ONE line on
+# stderr, "partrain: ...", naming the input; and a tiny train -> resume ->
+# eval -> sample round trip works. Usage: test_cli.sh PATH/TO/partrain
+set -u
+P=${1:?usage: test_cli.sh PATH/TO/partrain}
+[ -x "$P" ] || { echo "test_cli: $P is not an executable" >&2; exit 1; }
+T=$(mktemp -d /tmp/pt-test-cli-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1" >&2; }
+bad() { fail=$((fail + 1)); echo "FAIL $1: $2" >&2; }
+
+# expect_fail NAME PATTERN CMD...: non-zero exit, one stderr line that starts
+# with "partrain: " and contains PATTERN (fixed string).
+expect_fail() {
+    local name=$1 pattern=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? lines
+    lines=$(wc -l <"$T/err")
+    if [ $rc -eq 0 ]; then
+        bad "$name" "exit 0"
+    elif [ $rc -ge 128 ]; then
+        bad "$name" "crashed (exit $rc): $(cat "$T/err")"
+    elif [ "$lines" -ne 1 ]; then
+        bad "$name" "expected one line on stderr, got $lines: $(cat "$T/err")"
+    elif ! grep -q '^partrain: ' "$T/err"; then
+        bad "$name" "no 'partrain: ' prefix: $(cat "$T/err")"
+    elif ! grep -qF -- "$pattern" "$T/err"; then
+        bad "$name" "message lacks '$pattern': $(cat "$T/err")"
+    else
+        ok "$name"
+    fi
+}
+
+expect_ok() {
+    local name=$1
+    shift
+    if "$@" >"$T/out" 2>"$T/err"; then ok "$name"; else bad "$name" "exit $?: $(tail -3 "$T/err")"; fi
+}
+
+# a small text corpus
+for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >train.txt
+head -c 3000 train.txt >val.txt
+cat >tiny.json <<'EOF'
+{
+  "model": {"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 256, "seq_len": 16},
+  "data": {"train": "train.txt", "val": "val.txt"},
+  "train": {"steps": 6, "batch_size": 2, "warmup_steps": 1, "val_every": 3, "val_batches": 1,
+            "threads": 1},
+  "checkpoint": {"dir": "ck", "every": 3},
+  "log": {"metrics": "m/metrics.jsonl", "every": 1}
+}
+EOF
+
+# ---- --help ----
+expect_ok "train --help" "$P" train --help
+grep -q "model.n_layer" out && grep -q "train.grad_clip" out || bad "train --help" "no key table"
+expect_ok "eval --help" "$P" eval --help
+expect_ok "sample --help" "$P" sample --help
+
+# ---- bad config ----
+printf '{"model": {"n_layer": 2,}' >badjson.json
+expect_fail "bad JSON" "badjson.json" "$P" train --config badjson.json
+expect_fail "missing config" "nope.json" "$P" train --config nope.json
+printf '{"model": {"n_layers": 2}}' >unknown.json
+expect_fail "unknown key" "model.n_layers" "$P" train --config unknown.json
+expect_fail "unknown --set key" "train.speed" "$P" train --config tiny.json --set train.speed=3
+printf '{"model": {"n_layer": "two"}}' >type.json
+expect_fail "wrong type" "model.n_layer" "$P" train --config type.json
+expect_fail "wrong type --set" "train.steps" "$P" train --config tiny.json --set train.steps=many
+expect_fail "negative size" "model.n_embd" "$P" train --config tiny.json --set model.n_embd=-16
+expect_fail "zero size" "train.batch_size" "$P" train --config tiny.json --set train.batch_size=0
+expect_fail "zero seq_len" "model.seq_len" "$P" train --config tiny.json --set model.seq_len=0
+expect_fail "n_embd % n_head" "model.n_head" "$P" train --config tiny.json --set model.n_head=3
+expect_fail "parallel not yet" "parallel.tp" "$P" train --config tiny.json --set parallel.tp=2
+expect_fail "unknown option" "--frobnicate" "$P" train --frobnicate
+
+# ---- bad data ----
+expect_fail "missing data" "missing.txt" "$P" train --config tiny.json --set data.train=missing.txt
+mkdir -p adir
+expect_fail "unreadable data (a directory)" "adir" "$P" train --config tiny.json --set data.train=adir
+: >empty.txt
+expect_fail "empty data" "empty.txt" "$P" train --config tiny.json --set data.train=empty.txt
+printf 'short' >short.txt
+expect_fail "data shorter than a sequence" "short.txt" "$P" train --config tiny.json --set data.val=short.txt
+# llm.c .bin: magic 20240520 (0x0134d888), version 1, 4 tokens, one of them 300
+{
+    printf '\x88\xd8\x34\x01\x01\x00\x00\x00\x04\x00\x00\x00'
+    head -c $((1024 - 12)) /dev/zero
+    printf '\x01\x00\x2c\x01\x02\x00\x03\x00'
+} >big.bin
+expect_fail "token >= vocab in .bin" "big.bin" "$P" train --config tiny.json --set data.train=big.bin
+grep -qF "offset 1" err || bad "token >= vocab in .bin" "no offset: $(cat err)"
+
+# ---- a real run, resume, eval, sample ----
+expect_ok "train" "$P" train --config tiny.json
+[ -f ck/latest ] && [ -f ck/step_00000006/model.safetensors ] || bad "train" "no checkpoint"
+grep -q '"val_loss"' m/metrics.jsonl && grep -q '"tokens_per_s"' m/metrics.jsonl &&
+    grep -q '"layout":"dp1-tp1-pp1-zero0"' m/metrics.jsonl || bad "train" "metrics lack keys"
+[ "$(grep -c '"loss"' m/metrics.jsonl)" -eq 6 ] || bad "train" "expected 6 step lines"
+expect_ok "resume to 8 steps" "$P" train --config tiny.json --set train.steps=8 --resume
+[ -f ck/step_00000008/state.json ] || bad "resume" "no step 8 checkpoint"
+expect_ok "eval" "$P" eval --checkpoint ck --data val.txt
+grep -q '^loss [0-9]' out || bad "eval" "no loss line: $(cat out)"
+expect_ok "sample" "$P" sample --checkpoint ck --prompt "the quick" --tokens 20 --seed 3
+cp out sample1
+"$P" sample --checkpoint ck --prompt "the quick" --tokens 20 --seed 3 >sample2 2>/dev/null
+cmp -s sample1 sample2 || bad "sample" "same seed, different text"
+
+# ---- bad checkpoints ----
+expect_fail "eval: missing checkpoint" "nockpt" "$P" eval --checkpoint nockpt --data val.txt
+expect_fail "eval: missing data" "nodata.txt" "$P" eval --checkpoint ck --data nodata.txt
+expect_fail "eval: data shorter than a window" "short.txt" "$P" eval --checkpoint ck --data short.txt
+expect_fail "resume: another shape" "model.n_embd" "$P" train --config tiny.json --set model.n_embd=32 --resume
+expect_fail "resume: nothing to resume" "none" "$P" train --config tiny.json --set checkpoint.dir=none --resume
+mkdir -p other && cp -r ck/step_00000008 other/ && echo step_00000008 >other/latest
+# a model.safetensors of another shape (2 layers) in place of this one
+"$P" train --config tiny.json --set model.n_layer=2 --set checkpoint.dir=ck2 --set train.steps=1 \
+    --set data.val= >/dev/null 2>&1
+cp ck2/step_00000001/model.safetensors other/step_00000008/model.safetensors
+expect_fail "eval: checkpoint of another shape" "model.safetensors" "$P" eval --checkpoint other --data val.txt
+cp ck/step_00000008/model.safetensors other/step_00000008/model.safetensors
+truncate -s -100 other/step_00000008/model.safetensors
+expect_fail "eval: truncated checkpoint" "model.safetensors" "$P" eval --checkpoint other --data val.txt
+cp ck/step_00000008/model.safetensors other/step_00000008/model.safetensors
+printf 'garbage!' | dd of=other/step_00000008/model.safetensors bs=1 seek=8 conv=notrunc 2>/dev/null
+expect_fail "eval: corrupt checkpoint header" "model.safetensors" "$P" eval --checkpoint other --data val.txt
+printf '\xff\xff\xff\xff' | dd of=other/step_00000008/model.safetensors bs=1 seek=0 conv=notrunc 2>/dev/null
+expect_fail "sample: corrupt header length" "model.safetensors" "$P" sample --checkpoint other --prompt x
+printf '{ not json' >other/step_00000008/state.json
+expect_fail "eval: corrupt state.json" "state.json" "$P" eval --checkpoint other --data val.txt
+cp ck/step_00000008/optim_m.safetensors ck/m.bak
+truncate -s 5 ck/step_00000008/optim_m.safetensors
+expect_fail "resume: truncated optimizer state" "optim_m.safetensors" "$P" train --config tiny.json --set train.steps=10 --resume
+expect_fail "sample: bad --tokens" "--tokens" "$P" sample --checkpoint ck --prompt x --tokens -1
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
