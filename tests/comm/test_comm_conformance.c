@@ -211,6 +211,10 @@ static void test_nonblocking(void) {
             break;
         }
     CHECK_EQ(bc, 42);
+    pt_mem_free(r);
+    pt_mem_free(g);
+    pt_mem_free(b);
+    pt_mem_free(a);
 }
 
 /* rows x cols mesh: row and column groups used at the same time. */
