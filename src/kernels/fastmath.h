@@ -34,15 +34,23 @@ static inline float pt_fast_expf(float x) {
     return p * scale;
 }
 
-/* Row kernels on 8-float vectors (GCC/Clang vector extensions: no
- * intrinsics, compiles to AVX with -march=native and to pairs of SSE ops
- * without). GCC does not vectorize a plain `s += x[i]` or `m = max(m, x[i])`
- * loop without -ffast-math, nor the lane-array form reliably; the scalar
- * chains were the largest cost of attention's softmax (perf: a scalar compare
- * loop at 40% of the forward; 1 ns per element before, see attention.c). The
- * order of the sums differs from a serial one only by float rounding. */
-typedef float pt_v8f __attribute__((vector_size(32)));
-typedef int32_t pt_v8i __attribute__((vector_size(32)));
+/* Row kernels on float vectors (GCC/Clang vector extensions, no intrinsics):
+ * 8 lanes where AVX is on (-march=native), else 4 (SSE). The names say v8
+ * for the common case; PT_VW is the real width. GCC does not vectorize a plain `s += x[i]` or `m =
+ * max(m, x[i])` loop without -ffast-math, nor the lane-array form reliably; the scalar chains were
+ * the largest cost of attention's softmax (perf: a scalar compare loop at 40% of the forward; 1 ns
+ * per element before, see attention.c). The order of the sums differs from a serial one only by
+ * float rounding. */
+#ifndef PT_VBYTES
+#if defined(__AVX__)
+#define PT_VBYTES 32
+#else
+#define PT_VBYTES 16 /* SSE/NEON width; wider types would change the call ABI */
+#endif
+#endif
+#define PT_VW (PT_VBYTES / 4)
+typedef float pt_v8f __attribute__((vector_size(PT_VBYTES)));
+typedef int32_t pt_v8i __attribute__((vector_size(PT_VBYTES)));
 
 static inline pt_v8f pt_v8_load(const float *p) {
     pt_v8f v;
@@ -53,7 +61,7 @@ static inline void pt_v8_store(float *p, pt_v8f v) {
     memcpy(p, &v, sizeof v);
 }
 static inline pt_v8f pt_v8_splat(float x) {
-    return (pt_v8f){x, x, x, x, x, x, x, x};
+    return (pt_v8f){0} + x;
 }
 /* Lane-wise select: m ? a : b, m from a vector comparison (all ones / zero). */
 static inline pt_v8f pt_v8_select(pt_v8i m, pt_v8f a, pt_v8f b) {
@@ -63,10 +71,12 @@ static inline pt_v8f pt_v8_max(pt_v8f a, pt_v8f b) {
     return pt_v8_select(a > b, a, b);
 }
 static inline float pt_v8_hsum(pt_v8f v) {
-    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+    float s = 0.0f;
+    for (int j = 0; j < PT_VW; j++) s += v[j];
+    return s;
 }
 
-/* pt_fast_expf on 8 lanes: the same steps, the same results bit for bit. */
+/* pt_fast_expf on PT_VW lanes: the same steps, the same results bit for bit. */
 static inline pt_v8f pt_v8_exp(pt_v8f x) {
     x = pt_v8_max(x, pt_v8_splat(-87.3f));
     x = pt_v8_select(x > pt_v8_splat(88.3f), pt_v8_splat(88.3f), x);
@@ -90,10 +100,10 @@ static inline pt_v8f pt_v8_exp(pt_v8f x) {
 static inline float pt_max_lanes(const float *x, long n) {
     float m = -3.0e38f;
     long i = 0;
-    if (n >= 8) {
+    if (n >= PT_VW) {
         pt_v8f acc = pt_v8_load(x);
-        for (i = 8; i + 8 <= n; i += 8) acc = pt_v8_max(acc, pt_v8_load(x + i));
-        for (int j = 0; j < 8; j++) m = acc[j] > m ? acc[j] : m;
+        for (i = PT_VW; i + PT_VW <= n; i += PT_VW) acc = pt_v8_max(acc, pt_v8_load(x + i));
+        for (int j = 0; j < PT_VW; j++) m = acc[j] > m ? acc[j] : m;
     }
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
@@ -103,7 +113,7 @@ static inline float pt_max_lanes(const float *x, long n) {
 static inline float pt_exp_sum_lanes(float *x, long n, float scale, float sub) {
     pt_v8f acc = pt_v8_splat(0.0f);
     long i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (; i + PT_VW <= n; i += PT_VW) {
         pt_v8f e = pt_v8_exp(pt_v8_load(x + i) * scale - sub);
         pt_v8_store(x + i, e);
         acc += e;
@@ -121,7 +131,7 @@ static inline float pt_exp_sum_lanes(float *x, long n, float scale, float sub) {
 static inline float pt_dot_lanes(const float *a, const float *b, long n) {
     pt_v8f acc = pt_v8_splat(0.0f);
     long i = 0;
-    for (; i + 8 <= n; i += 8) acc += pt_v8_load(a + i) * pt_v8_load(b + i);
+    for (; i + PT_VW <= n; i += PT_VW) acc += pt_v8_load(a + i) * pt_v8_load(b + i);
     float s = pt_v8_hsum(acc);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
@@ -131,7 +141,7 @@ static inline float pt_dot_lanes(const float *a, const float *b, long n) {
 static inline float pt_sum_lanes(const float *x, long n) {
     pt_v8f acc = pt_v8_splat(0.0f);
     long i = 0;
-    for (; i + 8 <= n; i += 8) acc += pt_v8_load(x + i);
+    for (; i + PT_VW <= n; i += PT_VW) acc += pt_v8_load(x + i);
     float s = pt_v8_hsum(acc);
     for (; i < n; i++) s += x[i];
     return s;

@@ -86,6 +86,7 @@ static void layernorm_case(int N, int C) {
     float *dxr = dup(dx0, (long)N * C), *dwr = dup(dw0, C), *dbr = dup(db0, C);
     pt_ref_layernorm_forward(outr, meanr, rstdr, x, w, b, N, C);
     pt_ref_layernorm_backward(dxr, dwr, dbr, dout, x, w, meanr, rstdr, N, C);
+    float *first[4];
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
         float *out = rnd((long)N * C, 1), *mean = rnd(N, 1), *rstd = rnd(N, 1);
@@ -98,9 +99,19 @@ static void layernorm_case(int N, int C) {
         close_all("ln dinp", dx, dxr, (long)N * C);
         close_all("ln dweight", dw, dwr, C);
         close_all("ln dbias", db, dbr, C);
-        free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+        if (k == 0) {
+            first[0] = out, first[1] = dx, first[2] = dw, first[3] = db;
+        } else { /* the same bits at any thread count */
+            CHECK(memcmp(out, first[0], sizeof(float) * N * C) == 0);
+            CHECK(memcmp(dx, first[1], sizeof(float) * N * C) == 0);
+            CHECK(memcmp(dw, first[2], sizeof(float) * C) == 0);
+            CHECK(memcmp(db, first[3], sizeof(float) * C) == 0);
+            free(out), free(dx), free(dw), free(db);
+        }
+        free(mean), free(rstd);
     }
     pt_kernels_set_threads(1);
+    for (int j = 0; j < 4; j++) free(first[j]);
     free(x), free(w), free(b), free(dout), free(outr), free(meanr), free(rstdr), free(dx0);
     free(dw0), free(db0), free(dxr), free(dwr), free(dbr);
 }
