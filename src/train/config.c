@@ -279,6 +279,16 @@ pt_status pt_config_validate(const pt_config *c) {
         return pt_error_set(PT_ERR_INVALID,
                             "train.batch_size (%d) must be divisible by parallel.microbatches (%d)",
                             c->train.batch_size, c->parallel.microbatches);
+    /* kernels index activations with int: keep every activation tensor of
+     * one micro-batch below 2^31 elements */
+    double mB = (double)c->train.batch_size / c->parallel.microbatches, T = c->model.seq_len;
+    double widest = 4.0 * c->model.n_embd > c->model.vocab_size ? 4.0 * c->model.n_embd
+                                                                : (double)c->model.vocab_size;
+    if (mB * T * widest >= 2147483648.0 || mB * c->model.n_head * T * T >= 2147483648.0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "train.batch_size / parallel.microbatches (%g) x model.seq_len (%d) is "
+                            "too large for this model (an activation would exceed 2^31 elements)",
+                            mB, c->model.seq_len);
     const struct {
         const char *name;
         int v, want;

@@ -354,6 +354,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         if (!t->metrics)
             return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
     }
+    if (c->log.trace[0]) PT_WARN("log.trace: the single-worker trainer writes no trace yet");
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
