@@ -63,7 +63,7 @@
 
 /* Staging half per member. 256 KiB keeps a round of 2 ranks in L2/L3 and
  * makes the two syncs per round cheap next to the copy (see docs/comm.md). */
-#define PT_SHM_STAGE (256u << 10)
+#define PT_SHM_STAGE (512u << 10)
 /* All-reduce at or below this many bytes uses the one-sync algorithm. */
 #define PT_SHM_SMALL (16u << 10)
 /* Bytes of each send/recv ring. */
@@ -89,6 +89,7 @@ struct pt_shm_job {
     int nranks;
     uint64_t total;
     double timeout_s;
+    uint64_t stage_bytes; /* staging half of every region */
     uint64_t world_off;
     _Atomic uint64_t next_off; /* bump pointer for sub-communicator regions */
     _Atomic int aborted;
@@ -162,11 +163,19 @@ static size_t stage_off(int n) {
 static size_t ring_stride(void) {
     return sizeof(shm_ring) + PT_SHM_RING;
 }
-static size_t ring_off(int n) {
-    return stage_off(n) + (size_t)n * 2 * PT_SHM_STAGE;
+static size_t ring_off(int n, size_t stage) {
+    return stage_off(n) + (size_t)n * 2 * stage;
 }
-static size_t region_size(int n) {
-    return round_up(ring_off(n) + (size_t)n * n * ring_stride(), 4096);
+static size_t region_size(int n, size_t stage) {
+    return round_up(ring_off(n, stage) + (size_t)n * n * ring_stride(), 4096);
+}
+
+/* PT_SHM_STAGE_KB overrides the staging half (for tuning; 64 KiB..64 MiB). */
+static size_t stage_bytes_default(void) {
+    const char *e = getenv("PT_SHM_STAGE_KB");
+    long kb = e ? atol(e) : 0;
+    if (kb >= 64 && kb <= 65536) return (size_t)kb << 10;
+    return PT_SHM_STAGE;
 }
 
 static char *stage_of(const shm_ctx *x, int member, int half) {
@@ -179,7 +188,7 @@ static shm_ring *ring_of(const shm_ctx *x, int src, int dst) {
 /* ---- jobs: anonymous (launcher) or named (attach) -------------------------- */
 
 static size_t job_total(int nranks) {
-    size_t world = region_size(nranks);
+    size_t world = region_size(nranks, stage_bytes_default());
     /* Room for sub-communicators: address space only, pages are touched
      * when used and returned when the sub-communicator is freed. */
     size_t pool = 16 * world;
@@ -193,7 +202,8 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     job->total = total;
     job->timeout_s = timeout_s;
     job->world_off = round_up(sizeof(pt_shm_job), 4096);
-    atomic_store(&job->next_off, job->world_off + region_size(nranks));
+    job->stage_bytes = stage_bytes_default();
+    atomic_store(&job->next_off, job->world_off + region_size(nranks, job->stage_bytes));
     for (int r = 0; r < PT_SHM_MAX_RANKS; r++) {
         atomic_store(&job->ranks[r].cur_op, -1);
         atomic_store(&job->ranks[r].last_op, -1);
@@ -201,7 +211,7 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     }
     shm_region *w = (shm_region *)((char *)job + job->world_off);
     w->n = nranks;
-    w->stage_bytes = PT_SHM_STAGE;
+    w->stage_bytes = job->stage_bytes;
     w->ring_bytes = PT_SHM_RING;
     atomic_store(&w->refs, nranks);
     for (int r = 0; r < nranks; r++) w->world_rank[r] = r;
@@ -434,15 +444,15 @@ static pt_status op_end(shm_ctx *x, int op, pt_status st) {
 
 /* dst[0:k] = sum over j of src[j][0:k] in order j = 0..n-1 (divided by n for
  * AVG). Blocks keep the partial sum in L1; the loops vectorize. */
-static void reduce_into(float *restrict dst, const float *const *src, int n, size_t k, int avg) {
+static void reduce_into(float *dst, const float *const *src, int n, size_t k, int avg) {
     enum { BLK = 2048 };
     float tmp[BLK] __attribute__((aligned(64)));
     float fn = (float)n;
     for (size_t o = 0; o < k; o += BLK) {
         size_t m = k - o < BLK ? k - o : BLK;
-        const float *restrict a = src[0] + o, *restrict b = src[1] + o;
-        if (n == 2 && !avg) {
-            float *restrict d = dst + o;
+        const float *a = src[0] + o, *b = src[1] + o;
+        if (n == 2 && !avg) { /* d may be a or b (in place): no restrict */
+            float *d = dst + o;
             for (size_t i = 0; i < m; i++) d[i] = a[i] + b[i];
             continue;
         }
@@ -489,14 +499,15 @@ static pt_status reduce_rounds(shm_ctx *x, float *buf, size_t count, int avg, in
     for (size_t k = 0; k < len[0]; k += c) { /* shard 0 is the longest */
         int h = (int)(x->round++ & 1);
         float *mine = (float *)stage_of(x, me, h);
-        for (int j = 0; j < n; j++)
-            if (k < len[j])
+        for (int j = 0; j < n; j++) /* my own slice is reduced from buf */
+            if (j != me && k < len[j])
                 memcpy(mine + (size_t)j * c, buf + off[j] + k,
                        (len[j] - k < c ? len[j] - k : c) * sizeof(float));
         PT_CHECK(sync_all(x, op));
         if (k < len[me]) {
             size_t m = len[me] - k < c ? len[me] - k : c;
             for (int j = 0; j < n; j++) src[j] = (const float *)stage_of(x, j, h) + (size_t)me * c;
+            src[me] = buf + off[me] + k; /* dst too: element-wise in place */
             reduce_into(buf + off[me] + k, src, n, m, avg);
             if (gather) memcpy(mine + (size_t)me * c, buf + off[me] + k, m * sizeof(float));
         }
@@ -708,7 +719,7 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     x->ctl = (shm_ctl *)((char *)x->reg + ctl_off());
     x->n = x->reg->n;
     x->stage = (char *)x->reg + stage_off(x->n);
-    x->rings = (char *)x->reg + ring_off(x->n);
+    x->rings = (char *)x->reg + ring_off(x->n, x->reg->stage_bytes);
     x->rank = rank;
     x->wrank = x->reg->world_rank[rank];
     x->timeout_s = map->job->timeout_s > 0 ? map->job->timeout_s : timeout_s;
@@ -731,7 +742,8 @@ static void shm_free(void *ctx) {
     shm_ctx *x = ctx;
     if (!x) return;
     if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1)
-        madvise(x->reg, region_size(x->n), MADV_REMOVE); /* give the pages back */
+        madvise(x->reg, region_size(x->n, x->reg->stage_bytes),
+                MADV_REMOVE); /* give the pages back */
     map_release(x->map);
     free(x);
 }
@@ -768,14 +780,14 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
         if (members[i] == x->rank) me = i;
     PT_ASSERT(me >= 0);
     if (leader == x->rank) {
-        uint64_t need = region_size(m);
+        uint64_t need = region_size(m, x->job->stage_bytes);
         uint64_t off = atomic_fetch_add(&x->job->next_off, need);
         if (off + need > x->job->total) {
             x->ctl[x->rank].split_off = 0;
         } else {
             shm_region *r = (shm_region *)((char *)x->job + off);
             r->n = m;
-            r->stage_bytes = PT_SHM_STAGE;
+            r->stage_bytes = x->job->stage_bytes;
             r->ring_bytes = PT_SHM_RING;
             atomic_store(&r->refs, m);
             for (int i = 0; i < m; i++) r->world_rank[i] = x->reg->world_rank[members[i]];
@@ -930,8 +942,8 @@ void pt_shm_job_interrupt(pt_shm_job *job) {
     wake_all(job);
 }
 
-void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op,
-                          long *step, const char **err) {
+void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,
+                          const char **err) {
     pt_shm_job *j = (pt_shm_job *)job;
     *err = j->ranks[rank].err;
     *cur_op = atomic_load(&j->ranks[rank].cur_op);
