@@ -19,7 +19,6 @@
 
 static int g_threads = 1;
 static int g_nworkers; /* pool threads alive (index 1..g_nworkers) */
-static pthread_t g_tid[PT_KERNELS_MAX_THREADS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static atomic_long g_gen;      /* bumped once per job */
@@ -48,21 +47,43 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* Start workers until there are n - 1 of them (they are never stopped:
+ * extra ones stay idle, index >= count). */
+static void grow_pool(int n) {
+    while (g_nworkers < n - 1) {
+        int idx = g_nworkers + 1;
+        pthread_t tid;
+        if (pthread_create(&tid, NULL, worker_main, (void *)(long)idx) != 0) break;
+        pthread_detach(tid);
+        g_nworkers++;
+    }
+}
+
+/* After fork() only the forking thread exists in the child: forget the
+ * workers (they are started again on the next parallel loop) and reset the
+ * synchronization state. partrain's launcher forks ranks, possibly after the
+ * parent has run kernels. */
+static void after_fork_child(void) {
+    g_nworkers = 0;
+    atomic_store(&g_gen, 0);
+    atomic_store(&g_remaining, 0);
+    pthread_mutex_init(&g_mu, NULL);
+    pthread_cond_init(&g_cv, NULL);
+}
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) {
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
 void pt_kernels_set_threads(int n) {
     if (n < 1) n = 1;
     if (n > PT_KERNELS_MAX_THREADS) n = PT_KERNELS_MAX_THREADS;
+    pthread_once(&g_once, register_atfork);
     g_threads = n;
     openblas_set_num_threads(n);
-    /* Grow the pool as needed; extra workers stay idle (index >= count). */
-    while (g_nworkers < n - 1) {
-        int idx = g_nworkers + 1;
-        if (pthread_create(&g_tid[idx], NULL, worker_main, (void *)(long)idx) != 0) {
-            g_threads = g_nworkers + 1; /* run with what we have */
-            break;
-        }
-        pthread_detach(g_tid[idx]);
-        g_nworkers++;
-    }
+    grow_pool(n);
+    if (g_nworkers < n - 1) g_threads = g_nworkers + 1; /* run with what we could start */
 }
 
 int pt_kernels_threads(void) {
@@ -71,7 +92,9 @@ int pt_kernels_threads(void) {
 
 void pt_pool_run(pt_pool_fn fn, void *ctx, int n) {
     if (n > g_threads) n = g_threads;
-    if (n <= 1 || g_nworkers == 0) {
+    if (n > 1 && g_nworkers < n - 1) grow_pool(n); /* after a fork */
+    if (n > g_nworkers + 1) n = g_nworkers + 1;
+    if (n <= 1) {
         fn(ctx, 0, 1);
         return;
     }

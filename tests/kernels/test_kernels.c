@@ -10,7 +10,10 @@
  * relative, so results agree to float rounding: abs 1e-5 + rel 1e-4 on
  * O(1) data with sums of at most a few hundred terms. */
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "partrain/kernels.h"
 #include "../../src/kernels/fastmath.h"
@@ -32,7 +35,7 @@ static float *rnd(long n, double scale) {
     for (long i = 0; i < n; i++) x[i] = (float)(urand() * scale);
     return x;
 }
-static float *dup(const float *x, long n) {
+static float *dupf(const float *x, long n) {
     float *y = malloc(sizeof(float) * (n > 0 ? n : 1));
     memcpy(y, x, sizeof(float) * n);
     return y;
@@ -61,12 +64,12 @@ static void test_encoder(void) {
     float *wte = rnd(V * C, 1), *wpe = rnd(T * C, 1), *dout = rnd(B * T * C, 1);
     float *out = rnd(B * T * C, 1), *outr = rnd(B * T * C, 1);
     float *dwte = rnd(V * C, 1), *dwpe = rnd(T * C, 1);
-    float *dwter = dup(dwte, V * C), *dwper = dup(dwpe, T * C);
+    float *dwter = dupf(dwte, V * C), *dwper = dupf(dwpe, T * C);
     pt_ref_encoder_forward(outr, inp, wte, wpe, B, T, C);
     pt_ref_encoder_backward(dwter, dwper, dout, inp, B, T, C);
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *dw = dup(dwte, V * C), *dp = dup(dwpe, T * C);
+        float *dw = dupf(dwte, V * C), *dp = dupf(dwpe, T * C);
         pt_encoder_forward(out, inp, wte, wpe, B, T, C);
         pt_encoder_backward(dw, dp, dout, inp, B, T, C);
         close_all("enc out", out, outr, B * T * C);
@@ -83,14 +86,14 @@ static void layernorm_case(int N, int C) {
     float *x = rnd((long)N * C, 3), *w = rnd(C, 1), *b = rnd(C, 1), *dout = rnd((long)N * C, 1);
     float *outr = rnd((long)N * C, 1), *meanr = rnd(N, 1), *rstdr = rnd(N, 1);
     float *dx0 = rnd((long)N * C, 1), *dw0 = rnd(C, 1), *db0 = rnd(C, 1);
-    float *dxr = dup(dx0, (long)N * C), *dwr = dup(dw0, C), *dbr = dup(db0, C);
+    float *dxr = dupf(dx0, (long)N * C), *dwr = dupf(dw0, C), *dbr = dupf(db0, C);
     pt_ref_layernorm_forward(outr, meanr, rstdr, x, w, b, N, C);
     pt_ref_layernorm_backward(dxr, dwr, dbr, dout, x, w, meanr, rstdr, N, C);
     float *first[4];
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
         float *out = rnd((long)N * C, 1), *mean = rnd(N, 1), *rstd = rnd(N, 1);
-        float *dx = dup(dx0, (long)N * C), *dw = dup(dw0, C), *db = dup(db0, C);
+        float *dx = dupf(dx0, (long)N * C), *dw = dupf(dw0, C), *db = dupf(db0, C);
         pt_layernorm_forward(out, mean, rstd, x, w, b, N, C);
         pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
         close_all("ln out", out, outr, (long)N * C);
@@ -125,7 +128,7 @@ static void matmul_case(int N, int C, int OC, int wt, int bias) {
     float *x = rnd((long)N * C, 1), *w = rnd((long)C * OC, 1), *b = rnd(OC, 1);
     float *dout = rnd((long)N * OC, 1), *outr = rnd((long)N * OC, 1), *out = rnd((long)N * OC, 1);
     float *dx0 = rnd((long)N * C, 1), *dw0 = rnd((long)C * OC, 1), *db0 = rnd(OC, 1);
-    float *dxr = dup(dx0, (long)N * C), *dwr = dup(dw0, (long)C * OC), *dbr = dup(db0, OC);
+    float *dxr = dupf(dx0, (long)N * C), *dwr = dupf(dw0, (long)C * OC), *dbr = dupf(db0, OC);
     const float *bb = bias ? b : NULL;
     if (wt) {
         pt_ref_matmul_forward_wt(outr, x, w, bb, N, C, OC);
@@ -136,7 +139,7 @@ static void matmul_case(int N, int C, int OC, int wt, int bias) {
     }
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *dx = dup(dx0, (long)N * C), *dw = dup(dw0, (long)C * OC), *db = dup(db0, OC);
+        float *dx = dupf(dx0, (long)N * C), *dw = dupf(dw0, (long)C * OC), *db = dupf(db0, OC);
         if (wt) {
             pt_matmul_forward_wt(out, x, w, bb, N, C, OC);
             pt_matmul_backward_wt(dx, dw, bias ? db : NULL, dout, x, w, N, C, OC);
@@ -167,12 +170,12 @@ static void test_gelu(void) {
     const long N = 100003;
     float *x = rnd(N, 8), *dout = rnd(N, 1), *d0 = rnd(N, 1);
     x[0] = 0.0f, x[1] = -30.0f, x[2] = 30.0f, x[3] = -100.0f, x[4] = 100.0f, x[5] = 1e-8f;
-    float *outr = rnd(N, 1), *dr = dup(d0, N);
+    float *outr = rnd(N, 1), *dr = dupf(d0, N);
     pt_ref_gelu_forward(outr, x, N);
     pt_ref_gelu_backward(dr, x, dout, N);
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *out = rnd(N, 1), *d = dup(d0, N);
+        float *out = rnd(N, 1), *d = dupf(d0, N);
         pt_gelu_forward(out, x, N);
         pt_gelu_backward(d, x, dout, N);
         close_all("gelu out", out, outr, N);
@@ -203,12 +206,12 @@ static void test_gelu(void) {
 static void test_residual(void) {
     const long N = 70001;
     float *a = rnd(N, 1), *b = rnd(N, 1), *d = rnd(N, 1), *da0 = rnd(N, 1), *db0 = rnd(N, 1);
-    float *outr = rnd(N, 1), *dar = dup(da0, N), *dbr = dup(db0, N);
+    float *outr = rnd(N, 1), *dar = dupf(da0, N), *dbr = dupf(db0, N);
     pt_ref_residual_forward(outr, a, b, N);
     pt_ref_residual_backward(dar, dbr, d, N);
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *out = rnd(N, 1), *da = dup(da0, N), *db = dup(db0, N);
+        float *out = rnd(N, 1), *da = dupf(da0, N), *db = dupf(db0, N);
         pt_residual_forward(out, a, b, N);
         pt_residual_backward(da, db, d, N);
         CHECK(memcmp(out, outr, sizeof(float) * N) == 0);
@@ -224,7 +227,7 @@ static void test_residual(void) {
 static void attention_case(int B, int T, int C, int NH) {
     long nx = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
     float *qkv = rnd(nx, 2), *dout = rnd(no, 1), *d0 = rnd(nx, 1);
-    float *outr = rnd(no, 1), *attr = rnd(na, 1), *dr = dup(d0, nx);
+    float *outr = rnd(no, 1), *attr = rnd(na, 1), *dr = dupf(d0, nx);
     float *scr = rnd(T, 1);
     pt_ref_attention_forward(outr, attr, qkv, B, T, C, NH);
     pt_ref_attention_backward(dr, scr, dout, qkv, attr, B, T, C, NH);
@@ -232,7 +235,7 @@ static void attention_case(int B, int T, int C, int NH) {
     float *first_out = NULL, *first_d = NULL;
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *out = rnd(no, 1), *att = rnd(na, 1), *d = dup(d0, nx), *scratch = rnd((long)ns, 1);
+        float *out = rnd(no, 1), *att = rnd(na, 1), *d = dupf(d0, nx), *scratch = rnd((long)ns, 1);
         pt_attention_forward(out, att, qkv, B, T, C, NH);
         /* entries past t in att must not matter: poison them */
         for (long bh = 0; bh < (long)B * NH; bh++)
@@ -272,7 +275,7 @@ static void xent_case(int N, int V) {
     pt_ref_softmax_xent_forward_backward(lossr, dr, l, tg, N, V, 1.0f / N);
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *loss = rnd(N, 1), *loss2 = rnd(N, 1), *d = dup(l, (long)N * V);
+        float *loss = rnd(N, 1), *loss2 = rnd(N, 1), *d = dupf(l, (long)N * V);
         pt_softmax_xent_forward_backward(loss, d, d, tg, N, V, 1.0f / N); /* in place */
         pt_softmax_xent_forward_backward(loss2, NULL, l, tg, N, V, 1.0f / N);
         close_all("xent loss", loss, lossr, N);
@@ -300,7 +303,7 @@ static void test_adamw(void) {
         pt_kernels_set_threads(THREADS[k]);
         float *p = rnd(n, 1), *g = rnd(n, 1), *m = rnd(n, 0.1), *v = rnd(n, 0.1);
         for (long i = 0; i < n; i++) v[i] = fabsf(v[i]);
-        float *p0 = dup(p, n), *m0 = dup(m, n), *v0 = dup(v, n);
+        float *p0 = dupf(p, n), *m0 = dupf(m, n), *v0 = dupf(v, n);
         const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
         const int t = 3;
         pt_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
@@ -321,7 +324,7 @@ static void test_adamw(void) {
         }
         CHECK(bad == 0);
         /* and against the float reference kernel */
-        float *pr = dup(p0, n), *mr = dup(m0, n), *vr = dup(v0, n);
+        float *pr = dupf(p0, n), *mr = dupf(m0, n), *vr = dupf(v0, n);
         pt_ref_adamw_update(pr, g, mr, vr, n, lr, b1, b2, eps, wd, t, gs);
         close_all("adamw param", p, pr, n);
         free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0), free(pr), free(mr);
@@ -366,6 +369,26 @@ static void test_fast_exp(void) {
     CHECK(isfinite(pt_fast_expf(1000.0f)));
 }
 
+/* The launcher forks ranks, perhaps after the parent ran threaded kernels:
+ * the child must not wait for pool workers that fork did not copy. */
+static void test_fork_after_threads(void) {
+    const long N = 200000;
+    float *x = rnd(N, 2), *a = rnd(N, 1), *b = rnd(N, 1);
+    pt_kernels_set_threads(2);
+    pt_gelu_forward(a, x, N);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* a hang becomes a failure, not a stuck test */
+        pt_gelu_forward(b, x, N);
+        _exit(memcmp(a, b, sizeof(float) * N) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    pt_kernels_set_threads(1);
+    free(x), free(a), free(b);
+}
+
 int main(void) {
     RUN(test_fast_exp);
     RUN(test_encoder);
@@ -377,5 +400,6 @@ int main(void) {
     RUN(test_softmax_xent);
     RUN(test_adamw);
     RUN(test_sum_squares);
+    RUN(test_fork_after_threads);
     return TEST_DONE();
 }
