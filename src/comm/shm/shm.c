@@ -13,7 +13,7 @@
  *                   counter) and the split fields
  *   stage[n][2]     two halves of PT_SHM_STAGE bytes per member: the
  *                   staging buffers of the collectives (double buffered)
- *   ring[n][n]      a byte ring of PT_SHM_RING bytes per ordered pair
+ *   ring[n][n]      a byte ring per ordered pair (ring_bytes_for(n))
  *                   (send/recv), head and tail on their own cache lines
  *
  * Collectives (no allocation per call; every rank of a communicator runs the
@@ -67,9 +67,15 @@
 /* All-reduce at or below this many bytes uses the one-sync algorithm. */
 #define PT_SHM_SMALL (16u << 10)
 /* Bytes of each send/recv ring. */
-#define PT_SHM_RING (64u << 10)
-#define SHM_MAGIC   0x7074736du
-#define OP_SPLIT    PT_OP_COUNT /* op code of split, for messages */
+/* Bytes of each send/recv ring: a send that fits completes without the
+ * receiver (eager), a larger one waits for it. 1 MiB covers pipeline
+ * activations of small models; address space is n^2 rings per region, so
+ * large jobs get smaller rings (pages are touched only when used). */
+static size_t ring_bytes_for(int n) {
+    return n <= 16 ? (size_t)1 << 20 : (size_t)128 << 10;
+}
+#define SHM_MAGIC 0x7074736du
+#define OP_SPLIT  PT_OP_COUNT /* op code of split, for messages */
 
 enum { RANK_NONE = 0, RANK_RUNNING, RANK_EXITED, RANK_FAILED };
 enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED };
@@ -160,14 +166,14 @@ static size_t ctl_off(void) {
 static size_t stage_off(int n) {
     return round_up(ctl_off() + (size_t)n * sizeof(shm_ctl), 4096);
 }
-static size_t ring_stride(void) {
-    return sizeof(shm_ring) + PT_SHM_RING;
+static size_t ring_stride(int n) {
+    return sizeof(shm_ring) + ring_bytes_for(n);
 }
 static size_t ring_off(int n, size_t stage) {
     return stage_off(n) + (size_t)n * 2 * stage;
 }
 static size_t region_size(int n, size_t stage) {
-    return round_up(ring_off(n, stage) + (size_t)n * n * ring_stride(), 4096);
+    return round_up(ring_off(n, stage) + (size_t)n * n * ring_stride(n), 4096);
 }
 
 /* PT_SHM_STAGE_KB overrides the staging half (for tuning; 64 KiB..64 MiB). */
@@ -182,7 +188,7 @@ static char *stage_of(const shm_ctx *x, int member, int half) {
     return x->stage + ((size_t)member * 2 + (size_t)half) * x->reg->stage_bytes;
 }
 static shm_ring *ring_of(const shm_ctx *x, int src, int dst) {
-    return (shm_ring *)(x->rings + ((size_t)src * x->n + (size_t)dst) * ring_stride());
+    return (shm_ring *)(x->rings + ((size_t)src * x->n + (size_t)dst) * ring_stride(x->n));
 }
 
 /* ---- jobs: anonymous (launcher) or named (attach) -------------------------- */
@@ -212,7 +218,7 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     shm_region *w = (shm_region *)((char *)job + job->world_off);
     w->n = nranks;
     w->stage_bytes = job->stage_bytes;
-    w->ring_bytes = PT_SHM_RING;
+    w->ring_bytes = ring_bytes_for(nranks);
     atomic_store(&w->refs, nranks);
     for (int r = 0; r < nranks; r++) w->world_rank[r] = r;
 }
@@ -611,8 +617,7 @@ static int pending_space(shm_ctx *x, const void *arg) {
     const ring_wait *w = arg;
     uint64_t used = atomic_load_explicit(&w->r->head, memory_order_relaxed) -
                     atomic_load_explicit(&w->r->tail, memory_order_acquire);
-    (void)x;
-    return PT_SHM_RING - used >= w->need ? -1 : w->peer;
+    return x->reg->ring_bytes - used >= w->need ? -1 : w->peer;
 }
 
 static int pending_data(shm_ctx *x, const void *arg) {
@@ -629,14 +634,14 @@ static char *ring_data(shm_ring *r) {
 
 static pt_status ring_write(shm_ctx *x, shm_ring *r, int peer, const char *p, size_t bytes,
                             int op) {
+    const uint64_t R = x->reg->ring_bytes;
     while (bytes > 0) {
         ring_wait w = {r, peer, 1};
         PT_CHECK(wait_until(x, pending_space, &w, op));
         uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-        uint64_t space =
-            PT_SHM_RING - (head - atomic_load_explicit(&r->tail, memory_order_acquire));
+        uint64_t space = R - (head - atomic_load_explicit(&r->tail, memory_order_acquire));
         size_t k = bytes < space ? bytes : space;
-        size_t pos = head % PT_SHM_RING, first = PT_SHM_RING - pos < k ? PT_SHM_RING - pos : k;
+        size_t pos = head % R, first = R - pos < k ? R - pos : k;
         memcpy(ring_data(r) + pos, p, first);
         memcpy(ring_data(r), p + first, k - first);
         atomic_store_explicit(&r->head, head + k, memory_order_release);
@@ -648,13 +653,14 @@ static pt_status ring_write(shm_ctx *x, shm_ring *r, int peer, const char *p, si
 }
 
 static pt_status ring_read(shm_ctx *x, shm_ring *r, int peer, char *p, size_t bytes, int op) {
+    const uint64_t R = x->reg->ring_bytes;
     while (bytes > 0) {
         ring_wait w = {r, peer, 1};
         PT_CHECK(wait_until(x, pending_data, &w, op));
         uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
         uint64_t avail = atomic_load_explicit(&r->head, memory_order_acquire) - tail;
         size_t k = bytes < avail ? bytes : avail;
-        size_t pos = tail % PT_SHM_RING, first = PT_SHM_RING - pos < k ? PT_SHM_RING - pos : k;
+        size_t pos = tail % R, first = R - pos < k ? R - pos : k;
         memcpy(p, ring_data(r) + pos, first);
         memcpy(p + first, ring_data(r), k - first);
         atomic_store_explicit(&r->tail, tail + k, memory_order_release);
@@ -788,7 +794,7 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
             shm_region *r = (shm_region *)((char *)x->job + off);
             r->n = m;
             r->stage_bytes = x->job->stage_bytes;
-            r->ring_bytes = PT_SHM_RING;
+            r->ring_bytes = ring_bytes_for(m);
             atomic_store(&r->refs, m);
             for (int i = 0; i < m; i++) r->world_rank[i] = x->reg->world_rank[members[i]];
             x->ctl[x->rank].split_off = off;
