@@ -103,9 +103,9 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
  * directory, fsyncs, renames it into place, then replaces DIR/latest the same
  * way: a crash never damages the previous checkpoint. */
 
-/* Write the model's tensors to a safetensors file (atomically: temp + fsync +
- * rename). `which` selects the buffer: params, or any float buffer laid out
- * like them (optimizer moments). */
+/* Write buf, laid out like the model's parameters (the parameters
+ * themselves, or an optimizer moment), as a safetensors file with the model's
+ * tensor names and shapes; atomically (temp + fsync + rename). */
 pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf);
 /* Read a safetensors file into buf (laid out like the model's parameters):
  * validates the header, offsets, dtypes and that every tensor of the model
