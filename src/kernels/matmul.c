@@ -10,17 +10,44 @@
 
 #include "kernels_impl.h"
 
-static void init_rows_with_bias(float *out, const float *bias, int N, int OC) {
-    for (int n = 0; n < N; n++) memcpy(out + (long)n * OC, bias, sizeof(float) * (size_t)OC);
+typedef struct {
+    float *out;
+    const float *bias, *dout;
+    int N, OC;
+} bias_ctx;
+
+static void init_rows_part(void *p, int index, int count) {
+    bias_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    for (long n = lo; n < hi; n++)
+        memcpy(c->out + n * c->OC, c->bias, sizeof(float) * (size_t)c->OC);
 }
 
-/* dbias (OC) += column sums of dout (N,OC); rows added in order so results
- * do not depend on thread count. */
-static void bias_backward(float *restrict dbias, const float *restrict dout, int N, int OC) {
-    for (int n = 0; n < N; n++) {
-        const float *restrict d = dout + (long)n * OC;
-        for (int o = 0; o < OC; o++) dbias[o] += d[o];
+/* Output rows start as copies of the bias (sgemm then runs with beta = 1). */
+static void init_rows_with_bias(float *out, const float *bias, int N, int OC) {
+    bias_ctx c = {.out = out, .bias = bias, .N = N, .OC = OC};
+    pt_pool_run(init_rows_part, &c, (long)N * OC < 65536 ? 1 : pt_kernels_threads());
+}
+
+/* Columns [lo, hi) of dbias, rows added in order: the same bits at any
+ * thread count. */
+static void bias_backward_part(void *p, int index, int count) {
+    bias_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->OC, index, count, &lo, &hi);
+    float *restrict dbias = c->out;
+    for (long n = 0; n < c->N; n++) {
+        const float *restrict d = c->dout + n * c->OC;
+        for (long o = lo; o < hi; o++) dbias[o] += d[o];
     }
+}
+
+/* dbias (OC) += column sums of dout (N,OC). */
+static void bias_backward(float *dbias, const float *dout, int N, int OC) {
+    bias_ctx c = {.out = dbias, .dout = dout, .N = N, .OC = OC};
+    int nw = (long)N * OC < 65536 || OC < 64 ? 1 : pt_kernels_threads();
+    pt_pool_run(bias_backward_part, &c, nw);
 }
 
 /* out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) */

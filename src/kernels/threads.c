@@ -86,6 +86,12 @@ void pt_kernels_set_threads(int n) {
     if (g_nworkers < n - 1) g_threads = g_nworkers + 1; /* run with what we could start */
 }
 
+/* kernels.h promises one thread until told otherwise; OpenBLAS alone would
+ * start with one per core. */
+__attribute__((constructor)) static void default_one_thread(void) {
+    openblas_set_num_threads(1);
+}
+
 int pt_kernels_threads(void) {
     return g_threads;
 }

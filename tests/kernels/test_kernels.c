@@ -163,6 +163,7 @@ static void test_matmul(void) {
             matmul_case(1, 1, 1, wt, bias);
             matmul_case(13, 31, 17, wt, bias);
             matmul_case(70, 64, 96, wt, bias);
+            matmul_case(300, 40, 257, wt, bias); /* above the parallel bias threshold */
         }
 }
 
