@@ -14,7 +14,13 @@
  * micro-batches add up without extra passes. Callers zero gradients once.
  *
  * Threads: BLAS threads and the kernels' own threads are both set by
- * pt_kernels_set_threads; work is split by (index, count). */
+ * pt_kernels_set_threads; work is split by (index, count). Call the kernels
+ * from one thread at a time (the pool runs one loop at a time). Our own
+ * kernels give the same bits at any thread count (every reduction has a
+ * fixed order); sgemm is OpenBLAS's. The pool survives fork().
+ *
+ * Reference versions of every kernel (plain loops, the tests' oracle) live in
+ * src/kernels/reference.c; nothing on the training path uses them. */
 #ifndef PARTRAIN_KERNELS_H
 #define PARTRAIN_KERNELS_H
 
