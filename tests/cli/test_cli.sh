@@ -112,6 +112,25 @@ cp out sample1
 "$P" sample --checkpoint ck --prompt "the quick" --tokens 20 --seed 3 >sample2 2>/dev/null
 cmp -s sample1 sample2 || bad "sample" "same seed, different text"
 
+# ---- determinism across processes: same config, same bits ----
+"$P" train --config tiny.json --set checkpoint.dir=da --set log.metrics= >/dev/null 2>&1
+"$P" train --config tiny.json --set checkpoint.dir=db --set log.metrics= >/dev/null 2>&1
+if cmp -s da/step_00000006/model.safetensors db/step_00000006/model.safetensors &&
+    cmp -s da/step_00000006/optim_v.safetensors db/step_00000006/optim_v.safetensors; then
+    ok "determinism: two runs, same bits"
+else
+    bad "determinism" "two runs of one config differ"
+fi
+# 6 straight == 3 + resume + 3, through the CLI: resume from the step-3
+# checkpoint that the straight run saved on its way (checkpoint.every 3)
+mkdir -p dc && cp -r da/step_00000003 dc/ && echo step_00000003 >dc/latest
+"$P" train --config tiny.json --set checkpoint.dir=dc --set log.metrics= --resume >/dev/null 2>&1
+if cmp -s da/step_00000006/model.safetensors dc/step_00000006/model.safetensors; then
+    ok "resume: 3 + 3 steps == 6 steps, bit for bit"
+else
+    bad "resume" "3 + resume + 3 differs from 6 straight"
+fi
+
 # ---- bad checkpoints ----
 expect_fail "eval: missing checkpoint" "nockpt" "$P" eval --checkpoint nockpt --data val.txt
 expect_fail "eval: missing data" "nodata.txt" "$P" eval --checkpoint ck --data nodata.txt
