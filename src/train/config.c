@@ -180,17 +180,18 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
             (int)sizeof name)
             return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, it->string);
         const key_def *k = find_key(name);
-        if (!k && cJSON_IsObject(it)) {
+        if (!k) {
             /* a section: its keys must exist under it */
             int section = 0;
             size_t len = strlen(name);
             for (size_t i = 0; i < NKEYS; i++)
                 if (!strncmp(keys[i].name, name, len) && keys[i].name[len] == '.') section = 1;
             if (!section) return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, name);
+            if (!cJSON_IsObject(it))
+                return pt_error_set(PT_ERR_INVALID, "%s: %s must be an object of keys", what, name);
             PT_CHECK(apply_json(c, it, name, what));
             continue;
         }
-        if (!k) return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, name);
         if (k->type == K_STRING) {
             if (!cJSON_IsString(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);

@@ -99,6 +99,8 @@ static void test_config(void) {
     CHECK(pt_config_load_string(&c, "{\"model\": {\"n_layer\": 3,}", "cfg.json") == PT_ERR_FORMAT);
     CHECK(msg_has("cfg.json") && msg_has("invalid JSON"));
     CHECK(pt_config_load_string(&c, "[1, 2]", "cfg.json") == PT_ERR_FORMAT);
+    CHECK(pt_config_load_string(&c, "{\"model\": 3}", "cfg.json") == PT_ERR_INVALID &&
+          msg_has("model must be an object"));
     CHECK(pt_config_set(&c, "train.nope=1") == PT_ERR_INVALID && msg_has("train.nope"));
     CHECK(pt_config_set(&c, "train.steps=abc") == PT_ERR_INVALID && msg_has("train.steps"));
     CHECK(pt_config_set(&c, "train.steps") == PT_ERR_INVALID);
