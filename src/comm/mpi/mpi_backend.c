@@ -59,6 +59,7 @@ typedef struct {
     int *counts;      /* size entries: per-rank element counts (reduce-scatter, all-gather) */
     int *displs;      /* size entries: per-rank offsets (all-gather) */
     int failed;       /* an operation failed: only free is allowed */
+    int tag_ub;       /* largest tag (MPI_TAG_UB, at least 32767) */
 } mpi_ctx;
 
 pt_mpi_state pt_mpi_g;
@@ -192,13 +193,8 @@ static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const ch
         return pt_error_set(PT_ERR_INVALID,
                             "mpi %s: peer %d is not a rank of this communicator (size %d)", op,
                             peer, c->size);
-    int *ub = NULL, found = 0;
-    pt_mpi_lock();
-    MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &found);
-    pt_mpi_unlock();
-    if (tag < 0 || (found && ub && tag > *ub))
-        return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag,
-                            found && ub ? *ub : 32767);
+    if (tag < 0 || tag > c->tag_ub)
+        return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag, c->tag_ub);
     return PT_OK;
 }
 
@@ -342,6 +338,9 @@ static pt_status ctx_new(MPI_Comm comm, int is_world, double timeout_s, mpi_ctx 
     pt_mpi_lock();
     MPI_Comm_rank(comm, &c->rank);
     MPI_Comm_size(comm, &c->size);
+    int *ub = NULL, found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    c->tag_ub = found && ub ? *ub : 32767;
     pt_mpi_unlock();
     c->counts = calloc((size_t)c->size, sizeof(int));
     c->displs = calloc((size_t)c->size, sizeof(int));
