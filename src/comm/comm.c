@@ -7,15 +7,23 @@
  * which backend is which beyond the registry in pt_comm_init, the only place
  * with an #ifdef.
  *
- * Threading: the caller's thread and the progress thread may both use a
- * communicator, never at the same time: a blocking call first waits until the
+ * Threading: the caller's thread and the progress threads may all use a
+ * communicator, never at the same time, except a send and a receive on a
+ * backend with concurrent_p2p: a blocking call first waits until the
  * communicator's queue is empty (see comm_impl.h). */
 #include "comm_impl.h"
 #include "shm/shm.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Progress lanes: lane 0 runs every queued operation in order; lane 1 runs
+ * queued receives of backends that allow a send and a receive at once on a
+ * context (pt_comm_backend.concurrent_p2p), so that an isend/irecv exchange
+ * of messages larger than the backend buffers cannot deadlock. */
+enum { LANE_MAIN, LANE_RECV, NLANES };
 
 struct pt_comm {
     const pt_comm_backend *be;
@@ -23,8 +31,8 @@ struct pt_comm {
     int rank, size;
     float *scratch; /* PT_COMM_GENERIC_PIECE floats for the generic collectives */
     pthread_mutex_t mu;
-    pthread_cond_t idle; /* signalled when pending drops to 0 */
-    int pending;         /* queued or running non-blocking operations */
+    pthread_cond_t idle; /* signalled when a lane's pending count drops to 0 */
+    int pending[NLANES]; /* queued or running non-blocking operations per lane */
     pt_comm_stats stats; /* under mu */
 };
 
@@ -37,30 +45,35 @@ struct pt_comm_req {
     size_t n; /* count (floats) or bytes */
     int arg;  /* op / root / peer */
     int tag;
+    int lane;
     pt_status st;
     char msg[256];
     req_state state; /* under the progress mutex */
     pt_comm_req *next;
 };
 
-/* ---- progress thread: one per process, started on first use -------------- */
+/* ---- progress threads: one per lane and process, started on first use ---- */
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    pt_comm_req *head, *tail;
-    int started;
-} prog = {
-    PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+    pthread_cond_t work[NLANES], done;
+    pt_comm_req *head[NLANES], *tail[NLANES];
+    int started[NLANES];
+} prog = {PTHREAD_MUTEX_INITIALIZER,
+          {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER},
+          PTHREAD_COND_INITIALIZER,
+          {NULL, NULL},
+          {NULL, NULL},
+          {0, 0}};
 
 static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag);
 
-static void *progress_main(void *unused) {
-    (void)unused;
+static void *progress_main(void *lane_arg) {
+    int lane = (int)(intptr_t)lane_arg;
     pthread_mutex_lock(&prog.mu);
     for (;;) {
-        while (!prog.head) pthread_cond_wait(&prog.work, &prog.mu);
-        pt_comm_req *r = prog.head;
+        while (!prog.head[lane]) pthread_cond_wait(&prog.work[lane], &prog.mu);
+        pt_comm_req *r = prog.head[lane];
         pthread_mutex_unlock(&prog.mu);
 
         pt_error_clear();
@@ -71,16 +84,20 @@ static void *progress_main(void *unused) {
          * drained), then the request (its owner frees it once done). */
         pt_comm *c = r->c;
         pthread_mutex_lock(&c->mu);
-        if (--c->pending == 0) pthread_cond_broadcast(&c->idle);
+        if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
         pthread_mutex_unlock(&c->mu);
 
         pthread_mutex_lock(&prog.mu);
-        prog.head = r->next;
-        if (!prog.head) prog.tail = NULL;
+        prog.head[lane] = r->next;
+        if (!prog.head[lane]) prog.tail[lane] = NULL;
         r->state = REQ_DONE;
         pthread_cond_broadcast(&prog.done);
     }
     return NULL;
+}
+
+static int lane_of(const pt_comm *c, pt_comm_op op) {
+    return op == PT_OP_RECV && c->be->concurrent_p2p ? LANE_RECV : LANE_MAIN;
 }
 
 /* Queue an operation; the request is freed by pt_comm_wait. */
@@ -89,44 +106,61 @@ static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg
     pt_comm_req *r = calloc(1, sizeof *r);
     if (!r)
         return pt_error_set(PT_ERR_NOMEM, "out of memory for a %s request", pt_comm_op_name(op));
-    *r = (pt_comm_req){.c = c, .op = op, .buf = buf, .n = n, .arg = arg, .tag = tag};
+    int lane = lane_of(c, op);
+    *r = (pt_comm_req){.c = c, .op = op, .buf = buf, .n = n, .arg = arg, .tag = tag, .lane = lane};
     pthread_mutex_lock(&c->mu);
-    c->pending++;
+    c->pending[lane]++;
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&prog.mu);
-    if (!prog.started) {
+    if (!prog.started[lane]) {
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        int e = pthread_create(&t, &a, progress_main, NULL);
+        int e = pthread_create(&t, &a, progress_main, (void *)(intptr_t)lane);
         pthread_attr_destroy(&a);
         if (e != 0) {
             pthread_mutex_unlock(&prog.mu);
             pthread_mutex_lock(&c->mu);
-            c->pending--;
+            if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
             pthread_mutex_unlock(&c->mu);
             free(r);
             return pt_error_set(PT_ERR_INTERNAL, "cannot start the comm progress thread (%d)", e);
         }
-        prog.started = 1;
+        prog.started[lane] = 1;
     }
-    if (prog.tail)
-        prog.tail->next = r;
+    if (prog.tail[lane])
+        prog.tail[lane]->next = r;
     else
-        prog.head = r;
-    prog.tail = r;
-    pthread_cond_signal(&prog.work);
+        prog.head[lane] = r;
+    prog.tail[lane] = r;
+    pthread_cond_signal(&prog.work[lane]);
     pthread_mutex_unlock(&prog.mu);
     *req = r;
     return PT_OK;
 }
 
-/* Wait until no non-blocking operation of c is queued or running. */
-static void drain(pt_comm *c) {
+/* Wait until no non-blocking operation of c is queued or running on the
+ * lanes in `mask` (bit per lane). */
+static void drain_lanes(pt_comm *c, int mask) {
     pthread_mutex_lock(&c->mu);
-    while (c->pending > 0) pthread_cond_wait(&c->idle, &c->mu);
+    for (int l = 0; l < NLANES; l++)
+        while ((mask >> l & 1) && c->pending[l] > 0) pthread_cond_wait(&c->idle, &c->mu);
     pthread_mutex_unlock(&c->mu);
+}
+
+static void drain(pt_comm *c) {
+    drain_lanes(c, (1 << NLANES) - 1);
+}
+
+/* What a blocking op waits for: everything, except that with concurrent
+ * send/recv a send need not wait for queued receives, nor a receive for
+ * queued operations on the main lane (they use other rings). */
+static int drain_mask(const pt_comm *c, pt_comm_op op) {
+    if (!c->be->concurrent_p2p) return (1 << NLANES) - 1;
+    if (op == PT_OP_SEND) return 1 << LANE_MAIN;
+    if (op == PT_OP_RECV) return 1 << LANE_RECV;
+    return (1 << NLANES) - 1;
 }
 
 pt_status pt_comm_wait(pt_comm_req *req) {
@@ -312,7 +346,7 @@ static pt_status check_args(const pt_comm *c, pt_comm_op op, const void *buf, si
 
 static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
     PT_CHECK(check_args(c, op, buf, n, arg, tag));
-    drain(c);
+    drain_lanes(c, drain_mask(c, op));
     return run_op(c, op, buf, n, arg, tag);
 }
 

@@ -12,7 +12,9 @@
  * Threading contract: a context may be used by two threads of its process,
  * the caller's thread and the progress thread, but never by both at once on
  * the SAME communicator: the wrappers drain a communicator's queue before a
- * blocking call and run queued operations one at a time. Two different
+ * blocking call and run queued operations one at a time. (Exception, opt-in:
+ * a backend with concurrent_p2p = 1 also gets recv calls from a second
+ * progress thread while send or a collective runs on the context.) Two different
  * communicators (world and a split of it, say) may be in operations at the
  * same moment from the two threads, so a backend must keep per-communicator
  * state per context and make shared process state thread-safe (the mpi
@@ -50,6 +52,13 @@ typedef struct pt_comm_backend {
     /* Optional (NULL: ignored). The caller's training step, so that a
      * failure report can say at which step a rank was. */
     void (*note_step)(void *ctx, long step);
+
+    /* 1: recv may run on a context while another thread runs send or a
+     * collective on it (shm: separate rings per direction). The wrappers
+     * then run queued receives on a second progress thread, so an
+     * isend/irecv exchange of messages larger than the backend's buffers
+     * progresses. 0 (default): one operation per context at a time. */
+    int concurrent_p2p;
 } pt_comm_backend;
 
 /* Wrap a backend context into a communicator (for constructors outside the

@@ -830,6 +830,7 @@ static const pt_comm_backend shm_backend = {
     .split = shm_split,
     .free = shm_free,
     .note_step = shm_note_step,
+    .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 
 /* ---- world constructors ----------------------------------------------------------------- */
