@@ -82,6 +82,11 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     pt_shm_job *job;
     PT_CHECK(pt_shm_job_map_anon(nproc, timeout_of(opt), &job));
 
+    /* SIGCHLD ignored by the caller would auto-reap the ranks and hide
+     * their exit status: default it while the job runs. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, old_chld;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, &old_chld);
     sigset_t set, old;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -131,8 +136,11 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
             stop_at = term_at = pt_time_s();
         }
         for (int r = 0; r < nproc; r++) {
-            int ws;
-            if (pids[r] <= 0 || waitpid(pids[r], &ws, WNOHANG) != pids[r]) continue;
+            int ws = 0;
+            if (pids[r] <= 0) continue;
+            pid_t got = waitpid(pids[r], &ws, WNOHANG);
+            if (got == 0 || (got < 0 && errno == EINTR)) continue;
+            if (got < 0) ws = 0x7f00; /* reaped by someone else: exit code 127 */
             pids[r] = 0;
             alive--;
             int failed = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
@@ -160,6 +168,7 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     while (sigtimedwait(&set, NULL, &zero) > 0) {
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
+    sigaction(SIGCHLD, &old_chld, NULL);
     pt_shm_job_unmap(job);
     if (st != PT_OK) return st;
 
