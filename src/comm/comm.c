@@ -96,6 +96,19 @@ static void *progress_main(void *lane_arg) {
     return NULL;
 }
 
+/* A child forked after the progress threads started (pt_launch from a
+ * process that already used non-blocking operations) has none: start
+ * afresh there. Its parent's communicators are not usable in the child. */
+static void prog_after_fork(void) {
+    pthread_mutex_init(&prog.mu, NULL);
+    pthread_cond_init(&prog.done, NULL);
+    for (int l = 0; l < NLANES; l++) {
+        pthread_cond_init(&prog.work[l], NULL);
+        prog.head[l] = prog.tail[l] = NULL;
+        prog.started[l] = 0;
+    }
+}
+
 static int lane_of(const pt_comm *c, pt_comm_op op) {
     return op == PT_OP_RECV && c->be->concurrent_p2p ? LANE_RECV : LANE_MAIN;
 }
@@ -113,6 +126,8 @@ static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&prog.mu);
     if (!prog.started[lane]) {
+        static int atfork_set;
+        if (!atfork_set) atfork_set = pthread_atfork(NULL, NULL, prog_after_fork) == 0;
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
