@@ -15,7 +15,16 @@
 
 #include "kernels_impl.h"
 
-#define SPIN_ITERS 20000
+/* About 10-20 us of polling (with the pause hint) before a worker sleeps:
+ * long enough to catch back-to-back kernels, short enough not to steal a
+ * shared core from BLAS threads or other ranks for long. */
+#define SPIN_ITERS 4000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
 
 static int g_threads = 1;
 static int g_nworkers; /* pool threads alive (index 1..g_nworkers) */
@@ -34,7 +43,10 @@ static void *worker_main(void *arg) {
         long gen;
         int spins = 0;
         while ((gen = atomic_load_explicit(&g_gen, memory_order_acquire)) == seen) {
-            if (++spins < SPIN_ITERS) continue;
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
             pthread_mutex_lock(&g_mu);
             while (atomic_load(&g_gen) == seen) pthread_cond_wait(&g_cv, &g_mu);
             pthread_mutex_unlock(&g_mu);
@@ -115,5 +127,8 @@ void pt_pool_run(pt_pool_fn fn, void *ctx, int n) {
     fn(ctx, 0, n);
     int spins = 0;
     while (atomic_load_explicit(&g_remaining, memory_order_acquire) > 0)
-        if (++spins > 1000) sched_yield();
+        if (++spins > 1000)
+            sched_yield();
+        else
+            cpu_relax();
 }
