@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NPROC     4
@@ -247,10 +248,41 @@ static void test_clean_exit(void) {
     CHECK_EQ(pt_launch(0, ok_main, NULL, NULL, &code), PT_ERR_INVALID);
 }
 
+/* Waiting does not burn a core: ranks blocked for 1 s in a barrier (rank 0
+ * arrives late) use little CPU time. 4 ranks, more than this machine's
+ * cores in CI. */
+static int idle_main(void *arg) {
+    (void)arg;
+    pt_comm *w;
+    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    int me = pt_comm_rank(w);
+    if (pt_comm_barrier(w) != PT_OK) return 3;
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+    if (me == 0) usleep(1000000);
+    pt_status st = pt_comm_barrier(w);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+    sh->r[me].t_err = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+    pt_comm_free(w);
+    return st == PT_OK ? 0 : 1;
+}
+
+static void test_idle_wait(void) {
+    memset(sh, 0, sizeof *sh);
+    int code = -1;
+    CHECK_OK(pt_launch(NPROC, idle_main, NULL, NULL, &code));
+    CHECK_EQ(code, 0);
+    for (int r = 1; r < NPROC; r++) {
+        fprintf(stderr, "  rank %d: %.1f ms of CPU while waiting 1 s\n", r, sh->r[r].t_err * 1e3);
+        CHECK(sh->r[r].t_err < 0.1);
+    }
+}
+
 int main(void) {
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     PT_ASSERT(sh != MAP_FAILED);
     RUN(test_clean_exit);
+    RUN(test_idle_wait);
     RUN(test_kill);
     RUN(test_early_exit);
     RUN(test_nonzero_exit);
