@@ -6,6 +6,7 @@
  *   bench_kernels CONFIG THREADS [STEPS]    CONFIG: tiny | small | gpt2
  *
  * Prints the median step in ms and a breakdown by kernel (summed over steps). */
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,24 @@ static size_t layout(params *p, float *base, int L, int C, int V, int T) {
         off += sizes[i];
     }
     return off;
+}
+
+/* Best sgemm GFLOP/s on 1024^3 at the current thread count: the machine's
+ * practical peak, to express the step as a fraction of it. */
+static double sgemm_peak(void) {
+    const int n = 1024;
+    float *a = calloc((size_t)n * n, 4), *b = calloc((size_t)n * n, 4),
+          *c = calloc((size_t)n * n, 4);
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        double t0 = pt_time_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        double dt = pt_time_s() - t0;
+        if (dt < best) best = dt;
+    }
+    free(a), free(b), free(c);
+    return 2.0 * n * n * n / best * 1e-9;
 }
 
 int main(int argc, char **argv) {
@@ -169,8 +188,15 @@ int main(int argc, char **argv) {
                 stepms[i] = stepms[j], stepms[j] = t;
             }
     double med = stepms[steps / 2];
-    printf("%s threads=%d params=%zu median step %.1f ms, %.0f tok/s, loss %.3f\n", cfg, threads,
-           np, med, N / med * 1e3, losses[0]);
+    /* model FLOPs of a step: 6 per parameter per token for the matmuls (tied
+     * head included, position embedding excluded) plus causal attention's
+     * 6 B NH T^2 hs (fwd 2 products of T^2/2 hs multiply-adds each, bwd 4) */
+    double flops = 6.0 * (double)(np - (size_t)T * C) * N + 6.0 * L * (double)B * T * T * C;
+    double peak = sgemm_peak();
+    printf("%s threads=%d params=%zu median step %.1f ms, %.0f tok/s, loss %.3f, %.1f GFLOP/s "
+           "(%.0f%% of sgemm peak %.1f)\n",
+           cfg, threads, np, med, N / med * 1e3, losses[0], flops / med * 1e-6,
+           100.0 * flops / med * 1e-6 / peak, peak);
     for (int k = 0; k < K_N; k++)
         printf("  %-10s %8.2f ms/step\n", KNAMES[k], g_t[k] * 1e3 / steps);
     return 0;
