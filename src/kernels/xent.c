@@ -20,37 +20,34 @@ typedef struct {
     float dloss;
 } xent_ctx;
 
-/* Sum of x (n) in eight float lanes per 1024-element chunk, chunks added in
- * double: vectorizes without -ffast-math, and keeps the error of a
- * 50257-wide sum near float epsilon. */
-static double sum_lanes(const float *restrict x, long n) {
+/* Sum over i < n of e_i = exp(src[i] - sub), writing e_i to dst when dst is
+ * not NULL (dst may be src itself: each element is read before it is
+ * written). Vector lanes per 1024-element chunk, chunks added in double:
+ * keeps the error of a 50257-wide sum near float epsilon. */
+static double exp_sum(float *dst, const float *src, long n, float sub) {
     double total = 0.0;
     long i = 0;
     while (i < n) {
         long end = i + 1024 < n ? i + 1024 : n;
-        float acc[8] = {0};
-        for (; i + 8 <= end; i += 8)
-            for (int j = 0; j < 8; j++) acc[j] += x[i + j];
-        for (; i < end; i++) acc[0] += x[i];
-        double s = 0.0;
-        for (int j = 0; j < 8; j++) s += acc[j];
+        pt_v8f acc = pt_v8_splat(0.0f);
+        for (; i + PT_VW <= end; i += PT_VW) {
+            pt_v8f e = pt_v8_exp(pt_v8_load(src + i) - sub);
+            if (dst) pt_v8_store(dst + i, e);
+            acc += e;
+        }
+        float s = pt_v8_hsum(acc);
+        for (; i < end; i++) {
+            float e = pt_fast_expf(src[i] - sub);
+            if (dst) dst[i] = e;
+            s += e;
+        }
         total += s;
     }
     return total;
 }
 
-static float max_lanes(const float *restrict x, long n) {
-    float acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = -INFINITY;
-    long i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-    for (; i < n; i++) acc[0] = x[i] > acc[0] ? x[i] : acc[0];
-    float m = acc[0];
-    for (int j = 1; j < 8; j++) m = acc[j] > m ? acc[j] : m;
-    return m;
-}
-
+/* Per row: max (one read), exp and sum (one read, one write of dlogits),
+ * scale (one read-write, in cache for rows up to a few hundred KB). */
 static void xent_part(void *p, int index, int count) {
     xent_ctx *c = p;
     long lo, hi;
@@ -60,24 +57,15 @@ static void xent_part(void *p, int index, int count) {
         const float *l = c->logits + n * V;
         int tg = c->targets[n];
         float lt = l[tg];
-        float maxv = max_lanes(l, V);
-        double sum;
-        if (c->dlogits) {
-            /* dl may alias l: each element is read before it is written. */
-            float *dl = c->dlogits + n * V;
-            for (long i = 0; i < V; i++) dl[i] = pt_fast_expf(l[i] - maxv);
-            sum = sum_lanes(dl, V);
+        float maxv = pt_max_lanes(l, V);
+        float *dl = c->dlogits ? c->dlogits + n * V : NULL;
+        double sum = exp_sum(dl, l, V, maxv);
+        if (dl) {
             float scale = (float)(c->dloss / sum);
-            for (long i = 0; i < V; i++) dl[i] *= scale;
+            long i = 0;
+            for (; i + PT_VW <= V; i += PT_VW) pt_v8_store(dl + i, pt_v8_load(dl + i) * scale);
+            for (; i < V; i++) dl[i] *= scale;
             dl[tg] -= c->dloss;
-        } else {
-            sum = 0.0;
-            for (long i0 = 0; i0 < V; i0 += 1024) {
-                long end = i0 + 1024 < V ? i0 + 1024 : V;
-                float acc = 0.0f;
-                for (long i = i0; i < end; i++) acc += pt_fast_expf(l[i] - maxv);
-                sum += acc;
-            }
         }
         c->losses[n] = (float)(log(sum) + maxv - lt);
     }
