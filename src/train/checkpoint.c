@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -411,7 +412,71 @@ done:
     return st;
 }
 
+/* A bare safetensors checkpoint (GPT-2's published files have no
+ * state.json): the architecture from the tensors' shapes: V and C from wte,
+ * T from wpe, L from the highest h.{i}; heads of 64 channels as in GPT-2. */
+static pt_status infer_config(const char *stepdir, pt_config *cfg) {
+    char path[PT_CONFIG_STR_MAX + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_error_set(PT_ERR_IO, "%s/state.json: %s", stepdir, strerror(ENOENT));
+    unsigned char lenb[8];
+    uint64_t hlen = 0;
+    pt_status st = PT_OK;
+    char *header = NULL;
+    cJSON *root = NULL;
+    if (fread(lenb, 1, 8, f) != 8) {
+        st = pt_error_set(PT_ERR_FORMAT, "%s: truncated: not a safetensors file", path);
+        goto done;
+    }
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)lenb[i] << (8 * i);
+    if (hlen < 2 || hlen > MAX_HEADER || !(header = malloc(hlen + 1)) ||
+        fread(header, 1, hlen, f) != hlen || !(root = cJSON_ParseWithLength(header, hlen)) ||
+        !cJSON_IsObject(root)) {
+        st = pt_error_set(PT_ERR_FORMAT, "%s: corrupt header: not a safetensors file", path);
+        goto done;
+    }
+    int64_t wte[2] = {0, 0}, wpe[2] = {0, 0};
+    int L = 0;
+    for (cJSON *e = root->child; e; e = e->next) {
+        const char *name = e->string;
+        if (!strncmp(name, "transformer.", 12)) name += 12;
+        cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        int64_t *dst = !strcmp(name, "wte.weight") ? wte : !strcmp(name, "wpe.weight") ? wpe : NULL;
+        if (dst && cJSON_GetArraySize(shape) == 2) {
+            dst[0] = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
+            dst[1] = (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
+        }
+        int layer = -1;
+        if (sscanf(name, "h.%d.", &layer) == 1 && layer + 1 > L) L = layer + 1;
+    }
+    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 || wte[0] > 65536 ||
+        wte[1] > 65536 || wpe[0] > (1 << 20) || L > 1000) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: no state.json, and no GPT-2 model (wte, wpe, h.0...) in %s", stepdir,
+                          path);
+        goto done;
+    }
+    pt_config_defaults(cfg);
+    cfg->model.vocab_size = (int)wte[0];
+    cfg->model.n_embd = (int)wte[1];
+    cfg->model.seq_len = (int)wpe[0];
+    cfg->model.n_layer = L;
+    cfg->model.n_head = wte[1] % 64 == 0 ? (int)(wte[1] / 64) : 1;
+    PT_INFO("%s: no state.json; GPT-2 shapes: n_layer %d, n_embd %d, n_head %d, vocab %d, seq %d",
+            stepdir, L, cfg->model.n_embd, cfg->model.n_head, cfg->model.vocab_size,
+            cfg->model.seq_len);
+done:
+    cJSON_Delete(root);
+    free(header);
+    fclose(f);
+    return st;
+}
+
 pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg) {
+    char state[PT_CONFIG_STR_MAX + 64];
+    snprintf(state, sizeof state, "%s/state.json", stepdir);
+    if (access(state, F_OK) != 0 && errno == ENOENT) return infer_config(stepdir, cfg);
     cJSON *root = NULL;
     PT_CHECK(pt_ckpt_read_state(stepdir, &root));
     char what[PT_CONFIG_STR_MAX + 64];
