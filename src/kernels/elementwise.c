@@ -271,7 +271,13 @@ static void gelu_forward_part(void *p, int index, int count) {
     pt_split_range(c->N, index, count, &lo, &hi);
     float *restrict o = c->out;
     const float *restrict x = c->inp;
-    for (long i = lo; i < hi; i++) {
+    long i = lo;
+    for (; i + PT_VW <= hi; i += PT_VW) {
+        pt_v8f xi = pt_v8_load(x + i);
+        pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
+        pt_v8_store(o + i, xi / (1.0f + pt_v8_exp(u2)));
+    }
+    for (; i < hi; i++) {
         float xi = x[i];
         float u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
         o[i] = xi / (1.0f + pt_fast_expf(u2));
@@ -290,7 +296,17 @@ static void gelu_backward_part(void *p, int index, int count) {
     float *restrict dx = c->out;
     const float *restrict x = c->inp;
     const float *restrict d = c->dout;
-    for (long i = lo; i < hi; i++) {
+    long i = lo;
+    for (; i + PT_VW <= hi; i += PT_VW) {
+        pt_v8f xi = pt_v8_load(x + i);
+        pt_v8f x2 = xi * xi;
+        pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
+        pt_v8f s = 1.0f / (1.0f + pt_v8_exp(u2));
+        pt_v8f du = GELU_K + 3.0f * GELU_K3 * x2;
+        pt_v8_store(dx + i,
+                    pt_v8_load(dx + i) + (s + 2.0f * xi * s * (1.0f - s) * du) * pt_v8_load(d + i));
+    }
+    for (; i < hi; i++) {
         float xi = x[i];
         float x2 = xi * xi;
         float u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);

@@ -35,14 +35,16 @@ static inline float pt_fast_expf(float x) {
 }
 
 /* Row kernels on float vectors (GCC/Clang vector extensions, no intrinsics):
- * 8 lanes where AVX is on (-march=native), else 4 (SSE). The names say v8
+ * 16 lanes with AVX-512, 8 with AVX (-march=native), else 4 (SSE). The names say v8
  * for the common case; PT_VW is the real width. GCC does not vectorize a plain `s += x[i]` or `m =
  * max(m, x[i])` loop without -ffast-math, nor the lane-array form reliably; the scalar chains were
  * the largest cost of attention's softmax (perf: a scalar compare loop at 40% of the forward; 1 ns
  * per element before, see attention.c). The order of the sums differs from a serial one only by
  * float rounding. */
 #ifndef PT_VBYTES
-#if defined(__AVX__)
+#if defined(__AVX512F__)
+#define PT_VBYTES 64 /* GELU in cache: 0.40 -> 0.35 ns per element vs 32 */
+#elif defined(__AVX__)
 #define PT_VBYTES 32
 #else
 #define PT_VBYTES 16 /* SSE/NEON width; wider types would change the call ABI */
