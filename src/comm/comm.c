@@ -15,6 +15,7 @@
 #include "shm/shm.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ struct pt_comm {
     int pending[NLANES];      /* queued or running non-blocking operations per lane */
     pt_comm_stats stats;      /* under mu */
     int generic;              /* PT_COMM_GENERIC=1: collectives via comm_generic.c */
+    atomic_int broken;        /* an operation failed: only pt_comm_free is allowed */
     pt_comm_backend p2p_only; /* be without its collective slots */
 };
 
@@ -209,19 +211,27 @@ const char *pt_comm_op_name(pt_comm_op op) {
 }
 
 void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n) {
-    PT_ASSERT(size > 0 && rank >= 0 && rank < size);
+    if (size <= 0 || rank < 0 || rank >= size) { /* no such shard: empty */
+        *offset = *n = 0;
+        return;
+    }
     size_t q = count / (size_t)size, r = count % (size_t)size, k = (size_t)rank;
     *n = q + (k < r);
     *offset = k * q + (k < r ? k : r);
 }
 
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out) {
+    if (!c) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
     pthread_mutex_lock((pthread_mutex_t *)&c->mu);
     *out = c->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
 }
 
 void pt_comm_reset_stats(pt_comm *c) {
+    if (!c) return;
     pthread_mutex_lock(&c->mu);
     memset(&c->stats, 0, sizeof c->stats);
     pthread_mutex_unlock(&c->mu);
@@ -304,6 +314,10 @@ static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg,
         return pt_error_set(PT_ERR_INTERNAL, "unknown comm op %d", (int)op);
     }
     if (st == PT_OK) count(c, op, bytes, arg, pt_time_ns() - t0);
+    /* A failed operation leaves peers out of step: the communicator is
+     * good only for pt_comm_free from here on (comm.h). */
+    if (st == PT_ERR_COMM || st == PT_ERR_TIMEOUT || st == PT_ERR_INTERRUPTED)
+        atomic_store(&c->broken, 1);
     return st;
 }
 
@@ -311,6 +325,11 @@ static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg,
 
 static pt_status check_comm(const pt_comm *c, pt_comm_op op) {
     if (!c) return pt_error_set(PT_ERR_INVALID, "%s: communicator is NULL", pt_comm_op_name(op));
+    if (atomic_load(&((pt_comm *)c)->broken))
+        return pt_error_set(PT_ERR_COMM,
+                            "%s: the communicator failed earlier; only pt_comm_free "
+                            "is allowed",
+                            pt_comm_op_name(op));
     return PT_OK;
 }
 
@@ -320,6 +339,9 @@ static pt_status check_buf(const pt_comm *c, pt_comm_op op, const void *buf, siz
     if (!buf && n > 0)
         return pt_error_set(PT_ERR_INVALID, "%s: buf is NULL with %s %zu", pt_comm_op_name(op),
                             what, n);
+    if (n > SIZE_MAX / 8)
+        return pt_error_set(PT_ERR_INVALID, "%s: %s %zu is too large", pt_comm_op_name(op), what,
+                            n);
     return PT_OK;
 }
 

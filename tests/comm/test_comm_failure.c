@@ -31,6 +31,7 @@ static const char *case_names[] = {"kill", "early", "nonzero", "hang", "sigint"}
 typedef struct {
     int pid;
     int status; /* first error, 0 if none */
+    int again;  /* status of a barrier after that error */
     double t_err;
     char msg[256];
 } rank_result;
@@ -83,6 +84,7 @@ static int rank_main(void *arg) {
         sh->r[me].status = st;
         sh->r[me].t_err = pt_time_s();
         snprintf(sh->r[me].msg, sizeof sh->r[me].msg, "%s", pt_error_message());
+        sh->r[me].again = pt_comm_barrier(w); /* refused at once: the comm failed */
     }
     pt_mem_free(buf);
     pt_comm_free(w);
@@ -172,6 +174,7 @@ static void run_case(int which) {
             CHECK(strstr(rr->msg, want) != NULL);
         }
         CHECK(strstr(rr->msg, "allreduce") != NULL);
+        if (rr->status != 0) CHECK_EQ(rr->again, PT_ERR_COMM);
         double dt = rr->t_err - sh->t_break;
         if (!(dt < TIMEOUT_S + 0.5)) fprintf(stderr, "  rank %d noticed after %.2f s\n", r, dt);
         CHECK(dt < TIMEOUT_S + 0.5);
