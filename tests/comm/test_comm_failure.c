@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -281,6 +282,60 @@ static void test_idle_wait(void) {
     }
 }
 
+/* The launcher itself SIGKILLed: its ranks die with it (PR_SET_PDEATHSIG). */
+static int loop_main(void *arg) {
+    (void)arg;
+    pt_comm *w;
+    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    sh->r[pt_comm_rank(w)].pid = (int)getpid();
+    while (pt_comm_barrier(w) == PT_OK) usleep(1000);
+    pt_comm_free(w);
+    return 1;
+}
+
+/* Gone, or a zombie nobody reaps yet (the container's init may be slow). */
+static int process_gone(int pid) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] == 'Z';
+}
+
+static void test_launcher_killed(void) {
+    memset(sh, 0, sizeof *sh);
+    pid_t l = fork();
+    if (l == 0) {
+        int code = 1;
+        pt_launch(NPROC, loop_main, NULL, NULL, &code);
+        _exit(code);
+    }
+    double t0 = pt_time_s();
+    int ready = 0;
+    while (!ready && pt_time_s() - t0 < 10) {
+        ready = 1;
+        for (int r = 0; r < NPROC; r++) ready &= sh->r[r].pid > 0;
+        usleep(10000);
+    }
+    CHECK(ready);
+    kill(l, SIGKILL);
+    waitpid(l, NULL, 0);
+    for (int r = 0; r < NPROC; r++) {
+        int gone = 0;
+        for (int tries = 0; tries < 200 && !gone; tries++) {
+            gone = sh->r[r].pid <= 0 || process_gone(sh->r[r].pid);
+            if (!gone) usleep(10000);
+        }
+        if (!gone) fprintf(stderr, "  rank %d (pid %d) outlived its launcher\n", r, sh->r[r].pid);
+        CHECK(gone);
+    }
+}
+
 int main(void) {
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     PT_ASSERT(sh != MAP_FAILED);
@@ -291,6 +346,7 @@ int main(void) {
     RUN(test_nonzero_exit);
     RUN(test_hang);
     RUN(test_sigint);
+    RUN(test_launcher_killed);
     munmap(sh, sizeof *sh);
     return TEST_DONE();
 }
