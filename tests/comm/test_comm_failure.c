@@ -8,8 +8,10 @@
  *   - no process of the job is left and no new /dev/shm entry remains.
  * Cases: a rank SIGKILLed mid all-reduce, a rank that exits early (code 0,
  * never reaches the collective), a rank that exits non-zero, a rank that
- * hangs outside any collective (timeout), SIGINT to the launcher; and a
- * clean job launched from a process whose progress thread already runs. */
+ * hangs outside any collective (timeout), SIGINT to the launcher. Also: a
+ * clean job launched from a process whose progress thread already runs;
+ * ranks blocked for 1 s use little CPU; ranks die with a SIGKILLed
+ * launcher; a failed communicator refuses further operations. */
 #include "partrain/comm.h"
 #include "pt_test.h"
 
