@@ -262,11 +262,12 @@ static void attention_case(int B, int T, int C, int NH) {
     free(qkv), free(dout), free(d0), free(outr), free(attr), free(dr), free(scr);
 }
 static void test_attention(void) {
-    attention_case(1, 1, 4, 1);    /* T = 1 */
-    attention_case(2, 5, 12, 1);   /* NH = 1 */
-    attention_case(1, 64, 16, 2);  /* exactly one block */
-    attention_case(2, 65, 24, 3);  /* one row past a block */
-    attention_case(1, 130, 32, 4); /* three blocks, the last short */
+    attention_case(1, 1, 4, 1);     /* T = 1 */
+    attention_case(2, 5, 12, 1);    /* NH = 1 */
+    attention_case(1, 64, 16, 2);   /* exactly one block */
+    attention_case(2, 65, 24, 3);   /* one row past a block */
+    attention_case(1, 130, 32, 4);  /* three blocks, the last short */
+    attention_case(1, 256, 128, 2); /* four full blocks, hs 64 as in gpt2/small */
 }
 
 static void xent_case(int N, int V) {
