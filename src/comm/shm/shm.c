@@ -136,6 +136,8 @@ typedef struct {
     _Atomic int refs;
 } shm_map;
 
+typedef struct shm_unexpected shm_unexpected;
+
 typedef struct {
     shm_map *map;
     pt_shm_job *job;
@@ -153,6 +155,7 @@ typedef struct {
     uint64_t want;             /* epoch being waited for */
     int scan;                  /* first member not yet seen at `want` */
     int is_world;
+    shm_unexpected *unexpected[PT_SHM_MAX_RANKS]; /* per peer, in arrival order */
 } shm_ctx;
 
 static size_t round_up(size_t x, size_t a) {
@@ -618,9 +621,10 @@ static pt_status shm_barrier(void *ctx) {
 
 /* ---- send/recv: one byte ring per ordered pair -------------------------------------------
  * A message is a 16-byte header (tag, bytes) then the payload, streamed
- * through the ring as space frees up. Messages from one peer are received in
- * the order sent; a recv whose tag or size differs from the next message's is
- * an error (no out-of-order matching). */
+ * through the ring as space frees up. A recv takes the first message from
+ * the peer with its tag; messages with other tags read on the way are kept
+ * (allocated) for later recvs. A size that differs from the recv's is an
+ * error. */
 
 typedef struct {
     shm_ring *r;
@@ -701,22 +705,63 @@ static pt_status shm_send(void *ctx, const void *buf, size_t bytes, int peer, in
     return op_end(x, PT_OP_SEND, st);
 }
 
+/* A message read off the ring ahead of the recv that matches its tag (only
+ * when tags are received out of send order: the one case that allocates). */
+struct shm_unexpected {
+    int64_t tag;
+    size_t bytes;
+    shm_unexpected *next;
+    char data[];
+};
+
+static pt_status size_mismatch(shm_ctx *x, int peer, int tag, size_t got, size_t want) {
+    char who[64];
+    name_member(x, peer, who, sizeof who);
+    return pt_error_set(PT_ERR_COMM,
+                        "recv: message from %s with tag %d has %zu bytes, expected %zu", who, tag,
+                        got, want);
+}
+
+/* Messages from a peer with one tag are received in the order sent; a
+ * message with another tag found first is set aside for a later recv. */
+static pt_status recv_matching(shm_ctx *x, void *buf, size_t bytes, int peer, int tag) {
+    for (shm_unexpected **pp = &x->unexpected[peer]; *pp; pp = &(*pp)->next) {
+        shm_unexpected *u = *pp;
+        if (u->tag != tag) continue;
+        if (u->bytes != bytes) return size_mismatch(x, peer, tag, u->bytes, bytes);
+        memcpy(buf, u->data, bytes);
+        *pp = u->next;
+        pt_mem_free(u);
+        return PT_OK;
+    }
+    shm_ring *r = ring_of(x, peer, x->rank);
+    for (;;) {
+        msg_header hd;
+        PT_CHECK(ring_read(x, r, peer, (char *)&hd, sizeof hd, PT_OP_RECV));
+        if (hd.tag == tag) {
+            if (hd.bytes != bytes) return size_mismatch(x, peer, tag, hd.bytes, bytes);
+            return ring_read(x, r, peer, buf, bytes, PT_OP_RECV);
+        }
+        shm_unexpected *u = pt_mem_alloc(PT_MEM_COMM, sizeof *u + hd.bytes);
+        if (!u) return PT_ERR_NOMEM;
+        u->tag = hd.tag;
+        u->bytes = hd.bytes;
+        u->next = NULL;
+        pt_status st = ring_read(x, r, peer, u->data, hd.bytes, PT_OP_RECV);
+        if (st != PT_OK) {
+            pt_mem_free(u);
+            return st;
+        }
+        shm_unexpected **tail = &x->unexpected[peer];
+        while (*tail) tail = &(*tail)->next;
+        *tail = u;
+    }
+}
+
 static pt_status shm_recv(void *ctx, void *buf, size_t bytes, int peer, int tag) {
     shm_ctx *x = ctx;
     op_begin(x, PT_OP_RECV);
-    msg_header hd;
-    shm_ring *r = ring_of(x, peer, x->rank);
-    pt_status st = ring_read(x, r, peer, (char *)&hd, sizeof hd, PT_OP_RECV);
-    if (st == PT_OK && (hd.tag != tag || hd.bytes != bytes)) {
-        char who[64];
-        name_member(x, peer, who, sizeof who);
-        st = pt_error_set(PT_ERR_COMM,
-                          "recv: next message from %s has tag %lld and %llu bytes; expected tag "
-                          "%d and %zu bytes (shm receives in send order)",
-                          who, (long long)hd.tag, (unsigned long long)hd.bytes, tag, bytes);
-    }
-    if (st == PT_OK) st = ring_read(x, r, peer, buf, bytes, PT_OP_RECV);
-    return op_end(x, PT_OP_RECV, st);
+    return op_end(x, PT_OP_RECV, recv_matching(x, buf, bytes, peer, tag));
 }
 
 /* ---- contexts, split, free -------------------------------------------------------------- */
@@ -768,6 +813,12 @@ static void shm_free(void *ctx) {
     if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1)
         madvise(x->reg, region_size(x->n, x->reg->stage_bytes),
                 MADV_REMOVE); /* give the pages back */
+    for (int p = 0; p < x->n; p++)
+        while (x->unexpected[p]) {
+            shm_unexpected *u = x->unexpected[p];
+            x->unexpected[p] = u->next;
+            pt_mem_free(u);
+        }
     map_release(x->map);
     free(x);
 }
