@@ -70,6 +70,11 @@ static struct {
           {NULL, NULL},
           {0, 0}};
 
+/* Requests are recycled through a free list (under prog.mu), so that a
+ * training step's non-blocking operations allocate nothing after warm-up
+ * (STYLE rule 10). */
+static pt_comm_req *req_free_list;
+
 static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag);
 
 static void *progress_main(void *lane_arg) {
@@ -113,6 +118,21 @@ static void prog_after_fork(void) {
     }
 }
 
+static pt_comm_req *req_get(void) {
+    pthread_mutex_lock(&prog.mu);
+    pt_comm_req *r = req_free_list;
+    if (r) req_free_list = r->next;
+    pthread_mutex_unlock(&prog.mu);
+    return r ? r : malloc(sizeof *r);
+}
+
+static void req_put(pt_comm_req *r) {
+    pthread_mutex_lock(&prog.mu);
+    r->next = req_free_list;
+    req_free_list = r;
+    pthread_mutex_unlock(&prog.mu);
+}
+
 static int lane_of(const pt_comm *c, pt_comm_op op) {
     return op == PT_OP_RECV && c->be->concurrent_p2p ? LANE_RECV : LANE_MAIN;
 }
@@ -120,7 +140,7 @@ static int lane_of(const pt_comm *c, pt_comm_op op) {
 /* Queue an operation; the request is freed by pt_comm_wait. */
 static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
                          pt_comm_req **req) {
-    pt_comm_req *r = calloc(1, sizeof *r);
+    pt_comm_req *r = req_get();
     if (!r)
         return pt_error_set(PT_ERR_NOMEM, "out of memory for a %s request", pt_comm_op_name(op));
     int lane = lane_of(c, op);
@@ -143,7 +163,7 @@ static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg
             pthread_mutex_lock(&c->mu);
             if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
             pthread_mutex_unlock(&c->mu);
-            free(r);
+            req_put(r);
             return pt_error_set(PT_ERR_INTERNAL, "cannot start the comm progress thread (%d)", e);
         }
         prog.started[lane] = 1;
@@ -189,7 +209,7 @@ pt_status pt_comm_wait(pt_comm_req *req) {
     pthread_mutex_unlock(&prog.mu);
     pt_status st = req->st;
     if (st != PT_OK) pt_error_set(st, "%s", req->msg);
-    free(req);
+    req_put(req);
     return st;
 }
 
