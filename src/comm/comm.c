@@ -15,6 +15,7 @@
 #include "shm/shm.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -156,7 +157,14 @@ static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        /* The thread starts with every signal blocked, so that signals meant
+         * for the process (SIGINT, SIGCHLD for pt_launch) reach the threads
+         * that wait for them. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
         int e = pthread_create(&t, &a, progress_main, (void *)(intptr_t)lane);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         pthread_attr_destroy(&a);
         if (e != 0) {
             pthread_mutex_unlock(&prog.mu);
