@@ -14,6 +14,11 @@
  * communicator's operations in the same order. Non-blocking operations are
  * queued and run in order by the process's progress thread; a blocking call
  * on a communicator first lets that communicator's queued operations finish.
+ * Where the backend allows it (shm), queued receives run on a second
+ * progress thread: an isend/irecv exchange of any size then progresses, a
+ * blocking send does not wait for queued receives, nor a blocking receive
+ * for other queued operations. Elsewhere (mpi) exchange large messages in
+ * an order that cannot deadlock (even ranks send first).
  *
  * Failure: no call waits forever. When a peer dies or stops answering for
  * longer than the timeout, the call returns PT_ERR_COMM or PT_ERR_TIMEOUT and
