@@ -3,8 +3,8 @@
  * Arena (one mapping per job: anonymous MAP_SHARED made by the launcher
  * before fork, or a named 0600 segment for pt_comm_shm_attach):
  *
- *   [job header: per-rank state, pid, current op, step; abort word; futex
- *    word; bump pointer] [world region] [regions of sub-communicators ...]
+ *   [job header: per-rank state, pid, current op, step, first error; abort
+ *    word; futex word; bump pointer] [world region] [regions of sub-communicators ...]
  *
  * A region (one per communicator, made by the lowest member at split time
  * from the bump pointer; pages are given back with MADV_REMOVE when the last
@@ -23,10 +23,11 @@
  *   allreduce   <= PT_SHM_SMALL bytes: copy the buffer into my half, sync,
  *               every rank sums all halves (one sync: latency). Larger:
  *               rounds of n slices (one per rank's pt_comm_shard range):
- *               copy in, sync, rank r reduces slice r from all n halves
- *               into its buffer and its half, sync, copy the other slices
- *               out. The reduction is split evenly across ranks
- *               (reduce-scatter + all-gather through shared memory).
+ *               copy the others' slices in, sync, rank r reduces slice r
+ *               from its own buffer and the n-1 other halves into its
+ *               buffer and its half, sync, copy the other slices out. The
+ *               reduction is split evenly across ranks (reduce-scatter +
+ *               all-gather through shared memory).
  *   reduce_scatter  the first half of the large all-reduce (one sync).
  *   allgather   copy my shard slice in, sync, copy the others out.
  *   broadcast   root copies a chunk in, sync, the others copy it out.
@@ -35,7 +36,7 @@
  * slow rank still reads round k; it cannot start round k+2 before the slow
  * rank has posted a flag in round k+1, i.e. finished round k.
  *
- * Waiting: spin (briefly, or not at all when ranks outnumber cores), then
+ * Waiting: spin (an adaptive budget, see wait_until), then
  * sched_yield, then sleep on a futex word shared by the job (posters wake
  * only when someone sleeps). Every wait checks the job's abort word (set by
  * the launcher when a rank dies or on Ctrl-C), the awaited peer's state
