@@ -95,6 +95,10 @@ pt_status pt_comm_isend(pt_comm *c, const void *buf, size_t bytes, int peer, int
 pt_status pt_comm_irecv(pt_comm *c, void *buf, size_t bytes, int peer, int tag, pt_comm_req **req);
 /* Waits for completion, returns the operation's status and frees req. */
 pt_status pt_comm_wait(pt_comm_req *req);
+/* pt_comm_wait that also reports when the progress thread started and
+ * finished the operation (pt_time_ns clock; either pointer may be NULL), for
+ * traces and the time the communication thread spent on it. */
+pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns);
 /* *done := 1 when complete (then call pt_comm_wait to collect and free). */
 pt_status pt_comm_test(pt_comm_req *req, int *done);
 

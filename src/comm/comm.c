@@ -53,7 +53,8 @@ struct pt_comm_req {
     int lane;
     pt_status st;
     char msg[256];
-    req_state state; /* under the progress mutex */
+    req_state state;         /* under the progress mutex */
+    uint64_t t_start, t_end; /* pt_time_ns when the progress thread began / ended it */
     pt_comm_req *next;
 };
 
@@ -87,7 +88,9 @@ static void *progress_main(void *lane_arg) {
         pthread_mutex_unlock(&prog.mu);
 
         pt_error_clear();
+        r->t_start = pt_time_ns();
         r->st = run_op(r->c, r->op, r->buf, r->n, r->arg, r->tag);
+        r->t_end = pt_time_ns();
         if (r->st != PT_OK) snprintf(r->msg, sizeof r->msg, "%s", pt_error_message());
 
         /* Release the communicator first (its owner may free it once
@@ -211,10 +214,16 @@ static int drain_mask(const pt_comm *c, pt_comm_op op) {
 }
 
 pt_status pt_comm_wait(pt_comm_req *req) {
+    return pt_comm_wait_timed(req, NULL, NULL);
+}
+
+pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
     pthread_mutex_lock(&prog.mu);
     while (req->state != REQ_DONE) pthread_cond_wait(&prog.done, &prog.mu);
     pthread_mutex_unlock(&prog.mu);
+    if (start_ns) *start_ns = req->t_start;
+    if (end_ns) *end_ns = req->t_end;
     pt_status st = req->st;
     if (st != PT_OK) pt_error_set(st, "%s", req->msg);
     req_put(req);
