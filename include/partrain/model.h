@@ -100,6 +100,23 @@ int pt_model_num_tensors(const pt_model *m);
 const pt_param_info *pt_model_tensor(const pt_model *m, int i);
 const pt_param_info *pt_model_find(const pt_model *m, const char *name); /* NULL if absent */
 
+/* Plug points of the whole-model passes (DESIGN "How strategies plug into
+ * the model"): pt_model_forward / pt_model_backward call them around each
+ * module, in execution order (backward: head, blocks L..1, embedding).
+ * after_backward(i) means module i's own gradient region is final for this
+ * pass -- except that the head also accumulates into wte (module 0's
+ * region), so module 0's region is final only after module 0. Any slot may
+ * be NULL. Hooks must not run model passes themselves. */
+typedef struct {
+    void (*before_forward)(void *arg, int module);
+    void (*after_forward)(void *arg, int module);
+    void (*before_backward)(void *arg, int module);
+    void (*after_backward)(void *arg, int module);
+    void *arg; /* lent; passed to every hook */
+} pt_model_hooks;
+/* Install hooks (copied); NULL removes them. */
+void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);
+
 /* Whole model. With b->targets, returns the mean loss over B*T positions in
  * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
  * without, computes logits (see pt_model_logits). B <= max_B, T <= seq_len;

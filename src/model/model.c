@@ -325,15 +325,33 @@ void pt_model_init(pt_model *m, uint64_t seed) {
 
 /* ---- whole model ---- */
 
+void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h) {
+    if (h)
+        m->hooks = *h;
+    else
+        memset(&m->hooks, 0, sizeof m->hooks);
+}
+
+static void fwd(pt_model *m, int i, const pt_batch *b, const float *in, float *out) {
+    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, i);
+    pt_module_forward(m, i, m->ctx[i], b, in, out);
+    if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, i);
+}
+
+static void bwd(pt_model *m, int i, const pt_batch *b, const float *dout, float *din) {
+    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, i);
+    pt_module_backward(m, i, m->ctx[i], b, dout, din);
+    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, i);
+}
+
 void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
     PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     int L = m->cfg.n_layer;
     m->last = *b;
     m->have_targets = b->targets != NULL;
-    pt_module_forward(m, 0, m->ctx[0], b, NULL, m->resid[0]);
-    for (int l = 0; l < L; l++)
-        pt_module_forward(m, 1 + l, m->ctx[1 + l], b, m->resid[l], m->resid[l + 1]);
-    pt_module_forward(m, L + 1, m->ctx[L + 1], b, m->resid[L], b->targets ? m->losses : NULL);
+    fwd(m, 0, b, NULL, m->resid[0]);
+    for (int l = 0; l < L; l++) fwd(m, 1 + l, b, m->resid[l], m->resid[l + 1]);
+    fwd(m, L + 1, b, m->resid[L], b->targets ? m->losses : NULL);
     if (b->targets && loss) {
         size_t N = (size_t)b->B * (size_t)b->T;
         double sum = 0;
@@ -347,14 +365,14 @@ void pt_model_backward(pt_model *m) {
     int L = m->cfg.n_layer;
     const pt_batch *b = &m->last;
     float *d = m->dstream[0], *dnext = m->dstream[1];
-    pt_module_backward(m, L + 1, m->ctx[L + 1], b, NULL, d);
+    bwd(m, L + 1, b, NULL, d);
     for (int l = L - 1; l >= 0; l--) {
-        pt_module_backward(m, 1 + l, m->ctx[1 + l], b, d, dnext);
+        bwd(m, 1 + l, b, d, dnext);
         float *t = d;
         d = dnext;
         dnext = t;
     }
-    pt_module_backward(m, 0, m->ctx[0], b, d, NULL);
+    bwd(m, 0, b, d, NULL);
 }
 
 const float *pt_model_logits(const pt_model *m) {

@@ -54,6 +54,7 @@ struct pt_model {
     float *losses; /* (N) */
     pt_batch last;
     int have_targets;
+    pt_model_hooks hooks; /* strategies' plug points (all NULL: none) */
 };
 
 /* Tensor order inside each module (the flat layout): the embedding's tensors
