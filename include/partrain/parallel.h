@@ -1,0 +1,129 @@
+/* partrain parallel: the data-parallel strategies that sit between the model,
+ * the optimizer and the communicator, and that the trainer drives at the
+ * model's plug points (model.h, pt_model_hooks):
+ *
+ *   pt_ddp       gradient synchronization in BUCKETS: slices of the flat
+ *                gradient buffer, in reverse module order, each all-reduced
+ *                (non-blocking) the moment the modules it covers have
+ *                finished backward. Several in-flight SLOTS, each with its own
+ *                buffer, give bounded-stale synchronization (step t's
+ *                all-reduce runs while step t+1 computes).
+ *   pt_local_sgd parameter averaging every few steps, with an optional outer
+ *                Nesterov optimizer on the averaged delta (DiLoCo).
+ *   pt_trace     a recorder of timed events (Chrome trace), filled by the
+ *                trainer's hooks and by pt_ddp's waits.
+ *
+ * Lifecycle of a synchronous data-parallel step (one slot, in place):
+ *   pt_ddp_new(&d, model, comm, {bucket_bytes, 1 slot, in_place = 1})
+ *   per step: zero grads; micro-batches 1..M-1 forward/backward (no launch);
+ *             pt_ddp_begin(d, 0, overlap); last micro-batch forward/backward
+ *             (the hook calls pt_ddp_module_done(d, i) after module i);
+ *             pt_ddp_wait(d, 0)  (launches what is left, waits for all)
+ *             clip + optimizer step on pt_ddp_slot_grads(d, 0).
+ * A later ZeRO strategy reuses the bucket layout (pt_ddp_bucket) with
+ * reduce-scatter in place of all-reduce.
+ *
+ * Not here: data sharding, loss reduction, metrics files (train). */
+#ifndef PARTRAIN_PARALLEL_H
+#define PARTRAIN_PARALLEL_H
+
+#include "partrain/comm.h"
+#include "partrain/core.h"
+#include "partrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- trace recorder ---------------------------------------------------------- */
+typedef struct pt_trace pt_trace;
+
+enum { PT_TRACE_MAIN = 0, PT_TRACE_COMM = 1 }; /* tids: the main and the comm thread */
+
+/* Room for max_events events (counted in PT_MEM_SCRATCH); later ones are
+ * dropped (counted). NULL-safe: every function accepts a NULL trace. */
+pt_status pt_trace_new(pt_trace **out, size_t max_events);
+void pt_trace_free(pt_trace *t);
+/* One complete event [start_ns, end_ns) (pt_time_ns clock). name is copied
+ * (truncated to 39 bytes); cat must be a string literal. */
+void pt_trace_add(pt_trace *t, const char *name, const char *cat, int tid, uint64_t start_ns,
+                  uint64_t end_ns, long step);
+size_t pt_trace_count(const pt_trace *t);
+size_t pt_trace_dropped(const pt_trace *t);
+/* Write the events as Chrome trace JSON objects separated by ",\n" (no
+ * enclosing brackets), pid = rank, timestamps in microseconds from t0_ns,
+ * preceded by the process and thread name metadata. */
+pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t0_ns);
+
+/* ---- bucketed gradient synchronization ------------------------------------------- */
+typedef struct pt_ddp pt_ddp;
+
+typedef struct {
+    size_t bucket_bytes; /* target bucket size (a bucket may split a module); >= 4 */
+    int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
+    int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
+                            0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
+} pt_ddp_options;
+
+/* Statistics of the waits since the last pt_ddp_take_stats. */
+typedef struct {
+    uint64_t comm_ns;    /* sum over completed all-reduces of (end - start) on the comm thread */
+    uint64_t exposed_ns; /* time the calling thread spent blocked in pt_ddp_wait */
+    uint64_t bytes;      /* payload bytes of the completed all-reduces (4 * floats) */
+    int buckets;         /* completed all-reduces */
+} pt_ddp_stats;
+
+/* Buckets for model m over communicator c (both lent, must outlive d). */
+pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt);
+void pt_ddp_free(pt_ddp *d);
+
+int pt_ddp_num_buckets(const pt_ddp *d);
+/* Bucket i covers [*offset, *offset + *count) of the flat buffers and is
+ * complete after module *ready_module's backward. Bucket 0 is the highest. */
+void pt_ddp_bucket(const pt_ddp *d, int i, size_t *offset, size_t *count, int *ready_module);
+/* The gradient buffer of slot s (the model's for an in-place slot). */
+float *pt_ddp_slot_grads(pt_ddp *d, int s);
+
+/* Start a round in slot s (which must be idle): with launch = 1 the
+ * following pt_ddp_module_done calls launch buckets as they complete; with 0
+ * nothing is launched before pt_ddp_wait / pt_ddp_launch_all. step labels
+ * trace events. */
+void pt_ddp_begin(pt_ddp *d, int s, int launch, long step);
+/* Hook: module i's backward has finished in the active round. Launches
+ * (copying into the slot first when not in place) every bucket it
+ * completes. Errors are kept and returned by pt_ddp_wait. */
+void pt_ddp_module_done(pt_ddp *d, int module);
+/* Launch every bucket of the active round not yet launched (its gradients
+ * must be final), and end the round: slot s keeps running. */
+pt_status pt_ddp_launch_all(pt_ddp *d);
+/* Wait for every bucket of slot s (launching what is left first when s is
+ * the active round). The slot's buffer then holds the SUM over ranks. */
+pt_status pt_ddp_wait(pt_ddp *d, int s);
+/* 1 when slot s has a round launched and not yet waited for. */
+int pt_ddp_slot_busy(const pt_ddp *d, int s);
+/* Record waits and all-reduces in t (lent; NULL: none). */
+void pt_ddp_set_trace(pt_ddp *d, pt_trace *t);
+/* Copy and reset the statistics. */
+void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
+
+/* ---- local SGD with an outer optimizer ---------------------------------------- */
+typedef struct pt_local_sgd pt_local_sgd;
+
+/* Over n parameters starting from params (copied as the anchor). nesterov = 0:
+ * plain averaging (outer_lr and momentum unused); 1: DiLoCo's outer step
+ * anchor -= outer_lr * (delta + momentum * u), u = momentum * u + delta,
+ * delta = anchor - average. Buffers in PT_MEM_OPTIM. */
+pt_status pt_local_sgd_new(pt_local_sgd **out, const float *params, size_t n, int nesterov,
+                           float outer_lr, float momentum);
+void pt_local_sgd_free(pt_local_sgd *l);
+/* Collective: average params over c (all-reduce), apply the outer step and
+ * write the new parameters to params on every rank. */
+pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params);
+/* Outer state (lent) for checkpoints: anchor and momentum, n floats each. */
+float *pt_local_sgd_anchor(pt_local_sgd *l);
+float *pt_local_sgd_momentum(pt_local_sgd *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

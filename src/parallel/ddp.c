@@ -1,0 +1,227 @@
+/* Bucketed gradient synchronization. Buckets are slices of the flat gradient
+ * buffer, cut from the END (the head's region) toward the start, because
+ * backward finishes modules in reverse order: a bucket is complete once the
+ * module holding its LOWEST element has finished backward (the tied wte
+ * gradient lives in module 0's region, so it is final only after the
+ * embedding, even though the head writes into it first). A module larger
+ * than the bucket size is split over several buckets; small modules share
+ * one. Launch order is the bucket order on every rank (comm.h's ordering
+ * contract).
+ *
+ * A slot is one round of in-flight all-reduces with its own buffer (or the
+ * model's gradients, in place). Staleness k uses k+1 slots: step t's round
+ * runs while step t+1 computes into the model's gradients.
+ *
+ * Not here: averaging (the trainer scales the loss by 1/global tokens, so
+ * the SUM is the global mean gradient), clipping, the optimizer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "partrain/parallel.h"
+
+typedef struct {
+    size_t offset, count;
+    int ready; /* module after whose backward the bucket is complete */
+    char name[24];
+} bucket;
+
+typedef struct {
+    float *grads;       /* the model's (in place) or owned (PT_MEM_COMM) */
+    pt_comm_req **reqs; /* per bucket; NULL when not launched */
+    int launched;       /* buckets launched so far */
+    int busy;           /* a round is in flight */
+    long step;
+} slot;
+
+struct pt_ddp {
+    pt_model *m;
+    pt_comm *c;
+    int nb;
+    bucket *b;
+    int nslots, in_place;
+    slot *slots;
+    int active;     /* slot of the open round; -1: none */
+    int launch_now; /* the open round launches from pt_ddp_module_done */
+    pt_status err;
+    char errmsg[256];
+    pt_trace *trace;
+    pt_ddp_stats stats;
+};
+
+pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt) {
+    *out = NULL;
+    if (opt->nslots < 1 || (opt->in_place && opt->nslots != 1))
+        return pt_error_set(PT_ERR_INVALID, "ddp: %d slots (in place needs exactly 1)",
+                            opt->nslots);
+    size_t cap = opt->bucket_bytes / sizeof(float);
+    if (cap < 1) cap = 1;
+    pt_ddp *d = calloc(1, sizeof *d);
+    if (!d) return pt_error_set(PT_ERR_NOMEM, "ddp");
+    d->m = m;
+    d->c = c;
+    d->active = -1;
+    d->in_place = opt->in_place;
+    d->nslots = opt->nslots;
+    size_t n = pt_model_num_params(m);
+    int nmod = pt_model_num_modules(m);
+    size_t maxb = n / cap + (size_t)nmod + 1;
+    d->b = calloc(maxb, sizeof *d->b);
+    d->slots = calloc((size_t)d->nslots, sizeof *d->slots);
+    if (!d->b || !d->slots) goto nomem;
+    /* cut from the top: the open bucket is [lo, hi) */
+    size_t hi = n, lo = n;
+    for (int i = nmod - 1; i >= 0; i--) {
+        size_t off, cnt;
+        pt_model_module_region(m, i, &off, &cnt);
+        PT_ASSERT(off + cnt == lo);
+        while (lo > off) {
+            size_t take = cap - (hi - lo);
+            if (take > lo - off) take = lo - off;
+            lo -= take;
+            if (hi - lo == cap) {
+                d->b[d->nb++] = (bucket){lo, hi - lo, i, ""};
+                hi = lo;
+            }
+        }
+    }
+    if (hi > lo) d->b[d->nb++] = (bucket){lo, hi - lo, 0, ""};
+    PT_ASSERT((size_t)d->nb <= maxb && lo == 0);
+    for (int k = 0; k < d->nb; k++) snprintf(d->b[k].name, sizeof d->b[k].name, "allreduce b%d", k);
+    for (int s = 0; s < d->nslots; s++) {
+        slot *sl = &d->slots[s];
+        sl->reqs = calloc((size_t)d->nb, sizeof *sl->reqs);
+        if (!sl->reqs) goto nomem;
+        if (d->in_place) {
+            sl->grads = pt_model_grads(m);
+        } else {
+            sl->grads = pt_mem_alloc(PT_MEM_COMM, n * sizeof(float));
+            if (!sl->grads) goto nomem;
+        }
+    }
+    *out = d;
+    return PT_OK;
+nomem:
+    pt_ddp_free(d);
+    return pt_error_set(PT_ERR_NOMEM, "ddp buckets");
+}
+
+void pt_ddp_free(pt_ddp *d) {
+    if (!d) return;
+    for (int s = 0; d->slots && s < d->nslots; s++) {
+        slot *sl = &d->slots[s];
+        for (int k = 0; sl->reqs && k < d->nb; k++)
+            if (sl->reqs[k]) pt_comm_wait(sl->reqs[k]);
+        if (!d->in_place) pt_mem_free(sl->grads);
+        free(sl->reqs);
+    }
+    free(d->slots);
+    free(d->b);
+    free(d);
+}
+
+int pt_ddp_num_buckets(const pt_ddp *d) {
+    return d->nb;
+}
+
+void pt_ddp_bucket(const pt_ddp *d, int i, size_t *offset, size_t *count, int *ready_module) {
+    PT_ASSERT(i >= 0 && i < d->nb);
+    *offset = d->b[i].offset;
+    *count = d->b[i].count;
+    if (ready_module) *ready_module = d->b[i].ready;
+}
+
+float *pt_ddp_slot_grads(pt_ddp *d, int s) {
+    PT_ASSERT(s >= 0 && s < d->nslots);
+    return d->slots[s].grads;
+}
+
+int pt_ddp_slot_busy(const pt_ddp *d, int s) {
+    PT_ASSERT(s >= 0 && s < d->nslots);
+    return d->slots[s].busy;
+}
+
+void pt_ddp_set_trace(pt_ddp *d, pt_trace *t) {
+    d->trace = t;
+}
+
+void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out) {
+    *out = d->stats;
+    memset(&d->stats, 0, sizeof d->stats);
+}
+
+void pt_ddp_begin(pt_ddp *d, int s, int launch, long step) {
+    PT_ASSERT(s >= 0 && s < d->nslots && !d->slots[s].busy && d->active < 0);
+    slot *sl = &d->slots[s];
+    sl->busy = 1;
+    sl->launched = 0;
+    sl->step = step;
+    d->active = s;
+    d->launch_now = launch;
+}
+
+static void launch(pt_ddp *d, slot *sl) {
+    int k = sl->launched++;
+    if (d->err != PT_OK) return;
+    const bucket *b = &d->b[k];
+    const float *g = pt_model_grads(d->m);
+    if (!d->in_place) memcpy(sl->grads + b->offset, g + b->offset, b->count * sizeof(float));
+    pt_status st =
+        pt_comm_iallreduce(d->c, sl->grads + b->offset, b->count, PT_REDUCE_SUM, &sl->reqs[k]);
+    if (st != PT_OK) {
+        d->err = st;
+        snprintf(d->errmsg, sizeof d->errmsg, "%s", pt_error_message());
+        sl->reqs[k] = NULL;
+    }
+}
+
+void pt_ddp_module_done(pt_ddp *d, int module) {
+    if (d->active < 0 || !d->launch_now) return;
+    slot *sl = &d->slots[d->active];
+    while (sl->launched < d->nb && d->b[sl->launched].ready >= module) launch(d, sl);
+}
+
+pt_status pt_ddp_launch_all(pt_ddp *d) {
+    if (d->active < 0) return PT_OK;
+    slot *sl = &d->slots[d->active];
+    while (sl->launched < d->nb) launch(d, sl);
+    d->active = -1;
+    if (d->err != PT_OK) return pt_error_set(d->err, "%s", d->errmsg);
+    return PT_OK;
+}
+
+pt_status pt_ddp_wait(pt_ddp *d, int s) {
+    PT_ASSERT(s >= 0 && s < d->nslots);
+    if (d->active == s) PT_CHECK(pt_ddp_launch_all(d));
+    slot *sl = &d->slots[s];
+    if (!sl->busy) return PT_OK;
+    pt_status st = PT_OK;
+    uint64_t w0 = pt_time_ns();
+    for (int k = 0; k < d->nb; k++) {
+        if (!sl->reqs[k]) continue;
+        uint64_t a = 0, z = 0;
+        pt_status e = pt_comm_wait_timed(sl->reqs[k], &a, &z);
+        sl->reqs[k] = NULL;
+        if (e != PT_OK) {
+            if (st == PT_OK) {
+                st = e;
+                snprintf(d->errmsg, sizeof d->errmsg, "%s", pt_error_message());
+            }
+            continue;
+        }
+        d->stats.comm_ns += z - a;
+        d->stats.bytes += d->b[k].count * sizeof(float);
+        d->stats.buckets++;
+        pt_trace_add(d->trace, d->b[k].name, "comm", PT_TRACE_COMM, a, z, sl->step);
+    }
+    uint64_t w1 = pt_time_ns();
+    d->stats.exposed_ns += w1 - w0;
+    pt_trace_add(d->trace, "wait grads", "wait", PT_TRACE_MAIN, w0, w1, sl->step);
+    sl->busy = 0;
+    if (st != PT_OK) return pt_error_set(st, "gradient all-reduce: %s", d->errmsg);
+    if (d->err != PT_OK) {
+        st = d->err;
+        d->err = PT_OK;
+        return pt_error_set(st, "gradient all-reduce: %s", d->errmsg);
+    }
+    return PT_OK;
+}
