@@ -13,13 +13,20 @@
  * A benchmark builds a trainer from a config with data.train = "" and times
  * pt_trainer_step_batch on its own tokens.
  *
- * Not here (yet): more than one worker; parallel.* must be the single-worker
- * values. */
+ * Data parallel (parallel.dp > 1): every rank builds its trainer with
+ * pt_trainer_new_dist over the world communicator; each draws the same
+ * GLOBAL batch from the same data RNG and computes its contiguous share;
+ * gradients are synchronized per parallel.sync (parallel.h). Rank 0 writes
+ * metrics, progress, checkpoints and the merged trace; every rank takes part
+ * in validation (each its share of the windows).
+ *
+ * Not here (yet): tensor and pipeline parallelism, ZeRO. */
 #ifndef PARTRAIN_TRAIN_H
 #define PARTRAIN_TRAIN_H
 
 #include <stdio.h>
 
+#include "partrain/comm.h"
 #include "partrain/core.h"
 #include "partrain/model.h"
 #include "partrain/optim.h"
@@ -42,8 +49,9 @@ typedef struct {
         double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
     } train;
     struct {
-        int dp, tp, pp, zero, microbatches, sync_every;
-        char schedule[16], sync[16];
+        int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
+        double bucket_mb, outer_lr, outer_momentum;
+        char schedule[16], sync[16], outer[16];
     } parallel;
     struct {
         char dir[PT_CONFIG_STR_MAX];
@@ -129,12 +137,21 @@ typedef struct {
     float grad_norm; /* before clipping */
     double step_ms;
     double tokens_per_s;
+    /* Data parallel (0 for one worker). Timings are this rank's. */
+    double compute_ms;      /* step_ms minus the time blocked on communication */
+    double comm_ms;         /* comm-thread (or blocking) time of the ops completed this step */
+    double exposed_comm_ms; /* time this thread waited for communication */
+    uint64_t comm_bytes;    /* bytes this rank sent for gradients / parameters this step */
+    int applied;            /* 1 when an optimizer update was applied (stale: not before step k) */
 } pt_step_info;
 
 /* Build everything for cfg (validated here too): model (initialized from
  * train.seed), optimizer, data when data.train / data.val are set, metrics
  * file when log.metrics is set. Sets kernel threads to train.threads. */
 pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
+/* Same, as one rank of data parallelism over world (lent; must outlive the
+ * trainer; NULL: one worker). parallel.dp must equal the world's size. */
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world);
 void pt_trainer_free(pt_trainer *t);
 
 pt_model *pt_trainer_model(pt_trainer *t);
@@ -145,7 +162,8 @@ int pt_trainer_step_count(const pt_trainer *t); /* optimizer steps taken */
 /* One optimizer step on the next batch from data.train (needs data). */
 pt_status pt_trainer_step(pt_trainer *t, pt_step_info *info);
 /* One optimizer step on caller tokens: inputs and targets (batch_size, T)
- * ints in [0, V), lent. Allocates nothing. */
+ * ints in [0, V), lent: the GLOBAL batch (every rank passes the same; each
+ * computes its share). Allocates nothing after the first step. */
 pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *targets,
                                 pt_step_info *info);
 /* Mean loss over the first train.val_batches batches of consecutive windows

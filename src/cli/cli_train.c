@@ -1,18 +1,26 @@
 /* partrain train: build the config (defaults < --config FILE < --set, in
- * order), then run the single-worker trainer, optionally resuming from
- * checkpoint.dir/latest. Errors: one line "partrain: ..." and exit 1. */
+ * order), then run the trainer, optionally resuming from
+ * checkpoint.dir/latest: one worker, or data parallel with --nproc N (the
+ * shm launcher forks N ranks) or --backend mpi (under mpirun, each process a
+ * rank). Errors: one line "partrain: ..." (with the rank) and exit 1. */
 #include "cli_impl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "partrain/comm.h"
 #include "partrain/train.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: partrain train [--config FILE] [--set key=value ...] [--resume]\n\n"
+    fprintf(f, "usage: partrain train [--config FILE] [--set key=value ...] [--resume]\n"
+               "                      [--nproc N | --backend shm|mpi]\n\n"
                "  --config FILE    JSON config (see configs/default.json)\n"
                "  --set key=value  override one key (repeatable, applied after --config)\n"
-               "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n\n");
+               "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
+               "  --nproc N        fork N ranks on this machine (shm); parallel.dp must be N\n"
+               "  --backend B      communication backend of this process's world (mpi: under\n"
+               "                   mpirun -np N, each process a rank)\n\n");
     pt_config_print_help(f);
 }
 
@@ -21,9 +29,48 @@ static int fail(const char *msg) {
     return 1;
 }
 
+typedef struct {
+    const pt_config *cfg;
+    int resume;
+    pt_comm_options opt;
+} run_args;
+
+/* One rank (or the single worker when world is NULL). */
+static int run(const pt_config *cfg, int resume, pt_comm *world) {
+    int rank = world ? pt_comm_rank(world) : 0;
+    pt_trainer *t = NULL;
+    pt_status st = pt_trainer_new_dist(&t, cfg, world);
+    if (st == PT_OK && resume) st = pt_trainer_resume(t);
+    if (st == PT_OK) st = pt_trainer_run(t);
+    int rc = 0;
+    if (st != PT_OK) {
+        if (world && pt_comm_size(world) > 1)
+            fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
+        else
+            fprintf(stderr, "partrain: %s\n", pt_error_message());
+        rc = 1;
+    }
+    pt_trainer_free(t);
+    return rc;
+}
+
+static int run_with_world(const pt_config *cfg, int resume, const pt_comm_options *opt) {
+    pt_comm *world = NULL;
+    if (pt_comm_init(&world, opt) != PT_OK) return fail(pt_error_message());
+    if (pt_comm_size(world) > 1) pt_log_set_rank(pt_comm_rank(world));
+    int rc = run(cfg, resume, world);
+    pt_comm_free(world);
+    return rc;
+}
+
+static int rank_main(void *arg) {
+    const run_args *a = arg;
+    return run_with_world(a->cfg, a->resume, &a->opt);
+}
+
 int pt_cli_train(int argc, char **argv) {
-    const char *config = NULL;
-    int resume = 0;
+    const char *config = NULL, *backend = NULL;
+    int resume = 0, nproc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -44,9 +91,26 @@ int pt_cli_train(int argc, char **argv) {
             /* applied below */
         } else if (!strcmp(a, "--resume")) {
             resume = 1;
-        } else if (!strcmp(a, "--nproc") || !strncmp(a, "--nproc=", 8) || !strcmp(a, "--backend")) {
-            fprintf(stderr, "partrain: %s is not supported yet (single worker only)\n", a);
-            return 2;
+        } else if (!strcmp(a, "--nproc") || !strncmp(a, "--nproc=", 8)) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end = NULL;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (!v || end == v || *end || n < 1 || n > 1024) {
+                fprintf(stderr,
+                        "partrain: --nproc needs a number of ranks in [1, 1024] (got "
+                        "'%s')\n",
+                        v ? v : "");
+                return 2;
+            }
+            nproc = (int)n;
+        } else if (!strcmp(a, "--backend") || !strncmp(a, "--backend=", 10)) {
+            backend = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!backend ||
+                (strcmp(backend, "shm") && strcmp(backend, "mpi") && strcmp(backend, "auto"))) {
+                fprintf(stderr, "partrain: --backend must be shm, mpi or auto (got '%s')\n",
+                        backend ? backend : "");
+                return 2;
+            }
         } else {
             fprintf(stderr, "partrain: unknown option '%s' (see partrain train --help)\n", a);
             return 2;
@@ -68,13 +132,27 @@ int pt_cli_train(int argc, char **argv) {
     if (pt_config_validate(&cfg) != PT_OK) return fail(pt_error_message());
     if (!cfg.data.train[0])
         return fail("data.train is not set (in the config, or --set data.train=FILE)");
-    pt_trainer *t = NULL;
-    if (pt_trainer_new(&t, &cfg) != PT_OK) return fail(pt_error_message());
-    pt_status st = PT_OK;
-    if (resume) st = pt_trainer_resume(t);
-    if (st == PT_OK) st = pt_trainer_run(t);
-    int rc = 0;
-    if (st != PT_OK) rc = fail(pt_error_message());
-    pt_trainer_free(t);
-    return rc;
+    if (nproc > 0) {
+        if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
+            return fail("--nproc forks ranks with the shm backend; for mpi run under "
+                        "mpirun -np N without --nproc");
+        if (cfg.parallel.dp != nproc) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "parallel.dp = %d but --nproc %d: data parallelism must use every rank "
+                     "(set parallel.dp=%d)",
+                     cfg.parallel.dp, nproc, nproc);
+            return fail(msg);
+        }
+        run_args a = {&cfg, resume, {"shm", 0}};
+        int code = 0;
+        if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
+            return fail(pt_error_message());
+        return code == 0 ? 0 : 1;
+    }
+    if (backend) {
+        pt_comm_options o = {backend, 0};
+        return run_with_world(&cfg, resume, &o);
+    }
+    return run(&cfg, resume, NULL);
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_INT, K_FLOAT, K_STRING } key_type;
+typedef enum { K_INT, K_FLOAT, K_STRING, K_BOOL } key_type; /* K_BOOL: an int 0/1 */
 
 typedef struct {
     const char *name;
@@ -61,8 +61,8 @@ static const key_def keys[] = {
      "validation every N steps (0: only at start and end)"},
     {"train.val_batches", K_INT, OFF(train.val_batches), "8", 1, 1e6, NULL,
      "batches of consecutive windows per validation"},
-    {"train.threads", K_INT, OFF(train.threads), "1", 1, 1024, NULL,
-     "threads for kernels and BLAS"},
+    {"train.threads", K_INT, OFF(train.threads), "0", 0, 1024, NULL,
+     "threads for kernels and BLAS per rank (0: max(1, cores / ranks))"},
     {"parallel.dp", K_INT, OFF(parallel.dp), "1", 1, 1 << 20, NULL, "data-parallel ranks"},
     {"parallel.tp", K_INT, OFF(parallel.tp), "1", 1, 1 << 20, NULL, "tensor-parallel ranks"},
     {"parallel.pp", K_INT, OFF(parallel.pp), "1", 1, 1 << 20, NULL, "pipeline stages"},
@@ -74,8 +74,20 @@ static const key_def keys[] = {
      "pipeline schedule"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
-    {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "1", 1, 1e9, NULL,
-     "steps between synchronizations (local_sgd, stale)"},
+    {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
+     "local_sgd: steps between parameter averagings"},
+    {"parallel.staleness", K_INT, OFF(parallel.staleness), "1", 1, 64, NULL,
+     "stale: step t's gradient all-reduce is applied at step t+staleness"},
+    {"parallel.bucket_mb", K_FLOAT, OFF(parallel.bucket_mb), "4", 1e-6, 1e6, NULL,
+     "gradient all-reduce bucket size in MiB (buckets may split modules)"},
+    {"parallel.overlap", K_BOOL, OFF(parallel.overlap), "true", 0, 1, NULL,
+     "launch each bucket's all-reduce during backward (false: after it, for measurement)"},
+    {"parallel.outer", K_STRING, OFF(parallel.outer), "avg", 0, 0, "avg|nesterov",
+     "local_sgd outer step: plain average, or Nesterov momentum on the averaged delta"},
+    {"parallel.outer_lr", K_FLOAT, OFF(parallel.outer_lr), "0.7", 0, 10, NULL,
+     "local_sgd nesterov: outer learning rate"},
+    {"parallel.outer_momentum", K_FLOAT, OFF(parallel.outer_momentum), "0.5", 0, 0.999999, NULL,
+     "local_sgd nesterov: outer momentum"},
     {"checkpoint.dir", K_STRING, OFF(checkpoint.dir), "", 0, 0, NULL,
      "checkpoint directory (empty: no checkpoints)"},
     {"checkpoint.every", K_INT, OFF(checkpoint.every), "0", 0, 1e9, NULL,
@@ -83,7 +95,7 @@ static const key_def keys[] = {
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,
-     "Chrome trace file (not written yet by the single-worker trainer)"},
+     "Chrome trace JSON (one track per rank and one per comm thread; empty: none)"},
     {"log.every", K_INT, OFF(log.every), "10", 1, 1e9, NULL, "progress line every N steps"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
@@ -95,7 +107,10 @@ static const key_def *find_key(const char *name) {
 }
 
 static const char *type_name(key_type t) {
-    return t == K_INT ? "an integer" : t == K_FLOAT ? "a number" : "a string";
+    return t == K_INT     ? "an integer"
+           : t == K_FLOAT ? "a number"
+           : t == K_BOOL  ? "true or false"
+                          : "a string";
 }
 
 /* Store a value already converted; checks the range / choices. `what` names
@@ -104,7 +119,7 @@ static pt_status store_number(pt_config *c, const key_def *k, double v, const ch
     if (!isfinite(v) || v < k->min || v > k->max)
         return pt_error_set(PT_ERR_INVALID, "%s: %s must be in [%g, %g] (got %g)", what, k->name,
                             k->min, k->max, v);
-    if (k->type == K_INT) {
+    if (k->type == K_INT || k->type == K_BOOL) {
         if (v != floor(v))
             return pt_error_set(PT_ERR_INVALID, "%s: %s must be an integer (got %g)", what, k->name,
                                 v);
@@ -140,6 +155,12 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
 
 static pt_status set_text(pt_config *c, const key_def *k, const char *value, const char *what) {
     if (k->type == K_STRING) return store_string(c, k, value, what);
+    if (k->type == K_BOOL) {
+        if (!strcmp(value, "true") || !strcmp(value, "1")) return store_number(c, k, 1, what);
+        if (!strcmp(value, "false") || !strcmp(value, "0")) return store_number(c, k, 0, what);
+        return pt_error_set(PT_ERR_INVALID, "%s: %s must be true or false (got '%s')", what,
+                            k->name, value);
+    }
     char *end = NULL;
     errno = 0;
     double v = strtod(value, &end);
@@ -196,6 +217,10 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
             if (!cJSON_IsString(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);
             PT_CHECK(store_string(c, k, it->valuestring, what));
+        } else if (k->type == K_BOOL) {
+            if (!cJSON_IsBool(it))
+                return pt_error_set(PT_ERR_INVALID, "%s: %s must be true or false", what, name);
+            PT_CHECK(store_number(c, k, cJSON_IsTrue(it) ? 1 : 0, what));
         } else {
             if (!cJSON_IsNumber(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s", what, name,
@@ -266,8 +291,8 @@ pt_status pt_config_validate(const pt_config *c) {
     for (size_t i = 0; i < NKEYS; i++) {
         const key_def *k = &keys[i];
         if (k->type == K_STRING) continue;
-        double v = k->type == K_INT ? *(const int *)((const char *)c + k->offset)
-                                    : *(const double *)((const char *)c + k->offset);
+        double v = k->type != K_FLOAT ? *(const int *)((const char *)c + k->offset)
+                                      : *(const double *)((const char *)c + k->offset);
         if (!(v >= k->min && v <= k->max))
             return pt_error_set(PT_ERR_INVALID, "%s must be in [%g, %g] (got %g)", k->name, k->min,
                                 k->max, v);
@@ -276,13 +301,18 @@ pt_status pt_config_validate(const pt_config *c) {
     if (c->train.min_lr > c->train.lr)
         return pt_error_set(PT_ERR_INVALID, "train.min_lr (%g) must be <= train.lr (%g)",
                             c->train.min_lr, c->train.lr);
-    if (c->train.batch_size % c->parallel.microbatches != 0)
+    /* Uneven shares are rejected (not padded): every rank runs the same
+     * micro-batch shape, so the per-rank work and memory are equal. */
+    if (c->train.batch_size % (c->parallel.dp * c->parallel.microbatches) != 0)
         return pt_error_set(PT_ERR_INVALID,
-                            "train.batch_size (%d) must be divisible by parallel.microbatches (%d)",
-                            c->train.batch_size, c->parallel.microbatches);
+                            "train.batch_size (%d) must be divisible by parallel.dp x "
+                            "parallel.microbatches (%d x %d): each rank takes an equal share of "
+                            "the global batch",
+                            c->train.batch_size, c->parallel.dp, c->parallel.microbatches);
     /* kernels index activations with int: keep every activation tensor of
      * one micro-batch below 2^31 elements */
-    double mB = (double)c->train.batch_size / c->parallel.microbatches, T = c->model.seq_len;
+    double mB = (double)c->train.batch_size / c->parallel.microbatches / c->parallel.dp,
+           T = c->model.seq_len;
     double widest = 4.0 * c->model.n_embd > c->model.vocab_size ? 4.0 * c->model.n_embd
                                                                 : (double)c->model.vocab_size;
     if (mB * T * widest >= 2147483648.0 || mB * c->model.n_head * T * T >= 2147483648.0)
@@ -293,19 +323,14 @@ pt_status pt_config_validate(const pt_config *c) {
     const struct {
         const char *name;
         int v, want;
-    } single[] = {{"parallel.dp", c->parallel.dp, 1},
-                  {"parallel.tp", c->parallel.tp, 1},
+    } single[] = {{"parallel.tp", c->parallel.tp, 1},
                   {"parallel.pp", c->parallel.pp, 1},
                   {"parallel.zero", c->parallel.zero, 0}};
     for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
         if (single[i].v != single[i].want)
             return pt_error_set(PT_ERR_UNSUPPORTED,
-                                "%s = %d is not supported yet (single worker: %d)", single[i].name,
-                                single[i].v, single[i].want);
-    if (strcmp(c->parallel.sync, "sync") != 0)
-        return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "parallel.sync = %s is not supported yet (single worker: sync)",
-                            c->parallel.sync);
+                                "%s = %d is not supported yet (data parallel only: %d)",
+                                single[i].name, single[i].v, single[i].want);
     return PT_OK;
 }
 
@@ -323,6 +348,7 @@ char *pt_config_to_json(const pt_config *c) {
         if (!sec) sec = cJSON_AddObjectToObject(root, section);
         const char *p = (const char *)c + k->offset;
         cJSON *item = k->type == K_STRING ? cJSON_AddStringToObject(sec, dot + 1, p)
+                      : k->type == K_BOOL ? cJSON_AddBoolToObject(sec, dot + 1, *(const int *)p)
                       : k->type == K_INT
                           ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
                           : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
@@ -345,6 +371,7 @@ void pt_config_print_help(FILE *f) {
         fprintf(f, "  %-22s %-6s %-10s %s", k->name,
                 k->type == K_INT     ? "int"
                 : k->type == K_FLOAT ? "float"
+                : k->type == K_BOOL  ? "bool"
                                      : "string",
                 def, k->doc);
         if (k->choices) fprintf(f, " (%s)", k->choices);

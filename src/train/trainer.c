@@ -17,8 +17,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "partrain/kernels.h"
+#include "partrain/parallel.h"
+
+typedef enum { MODE_SYNC, MODE_STALE, MODE_LOCAL } sync_mode;
 
 struct pt_trainer {
     pt_config cfg;
@@ -27,11 +31,24 @@ struct pt_trainer {
     pt_data *train, *val;
     pt_rng data_rng;
     int step;
-    int micro_B;
-    int *inputs, *targets; /* (batch_size, T) */
+    int micro_B, local_B;
+    int *inputs, *targets; /* (batch_size, T): the global batch */
     char layout[64];
     size_t mem_peak[PT_MEM_NCAT], mem_peak_total;
     FILE *metrics;
+    /* data parallel */
+    pt_comm *world; /* lent; NULL: one worker */
+    pt_comm *aux;   /* split of world for metrics / validation / trace (owned), so that
+                       the world's byte counters hold gradient traffic only */
+    int rank, nranks;
+    sync_mode mode;
+    pt_ddp *ddp;
+    pt_local_sgd *lsgd;
+    /* trace */
+    pt_trace *trace;
+    uint64_t trace_t0;
+    uint64_t hook_t0;
+    char (*mod_name)[16];
 };
 
 /* Prefix the last error message (copied first: it is the buffer being set). */
@@ -57,6 +74,11 @@ static pt_status open_data(pt_data **out, const char *key, const char *path, int
 void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
+    pt_ddp_free(t->ddp);
+    pt_local_sgd_free(t->lsgd);
+    pt_trace_free(t->trace);
+    free(t->mod_name);
+    pt_comm_free(t->aux);
     pt_mem_free(t->targets);
     pt_mem_free(t->inputs);
     pt_data_free(t->val);
@@ -66,17 +88,67 @@ void pt_trainer_free(pt_trainer *t) {
     free(t);
 }
 
+/* ---- hooks: trace events per module, bucket launches ---- */
+
+static void hook_before(void *arg, int i) {
+    (void)i;
+    pt_trainer *t = arg;
+    if (t->trace) t->hook_t0 = pt_time_ns();
+}
+static void hook_after_forward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (!t->trace) return;
+    char name[24];
+    snprintf(name, sizeof name, "fwd %s", t->mod_name[i]);
+    pt_trace_add(t->trace, name, "forward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
+}
+static void hook_after_backward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->trace) {
+        char name[24];
+        snprintf(name, sizeof name, "bwd %s", t->mod_name[i]);
+        pt_trace_add(t->trace, name, "backward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(),
+                     t->step + 1);
+    }
+    if (t->ddp) pt_ddp_module_done(t->ddp, i);
+}
+
+static int default_threads(int nranks) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cores > 0 ? cores / (nranks > 0 ? nranks : 1) : 1;
+    return n < 1 ? 1 : (int)n;
+}
+
 pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
+    return pt_trainer_new_dist(out, cfg, NULL);
+}
+
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
     *out = NULL;
     PT_CHECK(pt_config_validate(cfg));
+    int nranks = world ? pt_comm_size(world) : 1;
+    if (cfg->parallel.dp != nranks)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.dp = %d but there %s %d rank%s (run with --nproc %d, or "
+                            "mpirun -np %d ... --backend mpi)",
+                            cfg->parallel.dp, nranks == 1 ? "is" : "are", nranks,
+                            nranks == 1 ? "" : "s", cfg->parallel.dp, cfg->parallel.dp);
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");
     t->cfg = *cfg;
+    t->world = nranks > 1 ? world : NULL;
+    t->rank = world ? pt_comm_rank(world) : 0;
+    t->nranks = nranks;
+    t->mode = !strcmp(cfg->parallel.sync, "stale")       ? MODE_STALE
+              : !strcmp(cfg->parallel.sync, "local_sgd") ? MODE_LOCAL
+                                                         : MODE_SYNC;
+    if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
     const pt_model_config *mc = &cfg->model;
-    t->micro_B = cfg->train.batch_size / cfg->parallel.microbatches;
+    t->local_B = cfg->train.batch_size / nranks;
+    t->micro_B = t->local_B / cfg->parallel.microbatches;
     pt_config_layout(cfg, t->layout, sizeof t->layout);
-    pt_kernels_set_threads(cfg->train.threads);
+    pt_kernels_set_threads(t->cfg.train.threads);
 
     if (cfg->data.train[0])
         PT_CHECK_GOTO(
@@ -113,6 +185,50 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
         goto fail;
     }
     pt_rng_init(&t->data_rng, (uint64_t)cfg->train.seed, "data.train");
+
+    int nmod = pt_model_num_modules(t->model);
+    t->mod_name = calloc((size_t)nmod, sizeof *t->mod_name);
+    if (!t->mod_name) {
+        st = pt_error_set(PT_ERR_NOMEM, "module names");
+        goto fail;
+    }
+    for (int i = 0; i < nmod; i++) {
+        if (i == 0)
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "embedding");
+        else if (i == nmod - 1)
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "head");
+        else
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "h.%d", i - 1);
+    }
+    if (t->world) {
+        PT_CHECK_GOTO(st, pt_comm_split(t->world, 0, t->rank, &t->aux), fail);
+        if (t->mode != MODE_LOCAL) {
+            pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
+                                t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
+                                t->mode == MODE_SYNC};
+            PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->world, &o), fail);
+        } else {
+            PT_CHECK_GOTO(st,
+                          pt_local_sgd_new(
+                              &t->lsgd, pt_model_params(t->model), pt_model_num_params(t->model),
+                              !strcmp(cfg->parallel.outer, "nesterov"),
+                              (float)cfg->parallel.outer_lr, (float)cfg->parallel.outer_momentum),
+                          fail);
+        }
+    }
+    if (cfg->log.trace[0]) {
+        size_t per_step = (size_t)(2 * nmod * cfg->parallel.microbatches + 8) +
+                          (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0);
+        size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
+        if (max_ev > 2000000) max_ev = 2000000;
+        PT_CHECK_GOTO(st, pt_trace_new(&t->trace, max_ev), fail);
+        t->trace_t0 = pt_time_ns();
+        if (t->aux) /* one time origin: rank 0's (same host: one monotonic clock) */
+            PT_CHECK_GOTO(st, pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0), fail);
+        if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
+    }
+    pt_model_hooks hooks = {hook_before, hook_after_forward, hook_before, hook_after_backward, t};
+    pt_model_set_hooks(t->model, &hooks);
     *out = t;
     return PT_OK;
 fail:
@@ -133,41 +249,133 @@ int pt_trainer_step_count(const pt_trainer *t) {
     return t->step;
 }
 
+static uint64_t world_bytes(const pt_trainer *t) {
+    if (!t->world) return 0;
+    pt_comm_stats s;
+    pt_comm_get_stats(t->world, &s);
+    uint64_t b = 0;
+    for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
+    return b;
+}
+
+/* Clip and step on grads (the whole flat buffer); returns the norm. */
+static float apply_update(pt_trainer *t, const float *grads, float lr) {
+    uint64_t a = pt_time_ns();
+    size_t n = pt_model_num_params(t->model);
+    double sumsq = pt_optim_grad_sumsq(grads, n);
+    float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);
+    pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
+    pt_trace_add(t->trace, "optimizer", "optim", PT_TRACE_MAIN, a, pt_time_ns(), t->step + 1);
+    return (float)sqrt(sumsq);
+}
+
 pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *targets,
                                 pt_step_info *info) {
     const pt_config *c = &t->cfg;
     int T = c->model.seq_len, M = c->parallel.microbatches, mB = t->micro_B;
     uint64_t t0 = pt_time_ns();
+    uint64_t bytes0 = world_bytes(t);
+    uint64_t local_comm_ns = 0, local_wait_ns = 0;
     pt_mem_reset_peak();
     pt_model_zero_grads(t->model);
+    /* sync / stale: every rank weighs its positions by 1/(global tokens), so
+     * that the SUM over ranks is the single-worker gradient; local_sgd:
+     * each rank's own mean. */
+    float dloss = t->mode == MODE_LOCAL ? 1.0f / ((float)t->local_B * (float)T)
+                                        : 1.0f / ((float)c->train.batch_size * (float)T);
+    size_t base = (size_t)t->rank * (size_t)t->local_B * (size_t)T;
+    int slot = t->mode == MODE_STALE ? t->step % (c->parallel.staleness + 1) : 0;
     double loss_sum = 0;
     for (int mb = 0; mb < M; mb++) {
-        size_t off = (size_t)mb * (size_t)mB * (size_t)T;
-        pt_batch b = {inputs + off, targets + off, 1.0f / ((float)c->train.batch_size * (float)T),
-                      mB, T};
+        size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
+        pt_batch b = {inputs + off, targets + off, dloss, mB, T};
         float loss = 0;
+        /* only the last micro-batch's backward completes gradients */
+        if (t->ddp && mb == M - 1) pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
         pt_model_forward(t->model, &b, &loss);
         pt_model_backward(t->model);
         loss_sum += loss;
     }
     float loss = (float)(loss_sum / M);
-    size_t n = pt_model_num_params(t->model);
-    double sumsq = pt_optim_grad_sumsq(pt_model_grads(t->model), n);
-    float scale = pt_optim_clip_scale(sumsq, (float)c->train.grad_clip);
     float lr = pt_lr_schedule(t->step, c->train.steps, c->train.warmup_steps, (float)c->train.lr,
                               (float)c->train.min_lr);
-    pt_adamw_step(t->opt, pt_model_params(t->model), pt_model_grads(t->model), lr, scale);
+    float norm = 0;
+    int applied = 1;
+    pt_status st = PT_OK;
+    if (!t->world) {
+        norm = apply_update(t, pt_model_grads(t->model), lr);
+    } else if (t->mode == MODE_SYNC) {
+        PT_CHECK(pt_ddp_wait(t->ddp, 0));
+        norm = apply_update(t, pt_model_grads(t->model), lr);
+    } else if (t->mode == MODE_STALE) {
+        PT_CHECK(pt_ddp_launch_all(t->ddp));
+        int k = c->parallel.staleness;
+        if (t->step >= k) {
+            int s = (t->step - k) % (k + 1);
+            PT_CHECK(pt_ddp_wait(t->ddp, s));
+            norm = apply_update(t, pt_ddp_slot_grads(t->ddp, s), lr);
+        } else {
+            applied = 0;
+        }
+    } else {
+        norm = apply_update(t, pt_model_grads(t->model), lr);
+        if ((t->step + 1) % c->parallel.sync_every == 0 || t->step + 1 == c->train.steps) {
+            uint64_t a = pt_time_ns();
+            st = pt_local_sgd_sync(t->lsgd, t->world, pt_model_params(t->model));
+            uint64_t z = pt_time_ns();
+            if (st != PT_OK) return prefix_error(st, "local_sgd parameter averaging");
+            local_comm_ns = local_wait_ns = z - a;
+            pt_trace_add(t->trace, "average params", "comm", PT_TRACE_COMM, a, z, t->step + 1);
+            pt_trace_add(t->trace, "wait params", "wait", PT_TRACE_MAIN, a, z, t->step + 1);
+        }
+    }
     t->step++;
+    pt_comm_note_step(t->world, t->step);
     double ms = (double)(pt_time_ns() - t0) / 1e6;
     for (int k = 0; k < PT_MEM_NCAT; k++) t->mem_peak[k] = pt_mem_peak((pt_mem_cat)k);
     t->mem_peak_total = pt_mem_peak_total();
+    pt_ddp_stats ds = {0};
+    if (t->ddp) pt_ddp_take_stats(t->ddp, &ds);
+    ds.comm_ns += local_comm_ns;
+    ds.exposed_ns += local_wait_ns;
+    if (t->aux) {
+        /* rank 0 learns the global loss and every rank's peak memory (max
+         * per category); on the aux communicator, so that comm_bytes counts
+         * gradient traffic only */
+        double rs[2 + PT_MEM_NCAT];
+        rs[0] = loss;
+        rs[1] = (double)t->mem_peak_total;
+        for (int k = 0; k < PT_MEM_NCAT; k++) rs[2 + k] = (double)t->mem_peak[k];
+        if (t->rank != 0) {
+            st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
+            if (st != PT_OK) return prefix_error(st, "step statistics");
+        } else {
+            double sum = loss;
+            for (int r = 1; r < t->nranks; r++) {
+                double o[2 + PT_MEM_NCAT];
+                st = pt_comm_recv(t->aux, o, sizeof o, r, 7);
+                if (st != PT_OK) return prefix_error(st, "step statistics");
+                sum += o[0];
+                if ((size_t)o[1] > t->mem_peak_total) t->mem_peak_total = (size_t)o[1];
+                for (int k = 0; k < PT_MEM_NCAT; k++)
+                    if ((size_t)o[2 + k] > t->mem_peak[k]) t->mem_peak[k] = (size_t)o[2 + k];
+            }
+            loss = (float)(sum / t->nranks);
+        }
+    }
     if (info) {
+        memset(info, 0, sizeof *info);
         info->step = t->step;
         info->loss = loss;
         info->lr = lr;
-        info->grad_norm = (float)sqrt(sumsq);
+        info->grad_norm = norm;
         info->step_ms = ms;
         info->tokens_per_s = (double)c->train.batch_size * T / (ms > 0 ? ms / 1e3 : 1e-9);
+        info->exposed_comm_ms = (double)ds.exposed_ns / 1e6;
+        info->comm_ms = (double)ds.comm_ns / 1e6;
+        info->compute_ms = ms - info->exposed_comm_ms;
+        info->comm_bytes = world_bytes(t) - bytes0;
+        info->applied = applied;
     }
     if (!isfinite(loss))
         return pt_error_set(PT_ERR_INTERNAL, "training diverged at step %d (loss %g)", t->step,
@@ -186,18 +394,28 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     if (!t->val) return pt_error_set(PT_ERR_INVALID, "data.val is not set");
     int T = t->cfg.model.seq_len, mB = t->micro_B;
     size_t nwin = pt_data_num_windows(t->val, T);
-    size_t want = (size_t)t->cfg.train.val_batches * (size_t)mB;
+    /* the same windows in every layout: val_batches x (batch_size /
+     * microbatches) sequences, each rank its contiguous share */
+    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size /
+                  (size_t)t->cfg.parallel.microbatches;
     if (nwin > want) nwin = want;
+    size_t first = 0, mine = nwin;
+    pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
     double sum = 0;
-    for (size_t w = 0; w < nwin; w += (size_t)mB) {
-        int B = (int)(nwin - w < (size_t)mB ? nwin - w : (size_t)mB);
+    for (size_t w = 0; w < mine; w += (size_t)mB) {
+        int B = (int)(mine - w < (size_t)mB ? mine - w : (size_t)mB);
         for (int b = 0; b < B; b++)
-            pt_data_window(t->val, w + (size_t)b, T, t->inputs + (size_t)b * T,
+            pt_data_window(t->val, first + w + (size_t)b, T, t->inputs + (size_t)b * T,
                            t->targets + (size_t)b * T);
         pt_batch batch = {t->inputs, t->targets, 0.0f, B, T};
         float loss = 0;
         pt_model_forward(t->model, &batch, &loss);
         sum += (double)loss * B;
+    }
+    if (t->aux) {
+        float v[1] = {(float)sum};
+        PT_CHECK(pt_comm_allreduce(t->aux, v, 1, PT_REDUCE_SUM));
+        sum = v[0];
     }
     *val_loss = (float)(sum / (double)nwin);
     return PT_OK;
@@ -205,8 +423,26 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
 
 /* ---- checkpoints ---- */
 
+static pt_status save_rank0(pt_trainer *t);
+
+/* Rank 0 writes (the tensors are whole on every rank; under local_sgd they
+ * are rank 0's); the others wait for it, so that a resume right after finds
+ * the files. */
 pt_status pt_trainer_save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
+    pt_status st = t->rank == 0 ? save_rank0(t) : PT_OK;
+    if (t->aux) {
+        /* every rank learns whether the save worked */
+        float ok[1] = {st == PT_OK ? 0.0f : 1.0f};
+        pt_status e = pt_comm_allreduce(t->aux, ok, 1, PT_REDUCE_SUM);
+        if (st == PT_OK && e != PT_OK) st = e;
+        if (st == PT_OK && ok[0] != 0.0f)
+            st = pt_error_set(PT_ERR_IO, "rank 0 could not save the checkpoint");
+    }
+    return st;
+}
+
+static pt_status save_rank0(pt_trainer *t) {
     char *cfg_json = pt_config_to_json(&t->cfg);
     cJSON *root = cJSON_CreateObject();
     cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
@@ -306,9 +542,12 @@ static void write_metrics(pt_trainer *t, const pt_step_info *info) {
     if (!t->metrics) return;
     fprintf(t->metrics,
             "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
-            "\"tokens_per_s\":%.1f,\"world\":1,\"layout\":\"%s\",\"mem\":{",
+            "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
+            "\"comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\",\"mem\":{",
             info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm,
-            info->step_ms, info->tokens_per_s, t->layout);
+            info->step_ms, info->tokens_per_s, info->compute_ms, info->comm_ms,
+            info->exposed_comm_ms, (unsigned long long)info->comm_bytes, t->cfg.parallel.sync,
+            t->nranks, t->layout);
     static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
@@ -317,16 +556,69 @@ static void write_metrics(pt_trainer *t, const pt_step_info *info) {
     fflush(t->metrics);
 }
 
-static pt_status run_validation(pt_trainer *t) {
+static pt_status run_validation(pt_trainer *t, double t_start) {
     float vl = 0;
     PT_CHECK(pt_trainer_validate(t, &vl));
+    if (t->rank != 0) return PT_OK;
     fprintf(stderr, "step %d: val loss %.4f\n", t->step, (double)vl);
     if (t->metrics) {
-        fprintf(t->metrics, "{\"step\":%d,\"val_loss\":%.9g,\"world\":1,\"layout\":\"%s\"}\n",
-                t->step, (double)vl, t->layout);
+        fprintf(t->metrics,
+                "{\"step\":%d,\"val_loss\":%.9g,\"elapsed_s\":%.3f,\"world\":%d,\"layout\":\"%s\"}"
+                "\n",
+                t->step, (double)vl, pt_time_s() - t_start, t->nranks, t->layout);
         fflush(t->metrics);
     }
     return PT_OK;
+}
+
+/* Every rank writes its events to PATH.rank<r>; rank 0 merges them into
+ * PATH (temporary + rename) and removes the parts. */
+static pt_status write_trace(pt_trainer *t) {
+    const char *path = t->cfg.log.trace;
+    char part[PT_CONFIG_STR_MAX + 32], tmp[PT_CONFIG_STR_MAX + 32];
+    snprintf(part, sizeof part, "%s.rank%d", path, t->rank);
+    pt_status st = PT_OK;
+    FILE *f = fopen(part, "w");
+    if (!f) {
+        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
+    } else {
+        st = pt_trace_write_events(t->trace, f, t->rank, t->trace_t0);
+        if (fclose(f) != 0 && st == PT_OK) st = pt_error_set(PT_ERR_IO, "log.trace: %s", part);
+    }
+    if (pt_trace_dropped(t->trace))
+        PT_WARN("log.trace: %zu events dropped (buffer full)", pt_trace_dropped(t->trace));
+    if (t->aux) {
+        float bad[1] = {st == PT_OK ? 0.0f : 1.0f};
+        pt_status e = pt_comm_allreduce(t->aux, bad, 1, PT_REDUCE_SUM);
+        if (e != PT_OK) return e;
+        if (st == PT_OK && bad[0] != 0.0f)
+            st = pt_error_set(PT_ERR_IO, "log.trace: a rank could not write its part");
+    }
+    if (st != PT_OK || t->rank != 0) return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) return pt_error_set(PT_ERR_IO, "log.trace: %s: %s", tmp, strerror(errno));
+    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out);
+    char buf[65536];
+    for (int r = 0; r < t->nranks && st == PT_OK; r++) {
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
+        FILE *in = fopen(part, "r");
+        if (!in) {
+            st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
+            break;
+        }
+        if (r > 0) fputs(",\n", out);
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+        fclose(in);
+        remove(part);
+    }
+    fputs("\n]}\n", out);
+    if (fclose(out) != 0 && st == PT_OK) st = pt_error_set(PT_ERR_IO, "log.trace: %s", tmp);
+    if (st == PT_OK && rename(tmp, path) != 0)
+        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", path, strerror(errno));
+    if (st == PT_OK) PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
+    return st;
 }
 
 static void format_eta(char *buf, size_t n, double s) {
@@ -342,7 +634,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     const pt_config *c = &t->cfg;
     if (!t->train) return pt_error_set(PT_ERR_INVALID, "data.train is not set");
     pt_status st = PT_OK;
-    if (c->log.metrics[0] && !t->metrics) {
+    if (c->log.metrics[0] && !t->metrics && t->rank == 0) {
         char parent[PT_CONFIG_STR_MAX];
         snprintf(parent, sizeof parent, "%s", c->log.metrics);
         char *slash = strrchr(parent, '/');
@@ -354,7 +646,6 @@ pt_status pt_trainer_run(pt_trainer *t) {
         if (!t->metrics)
             return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
     }
-    if (c->log.trace[0]) PT_WARN("log.trace: the single-worker trainer writes no trace yet");
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -362,20 +653,31 @@ pt_status pt_trainer_run(pt_trainer *t) {
     interrupted = 0;
     sigaction(SIGINT, &sa, &old);
 
+    if (t->rank == 0)
+        PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)",
+                t->nranks, t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
+                c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
+    if (t->ddp && t->rank == 0) {
+        size_t o, n;
+        pt_ddp_bucket(t->ddp, 0, &o, &n, NULL);
+        PT_INFO("gradient buckets: %d (largest %.2f MiB), overlap %s", pt_ddp_num_buckets(t->ddp),
+                (double)n * 4 / 1048576.0, c->parallel.overlap ? "on" : "off");
+    }
     PT_INFO("model: %zu parameters, %d layers, n_embd %d, %d heads, seq_len %d, vocab %d",
             pt_model_num_params(t->model), c->model.n_layer, c->model.n_embd, c->model.n_head,
             c->model.seq_len, c->model.vocab_size);
     int last_val = -1, last_save = -1, start = t->step;
+    double t_start = pt_time_s();
     if (t->val) {
-        PT_CHECK_GOTO(st, run_validation(t), done);
+        PT_CHECK_GOTO(st, run_validation(t, t_start), done);
         last_val = t->step;
     }
-    double t_start = pt_time_s();
     while (t->step < c->train.steps && !interrupted) {
         pt_step_info info;
         PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
         write_metrics(t, &info);
-        if (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1) {
+        if (t->rank == 0 &&
+            (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1)) {
             double elapsed = pt_time_s() - t_start;
             char eta[32];
             format_eta(eta, sizeof eta, elapsed / (t->step - start) * (c->train.steps - t->step));
@@ -384,7 +686,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
                     info.step_ms, eta);
         }
         if (t->val && c->train.val_every > 0 && t->step % c->train.val_every == 0) {
-            PT_CHECK_GOTO(st, run_validation(t), done);
+            PT_CHECK_GOTO(st, run_validation(t, t_start), done);
             last_val = t->step;
         }
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->step % c->checkpoint.every == 0) {
@@ -392,11 +694,13 @@ pt_status pt_trainer_run(pt_trainer *t) {
             last_save = t->step;
         }
     }
-    if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t), done);
+    if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, t_start), done);
     if (c->checkpoint.dir[0] && last_save != t->step) {
         PT_CHECK_GOTO(st, pt_trainer_save(t), done);
-        fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
+        if (t->rank == 0)
+            fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
     }
+    if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
 done:
     sigaction(SIGINT, &old, NULL);

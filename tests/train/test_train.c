@@ -114,8 +114,8 @@ static void test_config(void) {
     c.model.n_head = 3;
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("n_head"));
     pt_config_defaults(&c);
-    CHECK_OK(pt_config_set(&c, "parallel.dp=2"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.dp") &&
+    CHECK_OK(pt_config_set(&c, "parallel.tp=2"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.tp") &&
           msg_has("not supported yet"));
     pt_config_defaults(&c);
     c.train.batch_size = 6;
