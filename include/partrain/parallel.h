@@ -69,7 +69,8 @@ typedef struct {
 typedef struct {
     uint64_t comm_ns;    /* sum over completed all-reduces of (end - start) on the comm thread */
     uint64_t exposed_ns; /* time the calling thread spent blocked in pt_ddp_wait */
-    uint64_t bytes;      /* payload bytes of the completed all-reduces (4 * floats) */
+    uint64_t bytes;      /* bytes this rank sent for them: 2(n-1)/n of each bucket (as
+                            pt_comm_stats counts an all-reduce), n = ranks */
     int buckets;         /* completed all-reduces */
 } pt_ddp_stats;
 

@@ -209,7 +209,8 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
             continue;
         }
         d->stats.comm_ns += z - a;
-        d->stats.bytes += d->b[k].count * sizeof(float);
+        uint64_t p = (uint64_t)pt_comm_size(d->c), b = d->b[k].count * sizeof(float);
+        d->stats.bytes += 2 * (p - 1) * b / p; /* as pt_comm_stats counts an all-reduce */
         d->stats.buckets++;
         pt_trace_add(d->trace, d->b[k].name, "comm", PT_TRACE_COMM, a, z, sl->step);
     }

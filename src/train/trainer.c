@@ -374,7 +374,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         info->exposed_comm_ms = (double)ds.exposed_ns / 1e6;
         info->comm_ms = (double)ds.comm_ns / 1e6;
         info->compute_ms = ms - info->exposed_comm_ms;
-        info->comm_bytes = world_bytes(t) - bytes0;
+        /* gradient modes: the rounds waited for this step (deterministic);
+         * local_sgd: the blocking averaging */
+        info->comm_bytes = t->ddp ? ds.bytes : world_bytes(t) - bytes0;
         info->applied = applied;
     }
     if (!isfinite(loss))
