@@ -59,10 +59,17 @@ run_partrain() { # config threads round
     "$BENCH" --config "$1" --threads "$2" --warmup "$WARMUP" --steps "$STEPS" --json |
         sed "s/^{/{\"round\": $3, \"load1\": $l, /" >>"$OUT"
 }
+# The peer's torch.set_num_threads(N) sets torch's own (OpenMP) threads but not
+# OpenBLAS's pthreads, which default to every core: at --threads 1 its matrix
+# products would run on 2 cores (measured: user+sys 12 s in 9 s wall, small
+# 1.15 s/step; with OPENBLAS_NUM_THREADS=1, 1.77 s/step). Both sides get N cores.
 run_pytorch() { # config threads round
     l=$(load1)
-    "$PY" "$PEER" --config "$1" --mode single --threads "$2" --warmup "$WARMUP" --steps "$STEPS" |
-        sed -n "s/^RESULT {/{\"system\": \"pytorch\", \"round\": $3, \"load1\": $l, \"threads\": $2, /p" >>"$OUT"
+    OPENBLAS_NUM_THREADS=$2 BENCH_BLAS_LABEL="openblas OPENBLAS_NUM_THREADS=$2" \
+        "$PY" "$PEER" --config "$1" --mode single --threads "$2" --warmup "$WARMUP" \
+        --steps "$STEPS" |
+        sed -n "s/^RESULT {/{\"system\": \"pytorch\", \"round\": $3, \"load1\": $l, \"threads\": $2, /p" \
+            >>"$OUT"
 }
 
 r=1
