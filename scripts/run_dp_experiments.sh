@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Data-parallel experiments of docs/parallel.md: on the default dataset
+# (configs/default.json; scripts/prepare-data.sh), dp=2 with 1 thread per
+# rank, the same steps (so the same tokens) for each synchronization mode,
+# then exposed communication with overlap on and off. Metrics land in
+# runs/dp/<name>.jsonl; scripts/plot_dp.py draws the SVG plots from them.
+#
+# Usage: scripts/run_dp_experiments.sh [STEPS]   (default 300)
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+BIN=${PARTRAIN:-build-dp/src/cli/partrain}
+STEPS=${1:-300}
+OUT=runs/dp
+mkdir -p "$OUT"
+common=(--config configs/default.json --set parallel.dp=2 --nproc 2 --set train.threads=1
+        --set train.steps="$STEPS" --set checkpoint.dir= --set log.every=50)
+run() {
+    local name=$1; shift
+    echo "== $name" >&2
+    "$BIN" train "${common[@]}" --set log.metrics="$OUT/$name.jsonl" "$@" 2>&1 | grep -E "val loss|error" >&2
+}
+run sync --set parallel.sync=sync
+run stale --set parallel.sync=stale --set parallel.staleness=1
+run local_sgd_avg4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=avg
+run local_sgd_nesterov4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=nesterov
+# overlap: short runs, 1 MiB buckets (the default 4 MiB makes 2 buckets of this 7 MiB model)
+for ov in true false; do
+    run "overlap_$ov" --set train.steps=40 --set train.val_every=0 --set data.val= \
+        --set parallel.bucket_mb=1 --set parallel.overlap=$ov --set log.trace="$OUT/trace_overlap_$ov.json"
+done
