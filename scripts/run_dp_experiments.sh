@@ -5,11 +5,12 @@
 # then exposed communication with overlap on and off. Metrics land in
 # runs/dp/<name>.jsonl; scripts/plot_dp.py draws the SVG plots from them.
 #
-# Usage: scripts/run_dp_experiments.sh [STEPS]   (default 300)
+# Usage: scripts/run_dp_experiments.sh [STEPS] [PARTS]   (default 300, "modes overlap")
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 BIN=${PARTRAIN:-build-dp/src/cli/partrain}
 STEPS=${1:-300}
+PARTS=${2:-modes overlap}
 OUT=runs/dp
 mkdir -p "$OUT"
 common=(--config configs/default.json --set parallel.dp=2 --nproc 2 --set train.threads=1
@@ -17,14 +18,19 @@ common=(--config configs/default.json --set parallel.dp=2 --nproc 2 --set train.
 run() {
     local name=$1; shift
     echo "== $name" >&2
-    "$BIN" train "${common[@]}" --set log.metrics="$OUT/$name.jsonl" "$@" 2>&1 | grep -E "val loss|error" >&2
+    "$BIN" train "${common[@]}" --set log.metrics="$OUT/$name.jsonl" "$@" 2>&1 | { grep -E "val loss|error" >&2 || true; }
 }
+case " $PARTS " in *" modes "*)
 run sync --set parallel.sync=sync
 run stale --set parallel.sync=stale --set parallel.staleness=1
+run stale_lr1e-3 --set parallel.sync=stale --set train.lr=1e-3 --set train.min_lr=1e-4
 run local_sgd_avg4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=avg
 run local_sgd_nesterov4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=nesterov
+;; esac
+case " $PARTS " in *" overlap "*)
 # overlap: short runs, 1 MiB buckets (the default 4 MiB makes 2 buckets of this 7 MiB model)
 for ov in true false; do
     run "overlap_$ov" --set train.steps=40 --set train.val_every=0 --set data.val= \
         --set parallel.bucket_mb=1 --set parallel.overlap=$ov --set log.trace="$OUT/trace_overlap_$ov.json"
 done
+;; esac
