@@ -69,7 +69,7 @@ static const key_def keys[] = {
     {"parallel.zero", K_INT, OFF(parallel.zero), "0", 0, 3, NULL,
      "ZeRO stage (0-3) inside data parallelism"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
-     "micro-batches per step (gradient accumulation; must divide batch_size)"},
+     "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "1f1b", 0, 0, "gpipe|1f1b",
      "pipeline schedule"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
