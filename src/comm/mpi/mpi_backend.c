@@ -98,11 +98,12 @@ pt_status pt_mpi_start(void) {
      * MPI_THREAD_MULTIPLE, so that it is exercised where MULTIPLE exists. */
     const char *ser = getenv("PT_MPI_SERIALIZE");
     if (ser && !strcmp(ser, "1")) pt_mpi_g.serialize = 1;
-    if (pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED &&
-        pt_mpi_g.thread_level != MPI_THREAD_FUNNELED) {
-        /* MPI_THREAD_SINGLE: calls from the progress thread are not allowed at all. */
-        PT_WARN("mpi: MPI provides only MPI_THREAD_SINGLE; serializing calls anyway");
-    }
+    if (pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED)
+        /* SINGLE or FUNNELED: even serialized, calls from the progress
+         * thread are outside what the library promises. */
+        PT_WARN("mpi: the MPI library provides only %s; serializing calls from all threads",
+                pt_mpi_g.thread_level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE"
+                                                           : "MPI_THREAD_FUNNELED");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     return PT_OK;
 }
