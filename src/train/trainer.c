@@ -1,14 +1,26 @@
-/* The single-worker trainer: builds model, optimizer and data from a config,
- * takes optimizer steps (micro-batches accumulate into one gradient),
- * validates, writes the progress line and JSON-lines metrics, and saves and
- * resumes checkpoints so that a resumed run is bitwise the same run.
+/* The trainer, one worker or one data-parallel rank: builds model, optimizer
+ * and data from a config, takes optimizer steps (micro-batches accumulate
+ * into one gradient), validates, writes the progress line and JSON-lines
+ * metrics, and saves and resumes checkpoints so that a resumed run is
+ * bitwise the same run.
+ *
+ * Data parallel: every rank draws the same global batch and computes its
+ * contiguous share with loss weight 1/(global tokens); the model's hooks
+ * (after each module's backward) launch the gradient buckets of pt_ddp
+ * (parallel.h), and the step waits for them before clipping and AdamW
+ * (sync), or for the round of k steps ago (stale); local_sgd averages
+ * parameters every sync_every steps instead. A second communicator split
+ * from the world (aux) carries the per-step statistics to rank 0, the
+ * validation sums and the trace merge, so that the world's byte counters
+ * hold gradient and parameter traffic only.
  *
  * What makes resume bitwise: everything a step depends on is either in the
  * checkpoint (parameters, AdamW moments, step count, the data RNG's key and
  * counter) or a pure function of the step (learning rate). Validation reads
  * fixed windows and touches no state.
  *
- * Not here: several workers (parallel/), trace output. */
+ * Not here: the bucket and averaging machinery (parallel/), tensor and
+ * pipeline parallelism. */
 #include "train_impl.h"
 
 #include <errno.h>
