@@ -537,6 +537,13 @@ pt_status pt_trainer_resume(pt_trainer *t) {
     snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
     PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
     pt_adamw_set_t(t->opt, nstep);
+    if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
+        /* the outer Nesterov step restarts from the loaded parameters (its
+         * momentum, not in the checkpoint, from zero) */
+        size_t n = pt_model_num_params(t->model);
+        memcpy(pt_local_sgd_anchor(t->lsgd), pt_model_params(t->model), n * sizeof(float));
+        memset(pt_local_sgd_momentum(t->lsgd), 0, n * sizeof(float));
+    }
     t->step = nstep;
     t->data_rng.key = key;
     t->data_rng.counter = counter;
