@@ -22,10 +22,11 @@ run() {
 }
 case " $PARTS " in *" modes "*)
 run sync --set parallel.sync=sync
-run stale --set parallel.sync=stale --set parallel.staleness=1
-run stale_lr1e-3 --set parallel.sync=stale --set train.lr=1e-3 --set train.min_lr=1e-4
-run stale_beta1_0.8 --set parallel.sync=stale --set train.beta1=0.8
-run stale_warmup100 --set parallel.sync=stale --set train.warmup_steps=100
+run stale --set parallel.sync=stale --set parallel.staleness=1   # stale_mode=dga (default)
+run stale_delayed --set parallel.sync=stale --set parallel.staleness=1 --set parallel.stale_mode=delayed
+run stale_lr1e-3 --set parallel.sync=stale --set parallel.stale_mode=delayed --set train.lr=1e-3 --set train.min_lr=1e-4
+run stale_beta1_0.8 --set parallel.sync=stale --set parallel.stale_mode=delayed --set train.beta1=0.8
+run stale_warmup100 --set parallel.sync=stale --set parallel.stale_mode=delayed --set train.warmup_steps=100
 run local_sgd_avg4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=avg
 run local_sgd_nesterov4 --set parallel.sync=local_sgd --set parallel.sync_every=4 --set parallel.outer=nesterov
 ;; esac

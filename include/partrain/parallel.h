@@ -72,6 +72,13 @@ typedef struct {
     uint64_t bytes;      /* bytes this rank sent for them: 2(n-1)/n of each bucket (as
                             pt_comm_stats counts an all-reduce), n = ranks */
     int buckets;         /* completed all-reduces */
+    /* For telling rank skew from transfer (pt_time_ns clock; 0: no wait):
+     * the last pt_ddp_wait's start and end, and when this rank launched the
+     * last bucket of the round it waited for. A peer's all-reduce cannot
+     * finish before every rank has launched it, so the part of a wait
+     * before the LAST rank's launch_ns is waiting for that rank (skew), not
+     * for the transfer. */
+    uint64_t wait_start_ns, wait_end_ns, launch_ns;
 } pt_ddp_stats;
 
 /* Buckets for model m over communicator c (both lent, must outlive d). */

@@ -51,7 +51,7 @@ typedef struct {
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
         double bucket_mb, outer_lr, outer_momentum;
-        char schedule[16], sync[16], outer[16];
+        char schedule[16], sync[16], outer[16], stale_mode[16];
     } parallel;
     struct {
         char dir[PT_CONFIG_STR_MAX];
@@ -141,8 +141,12 @@ typedef struct {
     double compute_ms;      /* step_ms minus the time blocked on communication */
     double comm_ms;         /* comm-thread (or blocking) time of the ops completed this step */
     double exposed_comm_ms; /* time this thread waited for communication */
+    double skew_ms;         /* part of exposed_comm_ms spent before the last peer had launched
+                               the last bucket of the round waited for (rank skew, not transfer;
+                               rank 0 only: it needs the peers' launch times) */
     uint64_t comm_bytes;    /* bytes this rank sent for gradients / parameters this step */
-    int applied;            /* 1 when an optimizer update was applied (stale: not before step k) */
+    int applied;            /* 1 when an optimizer update was applied (stale delayed: not before
+                               step k) */
 } pt_step_info;
 
 /* Build everything for cfg (validated here too): model (initialized from

@@ -32,6 +32,7 @@ typedef struct {
     int launched;       /* buckets launched so far */
     int busy;           /* a round is in flight */
     long step;
+    uint64_t launch_ns; /* when the last bucket was launched */
 } slot;
 
 struct pt_ddp {
@@ -171,6 +172,7 @@ void pt_ddp_begin(pt_ddp *d, int s, int launch, long step) {
 
 static void launch(pt_ddp *d, slot *sl) {
     int k = sl->launched++;
+    if (k == d->nb - 1) sl->launch_ns = pt_time_ns();
     if (d->err != PT_OK) return;
     const bucket *b = &d->b[k];
     const float *g = pt_model_grads(d->m);
@@ -226,6 +228,9 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
     }
     uint64_t w1 = pt_time_ns();
     d->stats.exposed_ns += w1 - w0;
+    d->stats.wait_start_ns = w0;
+    d->stats.wait_end_ns = w1;
+    d->stats.launch_ns = sl->launch_ns;
     pt_trace_add(d->trace, "wait grads", "wait", PT_TRACE_MAIN, w0, w1, sl->step);
     sl->busy = 0;
     if (st != PT_OK) return pt_error_set(st, "gradient all-reduce: %s", d->errmsg);

@@ -78,6 +78,9 @@ static const key_def keys[] = {
      "local_sgd: steps between parameter averagings"},
     {"parallel.staleness", K_INT, OFF(parallel.staleness), "1", 1, 64, NULL,
      "stale: step t's gradient all-reduce is applied at step t+staleness"},
+    {"parallel.stale_mode", K_STRING, OFF(parallel.stale_mode), "dga", 0, 0, "dga|delayed",
+     "stale: dga (fresh local gradient, corrected by the average of step t-staleness) or "
+     "delayed (apply the average of step t-staleness as is)"},
     {"parallel.bucket_mb", K_FLOAT, OFF(parallel.bucket_mb), "4", 1e-6, 1e6, NULL,
      "gradient all-reduce bucket size in MiB (buckets may split modules)"},
     {"parallel.overlap", K_BOOL, OFF(parallel.overlap), "true", 0, 1, NULL,

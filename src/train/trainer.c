@@ -56,6 +56,8 @@ struct pt_trainer {
     sync_mode mode;
     pt_ddp *ddp;
     pt_local_sgd *lsgd;
+    int dga;          /* stale with parallel.stale_mode = dga */
+    float *dga_local; /* dga: (staleness+1) x P, this rank's gradient of each in-flight step */
     /* trace */
     pt_trace *trace;
     uint64_t trace_t0;
@@ -87,6 +89,7 @@ void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
     pt_ddp_free(t->ddp);
+    pt_mem_free(t->dga_local);
     pt_local_sgd_free(t->lsgd);
     pt_trace_free(t->trace);
     free(t->mod_name);
@@ -219,6 +222,15 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                                 t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
                                 t->mode == MODE_SYNC};
             PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->world, &o), fail);
+            t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
+            if (t->dga) {
+                t->dga_local = pt_mem_alloc(
+                    PT_MEM_COMM, (size_t)o.nslots * pt_model_num_params(t->model) * sizeof(float));
+                if (!t->dga_local) {
+                    st = pt_error_set(PT_ERR_NOMEM, "dga local gradients");
+                    goto fail;
+                }
+            }
         } else {
             PT_CHECK_GOTO(st,
                           pt_local_sgd_new(
@@ -281,13 +293,42 @@ static float apply_update(pt_trainer *t, const float *grads, float lr) {
     return (float)sqrt(sumsq);
 }
 
+/* Delayed gradient averaging (Zhu, Lin, Lu, Han, NeurIPS 2021) for stale
+ * with staleness k. The model's gradient buffer holds this rank's share g(t)
+ * (weighted by 1/global tokens, so N x g(t) is this rank's own mean
+ * gradient), already copied into slot `slot` and launched. The update is
+ *     g_eff(t) = N g(t) - N g(t-k) + S(t-k)
+ * with S(t-k) the all-reduced sum of step t-k (launched during its backward,
+ * waited for only now): the fresh local gradient, corrected once the average
+ * of the same step arrives. Over steps the local terms telescope, so a
+ * rank's parameters are those of the averaged run plus at most its last k
+ * local terms; the first k steps apply the local gradient alone. Clipping
+ * uses the global norm of g_eff, like the other modes. */
+static pt_status dga_step(pt_trainer *t, int slot, int k, float *norm, float lr) {
+    size_t n = pt_model_num_params(t->model);
+    float N = (float)t->nranks;
+    float *g = pt_model_grads(t->model);
+    float *mine = t->dga_local + (size_t)slot * n;
+    memcpy(mine, g, n * sizeof(float));
+    if (t->step >= k) {
+        int s = (t->step - k) % (k + 1);
+        PT_CHECK(pt_ddp_wait(t->ddp, s));
+        const float *old = t->dga_local + (size_t)s * n, *sum = pt_ddp_slot_grads(t->ddp, s);
+        for (size_t i = 0; i < n; i++) g[i] = N * (g[i] - old[i]) + sum[i];
+    } else {
+        for (size_t i = 0; i < n; i++) g[i] *= N;
+    }
+    *norm = apply_update(t, g, lr);
+    return PT_OK;
+}
+
 pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *targets,
                                 pt_step_info *info) {
     const pt_config *c = &t->cfg;
     int T = c->model.seq_len, M = c->parallel.microbatches, mB = t->micro_B;
     uint64_t t0 = pt_time_ns();
     uint64_t bytes0 = world_bytes(t);
-    uint64_t local_comm_ns = 0, local_wait_ns = 0;
+    uint64_t local_comm_ns = 0, local_wait_ns = 0, local_a = 0, local_z = 0;
     pt_mem_reset_peak();
     pt_model_zero_grads(t->model);
     /* sync / stale: every rank weighs its positions by 1/(global tokens), so
@@ -322,7 +363,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     } else if (t->mode == MODE_STALE) {
         PT_CHECK(pt_ddp_launch_all(t->ddp));
         int k = c->parallel.staleness;
-        if (t->step >= k) {
+        if (t->dga) {
+            PT_CHECK(dga_step(t, slot, k, &norm, lr));
+        } else if (t->step >= k) {
             int s = (t->step - k) % (k + 1);
             PT_CHECK(pt_ddp_wait(t->ddp, s));
             norm = apply_update(t, pt_ddp_slot_grads(t->ddp, s), lr);
@@ -337,6 +380,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
             uint64_t z = pt_time_ns();
             if (st != PT_OK) return prefix_error(st, "local_sgd parameter averaging");
             local_comm_ns = local_wait_ns = z - a;
+            local_a = a;
+            local_z = z;
             pt_trace_add(t->trace, "average params", "comm", PT_TRACE_COMM, a, z, t->step + 1);
             pt_trace_add(t->trace, "wait params", "wait", PT_TRACE_MAIN, a, z, t->step + 1);
         }
@@ -350,27 +395,36 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     if (t->ddp) pt_ddp_take_stats(t->ddp, &ds);
     ds.comm_ns += local_comm_ns;
     ds.exposed_ns += local_wait_ns;
+    if (local_wait_ns) { /* the blocking averaging: launched when its wait starts */
+        ds.wait_start_ns = ds.launch_ns = local_a;
+        ds.wait_end_ns = local_z;
+    }
+    /* skew: the part of rank 0's wait before the last rank had launched the
+     * last bucket (one host: one monotonic clock) */
+    double last_launch = (double)ds.launch_ns;
     if (t->aux) {
         /* rank 0 learns the global loss and every rank's peak memory (max
          * per category); on the aux communicator, so that comm_bytes counts
          * gradient traffic only */
-        double rs[2 + PT_MEM_NCAT];
+        double rs[3 + PT_MEM_NCAT];
         rs[0] = loss;
         rs[1] = (double)t->mem_peak_total;
         for (int k = 0; k < PT_MEM_NCAT; k++) rs[2 + k] = (double)t->mem_peak[k];
+        rs[2 + PT_MEM_NCAT] = (double)ds.launch_ns; /* exact: < 2^53 ns */
         if (t->rank != 0) {
             st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
             if (st != PT_OK) return prefix_error(st, "step statistics");
         } else {
             double sum = loss;
             for (int r = 1; r < t->nranks; r++) {
-                double o[2 + PT_MEM_NCAT];
+                double o[3 + PT_MEM_NCAT];
                 st = pt_comm_recv(t->aux, o, sizeof o, r, 7);
                 if (st != PT_OK) return prefix_error(st, "step statistics");
                 sum += o[0];
                 if ((size_t)o[1] > t->mem_peak_total) t->mem_peak_total = (size_t)o[1];
                 for (int k = 0; k < PT_MEM_NCAT; k++)
                     if ((size_t)o[2 + k] > t->mem_peak[k]) t->mem_peak[k] = (size_t)o[2 + k];
+                if (o[2 + PT_MEM_NCAT] > last_launch) last_launch = o[2 + PT_MEM_NCAT];
             }
             loss = (float)(sum / t->nranks);
         }
@@ -386,6 +440,11 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         info->exposed_comm_ms = (double)ds.exposed_ns / 1e6;
         info->comm_ms = (double)ds.comm_ns / 1e6;
         info->compute_ms = ms - info->exposed_comm_ms;
+        if (t->rank == 0 && ds.wait_end_ns > ds.wait_start_ns) {
+            double w0 = (double)ds.wait_start_ns, w1 = (double)ds.wait_end_ns;
+            double skew = last_launch < w0 ? 0 : last_launch > w1 ? w1 - w0 : last_launch - w0;
+            info->skew_ms = skew / 1e6;
+        }
         /* gradient modes: the rounds waited for this step (deterministic);
          * local_sgd: the blocking averaging */
         info->comm_bytes = t->ddp ? ds.bytes : world_bytes(t) - bytes0;
@@ -564,11 +623,12 @@ static void write_metrics(pt_trainer *t, const pt_step_info *info) {
     fprintf(t->metrics,
             "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
             "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
-            "\"comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\",\"mem\":{",
+            "\"skew_ms\":%.4f,\"comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+            "\"mem\":{",
             info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm,
             info->step_ms, info->tokens_per_s, info->compute_ms, info->comm_ms,
-            info->exposed_comm_ms, (unsigned long long)info->comm_bytes, t->cfg.parallel.sync,
-            t->nranks, t->layout);
+            info->exposed_comm_ms, info->skew_ms, (unsigned long long)info->comm_bytes,
+            t->cfg.parallel.sync, t->nranks, t->layout);
     static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)

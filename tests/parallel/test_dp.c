@@ -63,6 +63,8 @@ typedef struct {
     int use_data; /* 1: pt_trainer_step on data.train (vocab must be 256) */
     int stop_at;  /* > 0: save a checkpoint after this step and stop */
     int resume;   /* resume from checkpoint.dir first */
+    int mirror;   /* 1: the global batch's second half repeats its first (dp 2: both ranks
+                     compute the same gradient) */
     char out[512];
 } job;
 
@@ -107,6 +109,10 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
             PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
         } else {
             step_tokens(&j->cfg, s, in, tg);
+            if (j->mirror) {
+                memcpy(in + n / 2, in, (size_t)(n / 2) * sizeof(int));
+                memcpy(tg + n / 2, tg, (size_t)(n / 2) * sizeof(int));
+            }
             PT_CHECK_GOTO(st, pt_trainer_step_batch(t, in, tg, &info), done);
         }
         r->loss[s] = info.loss;
@@ -318,16 +324,20 @@ static void test_async_modes(void) {
     static const struct {
         const char *sync, *outer;
         int every;
-    } modes[] = {{"sync", "avg", 1},
-                 {"stale", "avg", 1},
-                 {"local_sgd", "avg", 4},
-                 {"local_sgd", "nesterov", 4}};
+        const char *stale_mode;
+    } modes[] = {{"sync", "avg", 1, "dga"},
+                 {"stale", "avg", 1, "dga"},
+                 {"stale", "avg", 1, "delayed"},
+                 {"local_sgd", "avg", 4, "dga"},
+                 {"local_sgd", "nesterov", 4, "dga"}};
     size_t P = 0;
     uint64_t sync_bytes = 0;
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         data_config(&j, 2, modes[k].sync);
         snprintf(j.cfg.parallel.outer, sizeof j.cfg.parallel.outer, "%s", modes[k].outer);
         j.cfg.parallel.sync_every = modes[k].every;
+        snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "%s",
+                 modes[k].stale_mode);
         result r;
         CHECK_OK(run_dp(&j, &r));
         P = r.nparams;
@@ -339,20 +349,54 @@ static void test_async_modes(void) {
             for (int s = 0; s < r.nsteps; s++) CHECK_EQ(r.bytes[s], full);
             sync_bytes = full;
         } else if (!strcmp(modes[k].sync, "stale")) {
-            /* same volume, one step later: step 1 applies nothing */
+            /* same volume, waited for one step later; delayed: step 1 applies
+             * nothing, dga: step 1 applies the local gradient */
+            int dga = !strcmp(modes[k].stale_mode, "dga");
             for (int s = 0; s < r.nsteps; s++) {
                 CHECK_EQ(r.bytes[s], s == 0 ? 0 : full);
-                CHECK_EQ(r.applied[s], s == 0 ? 0 : 1);
+                CHECK_EQ(r.applied[s], s == 0 && !dga ? 0 : 1);
             }
         } else {
             for (int s = 0; s < r.nsteps; s++)
                 CHECK_EQ(r.bytes[s], (s + 1) % 4 == 0 || s + 1 == r.nsteps ? full : 0);
         }
-        printf("  %-9s %-8s val loss %.4f (start %.4f), bytes per step %llu (sync %llu)\n",
-               modes[k].sync, modes[k].outer, (double)r.val_loss, (double)start,
-               (unsigned long long)r.bytes[3], (unsigned long long)sync_bytes);
+        printf("  %-9s %-8s %-7s val loss %.4f (start %.4f), bytes per step %llu (sync %llu)\n",
+               modes[k].sync, modes[k].outer,
+               strcmp(modes[k].sync, "stale") ? "" : modes[k].stale_mode, (double)r.val_loss,
+               (double)start, (unsigned long long)r.bytes[3], (unsigned long long)sync_bytes);
         result_free(&r);
     }
+}
+
+/* dga with staleness 1 applies at step t  N g(t) - N g(t-1) + S(t-1), S(t-1)
+ * the all-reduced sum of step t-1. When both ranks see the same data, S(t-1)
+ * = N g(t-1), so the update is exactly sync's N g(t) (up to rounding of the
+ * cancelling terms) at every step, the first included; using the average of
+ * any other step, or skipping the correction, would not cancel. delayed
+ * (the sum of step t-1 as is) must NOT match: it shows the check can fail. */
+static void test_dga_uses_previous_average(void) {
+    job j;
+    memset(&j, 0, sizeof j);
+    tiny_config(&j.cfg, 2);
+    j.mirror = 1;
+    result ref, dga, delayed;
+    CHECK_OK(run_dp(&j, &ref));
+    snprintf(j.cfg.parallel.sync, sizeof j.cfg.parallel.sync, "stale");
+    snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "dga");
+    CHECK_OK(run_dp(&j, &dga));
+    check_equivalent(&ref, &dga, 0, "dp2 stale dga, same data on both ranks");
+    snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "delayed");
+    CHECK_OK(run_dp(&j, &delayed));
+    double worst = 0;
+    for (int s = 0; s < delayed.nsteps; s++) {
+        double rel = fabs((double)delayed.loss[s] - ref.loss[s]) / fabs((double)ref.loss[s]);
+        if (rel > worst) worst = rel;
+    }
+    CHECK(worst > 1e-3);
+    printf("  dp2 stale delayed, same data: max loss rel diff %.2e (must differ)\n", worst);
+    result_free(&ref);
+    result_free(&dga);
+    result_free(&delayed);
 }
 
 /* ---- bad input ---- */
@@ -383,6 +427,7 @@ static void test_bad_input(void) {
     CHECK(pt_config_set(&c, "parallel.sync=async") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.overlap=maybe") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.outer=adam") == PT_ERR_INVALID);
+    CHECK(pt_config_set(&c, "parallel.stale_mode=fast") == PT_ERR_INVALID);
     CHECK_OK(pt_config_set(&c, "parallel.overlap=false"));
     CHECK_EQ(c.parallel.overlap, 0);
     /* dp > 1 without a world of that size */
@@ -422,6 +467,7 @@ int main(int argc, char **argv) {
     if (!use_mpi) {
         RUN(test_resume);
         RUN(test_async_modes);
+        RUN(test_dga_uses_previous_average);
     }
     RUN(test_bad_input);
     if (!use_mpi) {
