@@ -30,6 +30,7 @@
 #include "partrain/comm.h"
 #include "partrain/core.h"
 #include "partrain/model.h"
+#include "partrain/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,6 +114,60 @@ int pt_ddp_slot_busy(const pt_ddp *d, int s);
 void pt_ddp_set_trace(pt_ddp *d, pt_trace *t);
 /* Copy and reset the statistics. */
 void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
+
+/* ---- sharded data parallel (ZeRO stages 1 and 2) --------------------------------
+ * Sharding unit: each MODULE's region of the flat buffers is split over the
+ * shard group per pt_comm_shard (uneven sizes: the first count % g ranks
+ * hold one element more), so that a rank's shard of a module is a slice and
+ * the in-place sharded collectives of comm.h apply to the module's region.
+ * A rank keeps AdamW moments only for its slices (one pt_adamw per module,
+ * segments cut at tensor boundaries, so each tensor keeps its weight-decay
+ * flag where the shard boundary cuts it).
+ *
+ *   stage 1: gradients all-reduced (the trainer's pt_ddp buckets), then
+ *            pt_zero_step: global norm from partial squares (all-reduce),
+ *            AdamW on the rank's slices, all-gather of every module.
+ *   stage 2: pt_zero_module_done reduce-scatters module i's gradients (non-
+ *            blocking) the moment its backward is final; pt_zero_step waits
+ *            for them, then as stage 1.
+ * Hybrid (HSDP): with group < world the shard group is `group` consecutive
+ * ranks; gradients are reduce-scattered inside it, then the shard is
+ * all-reduced across groups (ranks with the same index in their group).
+ *
+ * Lifecycle: pt_zero_new -> per step: [stage 2] pt_zero_begin before the
+ * last micro-batch, hooks call pt_zero_module_done; pt_zero_step ->
+ * pt_zero_free. Checkpoints: pt_zero_gather_optim / pt_zero_load_optim move
+ * the moments between the shards and full-length buffers. */
+typedef struct pt_zero pt_zero;
+
+typedef struct {
+    int stage;   /* 1 or 2 */
+    int group;   /* shard group size; 0 or the world size: shard over all ranks */
+    int overlap; /* stage 2: reduce-scatter during backward (0: all at pt_zero_step) */
+} pt_zero_options;
+
+/* Over model m and communicator world (both lent, must outlive z). Splits
+ * the group (and cross-group) communicators, collective over world. */
+pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
+                      const pt_adamw_hparams *hp);
+void pt_zero_free(pt_zero *z);
+/* Start a round: with launch = 1, pt_zero_module_done launches reduce-scatters. */
+void pt_zero_begin(pt_zero *z, int launch, long step);
+/* Hook: module i's gradients are final (stage 2 launches its reduce-scatter). */
+void pt_zero_module_done(pt_zero *z, int module);
+/* Wait for the gradients, clip to max_norm by the global norm (sum of the
+ * ranks' partial squares), AdamW on this rank's slices with lr, all-gather
+ * the parameters. *norm gets the global norm before clipping. */
+pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm);
+/* Bytes this rank sent on the zero communicators since the last call. */
+uint64_t pt_zero_take_bytes(pt_zero *z);
+/* Collective over the group: m_full and v_full (n floats each, caller's)
+ * receive the full AdamW moments on every rank; *t the step count. */
+pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full, int *t);
+/* Take this rank's slices of full-length moments (e.g. from a checkpoint). */
+void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);
+/* Bytes of AdamW state this rank holds. */
+size_t pt_zero_optim_bytes(const pt_zero *z);
 
 /* ---- local SGD with an outer optimizer ---------------------------------------- */
 typedef struct pt_local_sgd pt_local_sgd;

@@ -50,6 +50,7 @@ typedef struct {
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
+        int zero_group, zero_keep_params;
         double bucket_mb, outer_lr, outer_momentum;
         char schedule[16], sync[16], outer[16], stale_mode[16];
     } parallel;

@@ -68,6 +68,10 @@ static const key_def keys[] = {
     {"parallel.pp", K_INT, OFF(parallel.pp), "1", 1, 1 << 20, NULL, "pipeline stages"},
     {"parallel.zero", K_INT, OFF(parallel.zero), "0", 0, 3, NULL,
      "ZeRO stage (0-3) inside data parallelism"},
+    {"parallel.zero_group", K_INT, OFF(parallel.zero_group), "0", 0, 1 << 20, NULL,
+     "ZeRO: shard inside groups of this many ranks, replicate across groups (HSDP; 0: all)"},
+    {"parallel.zero_keep_params", K_BOOL, OFF(parallel.zero_keep_params), "false", 0, 1, NULL,
+     "ZeRO-3: keep a unit's gathered parameters from its forward to its backward"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "1f1b", 0, 0, "gpipe|1f1b",
@@ -326,14 +330,21 @@ pt_status pt_config_validate(const pt_config *c) {
     const struct {
         const char *name;
         int v, want;
-    } single[] = {{"parallel.tp", c->parallel.tp, 1},
-                  {"parallel.pp", c->parallel.pp, 1},
-                  {"parallel.zero", c->parallel.zero, 0}};
+    } single[] = {{"parallel.tp", c->parallel.tp, 1}, {"parallel.pp", c->parallel.pp, 1}};
     for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
         if (single[i].v != single[i].want)
             return pt_error_set(PT_ERR_UNSUPPORTED,
                                 "%s = %d is not supported yet (data parallel only: %d)",
                                 single[i].name, single[i].v, single[i].want);
+    if (c->parallel.zero > 0 && c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "parallel.zero = %d needs parallel.sync = sync (got %s): sharded "
+                            "state is updated by every rank in the same step",
+                            c->parallel.zero, c->parallel.sync);
+    if (c->parallel.zero_group > 0 &&
+        (c->parallel.zero_group > c->parallel.dp || c->parallel.dp % c->parallel.zero_group != 0))
+        return pt_error_set(PT_ERR_INVALID, "parallel.zero_group (%d) must divide parallel.dp (%d)",
+                            c->parallel.zero_group, c->parallel.dp);
     return PT_OK;
 }
 
@@ -383,6 +394,11 @@ void pt_config_print_help(FILE *f) {
 }
 
 void pt_config_layout(const pt_config *c, char *buf, size_t n) {
-    snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d", c->parallel.dp, c->parallel.tp, c->parallel.pp,
-             c->parallel.zero);
+    int g = c->parallel.zero_group;
+    if (c->parallel.zero > 0 && g > 0 && g < c->parallel.dp) /* HSDP: shard group size */
+        snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d-g%d", c->parallel.dp, c->parallel.tp,
+                 c->parallel.pp, c->parallel.zero, g);
+    else
+        snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d", c->parallel.dp, c->parallel.tp, c->parallel.pp,
+                 c->parallel.zero);
 }

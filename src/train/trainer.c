@@ -56,6 +56,7 @@ struct pt_trainer {
     sync_mode mode;
     pt_ddp *ddp;
     pt_local_sgd *lsgd;
+    pt_zero *zero;    /* parallel.zero >= 1 with dp > 1 */
     int dga;          /* stale with parallel.stale_mode = dga */
     float *dga_local; /* dga: (staleness+1) x P, this rank's gradient of each in-flight step */
     /* trace */
@@ -89,6 +90,7 @@ void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
     pt_ddp_free(t->ddp);
+    pt_zero_free(t->zero);
     pt_mem_free(t->dga_local);
     pt_local_sgd_free(t->lsgd);
     pt_trace_free(t->trace);
@@ -126,6 +128,7 @@ static void hook_after_backward(void *arg, int i) {
                      t->step + 1);
     }
     if (t->ddp) pt_ddp_module_done(t->ddp, i);
+    if (t->zero) pt_zero_module_done(t->zero, i);
 }
 
 static int default_threads(int nranks) {
@@ -188,9 +191,15 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     }
     pt_adamw_hparams hp = {(float)cfg->train.beta1, (float)cfg->train.beta2, 1e-8f,
                            (float)cfg->train.weight_decay};
-    st = pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
+    /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
+    int sharded = t->world && cfg->parallel.zero > 0;
+    st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
     free(segs);
     if (st != PT_OK) goto fail;
+    if (sharded) {
+        pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap};
+        PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->world, &zo, &hp), fail);
+    }
 
     size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;
     t->inputs = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
@@ -217,7 +226,9 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     }
     if (t->world) {
         PT_CHECK_GOTO(st, pt_comm_split(t->world, 0, t->rank, &t->aux), fail);
-        if (t->mode != MODE_LOCAL) {
+        if (t->zero && cfg->parallel.zero >= 2) {
+            /* stage 2: pt_zero reduce-scatters; no all-reduce buckets */
+        } else if (t->mode != MODE_LOCAL) {
             pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
                                 t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
                                 t->mode == MODE_SYNC};
@@ -328,6 +339,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     int T = c->model.seq_len, M = c->parallel.microbatches, mB = t->micro_B;
     uint64_t t0 = pt_time_ns();
     uint64_t bytes0 = world_bytes(t);
+    uint64_t zero_bytes = 0, zero_ns = 0;
     uint64_t local_comm_ns = 0, local_wait_ns = 0, local_a = 0, local_z = 0;
     pt_mem_reset_peak();
     pt_model_zero_grads(t->model);
@@ -345,6 +357,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         float loss = 0;
         /* only the last micro-batch's backward completes gradients */
         if (t->ddp && mb == M - 1) pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
+        if (t->zero && mb == M - 1) pt_zero_begin(t->zero, c->parallel.overlap, t->step + 1);
         pt_model_forward(t->model, &b, &loss);
         pt_model_backward(t->model);
         loss_sum += loss;
@@ -357,6 +370,13 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     pt_status st = PT_OK;
     if (!t->world) {
         norm = apply_update(t, pt_model_grads(t->model), lr);
+    } else if (t->zero) {
+        if (t->ddp) PT_CHECK(pt_ddp_wait(t->ddp, 0));
+        uint64_t a = pt_time_ns();
+        PT_CHECK(pt_zero_step(t->zero, lr, (float)c->train.grad_clip, &norm));
+        zero_ns = pt_time_ns() - a;
+        zero_bytes = pt_zero_take_bytes(t->zero);
+        pt_trace_add(t->trace, "zero step", "optim", PT_TRACE_MAIN, a, a + zero_ns, t->step + 1);
     } else if (t->mode == MODE_SYNC) {
         PT_CHECK(pt_ddp_wait(t->ddp, 0));
         norm = apply_update(t, pt_model_grads(t->model), lr);
@@ -395,6 +415,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     if (t->ddp) pt_ddp_take_stats(t->ddp, &ds);
     ds.comm_ns += local_comm_ns;
     ds.exposed_ns += local_wait_ns;
+    ds.comm_ns += zero_ns; /* zero: the blocking step (collectives and the shard's AdamW) */
+    ds.exposed_ns += zero_ns;
     if (local_wait_ns) { /* the blocking averaging: launched when its wait starts */
         ds.wait_start_ns = ds.launch_ns = local_a;
         ds.wait_end_ns = local_z;
@@ -447,7 +469,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         }
         /* gradient modes: the rounds waited for this step (deterministic);
          * local_sgd: the blocking averaging */
-        info->comm_bytes = t->ddp ? ds.bytes : world_bytes(t) - bytes0;
+        info->comm_bytes = (t->ddp ? ds.bytes : world_bytes(t) - bytes0) + zero_bytes;
         info->applied = applied;
     }
     if (!isfinite(loss))
@@ -496,14 +518,28 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
 
 /* ---- checkpoints ---- */
 
-static pt_status save_rank0(pt_trainer *t);
+static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *adam_v);
 
 /* Rank 0 writes (the tensors are whole on every rank; under local_sgd they
  * are rank 0's); the others wait for it, so that a resume right after finds
  * the files. */
 pt_status pt_trainer_save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
-    pt_status st = t->rank == 0 ? save_rank0(t) : PT_OK;
+    pt_status st = PT_OK;
+    float *zm = NULL, *zv = NULL;
+    if (t->zero) {
+        /* the moments are sharded: gather full tensors (every rank takes part) */
+        size_t n = pt_model_num_params(t->model);
+        int zt = 0;
+        zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full optimizer state");
+        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv, &zt);
+    }
+    if (st == PT_OK && t->rank == 0)
+        st = save_rank0(t, t->opt ? pt_adamw_m(t->opt) : zm, t->opt ? pt_adamw_v(t->opt) : zv);
+    pt_mem_free(zv);
+    pt_mem_free(zm);
     if (t->aux) {
         /* every rank learns whether the save worked */
         float ok[1] = {st == PT_OK ? 0.0f : 1.0f};
@@ -515,7 +551,7 @@ pt_status pt_trainer_save(pt_trainer *t) {
     return st;
 }
 
-static pt_status save_rank0(pt_trainer *t) {
+static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *adam_v) {
     char *cfg_json = pt_config_to_json(&t->cfg);
     cJSON *root = cJSON_CreateObject();
     cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
@@ -529,7 +565,7 @@ static pt_status save_rank0(pt_trainer *t) {
     snprintf(key, sizeof key, "%016" PRIx64, t->data_rng.key);
     snprintf(counter, sizeof counter, "%016" PRIx64, t->data_rng.counter);
     cJSON_AddNumberToObject(root, "step", t->step);
-    cJSON_AddNumberToObject(root, "optim_t", pt_adamw_t(t->opt));
+    cJSON_AddNumberToObject(root, "optim_t", t->opt ? pt_adamw_t(t->opt) : t->step);
     cJSON *rng = cJSON_AddObjectToObject(root, "data_rng");
     cJSON_AddStringToObject(rng, "key", key);
     cJSON_AddStringToObject(rng, "counter", counter);
@@ -538,8 +574,7 @@ static pt_status save_rank0(pt_trainer *t) {
     char *state = cJSON_Print(root);
     cJSON_Delete(root);
     if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
-    pt_status st = pt_ckpt_write(t->cfg.checkpoint.dir, t->step, t->model, pt_adamw_m(t->opt),
-                                 pt_adamw_v(t->opt), state);
+    pt_status st = pt_ckpt_write(t->cfg.checkpoint.dir, t->step, t->model, adam_m, adam_v, state);
     free(state);
     return st;
 }
@@ -591,11 +626,27 @@ pt_status pt_trainer_resume(pt_trainer *t) {
                             stepdir);
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
     PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
-    snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
-    PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
-    snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
-    PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
-    pt_adamw_set_t(t->opt, nstep);
+    if (t->opt) {
+        snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
+        snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
+        pt_adamw_set_t(t->opt, nstep);
+    } else {
+        /* ZeRO: read the full moments, keep this rank's shard */
+        size_t n = pt_model_num_params(t->model);
+        float *fm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        float *fv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        pt_status st = fm && fv ? PT_OK : pt_error_set(PT_ERR_NOMEM, "resume: optimizer state");
+        snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
+        if (st == PT_OK) st = pt_safetensors_load(path, t->model, fm);
+        snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
+        if (st == PT_OK) st = pt_safetensors_load(path, t->model, fv);
+        if (st == PT_OK) pt_zero_load_optim(t->zero, fm, fv, nstep);
+        pt_mem_free(fv);
+        pt_mem_free(fm);
+        PT_CHECK(st);
+    }
     if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
         /* the outer Nesterov step restarts from the loaded parameters (its
          * momentum, not in the checkpoint, from zero) */
