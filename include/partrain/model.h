@@ -89,11 +89,25 @@ int pt_model_max_batch(const pt_model *m);
  * 0.02 * pt_rng_normal_at(pt_rng_key(seed, name), j): independent of layout. */
 void pt_model_init(pt_model *m, uint64_t seed);
 
-/* Flat buffers (lent). */
+/* Flat buffers (lent; NULL after pt_model_drop_flat dropped them). */
 float *pt_model_params(pt_model *m);
 float *pt_model_grads(pt_model *m);
 size_t pt_model_num_params(const pt_model *m);
+/* Zero the flat gradient buffer (nothing when dropped). */
 void pt_model_zero_grads(pt_model *m);
+
+/* Module-level redirection, for strategies that hold a module's parameters
+ * or gradients elsewhere (ZeRO-3 / FSDP units gathered into a pool buffer,
+ * ZeRO-2 per-unit gradient buffers): module i then reads its parameters from
+ * `params` and accumulates its gradients into `grads`, each laid out like its
+ * region (pt_model_module_region's count floats; lent until replaced). NULL
+ * restores the module's region of the flat buffer (none when dropped). The
+ * head reads (and accumulates into) wte through MODULE 0's pointers. */
+void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads);
+/* Free the flat parameter and/or gradient buffer (memory a sharded strategy
+ * does not need). Afterwards every module must have buffers set before it
+ * runs; pt_model_init must come before dropping parameters. */
+void pt_model_drop_flat(pt_model *m, int params, int grads);
 
 /* Tensor table, in flat-buffer order. */
 int pt_model_num_tensors(const pt_model *m);

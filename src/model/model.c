@@ -173,6 +173,8 @@ void pt_model_free(pt_model *m) {
     pt_mem_free(m->scratch);
     pt_mem_free(m->grads);
     pt_mem_free(m->params);
+    free(m->mod_g);
+    free(m->mod_p);
     free(m->mod_count);
     free(m->mod_offset);
     free(m->tensors);
@@ -193,9 +195,12 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
     m->mod_offset = calloc((size_t)nmod, sizeof(size_t));
     m->mod_count = calloc((size_t)nmod, sizeof(size_t));
+    m->mod_p = calloc((size_t)nmod, sizeof(float *));
+    m->mod_g = calloc((size_t)nmod, sizeof(float *));
     m->ctx = calloc((size_t)nmod, sizeof *m->ctx);
     m->resid = calloc((size_t)L + 1, sizeof *m->resid);
-    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->ctx || !m->resid) {
+    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->mod_p || !m->mod_g || !m->ctx ||
+        !m->resid) {
         st = pt_error_set(PT_ERR_NOMEM, "model tables");
         goto fail;
     }
@@ -208,6 +213,7 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
+    for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
 
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
     size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
@@ -263,7 +269,29 @@ size_t pt_model_num_params(const pt_model *m) {
     return m->nparams;
 }
 void pt_model_zero_grads(pt_model *m) {
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    if (m->grads) memset(m->grads, 0, m->nparams * sizeof(float));
+}
+
+void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    m->mod_p[i] = params ? params : m->params ? m->params + m->mod_offset[i] : NULL;
+    m->mod_g[i] = grads ? grads : m->grads ? m->grads + m->mod_offset[i] : NULL;
+}
+
+void pt_model_drop_flat(pt_model *m, int params, int grads) {
+    int nmod = m->cfg.n_layer + 2;
+    for (int i = 0; i < nmod; i++) {
+        if (params && m->params && m->mod_p[i] == m->params + m->mod_offset[i]) m->mod_p[i] = NULL;
+        if (grads && m->grads && m->mod_g[i] == m->grads + m->mod_offset[i]) m->mod_g[i] = NULL;
+    }
+    if (params) {
+        pt_mem_free(m->params);
+        m->params = NULL;
+    }
+    if (grads) {
+        pt_mem_free(m->grads);
+        m->grads = NULL;
+    }
 }
 int pt_model_num_tensors(const pt_model *m) {
     return m->ntensors;

@@ -37,7 +37,12 @@ struct pt_model {
     size_t nparams;
     float *params, *grads;
     size_t *mod_offset, *mod_count; /* per module */
-    pt_module_ctx **ctx;            /* one per module */
+    /* Where each module's parameters and gradients are read and written: the
+     * module's region of the flat buffers, or a strategy's buffer laid out
+     * like it (pt_model_set_module_buffers; ZeRO units). NULL: none (the flat
+     * buffer was dropped and nothing given yet). */
+    float **mod_p, **mod_g;
+    pt_module_ctx **ctx; /* one per module */
     /* Shared by every module's forward/backward (never saved across calls),
      * one PT_MEM_ACTS allocation. */
     float *scratch;

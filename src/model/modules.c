@@ -18,8 +18,11 @@
 
 #include "partrain/kernels.h"
 
-#define W(m, i, k)  ((m)->params + (m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset)
-#define DW(m, i, k) ((m)->grads + (m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset)
+/* Tensor k of module i, through the module's (possibly redirected) region. */
+#define TOFF(m, i, k)                                                                              \
+    ((m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset - (m)->mod_offset[i])
+#define W(m, i, k)  ((m)->mod_p[i] + TOFF(m, i, k))
+#define DW(m, i, k) ((m)->mod_g[i] + TOFF(m, i, k))
 
 static void embedding_forward(pt_model *m, pt_module_ctx *c, const pt_batch *b, float *out) {
     (void)c;
@@ -114,6 +117,7 @@ static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     ctx->B = b->B;
     ctx->T = b->T;
@@ -136,6 +140,8 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
+              (ctx->kind != PT_MODULE_HEAD || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
         embedding_backward(m, b, dout);
