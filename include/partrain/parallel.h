@@ -74,12 +74,14 @@ typedef struct {
                             pt_comm_stats counts an all-reduce), n = ranks */
     int buckets;         /* completed all-reduces */
     /* For telling rank skew from transfer (pt_time_ns clock; 0: no wait):
-     * the last pt_ddp_wait's start and end, and when this rank launched the
-     * last bucket of the round it waited for. A peer's all-reduce cannot
-     * finish before every rank has launched it, so the part of a wait
-     * before the LAST rank's launch_ns is waiting for that rank (skew), not
-     * for the transfer. */
-    uint64_t wait_start_ns, wait_end_ns, launch_ns;
+     * the last pt_ddp_wait's start and end, when this rank launched the
+     * last bucket of the round it waited for, and when its comm thread
+     * completed the last of them. An all-reduce cannot finish before every
+     * rank has launched it, so the part of a wait before the LAST rank's
+     * launch_ns is waiting for that rank (skew), not for the transfer; the
+     * part after the FIRST rank's end_ns is this rank finishing locally
+     * what a peer already has (its comm thread scheduled late). */
+    uint64_t wait_start_ns, wait_end_ns, launch_ns, end_ns;
 } pt_ddp_stats;
 
 /* Buckets for model m over communicator c (both lent, must outlive d). */

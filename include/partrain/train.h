@@ -142,12 +142,16 @@ typedef struct {
     double compute_ms;      /* step_ms minus the time blocked on communication */
     double comm_ms;         /* comm-thread (or blocking) time of the ops completed this step */
     double exposed_comm_ms; /* time this thread waited for communication */
-    double skew_ms;         /* part of exposed_comm_ms spent before the last peer had launched
-                               the last bucket of the round waited for (rank skew, not transfer;
-                               rank 0 only: it needs the peers' launch times) */
-    uint64_t comm_bytes;    /* bytes this rank sent for gradients / parameters this step */
-    int applied;            /* 1 when an optimizer update was applied (stale delayed: not before
-                               step k) */
+    /* exposed_comm_ms = skew_ms + local_lag_ms + exposed_transfer_ms (rank 0 only: it
+     * needs the peers' times; one host, one clock) */
+    double skew_ms;             /* waiting before the last rank had launched the last bucket of
+                                   the round waited for (a late peer, not transfer) */
+    double local_lag_ms;        /* waiting after the first rank had completed it (this rank's
+                                   comm thread finishing late, e.g. not scheduled) */
+    double exposed_transfer_ms; /* the rest: every rank launched, none done */
+    uint64_t comm_bytes;        /* bytes this rank sent for gradients / parameters this step */
+    int applied;                /* 1 when an optimizer update was applied (stale delayed: not before
+                                   step k) */
 } pt_step_info;
 
 /* Build everything for cfg (validated here too): model (initialized from

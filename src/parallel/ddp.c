@@ -221,6 +221,7 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
             continue;
         }
         d->stats.comm_ns += z - a;
+        if (z > d->stats.end_ns) d->stats.end_ns = z;
         uint64_t p = (uint64_t)pt_comm_size(d->c), b = d->b[k].count * sizeof(float);
         d->stats.bytes += 2 * (p - 1) * b / p; /* as pt_comm_stats counts an all-reduce */
         d->stats.buckets++;

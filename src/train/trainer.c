@@ -419,27 +419,28 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     ds.exposed_ns += zero_ns;
     if (local_wait_ns) { /* the blocking averaging: launched when its wait starts */
         ds.wait_start_ns = ds.launch_ns = local_a;
-        ds.wait_end_ns = local_z;
+        ds.wait_end_ns = ds.end_ns = local_z;
     }
-    /* skew: the part of rank 0's wait before the last rank had launched the
-     * last bucket (one host: one monotonic clock) */
-    double last_launch = (double)ds.launch_ns;
+    /* rank 0 splits its wait at the last rank's launch and the first rank's
+     * completion of the last bucket (one host: one monotonic clock) */
+    double last_launch = (double)ds.launch_ns, first_end = (double)ds.end_ns;
     if (t->aux) {
         /* rank 0 learns the global loss and every rank's peak memory (max
          * per category); on the aux communicator, so that comm_bytes counts
          * gradient traffic only */
-        double rs[3 + PT_MEM_NCAT];
+        double rs[4 + PT_MEM_NCAT];
         rs[0] = loss;
         rs[1] = (double)t->mem_peak_total;
         for (int k = 0; k < PT_MEM_NCAT; k++) rs[2 + k] = (double)t->mem_peak[k];
         rs[2 + PT_MEM_NCAT] = (double)ds.launch_ns; /* exact: < 2^53 ns */
+        rs[3 + PT_MEM_NCAT] = (double)ds.end_ns;
         if (t->rank != 0) {
             st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
             if (st != PT_OK) return prefix_error(st, "step statistics");
         } else {
             double sum = loss;
             for (int r = 1; r < t->nranks; r++) {
-                double o[3 + PT_MEM_NCAT];
+                double o[4 + PT_MEM_NCAT];
                 st = pt_comm_recv(t->aux, o, sizeof o, r, 7);
                 if (st != PT_OK) return prefix_error(st, "step statistics");
                 sum += o[0];
@@ -447,6 +448,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                 for (int k = 0; k < PT_MEM_NCAT; k++)
                     if ((size_t)o[2 + k] > t->mem_peak[k]) t->mem_peak[k] = (size_t)o[2 + k];
                 if (o[2 + PT_MEM_NCAT] > last_launch) last_launch = o[2 + PT_MEM_NCAT];
+                if (o[3 + PT_MEM_NCAT] > 0 && o[3 + PT_MEM_NCAT] < first_end)
+                    first_end = o[3 + PT_MEM_NCAT];
             }
             loss = (float)(sum / t->nranks);
         }
@@ -464,8 +467,11 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         info->compute_ms = ms - info->exposed_comm_ms;
         if (t->rank == 0 && ds.wait_end_ns > ds.wait_start_ns) {
             double w0 = (double)ds.wait_start_ns, w1 = (double)ds.wait_end_ns;
-            double skew = last_launch < w0 ? 0 : last_launch > w1 ? w1 - w0 : last_launch - w0;
-            info->skew_ms = skew / 1e6;
+            double a = last_launch < w0 ? w0 : last_launch > w1 ? w1 : last_launch;
+            double z = first_end < a ? a : first_end > w1 ? w1 : first_end;
+            info->skew_ms = (a - w0) / 1e6;
+            info->local_lag_ms = (w1 - z) / 1e6;
+            info->exposed_transfer_ms = (z - a) / 1e6;
         }
         /* gradient modes: the rounds waited for this step (deterministic);
          * local_sgd: the blocking averaging */
@@ -674,12 +680,13 @@ static void write_metrics(pt_trainer *t, const pt_step_info *info) {
     fprintf(t->metrics,
             "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
             "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
-            "\"skew_ms\":%.4f,\"comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+            "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
+            "llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
             "\"mem\":{",
             info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm,
             info->step_ms, info->tokens_per_s, info->compute_ms, info->comm_ms,
-            info->exposed_comm_ms, info->skew_ms, (unsigned long long)info->comm_bytes,
-            t->cfg.parallel.sync, t->nranks, t->layout);
+            info->exposed_comm_ms, info->skew_ms, info->local_lag_ms, info->exposed_transfer_ms,
+            (unsigned long long)info->comm_bytes, t->cfg.parallel.sync, t->nranks, t->layout);
     static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
