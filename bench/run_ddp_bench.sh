@@ -58,8 +58,12 @@ rows = [r for r in rows if "step_ms" in r][int(sys.argv[2]):]
 print(statistics.median(r["step_ms"] for r in rows))
 PY
 }
+# The peer's torch.set_num_threads(1) does not limit OpenBLAS's own pthreads,
+# which default to every core: without OPENBLAS_NUM_THREADS=1 each rank's
+# sgemm would run on 2 threads (4 on 2 cores in all), not "1 thread each".
+# Same fix as bench/run_step_bench.sh.
 run_peer() { # config round
-    /usr/bin/python3 "$PEER" --config "$1" --mode ddp --world 2 --threads 1 --warmup "$WARMUP" \
+    OPENBLAS_NUM_THREADS=1 BENCH_BLAS_LABEL="openblas OPENBLAS_NUM_THREADS=1" /usr/bin/python3 "$PEER" --config "$1" --mode ddp --world 2 --threads 1 --warmup "$WARMUP" \
         --steps "$STEPS" --port $((29600 + $2)) 2>/dev/null | sed -n 's/^RESULT //p' |
         python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print(r["step_ms_median"])' \
         >>"$TMP/peer_$1"
