@@ -117,56 +117,71 @@ void pt_ddp_set_trace(pt_ddp *d, pt_trace *t);
 /* Copy and reset the statistics. */
 void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
 
-/* ---- sharded data parallel (ZeRO stages 1 and 2) --------------------------------
+/* ---- sharded data parallel (ZeRO stages 1, 2, 3 / FSDP; HSDP) ------------------------
  * Sharding unit: each MODULE's region of the flat buffers is split over the
  * shard group per pt_comm_shard (uneven sizes: the first count % g ranks
  * hold one element more), so that a rank's shard of a module is a slice and
- * the in-place sharded collectives of comm.h apply to the module's region.
- * A rank keeps AdamW moments only for its slices (one pt_adamw per module,
- * segments cut at tensor boundaries, so each tensor keeps its weight-decay
- * flag where the shard boundary cuts it).
+ * the in-place sharded collectives of comm.h apply to the module's region
+ * (or to a unit buffer laid out like it). A rank keeps AdamW moments only for
+ * its slices (one pt_adamw per module, segments cut at tensor boundaries, so
+ * each tensor keeps its weight-decay flag where the shard boundary cuts it).
  *
  *   stage 1: gradients all-reduced (the trainer's pt_ddp buckets), then
  *            pt_zero_step: global norm from partial squares (all-reduce),
  *            AdamW on the rank's slices, all-gather of every module.
- *   stage 2: pt_zero_module_done reduce-scatters module i's gradients (non-
- *            blocking) the moment its backward is final; pt_zero_step waits
- *            for them, then as stage 1.
+ *   stage 2: the model's flat gradient buffer is dropped: each module
+ *            accumulates into a unit buffer, reduce-scattered (non-blocking)
+ *            after its backward (pt_zero_module_done) into the rank's
+ *            gradient slices; pt_zero_step then as stage 1.
+ *   stage 3: the flat parameters are dropped too: a module's parameters
+ *            are all-gathered into a unit buffer before its forward and
+ *            backward (the next module's all-gather prefetched), released
+ *            after (options.keep_params: kept from forward to backward); the
+ *            step updates the parameter slices, nothing is all-gathered.
  * Hybrid (HSDP): with group < world the shard group is `group` consecutive
- * ranks; gradients are reduce-scattered inside it, then the shard is
+ * ranks; gradients are reduce-scattered inside it, then the slices are
  * all-reduced across groups (ranks with the same index in their group).
  *
- * Lifecycle: pt_zero_new -> per step: [stage 2] pt_zero_begin before the
- * last micro-batch, hooks call pt_zero_module_done; pt_zero_step ->
- * pt_zero_free. Checkpoints: pt_zero_gather_optim / pt_zero_load_optim move
- * the moments between the shards and full-length buffers. */
+ * Lifecycle: pt_zero_new (after pt_model_init: it takes the slices) -> the
+ * model's hooks call pt_zero_before_forward / _after_forward /
+ * _before_backward / _module_done for every module, every micro-batch ->
+ * pt_zero_step -> pt_zero_free. A forward without backward (validation)
+ * under keep_params is followed by pt_zero_release_params. Every rank must
+ * run the same passes (the hooks issue collectives). */
 typedef struct pt_zero pt_zero;
 
 typedef struct {
-    int stage;   /* 1 or 2 */
-    int group;   /* shard group size; 0 or the world size: shard over all ranks */
-    int overlap; /* stage 2: reduce-scatter during backward (0: all at pt_zero_step) */
+    int stage;       /* 1, 2 or 3 */
+    int group;       /* shard group size; 0 or the world size: shard over all ranks */
+    int overlap;     /* stage >= 2: reduce-scatter during backward (0: wait for each at once) */
+    int keep_params; /* stage 3: keep gathered parameters from forward to backward */
 } pt_zero_options;
 
 /* Over model m and communicator world (both lent, must outlive z). Splits
- * the group (and cross-group) communicators, collective over world. */
+ * the group (and cross-group) communicators, collective over world; drops
+ * the model's flat buffers as the stage allows. */
 pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
                       const pt_adamw_hparams *hp);
 void pt_zero_free(pt_zero *z);
-/* Start a round: with launch = 1, pt_zero_module_done launches reduce-scatters. */
-void pt_zero_begin(pt_zero *z, int launch, long step);
-/* Hook: module i's gradients are final (stage 2 launches its reduce-scatter). */
-void pt_zero_module_done(pt_zero *z, int module);
+/* Hooks (model.h's plug points), module i. Errors are kept for pt_zero_step. */
+void pt_zero_before_forward(pt_zero *z, int module);
+void pt_zero_after_forward(pt_zero *z, int module);
+void pt_zero_before_backward(pt_zero *z, int module);
+void pt_zero_module_done(pt_zero *z, int module); /* after module i's backward */
+/* Stage 3: return every gathered unit to the pool. */
+void pt_zero_release_params(pt_zero *z);
 /* Wait for the gradients, clip to max_norm by the global norm (sum of the
  * ranks' partial squares), AdamW on this rank's slices with lr, all-gather
- * the parameters. *norm gets the global norm before clipping. */
+ * the parameters (stages 1, 2). *norm gets the global norm before clipping. */
 pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm);
 /* Bytes this rank sent on the zero communicators since the last call. */
 uint64_t pt_zero_take_bytes(pt_zero *z);
-/* Collective over the group: m_full and v_full (n floats each, caller's)
- * receive the full AdamW moments on every rank; *t the step count. */
-pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full, int *t);
-/* Take this rank's slices of full-length moments (e.g. from a checkpoint). */
+/* Collective over the group: full-length buffers (n floats, the caller's)
+ * receive the full parameters / AdamW moments on every rank. */
+pt_status pt_zero_gather_params(pt_zero *z, float *full);
+pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full);
+/* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */
+void pt_zero_load_params(pt_zero *z, const float *full);
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);
 /* Bytes of AdamW state this rank holds. */
 size_t pt_zero_optim_bytes(const pt_zero *z);

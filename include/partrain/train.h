@@ -20,7 +20,11 @@
  * metrics, progress, checkpoints and the merged trace; every rank takes part
  * in validation (each its share of the windows).
  *
- * Not here (yet): tensor and pipeline parallelism, ZeRO. */
+ * ZeRO (parallel.zero 1-3, parallel.zero_group for HSDP): optimizer state,
+ * gradients and parameters sharded over the dp ranks (parallel.h, pt_zero);
+ * checkpoints still hold full tensors (gathered before saving).
+ *
+ * Not here (yet): tensor and pipeline parallelism. */
 #ifndef PARTRAIN_TRAIN_H
 #define PARTRAIN_TRAIN_H
 
@@ -164,7 +168,11 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
 void pt_trainer_free(pt_trainer *t);
 
 pt_model *pt_trainer_model(pt_trainer *t);
+/* NULL under ZeRO (parallel.zero >= 1, dp > 1): each rank holds its shard. */
 pt_adamw *pt_trainer_optim(pt_trainer *t);
+/* The full parameters (n floats, laid out like the flat buffer) into out.
+ * Collective under ZeRO (every rank calls it); a copy otherwise. */
+pt_status pt_trainer_gather_params(pt_trainer *t, float *out);
 const pt_config *pt_trainer_config(const pt_trainer *t);
 int pt_trainer_step_count(const pt_trainer *t); /* optimizer steps taken */
 

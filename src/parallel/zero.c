@@ -1,18 +1,36 @@
-/* Sharded data parallel, ZeRO stages 1 and 2 (parallel.h). The unit of
- * sharding is a module's region of the flat buffers: rank r of the shard
- * group owns pt_comm_shard(count, g, r) of every module, so each in-place
- * reduce-scatter / all-gather covers exactly one module and a rank's shard
- * is a set of slices (one per module), each with its own AdamW state.
+/* Sharded data parallel: ZeRO stages 1, 2 and 3 (FSDP) and hybrid sharding
+ * (parallel.h). The unit of sharding is a MODULE's region of the flat
+ * buffers: rank r of the shard group owns pt_comm_shard(count, g, r) of
+ * every module, so each in-place reduce-scatter / all-gather covers exactly
+ * one module (an FSDP unit) and a rank's shard is one slice per module, each
+ * with its own AdamW state.
  *
- * Exactness: the update of an element is the single-worker AdamW update of
- * the same (all-reduced or reduce-scattered) gradient; only the float sum
- * order of the gradient differs (as in plain data parallel). The global
- * norm is the sum of the ranks' partial squares; the partial sums are
- * computed in double and carried through the float all-reduce as a hi + lo
- * pair, so the total keeps ~48 bits.
+ * Buffers by stage (n parameters, g ranks in the shard group):
+ *   1: the model's flat params and grads (n each); moments 2n/g.
+ *   2: flat params (n); the flat gradient buffer is DROPPED: each module
+ *      accumulates into a pool buffer of its own size (model.h's module
+ *      redirection), reduce-scattered after its backward and returned to
+ *      the pool; the rank keeps its gradient slices (n/g) across
+ *      micro-batches. In flight at once: the embedding's (it also takes the
+ *      tied head's wte gradient, so it lives through the whole backward),
+ *      the module computing and the one reduce-scattering.
+ *   3: flat params dropped too: the rank keeps its parameter slices (n/g);
+ *      a module's parameters are all-gathered into a pool buffer just before
+ *      its forward (the next module's all-gather is launched, non-blocking,
+ *      first: prefetch) and released right after; again for its backward.
+ *      The head reads wte, which the embedding owns: the embedding stays
+ *      gathered from its forward through the head's, and is gathered with
+ *      the head for the head's backward.
+ * The pools are allocated up front for the most buffers the schedule above
+ * holds at once, so hooks allocate nothing.
  *
- * Not here: data sharding, loss scaling (trainer), the all-reduce buckets of
- * stage 1 (pt_ddp). */
+ * Exactness: each element's update is the single-worker AdamW update of the
+ * same summed gradient; only float summation order differs (as in plain
+ * data parallel). The global norm is the sum of the ranks' partial squares,
+ * computed in double and carried through the float all-reduce as hi + lo.
+ *
+ * Not here: data sharding and loss scaling (trainer), stage 1's all-reduce
+ * buckets (pt_ddp). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +38,35 @@
 #include "partrain/parallel.h"
 
 typedef struct {
+    float *p;
+    size_t n;
+    int used;
+} poolbuf;
+
+typedef struct {
     size_t off, count; /* the module's region */
-    size_t soff, sn;   /* this rank's slice of it (absolute offset) */
+    size_t so, sn;     /* this rank's slice, relative to off */
     pt_adamw *opt;     /* NULL when sn == 0 */
+    float *pshard;     /* stage 3: parameter slice (PT_MEM_PARAMS) */
+    float *gshard;     /* stage >= 2: summed gradient slice (PT_MEM_GRADS) */
+    poolbuf *pbuf;     /* stage 3: gathered parameters, or NULL */
+    pt_comm_req *preq; /* all-gather in flight into pbuf */
+    poolbuf *gbuf;     /* stage >= 2: working gradients, or NULL */
+    pt_comm_req *greq; /* reduce-scatter in flight on gbuf */
 } piece;
+
+#define MAX_POOL 64
 
 struct pt_zero {
     pt_model *m;
     pt_comm *group; /* shard group (owned) */
     pt_comm *cross; /* same index across groups (owned; NULL: one group) */
-    int stage, g, grank;
-    int np;
+    int stage, g, grank, overlap, keep;
+    int np; /* modules: 0 embedding, 1..L blocks, L+1 head */
     piece *p;
-    pt_comm_req **reqs; /* per module: the reduce-scatter in flight */
-    int active, launch_now;
+    int rs_pending; /* module whose reduce-scatter is in flight, -1: none */
+    poolbuf pool[2][MAX_POOL];
+    int npool[2]; /* [0] params, [1] grads */
     pt_status err;
     char errmsg[256];
     uint64_t bytes_seen;
@@ -48,13 +81,49 @@ static uint64_t comm_sent(pt_comm *c) {
     return b;
 }
 
+static void keep_error(pt_zero *z, pt_status st, const char *what) {
+    if (st == PT_OK || z->err != PT_OK) return;
+    z->err = st;
+    snprintf(z->errmsg, sizeof z->errmsg, "%s: %s", what, pt_error_message());
+}
+
+/* ---- pools ---- */
+
+static pt_status pool_add(pt_zero *z, int kind, size_t n, int count) {
+    for (int k = 0; k < count; k++) {
+        if (z->npool[kind] == MAX_POOL) return pt_error_set(PT_ERR_INTERNAL, "zero: pool full");
+        poolbuf *b = &z->pool[kind][z->npool[kind]];
+        b->p = pt_mem_alloc(kind ? PT_MEM_GRADS : PT_MEM_PARAMS, n * sizeof(float));
+        if (!b->p && n) return pt_error_set(PT_ERR_NOMEM, "zero: unit buffer (%zu floats)", n);
+        b->n = n;
+        z->npool[kind]++;
+    }
+    return PT_OK;
+}
+
+/* A free buffer of n floats: the pool is sized for the schedule, so none
+ * free is our bug. */
+static poolbuf *pool_get(pt_zero *z, int kind, size_t n) {
+    for (int k = 0; k < z->npool[kind]; k++) {
+        poolbuf *b = &z->pool[kind][k];
+        if (!b->used && b->n == n) {
+            b->used = 1;
+            return b;
+        }
+    }
+    PT_ASSERT(!"zero: no free unit buffer of this size");
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
 pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
                       const pt_adamw_hparams *hp) {
     *out = NULL;
     int W = pt_comm_size(world), r = pt_comm_rank(world);
     int g = opt->group > 0 ? opt->group : W;
-    if (opt->stage < 1 || opt->stage > 2)
-        return pt_error_set(PT_ERR_INVALID, "zero: stage %d (1 or 2 here)", opt->stage);
+    if (opt->stage < 1 || opt->stage > 3)
+        return pt_error_set(PT_ERR_INVALID, "parallel.zero = %d (1, 2 or 3)", opt->stage);
     if (g > W || W % g != 0)
         return pt_error_set(PT_ERR_INVALID, "parallel.zero_group (%d) must divide parallel.dp (%d)",
                             g, W);
@@ -64,44 +133,68 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->m = m;
     z->stage = opt->stage;
     z->g = g;
-    z->active = 0;
+    z->overlap = opt->overlap;
+    z->keep = opt->keep_params;
+    z->rs_pending = -1;
     PT_CHECK_GOTO(st, pt_comm_split(world, r / g, r, &z->group), fail);
     if (g < W) PT_CHECK_GOTO(st, pt_comm_split(world, r % g, r, &z->cross), fail);
     z->grank = pt_comm_rank(z->group);
     z->np = pt_model_num_modules(m);
     z->p = calloc((size_t)z->np, sizeof *z->p);
-    z->reqs = calloc((size_t)z->np, sizeof *z->reqs);
     int ntens = pt_model_num_tensors(m);
     pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
-    if (!z->p || !z->reqs || !segs) {
+    if (!z->p || !segs) {
         free(segs);
         st = pt_error_set(PT_ERR_NOMEM, "zero tables");
         goto fail;
     }
+    const float *flat = pt_model_params(m);
     for (int i = 0; i < z->np; i++) {
         piece *pc = &z->p[i];
         pt_model_module_region(m, i, &pc->off, &pc->count);
-        size_t so, sn;
-        pt_comm_shard(pc->count, g, z->grank, &so, &sn);
-        pc->soff = pc->off + so;
-        pc->sn = sn;
-        if (!sn) continue;
+        pt_comm_shard(pc->count, g, z->grank, &pc->so, &pc->sn);
+        if (z->stage >= 2) {
+            pc->gshard = pt_mem_alloc(PT_MEM_GRADS, pc->sn * sizeof(float));
+            if (!pc->gshard && pc->sn) st = pt_error_set(PT_ERR_NOMEM, "zero: gradient shard");
+        }
+        if (st == PT_OK && z->stage >= 3) {
+            pc->pshard = pt_mem_alloc(PT_MEM_PARAMS, pc->sn * sizeof(float));
+            if (!pc->pshard && pc->sn)
+                st = pt_error_set(PT_ERR_NOMEM, "zero: parameter shard");
+            else
+                memcpy(pc->pshard, flat + pc->off + pc->so, pc->sn * sizeof(float));
+        }
+        if (st != PT_OK || !pc->sn) continue;
         /* segments: the tensors intersected with the slice (a cut tensor
          * keeps its decay flag on both sides of the cut) */
         int ns = 0;
+        size_t lo = pc->off + pc->so, hi = lo + pc->sn;
         for (int k = 0; k < ntens; k++) {
             const pt_param_info *t = pt_model_tensor(m, k);
-            size_t a = t->offset > pc->soff ? t->offset : pc->soff;
-            size_t e = t->offset + t->numel < pc->soff + sn ? t->offset + t->numel : pc->soff + sn;
-            if (a < e) segs[ns++] = (pt_optim_segment){a - pc->soff, e - a, t->decay};
+            size_t a = t->offset > lo ? t->offset : lo;
+            size_t e = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+            if (a < e) segs[ns++] = (pt_optim_segment){a - lo, e - a, t->decay};
         }
-        st = pt_adamw_new(&pc->opt, sn, segs, ns, hp);
-        if (st != PT_OK) {
-            free(segs);
-            goto fail;
-        }
+        st = pt_adamw_new(&pc->opt, pc->sn, segs, ns, hp);
     }
     free(segs);
+    if (st != PT_OK) goto fail;
+    if (z->stage >= 2) {
+        /* unit buffers for the most the schedule holds at once (file comment):
+         * per size, the embedding 1, blocks 2 (all with keep_params), head 1 */
+        int L = z->np - 2;
+        size_t emb = z->p[0].count, blk = L > 0 ? z->p[1].count : 0, head = z->p[L + 1].count;
+        int nblk = L < 2 ? L : 2;
+        PT_CHECK_GOTO(st, pool_add(z, 1, emb, 1), fail);
+        PT_CHECK_GOTO(st, pool_add(z, 1, blk, nblk), fail);
+        PT_CHECK_GOTO(st, pool_add(z, 1, head, 1), fail);
+        if (z->stage >= 3) {
+            PT_CHECK_GOTO(st, pool_add(z, 0, emb, 1), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, blk, z->keep ? L : nblk), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, head, 1), fail);
+        }
+        pt_model_drop_flat(m, z->stage >= 3, 1);
+    }
     z->bytes_seen = comm_sent(z->group) + comm_sent(z->cross);
     *out = z;
     return PT_OK;
@@ -112,77 +205,187 @@ fail:
 
 void pt_zero_free(pt_zero *z) {
     if (!z) return;
-    for (int i = 0; z->reqs && i < z->np; i++)
-        if (z->reqs[i]) pt_comm_wait(z->reqs[i]);
-    for (int i = 0; z->p && i < z->np; i++) pt_adamw_free(z->p[i].opt);
-    free(z->reqs);
+    for (int i = 0; z->p && i < z->np; i++) {
+        piece *pc = &z->p[i];
+        if (pc->preq) pt_comm_wait(pc->preq);
+        if (pc->greq) pt_comm_wait(pc->greq);
+        pt_adamw_free(pc->opt);
+        pt_mem_free(pc->gshard);
+        pt_mem_free(pc->pshard);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < z->npool[k]; j++) pt_mem_free(z->pool[k][j].p);
     free(z->p);
     pt_comm_free(z->cross);
     pt_comm_free(z->group);
     free(z);
 }
 
-void pt_zero_begin(pt_zero *z, int launch, long step) {
-    (void)step;
-    z->active = 1;
-    z->launch_now = launch;
-}
+/* ---- stage 3: parameters of a unit ---- */
 
-static void launch_rs(pt_zero *z, int i) {
-    if (z->reqs[i] || z->err != PT_OK) return;
+static void redirect(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    pt_status st = pt_comm_ireduce_scatter(z->group, pt_model_grads(z->m) + pc->off, pc->count,
-                                           PT_REDUCE_SUM, &z->reqs[i]);
-    if (st != PT_OK) {
-        z->err = st;
-        snprintf(z->errmsg, sizeof z->errmsg, "%s", pt_error_message());
-        z->reqs[i] = NULL;
+    pt_model_set_module_buffers(z->m, i, pc->pbuf ? pc->pbuf->p : NULL,
+                                pc->gbuf ? pc->gbuf->p : NULL);
+}
+
+/* Launch the all-gather of unit i's parameters (no-op when gathered or
+ * gathering). */
+static void prefetch(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    if (z->stage < 3 || pc->pbuf) return;
+    pc->pbuf = pool_get(z, 0, pc->count);
+    memcpy(pc->pbuf->p + pc->so, pc->pshard, pc->sn * sizeof(float));
+    if (z->err == PT_OK)
+        keep_error(z, pt_comm_iallgather(z->group, pc->pbuf->p, pc->count, &pc->preq),
+                   "parameter all-gather");
+    redirect(z, i);
+}
+
+static void ensure(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    prefetch(z, i);
+    if (pc->preq) {
+        keep_error(z, pt_comm_wait(pc->preq), "parameter all-gather");
+        pc->preq = NULL;
     }
 }
 
-void pt_zero_module_done(pt_zero *z, int module) {
-    if (z->stage < 2 || !z->active || !z->launch_now) return;
-    launch_rs(z, module);
+static void release(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    if (z->stage < 3 || !pc->pbuf) return;
+    if (pc->preq) { /* prefetched and never used */
+        keep_error(z, pt_comm_wait(pc->preq), "parameter all-gather");
+        pc->preq = NULL;
+    }
+    pc->pbuf->used = 0;
+    pc->pbuf = NULL;
+    redirect(z, i);
 }
 
-/* Wait for every request in reqs[0..n); the first error wins. */
-static pt_status wait_all(pt_comm_req **reqs, int n, pt_status st, char *msg, size_t msgn) {
-    for (int i = 0; i < n; i++) {
-        if (!reqs[i]) continue;
-        pt_status e = pt_comm_wait(reqs[i]);
-        reqs[i] = NULL;
-        if (e != PT_OK && st == PT_OK) {
-            st = e;
-            snprintf(msg, msgn, "%s", pt_error_message());
-        }
+void pt_zero_release_params(pt_zero *z) {
+    for (int i = 0; i < z->np; i++) release(z, i);
+}
+
+void pt_zero_before_forward(pt_zero *z, int i) {
+    if (z->stage < 3) return;
+    ensure(z, i);
+    if (i == z->np - 1) ensure(z, 0); /* the head reads wte */
+    if (i + 1 < z->np) prefetch(z, i + 1);
+}
+
+void pt_zero_after_forward(pt_zero *z, int i) {
+    if (z->stage < 3 || z->keep) return;
+    if (i == z->np - 1) {
+        pt_zero_release_params(z); /* the head and the embedding (wte) */
+    } else if (i != 0) {
+        release(z, i);
     }
-    return st;
+}
+
+/* ---- gradients of a unit (stage >= 2) ---- */
+
+static void finish_rs(pt_zero *z, int i);
+
+static void take_grads(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    if (pc->gbuf && z->rs_pending == i) {
+        /* still reduce-scattering the previous micro-batch's sum (the
+         * embedding's, finished last): collect it before accumulating */
+        finish_rs(z, i);
+        z->rs_pending = -1;
+    }
+    if (pc->gbuf) return;
+    pc->gbuf = pool_get(z, 1, pc->count);
+    memset(pc->gbuf->p, 0, pc->count * sizeof(float));
+    redirect(z, i);
+}
+
+/* Wait for unit i's reduce-scatter, add this rank's slice into its shard,
+ * return the buffer. */
+static void finish_rs(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    if (!pc->gbuf) return;
+    if (pc->greq) {
+        keep_error(z, pt_comm_wait(pc->greq), "gradient reduce-scatter");
+        pc->greq = NULL;
+    }
+    const float *s = pc->gbuf->p + pc->so;
+    for (size_t k = 0; k < pc->sn; k++) pc->gshard[k] += s[k];
+    pc->gbuf->used = 0;
+    pc->gbuf = NULL;
+    redirect(z, i);
+}
+
+void pt_zero_before_backward(pt_zero *z, int i) {
+    if (z->stage < 2) return;
+    int head = i == z->np - 1;
+    ensure(z, i);
+    if (head) ensure(z, 0);
+    take_grads(z, i);
+    if (head) take_grads(z, 0); /* the head accumulates into wte */
+    if (i > 0) prefetch(z, i - 1);
+}
+
+void pt_zero_module_done(pt_zero *z, int i) {
+    if (z->stage < 2) return;
+    piece *pc = &z->p[i];
+    if (i == z->np - 1) {
+        release(z, 0);
+        release(z, i);
+    } else {
+        release(z, i);
+    }
+    /* one reduce-scatter in flight: finish the previous one first */
+    if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
+    z->rs_pending = -1;
+    if (z->err == PT_OK)
+        keep_error(
+            z, pt_comm_ireduce_scatter(z->group, pc->gbuf->p, pc->count, PT_REDUCE_SUM, &pc->greq),
+            "gradient reduce-scatter");
+    z->rs_pending = i;
+    if (!z->overlap) {
+        finish_rs(z, i);
+        z->rs_pending = -1;
+    }
+}
+
+/* ---- the optimizer step ---- */
+
+static float *pslice(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    return z->stage >= 3 ? pc->pshard : pt_model_params(z->m) + pc->off + pc->so;
+}
+static float *gslice(pt_zero *z, int i) {
+    piece *pc = &z->p[i];
+    return z->stage >= 2 ? pc->gshard : pt_model_grads(z->m) + pc->off + pc->so;
 }
 
 pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
-    float *grads = pt_model_grads(z->m), *params = pt_model_params(z->m);
     pt_status st = PT_OK;
-    if (z->stage >= 2) {
-        /* backward order: the head first, the embedding last */
-        for (int i = z->np - 1; i >= 0; i--) launch_rs(z, i);
-        z->active = 0;
-        st = wait_all(z->reqs, z->np, z->err, z->errmsg, sizeof z->errmsg);
+    if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
+    z->rs_pending = -1;
+    if (z->err != PT_OK) {
+        st = z->err;
         z->err = PT_OK;
-        if (st != PT_OK) return pt_error_set(st, "gradient reduce-scatter: %s", z->errmsg);
-        if (z->cross) {
-            for (int i = z->np - 1; i >= 0 && st == PT_OK; i--)
-                if (z->p[i].sn)
-                    st = pt_comm_iallreduce(z->cross, grads + z->p[i].soff, z->p[i].sn,
-                                            PT_REDUCE_SUM, &z->reqs[i]);
-            if (st != PT_OK) snprintf(z->errmsg, sizeof z->errmsg, "%s", pt_error_message());
-            st = wait_all(z->reqs, z->np, st, z->errmsg, sizeof z->errmsg);
-            if (st != PT_OK)
-                return pt_error_set(st, "gradient all-reduce across groups: %s", z->errmsg);
-        }
+        return pt_error_set(st, "%s", z->errmsg);
+    }
+    if (z->cross) { /* HSDP: the group's sums, summed across groups */
+        pt_comm_req *req[64] = {0};
+        PT_ASSERT(z->np <= 64 || !"HSDP: more than 64 modules");
+        for (int i = 0; i < z->np && st == PT_OK; i++)
+            if (z->p[i].sn)
+                st = pt_comm_iallreduce(z->cross, gslice(z, i), z->p[i].sn, PT_REDUCE_SUM, &req[i]);
+        for (int i = 0; i < z->np; i++)
+            if (req[i]) {
+                pt_status e = pt_comm_wait(req[i]);
+                if (st == PT_OK) st = e;
+            }
+        if (st != PT_OK) return pt_error_set(st, "gradient all-reduce across groups");
     }
     /* global norm: partial squares of the slices, summed over the group */
     double part = 0;
-    for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(grads + z->p[i].soff, z->p[i].sn);
+    for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(gslice(z, i), z->p[i].sn);
     float hl[2];
     hl[0] = (float)part;
     hl[1] = (float)(part - (double)hl[0]);
@@ -190,13 +393,24 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     double total = (double)hl[0] + (double)hl[1];
     float scale = pt_optim_clip_scale(total, max_norm);
     for (int i = 0; i < z->np; i++)
-        if (z->p[i].opt)
-            pt_adamw_step(z->p[i].opt, params + z->p[i].soff, grads + z->p[i].soff, lr, scale);
-    for (int i = 0; i < z->np && st == PT_OK; i++)
-        st = pt_comm_iallgather(z->group, params + z->p[i].off, z->p[i].count, &z->reqs[i]);
-    if (st != PT_OK) snprintf(z->errmsg, sizeof z->errmsg, "%s", pt_error_message());
-    st = wait_all(z->reqs, z->np, st, z->errmsg, sizeof z->errmsg);
-    if (st != PT_OK) return pt_error_set(st, "parameter all-gather: %s", z->errmsg);
+        if (z->p[i].opt) pt_adamw_step(z->p[i].opt, pslice(z, i), gslice(z, i), lr, scale);
+    if (z->stage >= 2)
+        for (int i = 0; i < z->np; i++) memset(z->p[i].gshard, 0, z->p[i].sn * sizeof(float));
+    if (z->stage >= 3) {
+        pt_zero_release_params(z); /* kept ones are stale now */
+    } else {
+        /* stages 1 and 2: everyone's updated slices to everyone */
+        float *params = pt_model_params(z->m);
+        for (int i = 0; i < z->np && st == PT_OK; i++)
+            st = pt_comm_iallgather(z->group, params + z->p[i].off, z->p[i].count, &z->p[i].preq);
+        for (int i = 0; i < z->np; i++)
+            if (z->p[i].preq) {
+                pt_status e = pt_comm_wait(z->p[i].preq);
+                z->p[i].preq = NULL;
+                if (st == PT_OK) st = e;
+            }
+        if (st != PT_OK) return pt_error_set(st, "parameter all-gather");
+    }
     *norm = (float)sqrt(total);
     return PT_OK;
 }
@@ -208,33 +422,54 @@ uint64_t pt_zero_take_bytes(pt_zero *z) {
     return d;
 }
 
-pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full, int *t) {
-    *t = 0;
+/* ---- checkpoints ---- */
+
+/* full (n floats): each rank's slices of `slice_of` gathered to all. */
+static pt_status gather_full(pt_zero *z, float *full, int what) {
     for (int i = 0; i < z->np; i++) {
         piece *pc = &z->p[i];
-        if (!pc->opt) continue;
-        memcpy(m_full + pc->soff, pt_adamw_m(pc->opt), pc->sn * sizeof(float));
-        memcpy(v_full + pc->soff, pt_adamw_v(pc->opt), pc->sn * sizeof(float));
-        *t = pt_adamw_t(pc->opt);
+        const float *s = what == 0   ? pslice(z, i)
+                         : !pc->opt  ? NULL
+                         : what == 1 ? pt_adamw_m(pc->opt)
+                                     : pt_adamw_v(pc->opt);
+        if (s) memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
     }
-    for (int i = 0; i < z->np; i++) {
-        PT_CHECK(pt_comm_allgather(z->group, m_full + z->p[i].off, z->p[i].count));
-        PT_CHECK(pt_comm_allgather(z->group, v_full + z->p[i].off, z->p[i].count));
-    }
-    float tf[1] = {(float)*t};
-    PT_CHECK(pt_comm_allreduce(z->group, tf, 1, PT_REDUCE_SUM));
-    *t = (int)lroundf(tf[0] / (float)z->g); /* every rank has the same count */
+    for (int i = 0; i < z->np; i++)
+        PT_CHECK(pt_comm_allgather(z->group, full + z->p[i].off, z->p[i].count));
     return PT_OK;
+}
+
+pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full) {
+    PT_CHECK(gather_full(z, m_full, 1));
+    return gather_full(z, v_full, 2);
+}
+
+pt_status pt_zero_gather_params(pt_zero *z, float *full) {
+    if (z->stage < 3) {
+        memcpy(full, pt_model_params(z->m), pt_model_num_params(z->m) * sizeof(float));
+        return PT_OK;
+    }
+    return gather_full(z, full, 0);
 }
 
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t) {
     for (int i = 0; i < z->np; i++) {
         piece *pc = &z->p[i];
         if (!pc->opt) continue;
-        memcpy(pt_adamw_m(pc->opt), m_full + pc->soff, pc->sn * sizeof(float));
-        memcpy(pt_adamw_v(pc->opt), v_full + pc->soff, pc->sn * sizeof(float));
+        memcpy(pt_adamw_m(pc->opt), m_full + pc->off + pc->so, pc->sn * sizeof(float));
+        memcpy(pt_adamw_v(pc->opt), v_full + pc->off + pc->so, pc->sn * sizeof(float));
         pt_adamw_set_t(pc->opt, t);
     }
+}
+
+void pt_zero_load_params(pt_zero *z, const float *full) {
+    if (z->stage < 3) {
+        memcpy(pt_model_params(z->m), full, pt_model_num_params(z->m) * sizeof(float));
+        return;
+    }
+    pt_zero_release_params(z);
+    for (int i = 0; i < z->np; i++)
+        memcpy(z->p[i].pshard, full + z->p[i].off + z->p[i].so, z->p[i].sn * sizeof(float));
 }
 
 size_t pt_zero_optim_bytes(const pt_zero *z) {

@@ -290,8 +290,8 @@ done:
 
 /* ---- checkpoint directories ---- */
 
-pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *adam_m,
-                        const float *adam_v, const char *state_json) {
+pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *params,
+                        const float *adam_m, const float *adam_v, const char *state_json) {
     char name[32], tmp[PT_CONFIG_STR_MAX + 64], final[PT_CONFIG_STR_MAX + 64],
         old[PT_CONFIG_STR_MAX + 64], path[PT_CONFIG_STR_MAX + 128];
     PT_CHECK(pt_mkdir_p(dir));
@@ -303,7 +303,7 @@ pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const floa
     if (mkdir(tmp, 0755) != 0) return pt_error_set(PT_ERR_IO, "%s: %s", tmp, strerror(errno));
     pt_status st = PT_OK;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    PT_CHECK_GOTO(st, pt_safetensors_save(path, m, pt_model_params((pt_model *)m)), fail);
+    PT_CHECK_GOTO(st, pt_safetensors_save(path, m, params), fail);
     if (adam_m) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", tmp);
         PT_CHECK_GOTO(st, pt_safetensors_save(path, m, adam_m), fail);

@@ -112,8 +112,21 @@ static void hook_before(void *arg, int i) {
     pt_trainer *t = arg;
     if (t->trace) t->hook_t0 = pt_time_ns();
 }
+/* ZeRO-3 gathers a module's parameters before it runs (not timed as the
+ * module's compute), releases them after */
+static void hook_before_forward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->zero) pt_zero_before_forward(t->zero, i);
+    hook_before(arg, i);
+}
+static void hook_before_backward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->zero) pt_zero_before_backward(t->zero, i);
+    hook_before(arg, i);
+}
 static void hook_after_forward(void *arg, int i) {
     pt_trainer *t = arg;
+    if (t->zero) pt_zero_after_forward(t->zero, i);
     if (!t->trace) return;
     char name[24];
     snprintf(name, sizeof name, "fwd %s", t->mod_name[i]);
@@ -197,7 +210,8 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     free(segs);
     if (st != PT_OK) goto fail;
     if (sharded) {
-        pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap};
+        pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap,
+                              cfg->parallel.zero_keep_params};
         PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->world, &zo, &hp), fail);
     }
 
@@ -262,7 +276,8 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
             PT_CHECK_GOTO(st, pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0), fail);
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
     }
-    pt_model_hooks hooks = {hook_before, hook_after_forward, hook_before, hook_after_backward, t};
+    pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
+                            hook_after_backward, t};
     pt_model_set_hooks(t->model, &hooks);
     *out = t;
     return PT_OK;
@@ -273,6 +288,11 @@ fail:
 
 pt_model *pt_trainer_model(pt_trainer *t) {
     return t->model;
+}
+pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
+    if (t->zero) return pt_zero_gather_params(t->zero, out);
+    memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
+    return PT_OK;
 }
 pt_adamw *pt_trainer_optim(pt_trainer *t) {
     return t->opt;
@@ -357,7 +377,6 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         float loss = 0;
         /* only the last micro-batch's backward completes gradients */
         if (t->ddp && mb == M - 1) pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
-        if (t->zero && mb == M - 1) pt_zero_begin(t->zero, c->parallel.overlap, t->step + 1);
         pt_model_forward(t->model, &b, &loss);
         pt_model_backward(t->model);
         loss_sum += loss;
@@ -503,7 +522,19 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     size_t first = 0, mine = nwin;
     pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
     double sum = 0;
-    for (size_t w = 0; w < mine; w += (size_t)mB) {
+    /* ZeRO-3's forward hooks are collectives: every rank runs as many
+     * passes as the rank with the most windows (extra ones on window 0,
+     * not counted) */
+    size_t most = (nwin + (size_t)t->nranks - 1) / (size_t)t->nranks;
+    size_t upto = t->zero ? most : mine;
+    for (size_t w = 0; w < upto; w += (size_t)mB) {
+        if (w >= mine) {
+            pt_data_window(t->val, 0, T, t->inputs, t->targets);
+            pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
+            float ignored = 0;
+            pt_model_forward(t->model, &batch, &ignored);
+            continue;
+        }
         int B = (int)(mine - w < (size_t)mB ? mine - w : (size_t)mB);
         for (int b = 0; b < B; b++)
             pt_data_window(t->val, first + w + (size_t)b, T, t->inputs + (size_t)b * T,
@@ -513,6 +544,7 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         pt_model_forward(t->model, &batch, &loss);
         sum += (double)loss * B;
     }
+    if (t->zero) pt_zero_release_params(t->zero);
     if (t->aux) {
         float v[1] = {(float)sum};
         PT_CHECK(pt_comm_allreduce(t->aux, v, 1, PT_REDUCE_SUM));
@@ -524,7 +556,8 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
 
 /* ---- checkpoints ---- */
 
-static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *adam_v);
+static pt_status save_rank0(pt_trainer *t, const float *params, const float *adam_m,
+                            const float *adam_v);
 
 /* Rank 0 writes (the tensors are whole on every rank; under local_sgd they
  * are rank 0's); the others wait for it, so that a resume right after finds
@@ -532,20 +565,24 @@ static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *ada
 pt_status pt_trainer_save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
     pt_status st = PT_OK;
-    float *zm = NULL, *zv = NULL;
+    float *zp = NULL, *zm = NULL, *zv = NULL;
     if (t->zero) {
-        /* the moments are sharded: gather full tensors (every rank takes part) */
+        /* sharded state: gather full tensors (every rank takes part) */
         size_t n = pt_model_num_params(t->model);
-        int zt = 0;
+        zp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        if (!zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full optimizer state");
-        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv, &zt);
+        if (!zp || !zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+        if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
+        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
     }
     if (st == PT_OK && t->rank == 0)
-        st = save_rank0(t, t->opt ? pt_adamw_m(t->opt) : zm, t->opt ? pt_adamw_v(t->opt) : zv);
+        st = t->zero
+                 ? save_rank0(t, zp, zm, zv)
+                 : save_rank0(t, pt_model_params(t->model), pt_adamw_m(t->opt), pt_adamw_v(t->opt));
     pt_mem_free(zv);
     pt_mem_free(zm);
+    pt_mem_free(zp);
     if (t->aux) {
         /* every rank learns whether the save worked */
         float ok[1] = {st == PT_OK ? 0.0f : 1.0f};
@@ -557,7 +594,8 @@ pt_status pt_trainer_save(pt_trainer *t) {
     return st;
 }
 
-static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *adam_v) {
+static pt_status save_rank0(pt_trainer *t, const float *params, const float *adam_m,
+                            const float *adam_v) {
     char *cfg_json = pt_config_to_json(&t->cfg);
     cJSON *root = cJSON_CreateObject();
     cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
@@ -580,7 +618,8 @@ static pt_status save_rank0(pt_trainer *t, const float *adam_m, const float *ada
     char *state = cJSON_Print(root);
     cJSON_Delete(root);
     if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
-    pt_status st = pt_ckpt_write(t->cfg.checkpoint.dir, t->step, t->model, adam_m, adam_v, state);
+    pt_status st =
+        pt_ckpt_write(t->cfg.checkpoint.dir, t->step, t->model, params, adam_m, adam_v, state);
     free(state);
     return st;
 }
@@ -631,7 +670,17 @@ pt_status pt_trainer_resume(pt_trainer *t) {
         return pt_error_set(PT_ERR_FORMAT, "%s/state.json: missing or bad step / data_rng",
                             stepdir);
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
+    if (t->zero) { /* full tensors in, this rank's slices kept */
+        size_t n = pt_model_num_params(t->model);
+        float *fp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!fp) return pt_error_set(PT_ERR_NOMEM, "resume: parameters");
+        pt_status st = pt_safetensors_load(path, t->model, fp);
+        if (st == PT_OK) pt_zero_load_params(t->zero, fp);
+        pt_mem_free(fp);
+        PT_CHECK(st);
+    } else {
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
+    }
     if (t->opt) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
         PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));

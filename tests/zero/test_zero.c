@@ -31,6 +31,22 @@ static const char *tmp_path(const char *name) {
     return b;
 }
 
+/* Learnable text: sentences of words picked by a fixed generator. */
+static void write_text(const char *path, size_t n, uint32_t seed) {
+    static const char *words[] = {"the ",  "quick ", "brown ", "fox ", "jumps ", "over ",
+                                  "lazy ", "dog ",   "and ",   "cat ", "runs ",  ". "};
+    FILE *f = fopen(path, "w");
+    uint32_t x = seed;
+    size_t written = 0;
+    while (written < n) {
+        x = x * 1664525u + 1013904223u;
+        const char *w = words[(x >> 24) % 12];
+        fputs(w, f);
+        written += strlen(w);
+    }
+    fclose(f);
+}
+
 static void tiny_config(pt_config *c, int dp) {
     pt_config_defaults(c);
     c->model = (pt_model_config){2, 32, 2, 64, 16};
@@ -127,7 +143,7 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
     if (j->cfg.data.val[0]) PT_CHECK_GOTO(st, pt_trainer_validate(t, &r->val_loss), done);
     r->nparams = pt_model_num_params(pt_trainer_model(t));
     r->params = malloc(r->nparams * sizeof(float));
-    memcpy(r->params, pt_model_params(pt_trainer_model(t)), r->nparams * sizeof(float));
+    PT_CHECK_GOTO(st, pt_trainer_gather_params(t, r->params), done);
 done:
     free(in);
     free(tg);
@@ -214,8 +230,8 @@ static int is_root(void) {
  * relative and parameters by O(sum lr) = 3e-2, three orders above it. */
 #define PARAM_ATOL 2e-5
 
-/* stages covered (3 once FSDP lands) */
-#define MAX_STAGE 2
+/* stages covered */
+#define MAX_STAGE 3
 
 /* Losses of steps [from, nsteps) and the final parameters. */
 static void check_equivalent(const result *ref, const result *r, int from, const char *what) {
@@ -340,6 +356,112 @@ static void test_resume(void) {
     }
 }
 
+/* Variants at dp 2: stage 3 keeping parameters from forward to backward,
+ * reduce-scatters without overlap, and validation (forward-only passes,
+ * collectives under stage 3) on a text file. */
+static void test_variants(void) {
+    job j;
+    zcfg(&j, 1, 0, 0, 2);
+    result ref;
+    CHECK_OK(run_dp(&j, &ref));
+    static const struct {
+        int zero, keep, overlap;
+        const char *what;
+    } v[] = {{3, 1, 1, "zero3 dp2 M2 keep_params"},
+             {2, 0, 0, "zero2 dp2 M2 overlap off"},
+             {3, 0, 0, "zero3 dp2 M2 overlap off"}};
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        zcfg(&j, 2, v[k].zero, 0, 2);
+        j.cfg.parallel.zero_keep_params = v[k].keep;
+        j.cfg.parallel.overlap = v[k].overlap;
+        result r;
+        CHECK_OK(run_dp(&j, &r));
+        check_equivalent(&ref, &r, 0, v[k].what);
+        result_free(&r);
+    }
+    result_free(&ref);
+    /* validation: 3 ranks' uneven shares of the windows, under every stage */
+    for (int zero = 0; zero <= 3; zero++) {
+        for (int dp = 1; dp <= 2; dp++) {
+            zcfg(&j, dp, dp > 1 ? zero : 0, 0, 1);
+            j.cfg.model.vocab_size = 256;
+            j.cfg.train.steps = 5;
+            j.cfg.train.val_batches = 3;
+            j.use_data = 1;
+            j.cfg.parallel.zero_keep_params = zero == 3;
+            snprintf(j.cfg.data.train, sizeof j.cfg.data.train, "%s", tmp_path("train.txt"));
+            snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val.txt"));
+            if (dp == 1) {
+                CHECK_OK(run_dp(&j, &ref));
+                continue;
+            }
+            result r;
+            CHECK_OK(run_dp(&j, &r));
+            char what[64];
+            snprintf(what, sizeof what, "zero%d dp2 on data + validation", zero);
+            check_equivalent(&ref, &r, 0, what);
+            CHECK_NEAR(r.val_loss, ref.val_loss, 0, 1e-5);
+            result_free(&r);
+            result_free(&ref);
+        }
+    }
+}
+
+/* zero 3, dp N: each rank's peak parameter + gradient + optimizer bytes are
+ * at most the full model's (16 bytes per parameter: fp32 params and grads,
+ * two AdamW moments) over N, plus the params and grads of the two largest
+ * units, plus a stated slack: the params and grads of the smallest of
+ * {embedding, block, block} and of the head. Why: the unit pools hold, at
+ * once, the block computing, the next one's prefetched parameters (or the
+ * previous one's gradients still reduce-scattering), and the embedding
+ * (the head reads the tied wte, so its parameters live from the
+ * embedding's forward to the head's, and its gradient from the head's
+ * backward to its own); the head's buffers are 2C floats. Plus 16 bytes
+ * per module for uneven slices. */
+static void test_memory(void) {
+    int dps[] = {2, 4};
+    for (int d = 0; d < (use_mpi ? 1 : 2); d++) {
+        int dp = use_mpi ? pt_comm_size(mpi_world) : dps[d];
+        job j;
+        zcfg(&j, dp, 3, 0, 1);
+        j.cfg.model.n_layer = 3;
+        j.cfg.train.steps = 3;
+        result r;
+        CHECK_OK(run_dp(&j, &r));
+        if (!is_root()) {
+            result_free(&r);
+            continue;
+        }
+        pt_model *m = NULL;
+        CHECK_OK(pt_model_new(&m, &j.cfg.model, 1));
+        size_t n = pt_model_num_params(m), u[3], off, head;
+        int nmod = pt_model_num_modules(m);
+        /* the units a rank can hold at once: the embedding, two blocks */
+        pt_model_module_region(m, 0, &off, &u[0]);
+        pt_model_module_region(m, 1, &off, &u[1]);
+        u[2] = u[1];
+        pt_model_module_region(m, nmod - 1, &off, &head);
+        pt_model_free(m);
+        for (int a = 0; a < 3; a++)
+            for (int b = a + 1; b < 3; b++)
+                if (u[b] > u[a]) {
+                    size_t x = u[a];
+                    u[a] = u[b];
+                    u[b] = x;
+                }
+        size_t bound = 16 * n / (size_t)dp + 8 * (u[0] + u[1]);
+        size_t slack = 8 * (u[2] + head) + 16 * (size_t)nmod;
+        for (int q = 0; q < dp && q < 4; q++) {
+            size_t pgo = r.mem[q][0] + r.mem[q][1] + r.mem[q][2];
+            CHECK(pgo <= bound + slack);
+            printf("  zero3 dp%d rank %d: params %zu + grads %zu + optim %zu = %zu <= %zu + slack "
+                   "%zu (unsharded %zu)\n",
+                   dp, q, r.mem[q][0], r.mem[q][1], r.mem[q][2], pgo, bound, slack, 16 * n);
+        }
+        result_free(&r);
+    }
+}
+
 /* Bad settings are one clear error. */
 static void test_bad_input(void) {
     pt_config c;
@@ -376,9 +498,15 @@ int main(int argc, char **argv) {
             perror("mkdtemp");
             return 1;
         }
+        write_text(tmp_path("train.txt"), 60000, 1);
+        write_text(tmp_path("val.txt"), 4000, 2);
     }
     RUN(test_equivalence);
-    if (!use_mpi) RUN(test_resume);
+    RUN(test_memory);
+    if (!use_mpi) {
+        RUN(test_resume);
+        RUN(test_variants);
+    }
     if (is_root()) RUN(test_bad_input);
     if (!use_mpi) {
         char cmd[400];
