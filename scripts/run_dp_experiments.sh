@@ -23,6 +23,7 @@ run() {
 case " $PARTS " in *" modes "*)
 run sync --set parallel.sync=sync
 run stale --set parallel.sync=stale --set parallel.staleness=1   # stale_mode=dga (default)
+run stale_k2 --set parallel.sync=stale --set parallel.staleness=2
 run stale_delayed --set parallel.sync=stale --set parallel.staleness=1 --set parallel.stale_mode=delayed
 run stale_lr1e-3 --set parallel.sync=stale --set parallel.stale_mode=delayed --set train.lr=1e-3 --set train.min_lr=1e-4
 run stale_beta1_0.8 --set parallel.sync=stale --set parallel.stale_mode=delayed --set train.beta1=0.8
