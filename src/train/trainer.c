@@ -8,7 +8,8 @@
  * contiguous share with loss weight 1/(global tokens); the model's hooks
  * (after each module's backward) launch the gradient buckets of pt_ddp
  * (parallel.h), and the step waits for them before clipping and AdamW
- * (sync), or for the round of k steps ago (stale); local_sgd averages
+ * (sync), or for the round of k steps ago (stale: applied as is, or as the
+ * correction of delayed gradient averaging, dga_step); local_sgd averages
  * parameters every sync_every steps instead. A second communicator split
  * from the world (aux) carries the per-step statistics to rank 0, the
  * validation sums and the trace merge, so that the world's byte counters
