@@ -48,6 +48,7 @@ struct pt_trainer {
     int *inputs, *targets; /* (batch_size, T): the global batch */
     char layout[64];
     size_t mem_peak[PT_MEM_NCAT], mem_peak_total;
+    size_t mem_cur[PT_MEM_NCAT], mem_cur_total; /* at the end of the step (max over ranks) */
     FILE *metrics;
     /* data parallel */
     pt_comm *world; /* lent; NULL: one worker */
@@ -431,6 +432,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     double ms = (double)(pt_time_ns() - t0) / 1e6;
     for (int k = 0; k < PT_MEM_NCAT; k++) t->mem_peak[k] = pt_mem_peak((pt_mem_cat)k);
     t->mem_peak_total = pt_mem_peak_total();
+    for (int k = 0; k < PT_MEM_NCAT; k++) t->mem_cur[k] = pt_mem_current((pt_mem_cat)k);
+    t->mem_cur_total = pt_mem_current_total();
     pt_ddp_stats ds = {0};
     if (t->ddp) pt_ddp_take_stats(t->ddp, &ds);
     ds.comm_ns += local_comm_ns;
@@ -448,19 +451,21 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         /* rank 0 learns the global loss and every rank's peak memory (max
          * per category); on the aux communicator, so that comm_bytes counts
          * gradient traffic only */
-        double rs[4 + PT_MEM_NCAT];
+        double rs[5 + 2 * PT_MEM_NCAT];
         rs[0] = loss;
         rs[1] = (double)t->mem_peak_total;
         for (int k = 0; k < PT_MEM_NCAT; k++) rs[2 + k] = (double)t->mem_peak[k];
         rs[2 + PT_MEM_NCAT] = (double)ds.launch_ns; /* exact: < 2^53 ns */
         rs[3 + PT_MEM_NCAT] = (double)ds.end_ns;
+        rs[4 + PT_MEM_NCAT] = (double)t->mem_cur_total;
+        for (int k = 0; k < PT_MEM_NCAT; k++) rs[5 + PT_MEM_NCAT + k] = (double)t->mem_cur[k];
         if (t->rank != 0) {
             st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
             if (st != PT_OK) return prefix_error(st, "step statistics");
         } else {
             double sum = loss;
             for (int r = 1; r < t->nranks; r++) {
-                double o[4 + PT_MEM_NCAT];
+                double o[5 + 2 * PT_MEM_NCAT];
                 st = pt_comm_recv(t->aux, o, sizeof o, r, 7);
                 if (st != PT_OK) return prefix_error(st, "step statistics");
                 sum += o[0];
@@ -468,6 +473,11 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                 for (int k = 0; k < PT_MEM_NCAT; k++)
                     if ((size_t)o[2 + k] > t->mem_peak[k]) t->mem_peak[k] = (size_t)o[2 + k];
                 if (o[2 + PT_MEM_NCAT] > last_launch) last_launch = o[2 + PT_MEM_NCAT];
+                if ((size_t)o[4 + PT_MEM_NCAT] > t->mem_cur_total)
+                    t->mem_cur_total = (size_t)o[4 + PT_MEM_NCAT];
+                for (int k = 0; k < PT_MEM_NCAT; k++)
+                    if ((size_t)o[5 + PT_MEM_NCAT + k] > t->mem_cur[k])
+                        t->mem_cur[k] = (size_t)o[5 + PT_MEM_NCAT + k];
                 if (o[3 + PT_MEM_NCAT] > 0 && o[3 + PT_MEM_NCAT] < first_end)
                     first_end = o[3 + PT_MEM_NCAT];
             }
@@ -741,7 +751,11 @@ static void write_metrics(pt_trainer *t, const pt_step_info *info) {
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
         fprintf(t->metrics, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_peak[cats[i]]);
-    fprintf(t->metrics, "\"total\":%zu}}\n", t->mem_peak_total);
+    /* mem_current: bytes held at the end of the step (what stays between steps) */
+    fprintf(t->metrics, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        fprintf(t->metrics, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
+    fprintf(t->metrics, "\"total\":%zu}}\n", t->mem_cur_total);
     fflush(t->metrics);
 }
 
