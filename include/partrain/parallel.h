@@ -176,6 +176,9 @@ void pt_zero_release_params(pt_zero *z);
 pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm);
 /* Bytes this rank sent on the zero communicators since the last call. */
 uint64_t pt_zero_take_bytes(pt_zero *z);
+/* Time the hooks spent blocked on all-gathers / reduce-scatters since the
+ * last call (exposed communication of stages 2 and 3). */
+uint64_t pt_zero_take_wait_ns(pt_zero *z);
 /* Collective over the group: full-length buffers (n floats, the caller's)
  * receive the full parameters / AdamW moments on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);

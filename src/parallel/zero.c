@@ -70,6 +70,7 @@ struct pt_zero {
     pt_status err;
     char errmsg[256];
     uint64_t bytes_seen;
+    uint64_t hook_wait_ns; /* time the hooks blocked on collectives */
 };
 
 static uint64_t comm_sent(pt_comm *c) {
@@ -246,7 +247,9 @@ static void ensure(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     prefetch(z, i);
     if (pc->preq) {
+        uint64_t a = pt_time_ns();
         keep_error(z, pt_comm_wait(pc->preq), "parameter all-gather");
+        z->hook_wait_ns += pt_time_ns() - a;
         pc->preq = NULL;
     }
 }
@@ -307,7 +310,9 @@ static void finish_rs(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     if (!pc->gbuf) return;
     if (pc->greq) {
+        uint64_t a = pt_time_ns();
         keep_error(z, pt_comm_wait(pc->greq), "gradient reduce-scatter");
+        z->hook_wait_ns += pt_time_ns() - a;
         pc->greq = NULL;
     }
     const float *s = pc->gbuf->p + pc->so;
@@ -413,6 +418,12 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     }
     *norm = (float)sqrt(total);
     return PT_OK;
+}
+
+uint64_t pt_zero_take_wait_ns(pt_zero *z) {
+    uint64_t w = z->hook_wait_ns;
+    z->hook_wait_ns = 0;
+    return w;
 }
 
 uint64_t pt_zero_take_bytes(pt_zero *z) {

@@ -398,6 +398,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         zero_ns = pt_time_ns() - a;
         zero_bytes = pt_zero_take_bytes(t->zero);
         pt_trace_add(t->trace, "zero step", "optim", PT_TRACE_MAIN, a, a + zero_ns, t->step + 1);
+        zero_ns += pt_zero_take_wait_ns(t->zero); /* + the hooks' waits (stages 2, 3) */
     } else if (t->mode == MODE_SYNC) {
         PT_CHECK(pt_ddp_wait(t->ddp, 0));
         norm = apply_update(t, pt_model_grads(t->model), lr);
