@@ -12,10 +12,14 @@
  * Entries t2 in (t, r1) of att row t are written as 0, entries >= r1 are not
  * written (the header says entries past t are never read).
  *
- * Backward per block, with P the block's probabilities (copied into scratch
+ * Backward per block, LAST block first, with P the block's probabilities (copied into scratch
  * with the entries past t zeroed, so that we rely only on entries 0..t):
  *   dV[0:r1] += P^T dO      dP = dO V^T      dS = P * (dP - rowsum(P * dP)) / sqrt(hs)
  *   dQ[r0:r1] += dS K       dK[0:r1] += dS^T Q
+ * The last block (r1 = T) touches every row of dK and dV and each block its
+ * own rows of dQ, so going backwards the first write of every dqkv element is
+ * an sgemm whose beta is 0 for the overwriting variant (_set): no memset of
+ * dqkv before the call.
  *
  * Threads: with more than one thread, (b, h) pairs are split over the pool
  * and BLAS runs single-threaded inside each (small products parallelize badly;
@@ -37,6 +41,7 @@ typedef struct {
     float *out, *att, *dqkv, *scratch;
     const float *qkv, *dout, *catt;
     int B, T, C, NH;
+    float beta0; /* backward: 0 overwrites dqkv, 1 accumulates */
     size_t slot_floats;
 } att_ctx;
 
@@ -89,9 +94,12 @@ static void attention_backward_pair(att_ctx *c, int b, int h, float *scratch) {
     int bw = T < ATT_BLOCK ? T : ATT_BLOCK;
     float *P = scratch;                 /* (rows, r1), leading dimension T */
     float *dS = scratch + (long)bw * T; /* (rows, r1), leading dimension T */
-    for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+    int nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
+    for (int blk = nblocks - 1; blk >= 0; blk--) {
+        int r0 = blk * ATT_BLOCK;
         int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
         int rows = r1 - r0;
+        float beta_kv = blk == nblocks - 1 ? c->beta0 : 1.0f; /* first write of dK, dV */
         for (int t = r0; t < r1; t++) {
             float *restrict p = P + (long)(t - r0) * T;
             memcpy(p, att + (long)t * T, sizeof(float) * (size_t)(t + 1));
@@ -99,7 +107,7 @@ static void attention_backward_pair(att_ctx *c, int b, int h, float *scratch) {
         }
         /* dV[0:r1] += P^T dO[r0:r1] */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, P, T,
-                    dout + (long)r0 * C, C, 1.0f, dv, C3);
+                    dout + (long)r0 * C, C, beta_kv, dv, C3);
         /* dP = dO[r0:r1] V[0:r1]^T */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, r1, hs, 1.0f,
                     dout + (long)r0 * C, C, v, C3, 0.0f, dS, T);
@@ -114,10 +122,10 @@ static void attention_backward_pair(att_ctx *c, int b, int h, float *scratch) {
         }
         /* dQ[r0:r1] += dS K[0:r1] */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, r1, 1.0f, dS, T, k, C3,
-                    1.0f, dq + r0 * C3, C3);
+                    c->beta0, dq + r0 * C3, C3);
         /* dK[0:r1] += dS^T Q[r0:r1] */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, rows, 1.0f, dS, T, q + r0 * C3,
-                    C3, 1.0f, dk, C3);
+                    C3, beta_kv, dk, C3);
     }
 }
 
@@ -162,9 +170,10 @@ static size_t slot_floats(int T) {
     return 2 * (size_t)bw * (size_t)T;
 }
 
-void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH) {
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH, float beta0) {
     att_ctx c = {.dqkv = dqkv,
+                 .beta0 = beta0,
                  .scratch = scratch,
                  .dout = dout,
                  .qkv = qkv,
@@ -175,6 +184,16 @@ void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const
                  .NH = NH,
                  .slot_floats = slot_floats(T)};
     run_pairs(backward_part, &c);
+}
+
+void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *att, int B, int T, int C, int NH) {
+    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, 1.0f);
+}
+
+void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, 0.0f);
 }
 
 /* One slot (two blocks of ATT_BLOCK x T) per worker that can run at once. */

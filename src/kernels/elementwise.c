@@ -10,6 +10,7 @@
  * buffers to allocate or combine.
  *
  * Not here: the reference versions (reference.c). */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -80,6 +81,7 @@ void pt_encoder_backward(float *dwte, float *dwpe, const float *dout, const int 
 typedef struct {
     float *out, *mean, *rstd, *dinp, *dweight, *dbias;
     const float *inp, *weight, *bias, *dout;
+    const float *dres; /* backward: NULL to accumulate into dinp, else dinp = dres + ... */
     const float *cmean, *crstd;
     int N, C;
 } ln_ctx;
@@ -162,13 +164,14 @@ static void layernorm_backward_rows(void *p, int index, int count) {
     for (long n = lo; n < hi; n++) {
         const float *restrict d = c->dout + n * C;
         const float *restrict x = c->inp + n * C;
-        float *restrict dx = c->dinp + n * C;
+        float *dx = c->dinp + n * C; /* may alias r */
+        const float *r = (c->dres ? c->dres : c->dinp) + n * C;
         float m = c->cmean[n], s = c->crstd[n];
         ln_sums rs = ln_row_sums(w, d, x, m, s, C);
         const float dnorm_mean = rs.dnorm_mean, dnorm_norm_mean = rs.dnorm_norm_mean;
         for (int i = 0; i < C; i++) {
             float norm = (x[i] - m) * s;
-            dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+            dx[i] = r[i] + s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
         }
     }
 }
@@ -204,7 +207,8 @@ static void layernorm_backward_fused(ln_ctx *c) {
     for (long n = 0; n < c->N; n++) {
         const float *restrict d = c->dout + n * C;
         const float *restrict x = c->inp + n * C;
-        float *restrict dx = c->dinp + n * C;
+        float *dx = c->dinp + n * C; /* may alias r */
+        const float *r = (c->dres ? c->dres : c->dinp) + n * C;
         float m = c->cmean[n], s = c->crstd[n];
         ln_sums rs = ln_row_sums(w, d, x, m, s, C);
         const float dnorm_mean = rs.dnorm_mean, dnorm_norm_mean = rs.dnorm_norm_mean;
@@ -213,18 +217,28 @@ static void layernorm_backward_fused(ln_ctx *c) {
         for (; i + PT_VW <= C; i += PT_VW) {
             pt_v8f di = pt_v8_load(d + i);
             pt_v8f norm = (pt_v8_load(x + i) - m) * s;
-            pt_v8_store(dx + i, pt_v8_load(dx + i) + s * (pt_v8_load(w + i) * di - dnorm_mean -
-                                                          norm * dnorm_norm_mean));
+            pt_v8_store(dx + i, pt_v8_load(r + i) + s * (pt_v8_load(w + i) * di - dnorm_mean -
+                                                         norm * dnorm_norm_mean));
             pt_v8_store(db + i, pt_v8_load(db + i) + di);
             pt_v8_store(dw + i, pt_v8_load(dw + i) + norm * di);
         }
         for (; i < C; i++) {
             float norm = (x[i] - m) * s;
-            dx[i] += s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+            dx[i] = r[i] + s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
             db[i] += d[i];
             dw[i] += norm * d[i];
         }
     }
+}
+
+static void ln_backward_run(ln_ctx *c) {
+    int nw = workers_for((long)c->N * c->C);
+    if (nw == 1) {
+        layernorm_backward_fused(c);
+        return;
+    }
+    pt_pool_run(layernorm_backward_rows, c, nw);
+    pt_pool_run(layernorm_backward_cols, c, nw);
 }
 
 void pt_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -240,13 +254,24 @@ void pt_layernorm_backward(float *dinp, float *dweight, float *dbias, const floa
                 .crstd = rstd,
                 .N = N,
                 .C = C};
-    int nw = workers_for((long)N * C);
-    if (nw == 1) {
-        layernorm_backward_fused(&c);
-        return;
-    }
-    pt_pool_run(layernorm_backward_rows, &c, nw);
-    pt_pool_run(layernorm_backward_cols, &c, nw);
+    ln_backward_run(&c);
+}
+
+void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C) {
+    ln_ctx c = {.dinp = dinp,
+                .dres = dres,
+                .dweight = dweight,
+                .dbias = dbias,
+                .dout = dout,
+                .inp = inp,
+                .weight = weight,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
+    ln_backward_run(&c);
 }
 
 /* ---- GELU ------------------------------------------------------------------
@@ -289,6 +314,54 @@ void pt_gelu_forward(float *out, const float *inp, long N) {
     pt_pool_run(gelu_forward_part, &c, workers_for(N));
 }
 
+/* ---- linear + GELU (c_fc) ------------------------------------------------- */
+
+typedef struct {
+    float *pre, *out;
+    const float *bias;
+    int N, OC;
+} mmgelu_ctx;
+
+/* Rows [lo, hi): pre += bias, out = gelu(pre), same formula as gelu_forward. */
+static void bias_gelu_part(void *p, int index, int count) {
+    mmgelu_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    int OC = c->OC;
+    for (long n = lo; n < hi; n++) {
+        float *restrict x = c->pre + n * OC;
+        float *restrict o = c->out + n * OC;
+        const float *restrict b = c->bias;
+        int i = 0;
+        for (; i + PT_VW <= OC; i += PT_VW) {
+            pt_v8f xi = pt_v8_load(x + i);
+            if (b) {
+                xi += pt_v8_load(b + i);
+                pt_v8_store(x + i, xi);
+            }
+            pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
+            pt_v8_store(o + i, xi / (1.0f + pt_v8_exp(u2)));
+        }
+        for (; i < OC; i++) {
+            float xi = x[i];
+            if (b) x[i] = xi = xi + b[i];
+            float u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
+            o[i] = xi / (1.0f + pt_fast_expf(u2));
+        }
+    }
+}
+
+/* sgemm with beta = 0, then one pass for bias + GELU: the bias copy before
+ * sgemm (a write of N*OC floats) and the separate GELU read of pre are gone.
+ * Lives here rather than in matmul.c to share GELU's formula. */
+void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
+                            const float *bias, int N, int C, int OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f,
+                pre, OC);
+    mmgelu_ctx c = {.pre = pre, .out = out, .bias = bias, .N = N, .OC = OC};
+    pt_pool_run(bias_gelu_part, &c, workers_for((long)N * OC));
+}
+
 static void gelu_backward_part(void *p, int index, int count) {
     gelu_ctx *c = p;
     long lo, hi;
@@ -319,6 +392,58 @@ static void gelu_backward_part(void *p, int index, int count) {
 void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N) {
     gelu_ctx c = {.out = dinp, .inp = inp, .dout = dout, .N = N};
     pt_pool_run(gelu_backward_part, &c, workers_for(N));
+}
+
+typedef struct {
+    float *dinp, *dbias;
+    const float *inp, *dout;
+    int N, OC;
+} gelub_ctx;
+
+/* Columns [lo, hi) of every row: dinp overwritten, dbias summed over rows in
+ * row order, so the bits do not depend on the thread count. */
+static void gelu_backward_bias_part(void *p, int index, int count) {
+    gelub_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->OC, index, count, &lo, &hi);
+    int OC = c->OC;
+    float *restrict db = c->dbias;
+    for (long n = 0; n < c->N; n++) {
+        float *restrict dx = c->dinp + n * OC;
+        const float *restrict x = c->inp + n * OC;
+        const float *restrict d = c->dout + n * OC;
+        long i = lo;
+        for (; i + PT_VW <= hi; i += PT_VW) {
+            pt_v8f xi = pt_v8_load(x + i);
+            pt_v8f x2 = xi * xi;
+            pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
+            pt_v8f s = 1.0f / (1.0f + pt_v8_exp(u2));
+            pt_v8f du = GELU_K + 3.0f * GELU_K3 * x2;
+            pt_v8f g = (s + 2.0f * xi * s * (1.0f - s) * du) * pt_v8_load(d + i);
+            pt_v8_store(dx + i, g);
+            if (db) pt_v8_store(db + i, pt_v8_load(db + i) + g);
+        }
+        for (; i < hi; i++) {
+            float xi = x[i];
+            float x2 = xi * xi;
+            float u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
+            float s = 1.0f / (1.0f + pt_fast_expf(u2));
+            float du = GELU_K + 3.0f * GELU_K3 * x2;
+            float g = (s + 2.0f * xi * s * (1.0f - s) * du) * d[i];
+            dx[i] = g;
+            if (db) db[i] += g;
+        }
+    }
+}
+
+/* Split by columns (each worker owns whole dbias columns); below 8 columns
+ * per worker the split is not worth it. */
+void pt_gelu_backward_bias(float *dinp, float *dbias, const float *inp, const float *dout, int N,
+                           int OC) {
+    gelub_ctx c = {.dinp = dinp, .dbias = dbias, .inp = inp, .dout = dout, .N = N, .OC = OC};
+    int nw = workers_for((long)N * OC);
+    if (OC < 8 * nw) nw = 1;
+    pt_pool_run(gelu_backward_bias_part, &c, nw);
 }
 
 /* ---- residual ------------------------------------------------------------------ */

@@ -74,6 +74,16 @@ void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
+/* As pt_matmul_backward with dinp overwritten: beta = 0 costs the same as
+ * beta = 1 inside sgemm and saves the caller's memset of dinp. */
+void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int N, int C, int OC) {
+    /* dinp (N,C) = dout (N,OC) @ weight^T (OC,C) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f,
+                dinp, C);
+    pt_matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
 /* out (N,OC) = inp (N,C) @ weight^T, weight (OC,C) */
 void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, const float *bias,
                           int N, int C, int OC) {

@@ -270,6 +270,114 @@ static void test_attention(void) {
     attention_case(1, 256, 128, 2); /* four full blocks, hs 64 as in gpt2/small */
 }
 
+/* The fused and overwriting variants against the reference kernels composed
+ * the long way (zeroed or copied input gradient, separate bias + GELU, column
+ * sums in double), with the overwritten buffers poisoned with NaN first, and
+ * bitwise equality across thread counts. */
+static float *nans(long n) {
+    float *x = malloc(sizeof(float) * (n > 0 ? n : 1));
+    for (long i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+static void fused_case(int N, int C, int OC) {
+    long NC = (long)N * C, NO = (long)N * OC;
+    float *x = rnd(NC, 1), *w = rnd((long)C * OC, 1), *b = rnd(OC, 1), *dout = rnd(NO, 1);
+    float *dres = rnd(NC, 1), *lw = rnd(C, 1), *lb = rnd(C, 1), *dw0 = rnd((long)C * OC, 1);
+    float *db0 = rnd(OC, 1), *lnw0 = rnd(C, 1), *lnb0 = rnd(C, 1), *h = rnd(NO, 2);
+    /* oracle */
+    float *prer = rnd(NO, 1), *outr = rnd(NO, 1), *dxr = calloc(NC, 4),
+          *dwr = dupf(dw0, (long)C * OC);
+    float *dbr = dupf(db0, OC), *dhr = calloc(NO, 4), *dbhr = dupf(db0, OC);
+    float *lno = rnd(NC, 1), *lmean = rnd(N, 1), *lrstd = rnd(N, 1), *dlnr = dupf(dres, NC);
+    float *lnwr = dupf(lnw0, C), *lnbr = dupf(lnb0, C);
+    pt_ref_matmul_forward(prer, x, w, b, N, C, OC);
+    pt_ref_gelu_forward(outr, prer, NO);
+    pt_ref_matmul_backward(dxr, dwr, dbr, dout, x, w, N, C, OC);
+    pt_ref_gelu_backward(dhr, h, dout, NO);
+    for (int o = 0; o < OC; o++) {
+        double sum = 0;
+        for (int n = 0; n < N; n++) sum += dhr[(long)n * OC + o];
+        dbhr[o] = (float)(dbhr[o] + sum);
+    }
+    pt_ref_layernorm_forward(lno, lmean, lrstd, x, lw, lb, N, C);
+    pt_ref_layernorm_backward(dlnr, lnwr, lnbr, dres, x, lw, lmean, lrstd, N, C);
+    float *first[5] = {0};
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *pre = nans(NO), *out = nans(NO), *dx = nans(NC), *dw = dupf(dw0, (long)C * OC);
+        float *db = dupf(db0, OC), *dh = nans(NO), *dbh = dupf(db0, OC), *dln = nans(NC);
+        float *lnw = dupf(lnw0, C), *lnb = dupf(lnb0, C);
+        pt_matmul_gelu_forward(pre, out, x, w, b, N, C, OC);
+        pt_matmul_backward_set(dx, dw, db, dout, x, w, N, C, OC);
+        pt_gelu_backward_bias(dh, dbh, h, dout, N, OC);
+        pt_layernorm_backward_res(dln, dres, lnw, lnb, dres, x, lw, lmean, lrstd, N, C);
+        close_all("mmgelu pre", pre, prer, NO);
+        close_all("mmgelu out", out, outr, NO);
+        close_all("mm_set dinp", dx, dxr, NC);
+        close_all("mm_set dweight", dw, dwr, (long)C * OC);
+        close_all("mm_set dbias", db, dbr, OC);
+        close_all("gelu_bias dinp", dh, dhr, NO);
+        close_all("gelu_bias dbias", dbh, dbhr, OC);
+        close_all("ln_res dinp", dln, dlnr, NC);
+        close_all("ln_res dweight", lnw, lnwr, C);
+        close_all("ln_res dbias", lnb, lnbr, C);
+        /* in place: dinp aliasing dres */
+        float *dln2 = dupf(dres, NC), *lnw2 = dupf(lnw0, C), *lnb2 = dupf(lnb0, C);
+        pt_layernorm_backward_res(dln2, dln2, lnw2, lnb2, dres, x, lw, lmean, lrstd, N, C);
+        CHECK(memcmp(dln2, dln, sizeof(float) * NC) == 0);
+        free(dln2), free(lnw2), free(lnb2);
+        float *got[5] = {out, dh, dbh, dln, lnw};
+        long len[5] = {NO, NO, OC, NC, C};
+        for (int j = 0; j < 5; j++) {
+            if (k == 0) {
+                first[j] = dupf(got[j], len[j]);
+            } else {
+                CHECK(memcmp(got[j], first[j], sizeof(float) * len[j]) == 0);
+            }
+        }
+        free(pre), free(out), free(dx), free(dw), free(db), free(dh), free(dbh), free(dln);
+        free(lnw), free(lnb);
+    }
+    pt_kernels_set_threads(1);
+    for (int j = 0; j < 5; j++) free(first[j]);
+    free(x), free(w), free(b), free(dout), free(dres), free(lw), free(lb), free(dw0), free(db0);
+    free(lnw0), free(lnb0), free(h), free(prer), free(outr), free(dxr), free(dwr), free(dbr);
+    free(dhr), free(dbhr), free(lno), free(lmean), free(lrstd), free(dlnr), free(lnwr), free(lnbr);
+}
+static void attention_set_case(int B, int T, int C, int NH) {
+    long nx = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
+    float *qkv = rnd(nx, 2), *dout = rnd(no, 1), *dr = calloc(nx, 4), *outr = rnd(no, 1);
+    float *attr = rnd(na, 1), *scr = rnd(T, 1), *first = NULL;
+    pt_ref_attention_forward(outr, attr, qkv, B, T, C, NH);
+    pt_ref_attention_backward(dr, scr, dout, qkv, attr, B, T, C, NH);
+    size_t ns = pt_attention_scratch_floats(B, T, C, NH);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *d = nans(nx), *scratch = rnd((long)ns, 1);
+        pt_attention_backward_set(d, scratch, dout, qkv, attr, B, T, C, NH);
+        close_all("att_set dqkv", d, dr, nx);
+        if (!first) {
+            first = d;
+        } else {
+            CHECK(memcmp(d, first, sizeof(float) * nx) == 0);
+            free(d);
+        }
+        free(scratch);
+    }
+    pt_kernels_set_threads(1);
+    free(first), free(qkv), free(dout), free(dr), free(outr), free(attr), free(scr);
+}
+static void test_fused_and_set(void) {
+    fused_case(1, 1, 1);
+    fused_case(13, 31, 17);
+    fused_case(300, 40, 257); /* above the parallel thresholds */
+    fused_case(256, 64, 96);
+    attention_set_case(1, 1, 4, 1);
+    attention_set_case(2, 65, 24, 3);
+    attention_set_case(1, 130, 32, 4);
+    attention_set_case(2, 256, 128, 2);
+}
+
 static void xent_case(int N, int V) {
     float *l = rnd((long)N * V, 5), *lossr = rnd(N, 1), *dr = rnd((long)N * V, 1);
     int *tg = malloc(sizeof(int) * N);
@@ -408,6 +516,7 @@ int main(void) {
     RUN(test_gelu);
     RUN(test_residual);
     RUN(test_attention);
+    RUN(test_fused_and_set);
     RUN(test_softmax_xent);
     RUN(test_adamw);
     RUN(test_sum_squares);
