@@ -45,6 +45,11 @@ void pt_adamw_free(pt_adamw *o);
  * learning rate lr; grads are multiplied by grad_scale first (clipping).
  * Increments the step count t (bias correction uses t after increment). */
 void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale);
+/* pt_adamw_step with grad_scale 1 that also returns the sum of squares of
+ * grads (the window), summed segment by segment in the same pass: for when
+ * the norm is only reported (no clipping). Equal to pt_optim_grad_sumsq up to
+ * rounding (the order of the sum differs). */
+double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr);
 
 /* State, lent: first and second moments (n floats each) and the number of
  * steps taken (checkpoints save and restore these). */

@@ -16,10 +16,8 @@ typedef struct {
     float lr, beta1, beta2, eps, wd, grad_scale, rbc1, rbc2;
 } adamw_ctx;
 
-static void adamw_part(void *p, int index, int count) {
-    adamw_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->n, index, count, &lo, &hi);
+/* AdamW on elements [lo, hi). */
+static inline void adamw_range(const adamw_ctx *c, long lo, long hi) {
     float *restrict param = c->param;
     float *restrict m = c->m;
     float *restrict v = c->v;
@@ -38,9 +36,16 @@ static void adamw_part(void *p, int index, int count) {
     }
 }
 
-void pt_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int t,
-                     float grad_scale) {
+static void adamw_part(void *p, int index, int count) {
+    adamw_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->n, index, count, &lo, &hi);
+    adamw_range(c, lo, hi);
+}
+
+static adamw_ctx adamw_setup(float *param, const float *grad, float *m, float *v, long n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t,
+                             float grad_scale) {
     /* Bias corrections in double: for beta2 = 0.999 and small t, 1 - beta2^t
      * in float loses digits. Multiplying by the reciprocal instead of
      * dividing per element differs from the reference by at most 1 ulp. */
@@ -58,6 +63,14 @@ void pt_adamw_update(float *param, const float *grad, float *m, float *v, long n
                    .grad_scale = grad_scale,
                    .rbc1 = (float)(1.0 / bc1),
                    .rbc2 = (float)(1.0 / bc2)};
+    return c;
+}
+
+void pt_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int t,
+                     float grad_scale) {
+    adamw_ctx c =
+        adamw_setup(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
     pt_pool_run(adamw_part, &c, n < 32768 ? 1 : pt_kernels_threads());
 }
 
@@ -100,6 +113,40 @@ static void sumsq_part(void *p, int index, int count) {
 double pt_sum_squares(const float *x, long n) {
     sumsq_ctx c = {.x = x, .n = n};
     pt_pool_run(sumsq_part, &c, n < 65536 ? 1 : pt_kernels_threads());
+    double total = 0.0;
+    for (int s = 0; s < SUMSQ_SLICES; s++) total += c.part[s];
+    return total;
+}
+
+/* AdamW and the sum of squares of grad in one pass: the slices and chunks of
+ * pt_sum_squares (so the same bits), each 1024-element chunk summed and then
+ * updated while it is in L1. */
+typedef struct {
+    adamw_ctx a;
+    double part[SUMSQ_SLICES];
+} adamw_sumsq_ctx;
+
+static void adamw_sumsq_part(void *p, int index, int count) {
+    adamw_sumsq_ctx *c = p;
+    for (int s = index; s < SUMSQ_SLICES; s += count) {
+        long lo, hi;
+        pt_split_range(c->a.n, s, SUMSQ_SLICES, &lo, &hi);
+        double total = 0.0;
+        for (long i = lo; i < hi; i += 1024) {
+            long end = i + 1024 < hi ? i + 1024 : hi;
+            total += sumsq_lanes(c->a.grad + i, end - i);
+            adamw_range(&c->a, i, end);
+        }
+        c->part[s] = total;
+    }
+}
+
+double pt_adamw_update_sumsq(float *param, const float *grad, float *m, float *v, long n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t,
+                             float grad_scale) {
+    adamw_sumsq_ctx c = {
+        .a = adamw_setup(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale)};
+    pt_pool_run(adamw_sumsq_part, &c, n < 65536 ? 1 : pt_kernels_threads());
     double total = 0.0;
     for (int s = 0; s < SUMSQ_SLICES; s++) total += c.part[s];
     return total;

@@ -67,6 +67,18 @@ void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, flo
     }
 }
 
+double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr) {
+    o->t++;
+    double sumsq = 0.0;
+    for (int i = 0; i < o->nsegs; i++) {
+        const pt_optim_segment *s = &o->segs[i];
+        sumsq += pt_adamw_update_sumsq(params + s->offset, grads + s->offset, o->m + s->offset,
+                                       o->v + s->offset, (long)s->n, lr, o->hp.beta1, o->hp.beta2,
+                                       o->hp.eps, s->decay ? o->hp.weight_decay : 0.0f, o->t, 1.0f);
+    }
+    return sumsq;
+}
+
 float *pt_adamw_m(pt_adamw *o) {
     return o->m;
 }

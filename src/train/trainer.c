@@ -319,9 +319,14 @@ static uint64_t world_bytes(const pt_trainer *t) {
 static float apply_update(pt_trainer *t, const float *grads, float lr) {
     uint64_t a = pt_time_ns();
     size_t n = pt_model_num_params(t->model);
-    double sumsq = pt_optim_grad_sumsq(grads, n);
-    float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);
-    pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
+    double sumsq;
+    if (t->cfg.train.grad_clip <= 0) { /* norm only reported: one pass, not two */
+        sumsq = pt_adamw_step_sumsq(t->opt, pt_model_params(t->model), grads, lr);
+    } else {
+        sumsq = pt_optim_grad_sumsq(grads, n);
+        float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);
+        pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
+    }
     pt_trace_add(t->trace, "optimizer", "optim", PT_TRACE_MAIN, a, pt_time_ns(), t->step + 1);
     return (float)sqrt(sumsq);
 }

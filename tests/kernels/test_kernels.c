@@ -437,6 +437,20 @@ static void test_adamw(void) {
         float *pr = dupf(p0, n), *mr = dupf(m0, n), *vr = dupf(v0, n);
         pt_ref_adamw_update(pr, g, mr, vr, n, lr, b1, b2, eps, wd, t, gs);
         close_all("adamw param", p, pr, n);
+        /* the fused AdamW + sum of squares: bitwise pt_adamw_update and
+         * pt_sum_squares (the oracle above and test_sum_squares), at n below
+         * and above its parallel threshold */
+        for (long nn = 1000; nn <= n; nn += n - 1000) {
+            float *p2 = dupf(p0, nn), *m2 = dupf(m0, nn), *v2 = dupf(v0, nn);
+            float *p3 = dupf(p0, nn), *m3 = dupf(m0, nn), *v3 = dupf(v0, nn);
+            pt_adamw_update(p3, g, m3, v3, nn, lr, b1, b2, eps, wd, t, gs);
+            double ss = pt_adamw_update_sumsq(p2, g, m2, v2, nn, lr, b1, b2, eps, wd, t, gs);
+            CHECK(ss == pt_sum_squares(g, nn));
+            CHECK(memcmp(p2, p3, sizeof(float) * nn) == 0);
+            CHECK(memcmp(m2, m3, sizeof(float) * nn) == 0);
+            CHECK(memcmp(v2, v3, sizeof(float) * nn) == 0);
+            free(p2), free(m2), free(v2), free(p3), free(m3), free(v3);
+        }
         free(p), free(g), free(m), free(v), free(p0), free(m0), free(v0), free(pr), free(mr);
         free(vr);
     }
