@@ -17,19 +17,23 @@
 #    rank batch 8, global 16, one AdamW step per step), runs alternating for
 #    several rounds (order flipping), medians of per-run medians.
 #
-#   bench/run_zero_bench.sh [--rounds R] [--warmup W] [--steps S] [--no-table] [--no-peer]
+#   bench/run_zero_bench.sh [--rounds R] [--warmup W] [--steps S] [--layers L] [--no-table] [--no-peer]
+#
+# --layers L: the table's model depth (default 4, the peer's tiny; deeper
+# models show the stage 2 / 3 savings beyond the fixed unit buffers).
 #
 # PARTRAIN=path overrides the binary (default: build-zero/src/cli/partrain, built if missing).
 set -eu
-ROUNDS=5 WARMUP=3 STEPS=10 TABLE=1 PEER_RUN=1
+ROUNDS=5 WARMUP=3 STEPS=10 TABLE=1 PEER_RUN=1 LAYERS=4
 while [ $# -gt 0 ]; do
     case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --layers) LAYERS=$2; shift 2 ;;
     --no-table) TABLE=0; shift ;;
     --no-peer) PEER_RUN=0; shift ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "run_zero_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -47,11 +51,11 @@ TMP=$(mktemp -d /tmp/pt-zero-bench-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, partrain $(git -C "$ROOT" rev-parse --short HEAD), rounds $ROUNDS, warm-up $WARMUP, timed $STEPS; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
 
-run_partrain() { # dp zero metrics-file
+run_partrain() { # dp zero metrics-file [layers]
     nproc_arg=""
     [ "$1" -gt 1 ] && nproc_arg="--nproc $1"
     # shellcheck disable=SC2086
-    OPENBLAS_NUM_THREADS=1 "$BIN" train --set model.n_layer=4 --set model.n_embd=256 --set model.n_head=8 \
+    OPENBLAS_NUM_THREADS=1 "$BIN" train --set model.n_layer="${4:-4}" --set model.n_embd=256 --set model.n_head=8 \
         --set model.vocab_size=256 --set model.seq_len=256 --set train.batch_size=16 \
         --set train.steps=$((WARMUP + STEPS)) --set train.warmup_steps=0 --set train.lr=3e-4 \
         --set train.threads=1 --set train.val_every=0 --set parallel.dp="$1" --set parallel.zero="$2" \
@@ -62,15 +66,15 @@ if [ "$TABLE" = 1 ]; then
     for dp in 1 2 4; do
         for z in 0 1 2 3; do
             [ "$dp" = 1 ] && [ "$z" != 0 ] && continue
-            run_partrain "$dp" "$z" "$TMP/t_${dp}_$z.jsonl"
+            run_partrain "$dp" "$z" "$TMP/t_${dp}_$z.jsonl" "$LAYERS"
         done
     done
-    python3 - "$TMP" "$WARMUP" <<'PY'
+    python3 - "$TMP" "$WARMUP" "$LAYERS" <<'PY'
 import json, os, statistics, sys
 tmp, warm = sys.argv[1], int(sys.argv[2])
-L, C, V, T = 4, 256, 256, 256
+L, C, V, T = int(sys.argv[3]), 256, 256, 256
 psi = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
-print("Psi = %d parameters (16 Psi = %.2f MiB)" % (psi, 16 * psi / 2**20))
+print("L = %d, Psi = %d parameters (16 Psi = %.2f MiB)" % (L, psi, 16 * psi / 2**20))
 print("%-4s %-5s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %8s" % (
     "dp", "zero", "params", "(theory)", "grads", "(theory)", "optim", "(theory)", "p+g+o", "(theory)",
     "comm_MiB", "(theory)", "step_ms"))
@@ -95,7 +99,7 @@ for dp in (1, 2, 4):
         print("%-4d %-5d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %10.2f %10.2f %8.1f" % (
             dp, z, mem["params"] / MiB, tp / MiB, mem["grads"] / MiB, tg / MiB, mem["optim"] / MiB,
             to / MiB, pgo / MiB, (tp + tg + to) / MiB, last["comm_bytes"] / MiB, tc / MiB, step))
-        print(json.dumps({"bench": "zero_table", "dp": dp, "zero": z, "psi": psi, "mem": mem,
+        print(json.dumps({"bench": "zero_table", "layers": L, "dp": dp, "zero": z, "psi": psi, "mem": mem,
                           "comm_bytes": last["comm_bytes"], "comm_theory": tc, "step_ms": step}),
               file=sys.stderr)
 PY
