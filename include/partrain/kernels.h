@@ -70,6 +70,12 @@ void pt_matmul_forward(float *out, const float *inp, const float *weight, const 
  * column sums of dout. dinp or dbias may be NULL (not needed). */
 void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC);
+/* Linear + residual: out (N,OC) = res (N,OC) + inp @ weight + bias. Output
+ * rows start as res + bias (one pass) and sgemm adds the product with
+ * beta = 1: no separate residual pass and no temporary for the branch.
+ * bias may be NULL; out must not alias inp (it may alias res). */
+void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC);
 /* As pt_matmul_backward, but dinp (N,C) = dout @ weight^T is OVERWRITTEN
  * (sgemm with beta = 0); dinp must not be NULL. */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,

@@ -50,6 +50,35 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     pt_pool_run(bias_backward_part, &c, nw);
 }
 
+typedef struct {
+    float *out;
+    const float *res, *bias;
+    int N, OC;
+} res_ctx;
+
+static void init_rows_res_part(void *p, int index, int count) {
+    res_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        float *o = c->out + n * c->OC; /* may alias r */
+        const float *r = c->res + n * c->OC;
+        if (c->bias)
+            for (int j = 0; j < c->OC; j++) o[j] = r[j] + c->bias[j];
+        else if (o != r)
+            memcpy(o, r, sizeof(float) * (size_t)c->OC);
+    }
+}
+
+/* out (N,OC) = res + inp (N,C) @ weight (C,OC) + bias */
+void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
+                           const float *bias, int N, int C, int OC) {
+    res_ctx c = {.out = out, .res = res, .bias = bias, .N = N, .OC = OC};
+    pt_pool_run(init_rows_res_part, &c, (long)N * OC < 65536 ? 1 : pt_kernels_threads());
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, 1.0f,
+                out, OC);
+}
+
 /* out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) */
 void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC) {

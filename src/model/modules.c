@@ -41,20 +41,18 @@ static void embedding_backward(pt_model *m, const pt_batch *b, const float *dout
 static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                           float *out) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
-    long NC = (long)N * C;
     pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
                          W(m, i, BLK_LN1_B), N, C);
     pt_matmul_forward(c->qkv, c->ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * C);
     pt_attention_forward(c->atty, c->att, c->qkv, B, T, C, NH);
-    pt_matmul_forward(m->fwd_tmp, c->atty, W(m, i, BLK_ATTPROJ_W), W(m, i, BLK_ATTPROJ_B), N, C, C);
-    pt_residual_forward(c->res2, x, m->fwd_tmp, NC);
+    pt_matmul_forward_res(c->res2, x, c->atty, W(m, i, BLK_ATTPROJ_W), W(m, i, BLK_ATTPROJ_B), N, C,
+                          C);
     pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
                          W(m, i, BLK_LN2_B), N, C);
     pt_matmul_gelu_forward(c->fch, c->fch_gelu, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
                            4 * C);
-    pt_matmul_forward(m->fwd_tmp, c->fch_gelu, W(m, i, BLK_FCPROJ_W), W(m, i, BLK_FCPROJ_B), N,
-                      4 * C, C);
-    pt_residual_forward(out, c->res2, m->fwd_tmp, NC);
+    pt_matmul_forward_res(out, c->res2, c->fch_gelu, W(m, i, BLK_FCPROJ_W), W(m, i, BLK_FCPROJ_B),
+                          N, 4 * C, C);
 }
 
 static void block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,

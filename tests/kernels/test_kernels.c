@@ -292,6 +292,7 @@ static void fused_case(int N, int C, int OC) {
     float *lnwr = dupf(lnw0, C), *lnbr = dupf(lnb0, C);
     pt_ref_matmul_forward(prer, x, w, b, N, C, OC);
     pt_ref_gelu_forward(outr, prer, NO);
+    float *prer2 = rnd(NO, 1);
     pt_ref_matmul_backward(dxr, dwr, dbr, dout, x, w, N, C, OC);
     pt_ref_gelu_backward(dhr, h, dout, NO);
     for (int o = 0; o < OC; o++) {
@@ -308,6 +309,14 @@ static void fused_case(int N, int C, int OC) {
         float *db = dupf(db0, OC), *dh = nans(NO), *dbh = dupf(db0, OC), *dln = nans(NC);
         float *lnw = dupf(lnw0, C), *lnb = dupf(lnb0, C);
         pt_matmul_gelu_forward(pre, out, x, w, b, N, C, OC);
+        /* linear + residual, out of place and in place (out aliasing res) */
+        float *ro = nans(NO), *ri = dupf(h, NO);
+        pt_matmul_forward_res(ro, h, x, w, b, N, C, OC);
+        pt_matmul_forward_res(ri, ri, x, w, b, N, C, OC);
+        for (long j = 0; j < NO; j++) prer2[j] = prer[j] + h[j];
+        close_all("mm_res out", ro, prer2, NO);
+        CHECK(memcmp(ri, ro, sizeof(float) * NO) == 0);
+        free(ro), free(ri);
         pt_matmul_backward_set(dx, dw, db, dout, x, w, N, C, OC);
         pt_gelu_backward_bias(dh, dbh, h, dout, N, OC);
         pt_layernorm_backward_res(dln, dres, lnw, lnb, dres, x, lw, lmean, lrstd, N, C);
@@ -342,7 +351,8 @@ static void fused_case(int N, int C, int OC) {
     for (int j = 0; j < 5; j++) free(first[j]);
     free(x), free(w), free(b), free(dout), free(dres), free(lw), free(lb), free(dw0), free(db0);
     free(lnw0), free(lnb0), free(h), free(prer), free(outr), free(dxr), free(dwr), free(dbr);
-    free(dhr), free(dbhr), free(lno), free(lmean), free(lrstd), free(dlnr), free(lnwr), free(lnbr);
+    free(prer2), free(dhr), free(dbhr), free(lno), free(lmean), free(lrstd), free(dlnr), free(lnwr),
+        free(lnbr);
 }
 static void attention_set_case(int B, int T, int C, int NH) {
     long nx = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
