@@ -298,6 +298,24 @@ static void test_equivalence(void) {
                     if (zero >= 1)
                         printf("  %-40s optim bytes per rank %zu (full %zu)\n", "", r.mem[0][2],
                                full);
+                    /* bytes sent per step (rank 0) against the collectives' volume:
+                     * one pass over P = 4n bytes costs (N-1)/N P; all-reduce 2 passes,
+                     * stage 1 3, stage 2 2, stage 3 3 per micro-batch (+ the
+                     * embedding's third gather: the head reads wte) */
+                    if (!group && M == 1) {
+                        double pass = (double)(dp - 1) / dp * 4.0 * (double)n;
+                        double emb = (double)(dp - 1) / dp * 4.0 *
+                                     (double)(j.cfg.model.vocab_size + j.cfg.model.seq_len) *
+                                     (double)j.cfg.model.n_embd;
+                        double want = zero == 1 || zero == 3 ? 3 * pass : 2 * pass;
+                        if (zero == 3) want += emb;
+                        if (zero >= 1) want += 2.0 * (dp - 1) / dp * 8; /* the norm's 2 floats */
+                        for (int s = 0; s < r.nsteps; s++)
+                            CHECK_NEAR((double)r.bytes[s], want, 0.5, 0);
+                        printf("  %-40s comm bytes per step %llu (theory %.0f, %.2fx all-reduce)\n",
+                               "", (unsigned long long)r.bytes[0], want,
+                               (double)r.bytes[0] / (2 * pass));
+                    }
                 }
                 result_free(&r);
             }
