@@ -188,6 +188,10 @@ void pt_zero_load_params(pt_zero *z, const float *full);
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);
 /* Bytes of AdamW state this rank holds. */
 size_t pt_zero_optim_bytes(const pt_zero *z);
+/* Record the hooks' all-gathers / reduce-scatters (comm track) and waits
+ * (main track) in t (lent; NULL: none), labelled with the step last noted. */
+void pt_zero_set_trace(pt_zero *z, pt_trace *t);
+void pt_zero_note_step(pt_zero *z, long step);
 
 /* ---- local SGD with an outer optimizer ---------------------------------------- */
 typedef struct pt_local_sgd pt_local_sgd;

@@ -71,6 +71,8 @@ struct pt_zero {
     char errmsg[256];
     uint64_t bytes_seen;
     uint64_t hook_wait_ns; /* time the hooks blocked on collectives */
+    pt_trace *trace;       /* lent; NULL: none */
+    long step;             /* labels trace events */
 };
 
 static uint64_t comm_sent(pt_comm *c) {
@@ -86,6 +88,30 @@ static void keep_error(pt_zero *z, pt_status st, const char *what) {
     if (st == PT_OK || z->err != PT_OK) return;
     z->err = st;
     snprintf(z->errmsg, sizeof z->errmsg, "%s: %s", what, pt_error_message());
+}
+
+/* Wait for *req (freed) and record it: the comm thread's span on the comm
+ * track, the time this thread blocked on the main track (when > 1 us). */
+static void wait_req(pt_zero *z, pt_comm_req **req, const char *what, int unit) {
+    uint64_t a = pt_time_ns(), s = 0, e = 0;
+    keep_error(z, pt_comm_wait_timed(*req, &s, &e), what);
+    uint64_t w = pt_time_ns();
+    *req = NULL;
+    z->hook_wait_ns += w - a;
+    if (!z->trace) return;
+    char name[40];
+    snprintf(name, sizeof name, "%s m%d", what, unit);
+    if (s && e >= s) pt_trace_add(z->trace, name, "comm", PT_TRACE_COMM, s, e, z->step);
+    snprintf(name, sizeof name, "wait %s m%d", what, unit);
+    if (w - a > 1000) pt_trace_add(z->trace, name, "wait", PT_TRACE_MAIN, a, w, z->step);
+}
+
+void pt_zero_set_trace(pt_zero *z, pt_trace *t) {
+    z->trace = t;
+}
+
+void pt_zero_note_step(pt_zero *z, long step) {
+    z->step = step;
 }
 
 /* ---- pools ---- */
@@ -246,21 +272,13 @@ static void prefetch(pt_zero *z, int i) {
 static void ensure(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     prefetch(z, i);
-    if (pc->preq) {
-        uint64_t a = pt_time_ns();
-        keep_error(z, pt_comm_wait(pc->preq), "parameter all-gather");
-        z->hook_wait_ns += pt_time_ns() - a;
-        pc->preq = NULL;
-    }
+    if (pc->preq) wait_req(z, &pc->preq, "all-gather", i);
 }
 
 static void release(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     if (z->stage < 3 || !pc->pbuf) return;
-    if (pc->preq) { /* prefetched and never used */
-        keep_error(z, pt_comm_wait(pc->preq), "parameter all-gather");
-        pc->preq = NULL;
-    }
+    if (pc->preq) wait_req(z, &pc->preq, "all-gather", i); /* prefetched, never used */
     pc->pbuf->used = 0;
     pc->pbuf = NULL;
     redirect(z, i);
@@ -309,12 +327,7 @@ static void take_grads(pt_zero *z, int i) {
 static void finish_rs(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     if (!pc->gbuf) return;
-    if (pc->greq) {
-        uint64_t a = pt_time_ns();
-        keep_error(z, pt_comm_wait(pc->greq), "gradient reduce-scatter");
-        z->hook_wait_ns += pt_time_ns() - a;
-        pc->greq = NULL;
-    }
+    if (pc->greq) wait_req(z, &pc->greq, "reduce-scatter", i);
     const float *s = pc->gbuf->p + pc->so;
     for (size_t k = 0; k < pc->sn; k++) pc->gshard[k] += s[k];
     pc->gbuf->used = 0;

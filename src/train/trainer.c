@@ -269,7 +269,8 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     }
     if (cfg->log.trace[0]) {
         size_t per_step = (size_t)(2 * nmod * cfg->parallel.microbatches + 8) +
-                          (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0);
+                          (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0) +
+                          (t->zero ? (size_t)(8 * nmod * cfg->parallel.microbatches) : 0);
         size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
         if (max_ev > 2000000) max_ev = 2000000;
         PT_CHECK_GOTO(st, pt_trace_new(&t->trace, max_ev), fail);
@@ -277,6 +278,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         if (t->aux) /* one time origin: rank 0's (same host: one monotonic clock) */
             PT_CHECK_GOTO(st, pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0), fail);
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
+        if (t->zero) pt_zero_set_trace(t->zero, t->trace);
     }
     pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
                             hook_after_backward, t};
@@ -367,6 +369,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     uint64_t t0 = pt_time_ns();
     uint64_t bytes0 = world_bytes(t);
     uint64_t zero_bytes = 0, zero_ns = 0;
+    if (t->zero) pt_zero_note_step(t->zero, t->step + 1);
     uint64_t local_comm_ns = 0, local_wait_ns = 0, local_a = 0, local_z = 0;
     pt_mem_reset_peak();
     pt_model_zero_grads(t->model);
