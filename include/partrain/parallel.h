@@ -10,8 +10,11 @@
  *                all-reduce runs while step t+1 computes).
  *   pt_local_sgd parameter averaging every few steps, with an optional outer
  *                Nesterov optimizer on the averaged delta (DiLoCo).
+ *   pt_zero      sharded data parallel (ZeRO 1, 2, 3 / FSDP; HSDP): optimizer
+ *                state, gradients and parameters split per module over the
+ *                ranks, reduce-scatter and all-gather per module.
  *   pt_trace     a recorder of timed events (Chrome trace), filled by the
- *                trainer's hooks and by pt_ddp's waits.
+ *                trainer's hooks and by pt_ddp's and pt_zero's waits.
  *
  * Lifecycle of a synchronous data-parallel step (one slot, in place):
  *   pt_ddp_new(&d, model, comm, {bucket_bytes, 1 slot, in_place = 1})
@@ -20,8 +23,8 @@
  *             (the hook calls pt_ddp_module_done(d, i) after module i);
  *             pt_ddp_wait(d, 0)  (launches what is left, waits for all)
  *             clip + optimizer step on pt_ddp_slot_grads(d, 0).
- * A later ZeRO strategy reuses the bucket layout (pt_ddp_bucket) with
- * reduce-scatter in place of all-reduce.
+ * ZeRO stage 1 uses these buckets for its all-reduce; stages 2 and 3 shard
+ * per module instead (a module is an FSDP unit), see pt_zero below.
  *
  * Not here: data sharding, loss reduction, metrics files (train). */
 #ifndef PARTRAIN_PARALLEL_H
