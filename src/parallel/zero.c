@@ -55,8 +55,6 @@ typedef struct {
     pt_comm_req *greq; /* reduce-scatter in flight on gbuf */
 } piece;
 
-#define MAX_POOL 64
-
 struct pt_zero {
     pt_model *m;
     pt_comm *group; /* shard group (owned) */
@@ -64,9 +62,9 @@ struct pt_zero {
     int stage, g, grank, overlap, keep;
     int np; /* modules: 0 embedding, 1..L blocks, L+1 head */
     piece *p;
-    int rs_pending; /* module whose reduce-scatter is in flight, -1: none */
-    poolbuf pool[2][MAX_POOL];
-    int npool[2]; /* [0] params, [1] grads */
+    int rs_pending;   /* module whose reduce-scatter is in flight, -1: none */
+    poolbuf *pool[2]; /* [0] params, [1] grads; room for np + 4 each */
+    int npool[2];
     pt_status err;
     char errmsg[256];
     uint64_t bytes_seen;
@@ -118,7 +116,7 @@ void pt_zero_note_step(pt_zero *z, long step) {
 
 static pt_status pool_add(pt_zero *z, int kind, size_t n, int count) {
     for (int k = 0; k < count; k++) {
-        if (z->npool[kind] == MAX_POOL) return pt_error_set(PT_ERR_INTERNAL, "zero: pool full");
+        PT_ASSERT(z->npool[kind] < z->np + 4);
         poolbuf *b = &z->pool[kind][z->npool[kind]];
         b->p = pt_mem_alloc(kind ? PT_MEM_GRADS : PT_MEM_PARAMS, n * sizeof(float));
         if (!b->p && n) return pt_error_set(PT_ERR_NOMEM, "zero: unit buffer (%zu floats)", n);
@@ -168,9 +166,11 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->grank = pt_comm_rank(z->group);
     z->np = pt_model_num_modules(m);
     z->p = calloc((size_t)z->np, sizeof *z->p);
+    z->pool[0] = calloc((size_t)z->np + 4, sizeof(poolbuf));
+    z->pool[1] = calloc((size_t)z->np + 4, sizeof(poolbuf));
     int ntens = pt_model_num_tensors(m);
     pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
-    if (!z->p || !segs) {
+    if (!z->p || !z->pool[0] || !z->pool[1] || !segs) {
         free(segs);
         st = pt_error_set(PT_ERR_NOMEM, "zero tables");
         goto fail;
@@ -240,8 +240,10 @@ void pt_zero_free(pt_zero *z) {
         pt_mem_free(pc->gshard);
         pt_mem_free(pc->pshard);
     }
-    for (int k = 0; k < 2; k++)
-        for (int j = 0; j < z->npool[k]; j++) pt_mem_free(z->pool[k][j].p);
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; z->pool[k] && j < z->npool[k]; j++) pt_mem_free(z->pool[k][j].p);
+        free(z->pool[k]);
+    }
     free(z->p);
     pt_comm_free(z->cross);
     pt_comm_free(z->group);
@@ -389,14 +391,15 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         return pt_error_set(st, "%s", z->errmsg);
     }
     if (z->cross) { /* HSDP: the group's sums, summed across groups */
-        pt_comm_req *req[64] = {0};
-        PT_ASSERT(z->np <= 64 || !"HSDP: more than 64 modules");
+        /* every reduce-scatter is finished: greq is free to carry these */
         for (int i = 0; i < z->np && st == PT_OK; i++)
             if (z->p[i].sn)
-                st = pt_comm_iallreduce(z->cross, gslice(z, i), z->p[i].sn, PT_REDUCE_SUM, &req[i]);
+                st = pt_comm_iallreduce(z->cross, gslice(z, i), z->p[i].sn, PT_REDUCE_SUM,
+                                        &z->p[i].greq);
         for (int i = 0; i < z->np; i++)
-            if (req[i]) {
-                pt_status e = pt_comm_wait(req[i]);
+            if (z->p[i].greq) {
+                pt_status e = pt_comm_wait(z->p[i].greq);
+                z->p[i].greq = NULL;
                 if (st == PT_OK) st = e;
             }
         if (st != PT_OK) return pt_error_set(st, "gradient all-reduce across groups");
