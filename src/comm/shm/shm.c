@@ -53,6 +53,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,6 +66,10 @@
 /* Staging half per member. 256 KiB keeps a round of 2 ranks in L2/L3 and
  * makes the two syncs per round cheap next to the copy (see docs/comm.md). */
 #define PT_SHM_STAGE (512u << 10)
+/* Slice of a pipelined all-reduce chunk (see allreduce_pipelined). */
+#define PT_SHM_SLICE (64u << 10)
+/* Slots of the pipelined all-reduce's ring (at most what the halves hold). */
+#define PT_SHM_SLOTS 2
 /* All-reduce at or below this many bytes uses the one-sync algorithm. */
 #define PT_SHM_SMALL (16u << 10)
 /* Bytes of each send/recv ring. */
@@ -115,9 +120,17 @@ typedef struct {
     int world_rank[PT_SHM_MAX_RANKS];
 } shm_region;
 
+/* The member's counters, each on its own line: the owner writes, the others
+ * poll, and a poll of one counter must not stall the owner's next post. */
 typedef struct {
-    _Atomic uint64_t flag;
+    _Atomic uint64_t flag; /* syncs done (epoch) */
     char pad[56];
+    _Atomic uint64_t staged; /* pipelined all-reduce: chunks staged, */
+    char pad3[56];
+    _Atomic uint64_t reduced; /* chunks reduced (my result slice is in my slot), */
+    char pad4[56];
+    _Atomic uint64_t done; /* chunks copied out (I no longer read others' slots) */
+    char pad5[56];
     int split_color, split_key;
     uint64_t split_off;
     char pad2[48];
@@ -153,6 +166,8 @@ typedef struct {
     _Atomic uint64_t spin_cur; /* current spin budget (adaptive) */
     uint64_t epoch;            /* syncs done */
     uint64_t round;            /* rounds done: selects the staging half */
+    uint64_t chunks;           /* chunks of pipelined all-reduces done */
+    size_t pipe_c, pipe_q;     /* floats per slice and slots of a pipelined chunk */
     uint64_t want;             /* epoch being waited for */
     int scan;                  /* first member not yet seen at `want` */
     int is_world;
@@ -495,6 +510,29 @@ static void reduce_into(float *dst, const float *const *src, int n, size_t k, in
     }
 }
 
+/* reduce_into, also writing the result to dst2 (which aliases no source):
+ * one pass instead of a reduction and a copy. */
+static void reduce_into2(float *dst, float *restrict dst2, const float *const *src, int n, size_t k,
+                         int avg) {
+    enum { BLK = 2048 };
+    if (n == 2 && !avg) {
+        const float *a = src[0], *b = src[1];
+        for (size_t i = 0; i < k; i++) {
+            float v = a[i] + b[i];
+            dst[i] = v;
+            dst2[i] = v;
+        }
+        return;
+    }
+    for (size_t o = 0; o < k; o += BLK) {
+        size_t m = k - o < BLK ? k - o : BLK;
+        const float *s[PT_SHM_MAX_RANKS];
+        for (int j = 0; j < n; j++) s[j] = src[j] + o;
+        reduce_into(dst + o, s, n, m, avg);
+        memcpy(dst2 + o, dst + o, m * sizeof(float));
+    }
+}
+
 /* Floats per shard slice in one round of n slices (multiple of 16). */
 static size_t slice_floats(const shm_ctx *x) {
     size_t c = x->reg->stage_bytes / sizeof(float) / (size_t)x->n;
@@ -548,14 +586,121 @@ static pt_status reduce_rounds(shm_ctx *x, float *buf, size_t count, int avg, in
     return PT_OK;
 }
 
+/* ---- pipelined all-reduce ------------------------------------------------------------
+ * The staging area of a member (both halves) is a ring of Q slots; chunk i
+ * is one slice of c floats from every shard and uses slot i % Q of every
+ * member: slice j != me holds my input for reducer j, slice me my result.
+ * Instead of barriers, every member posts three counters per chunk (staged,
+ * reduced, done) and waits only on what it needs, so a rank stages chunk
+ * i+1 while its peer still reduces chunk i, and small slices stay in cache
+ * between the producer's write and the consumer's read. Per rank and chunk:
+ *   stage(i)    copy the others' slices of chunk i from buf into my slot
+ *               (after every peer is done with chunk i-Q), post staged
+ *   reduce(i)   after every peer staged i: my slice from buf and the peers'
+ *               slots, into buf and my slot in one pass, post reduced
+ *   stage(i+1)  (overlaps the peers' reduce(i))
+ *   copyout(i)  after every peer reduced i: copy their result slices into
+ *               buf, post done
+ * The call starts with a sync (nobody still reads a stage of an earlier
+ * op) and ends when every peer is done (nobody reads my slots afterwards),
+ * so the other collectives' two-half rounds need not know about it. */
+
+typedef struct {
+    size_t field; /* offsetof(shm_ctl, counter) */
+    uint64_t want;
+} counter_wait;
+
+static _Atomic uint64_t *counter_of(shm_ctx *x, int m, size_t field) {
+    return (_Atomic uint64_t *)((char *)&x->ctl[m] + field);
+}
+
+static int pending_counter(shm_ctx *x, const void *arg) {
+    const counter_wait *w = arg;
+    for (int m = 0; m < x->n; m++)
+        if (m != x->rank &&
+            atomic_load_explicit(counter_of(x, m, w->field), memory_order_acquire) < w->want)
+            return m;
+    return -1;
+}
+
+static pt_status wait_counter(shm_ctx *x, size_t field, uint64_t want) {
+    counter_wait w = {field, want};
+    return wait_until(x, pending_counter, &w, PT_OP_ALLREDUCE);
+}
+
+static void post_counter(shm_ctx *x, size_t field, uint64_t v) {
+    atomic_store_explicit(counter_of(x, x->rank, field), v, memory_order_release);
+    wake(x);
+}
+
+typedef struct {
+    float *buf;
+    size_t c, Q, off[PT_SHM_MAX_RANKS], len[PT_SHM_MAX_RANKS];
+} pipe_plan;
+
+static float *pipe_slot(const shm_ctx *x, const pipe_plan *pp, int m, size_t i) {
+    return (float *)x->stage + ((size_t)m * pp->Q + i % pp->Q) * (size_t)x->n * pp->c;
+}
+
+/* Elements of shard j in chunk i. */
+static size_t pipe_len(const pipe_plan *pp, int j, size_t i) {
+    size_t k = i * pp->c;
+    return k >= pp->len[j] ? 0 : pp->len[j] - k < pp->c ? pp->len[j] - k : pp->c;
+}
+
+static pt_status pipe_stage(shm_ctx *x, const pipe_plan *pp, size_t i, uint64_t base) {
+    if (i >= pp->Q) PT_CHECK(wait_counter(x, offsetof(shm_ctl, done), base + i - pp->Q + 1));
+    float *mine = pipe_slot(x, pp, x->rank, i);
+    for (int j = 0; j < x->n; j++)
+        if (j != x->rank && pipe_len(pp, j, i))
+            memcpy(mine + (size_t)j * pp->c, pp->buf + pp->off[j] + i * pp->c,
+                   pipe_len(pp, j, i) * sizeof(float));
+    post_counter(x, offsetof(shm_ctl, staged), base + i + 1);
+    return PT_OK;
+}
+
+static pt_status allreduce_pipelined(shm_ctx *x, float *buf, size_t count, int avg) {
+    int n = x->n, me = x->rank;
+    pipe_plan pp;
+    pp.buf = buf;
+    pp.c = x->pipe_c;
+    pp.Q = x->pipe_q;
+    for (int j = 0; j < n; j++) pt_comm_shard(count, n, j, &pp.off[j], &pp.len[j]);
+    size_t c = pp.c, nch = (pp.len[0] + c - 1) / c; /* shard 0 is the longest */
+    uint64_t base = x->chunks;
+    PT_CHECK(sync_all(x, PT_OP_ALLREDUCE));
+    PT_CHECK(pipe_stage(x, &pp, 0, base));
+    const float *src[PT_SHM_MAX_RANKS];
+    for (size_t i = 0; i < nch; i++) {
+        PT_CHECK(wait_counter(x, offsetof(shm_ctl, staged), base + i + 1));
+        size_t m = pipe_len(&pp, me, i);
+        if (m) {
+            float *d = buf + pp.off[me] + i * c;
+            for (int j = 0; j < n; j++) src[j] = pipe_slot(x, &pp, j, i) + (size_t)me * c;
+            src[me] = d; /* dst too: element-wise in place */
+            reduce_into2(d, pipe_slot(x, &pp, me, i) + (size_t)me * c, src, n, m, avg);
+        }
+        post_counter(x, offsetof(shm_ctl, reduced), base + i + 1);
+        if (i + 1 < nch) PT_CHECK(pipe_stage(x, &pp, i + 1, base));
+        PT_CHECK(wait_counter(x, offsetof(shm_ctl, reduced), base + i + 1));
+        for (int j = 0; j < n; j++)
+            if (j != me && pipe_len(&pp, j, i))
+                memcpy(buf + pp.off[j] + i * c, pipe_slot(x, &pp, j, i) + (size_t)j * c,
+                       pipe_len(&pp, j, i) * sizeof(float));
+        post_counter(x, offsetof(shm_ctl, done), base + i + 1);
+    }
+    PT_CHECK(wait_counter(x, offsetof(shm_ctl, done), base + nch));
+    x->chunks = base + nch;
+    return PT_OK;
+}
+
 static pt_status shm_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
     shm_ctx *x = ctx;
     if (x->n == 1 || count == 0) return PT_OK;
     op_begin(x, PT_OP_ALLREDUCE);
     int avg = op == PT_REDUCE_AVG;
-    pt_status st = count * sizeof(float) <= PT_SHM_SMALL
-                       ? allreduce_small(x, buf, count, avg)
-                       : reduce_rounds(x, buf, count, avg, 1, PT_OP_ALLREDUCE);
+    pt_status st = count * sizeof(float) <= PT_SHM_SMALL ? allreduce_small(x, buf, count, avg)
+                                                         : allreduce_pipelined(x, buf, count, avg);
     return op_end(x, PT_OP_ALLREDUCE, st);
 }
 
@@ -777,6 +922,21 @@ static uint64_t spin_ns_for(int nranks) {
     return cpus >= nranks ? 50000 : 2000;
 }
 
+/* Floats per slice of a pipelined all-reduce chunk (a multiple of 16) and
+ * slots of its ring; PT_SHM_SLICE_KB and PT_SHM_SLOTS override them
+ * (tuning). At least two slots must fit in the two staging halves. */
+static void pipe_shape(shm_ctx *x) {
+    const char *e = getenv("PT_SHM_SLICE_KB"), *q = getenv("PT_SHM_SLOTS");
+    size_t slice = e && atol(e) > 0 ? (size_t)atol(e) << 10 : PT_SHM_SLICE;
+    size_t area = 2 * x->reg->stage_bytes; /* both halves */
+    size_t max = area / 2 / (size_t)x->n;
+    if (slice > max) slice = max;
+    x->pipe_c = slice / sizeof(float) & ~(size_t)15;
+    x->pipe_q = area / ((size_t)x->n * x->pipe_c * sizeof(float));
+    size_t want = q && atol(q) >= 2 ? (size_t)atol(q) : PT_SHM_SLOTS;
+    if (want < x->pipe_q) x->pipe_q = want;
+}
+
 static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, int is_world,
                          shm_ctx **out) {
     shm_ctx *x = calloc(1, sizeof *x);
@@ -794,6 +954,7 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     x->timeout_s = map->job->timeout_s > 0 ? map->job->timeout_s : timeout_s;
     x->spin_ns = spin_ns_for(map->job->nranks);
     atomic_store(&x->spin_cur, x->spin_ns);
+    pipe_shape(x);
     x->is_world = is_world;
     /* A sub-communicator's flags start at 0 (fresh region); the world's too. */
     atomic_fetch_add(&map->refs, 1);
