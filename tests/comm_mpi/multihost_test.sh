@@ -33,6 +33,11 @@ command -v ip >/dev/null 2>&1 || skip "needs iproute2 (ip)"
 ip netns add "pt-probe-$$" >/dev/null 2>&1 || skip "ip netns not permitted here"
 ip netns del "pt-probe-$$"
 
+# One run at a time on this machine: the hosts' names (pt-h1..) are fixed, so
+# a second run's `hosts.sh down` would tear down the first run's hosts.
+exec 9>/tmp/partrain-multihost.lock
+flock -w 120 9 || skip "another multihost test held the lock for 120 s"
+
 timeout_s=5
 margin=20
 tag="pt-multihost-$$"
