@@ -54,8 +54,8 @@ void pt_shm_job_mark_exit(pt_shm_job *job, int rank, int wait_status, int abort_
 void pt_shm_job_interrupt(pt_shm_job *job);
 /* Launcher: the operation and step rank was in, and its first comm error
  * ("" if none), for the summary line. */
-void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op,
-                          long *step, const char **err);
+void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,
+                          const char **err);
 /* In a forked rank: make pt_comm_shm_world find this job as `rank`. */
 void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
 /* A world of one in this process (no launcher, nothing shared). */
