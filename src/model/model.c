@@ -217,14 +217,13 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
 
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
     size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
-    size_t nscratch = N * C * 4 + N * 3 * C + N * 8 * C + att;
+    size_t nscratch = N * C * 3 + N * 3 * C + N * 8 * C + att;
     m->scratch = pt_mem_alloc(PT_MEM_ACTS, nscratch * sizeof(float));
     if (!m->scratch) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
     float *p = m->scratch;
-    m->fwd_tmp = p, p += N * C;
     m->d_res2 = p, p += N * C;
     m->d_ln = p, p += N * C;
     m->d_atty = p, p += N * C;

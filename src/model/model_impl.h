@@ -46,7 +46,6 @@ struct pt_model {
     /* Shared by every module's forward/backward (never saved across calls),
      * one PT_MEM_ACTS allocation. */
     float *scratch;
-    float *fwd_tmp;                /* (N,C) */
     float *d_res2, *d_ln, *d_atty; /* (N,C) */
     float *d_qkv;                  /* (N,3C) */
     float *d_fch, *d_fch_gelu;     /* (N,4C) */
