@@ -20,7 +20,8 @@
  *     this mode there is no launcher: a dead peer is noticed by its pid
  *     vanishing (kill(pid, 0)) or by the timeout.
  *
- * Not here: the algorithms (shm.c) and the launcher (shm_launch.c). */
+ * Not here: the algorithms (shm.c), the launcher (shm_launch.c) and the
+ * single-copy transfers (shm_cma.c). */
 #ifndef PT_COMM_SHM_H
 #define PT_COMM_SHM_H
 
@@ -61,5 +62,11 @@ void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
 /* A world of one in this process (no launcher, nothing shared). */
 pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
                            int *rank, int *size);
+
+/* ---- between shm.c and shm_cma.c ---- */
+/* Copy bytes from / to address `remote` of process pid (single copy). 0 or
+ * an errno: EPERM not allowed here, ESRCH pid gone, EFAULT bad range. */
+int pt_shm_cma_read(int pid, void *dst, const void *remote, size_t bytes);
+int pt_shm_cma_write(int pid, const void *src, void *remote, size_t bytes);
 
 #endif
