@@ -129,12 +129,22 @@ static void attention_backward_pair(att_ctx *c, int b, int h, float *scratch) {
     }
 }
 
+/* hs = 64 goes to attention64.c's register tiles, other head sizes to sgemm. */
 static void forward_part(void *p, int index, int count) {
     att_ctx *c = p;
     long lo, hi;
     pt_split_range((long)c->B * c->NH, index, count, &lo, &hi);
-    for (long bh = lo; bh < hi; bh++)
-        attention_forward_pair(c, (int)(bh / c->NH), (int)(bh % c->NH));
+    int T = c->T, C = c->C;
+    for (long bh = lo; bh < hi; bh++) {
+        int b = (int)(bh / c->NH), h = (int)(bh % c->NH);
+        if (C / c->NH == 64) {
+            const float *q = c->qkv + (long)b * T * 3 * C + h * 64;
+            pt_att64_forward_pair(c->out + (long)b * T * C + h * 64, c->att + bh * T * T, q, q + C,
+                                  q + 2 * C, T, 3L * C, C, ATT_BLOCK);
+        } else {
+            attention_forward_pair(c, b, h);
+        }
+    }
 }
 
 static void backward_part(void *p, int index, int count) {
@@ -142,8 +152,20 @@ static void backward_part(void *p, int index, int count) {
     long lo, hi;
     pt_split_range((long)c->B * c->NH, index, count, &lo, &hi);
     float *scratch = c->scratch + (size_t)index * c->slot_floats;
-    for (long bh = lo; bh < hi; bh++)
-        attention_backward_pair(c, (int)(bh / c->NH), (int)(bh % c->NH), scratch);
+    int T = c->T, C = c->C;
+    for (long bh = lo; bh < hi; bh++) {
+        int b = (int)(bh / c->NH), h = (int)(bh % c->NH);
+        if (C / c->NH == 64) {
+            long off = (long)b * T * 3 * C + h * 64;
+            const float *q = c->qkv + off;
+            float *dq = c->dqkv + off;
+            pt_att64_backward_pair(dq, dq + C, dq + 2 * C, q, q + C, q + 2 * C,
+                                   c->catt + bh * T * T, c->dout + (long)b * T * C + h * 64,
+                                   scratch, T, 3L * C, C, T < ATT_BLOCK ? T : ATT_BLOCK, c->beta0);
+        } else {
+            attention_backward_pair(c, b, h, scratch);
+        }
+    }
 }
 
 /* Runs fn over the pool; with several workers BLAS is single-threaded inside. */
@@ -165,8 +187,9 @@ void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T
     run_pairs(forward_part, &c);
 }
 
-static size_t slot_floats(int T) {
+static size_t slot_floats(int T, int hs) {
     int bw = T < ATT_BLOCK ? T : ATT_BLOCK;
+    if (hs == 64) return pt_att64_scratch_floats(T, bw);
     return 2 * (size_t)bw * (size_t)T;
 }
 
@@ -182,7 +205,7 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
                  .T = T,
                  .C = C,
                  .NH = NH,
-                 .slot_floats = slot_floats(T)};
+                 .slot_floats = slot_floats(T, C / NH)};
     run_pairs(backward_part, &c);
 }
 
@@ -198,8 +221,7 @@ void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, c
 
 /* One slot (two blocks of ATT_BLOCK x T) per worker that can run at once. */
 size_t pt_attention_scratch_floats(int B, int T, int C, int NH) {
-    (void)C;
     size_t slots = (size_t)B * NH;
     if (slots > PT_KERNELS_MAX_THREADS) slots = PT_KERNELS_MAX_THREADS;
-    return slots * slot_floats(T);
+    return slots * slot_floats(T, C / NH);
 }

@@ -28,6 +28,18 @@ static inline void pt_split_range(long total, int index, int count, long *lo, lo
     *hi = *lo + q + (index < r ? 1 : 0);
 }
 
+/* ---- attention for hs = 64 (attention64.c), one (batch, head) pair ------
+ * q, k, v: the pair's row 0 in qkv (row stride C3); att (T,T) of the pair;
+ * out, dout row stride C; dq, dk, dv the pair's row 0 in dqkv. Blocks of
+ * `block` query rows as in attention.c; backward writes dQ/dK/dV with beta0
+ * (0 overwrites) on first touch. scratch: pt_att64_scratch_floats(T, block). */
+void pt_att64_forward_pair(float *out, float *att, const float *q, const float *k, const float *v,
+                           int T, long C3, long C, int block);
+void pt_att64_backward_pair(float *dq, float *dk, float *dv, const float *q, const float *k,
+                            const float *v, const float *att, const float *dout, float *scratch,
+                            int T, long C3, long C, int block, float beta0);
+size_t pt_att64_scratch_floats(int T, int block);
+
 /* ---- reference kernels (see partrain/kernels.h for contracts) ---------- */
 void pt_ref_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
                             int T, int C);

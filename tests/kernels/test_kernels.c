@@ -268,6 +268,11 @@ static void test_attention(void) {
     attention_case(2, 65, 24, 3);   /* one row past a block */
     attention_case(1, 130, 32, 4);  /* three blocks, the last short */
     attention_case(1, 256, 128, 2); /* four full blocks, hs 64 as in gpt2/small */
+    /* hs = 64 takes attention64.c's register tiles: partial row and key tiles */
+    attention_case(1, 1, 64, 1);
+    attention_case(2, 7, 128, 2);
+    attention_case(1, 65, 64, 1);
+    attention_case(2, 150, 192, 3);
 }
 
 /* The fused and overwriting variants against the reference kernels composed
@@ -386,6 +391,8 @@ static void test_fused_and_set(void) {
     attention_set_case(2, 65, 24, 3);
     attention_set_case(1, 130, 32, 4);
     attention_set_case(2, 256, 128, 2);
+    attention_set_case(1, 1, 64, 1);
+    attention_set_case(1, 97, 128, 2);
 }
 
 static void xent_case(int N, int V) {

@@ -401,6 +401,9 @@ static void test_grad_attention(void) {
     grad_attention_case(2, 5, 8, 2);
     grad_attention_case(1, 1, 4, 1); /* T = 1: attention is the identity on v */
     grad_attention_case(1, 3, 6, 3); /* hs = 2 */
+    /* hs = 64: attention64.c's tiles, partial in rows and keys */
+    grad_attention_case(1, 7, 64, 1);
+    grad_attention_case(2, 5, 128, 2);
 }
 
 /* ---- softmax + cross-entropy: L = dloss * sum_n loss_n ------------------------------ */
