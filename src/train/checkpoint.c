@@ -92,41 +92,90 @@ static void remove_flat_dir(const char *dir) {
 
 /* ---- safetensors ---- */
 
-pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf) {
+/* "<prefix>.<name>", or the bare name for prefix "". */
+static void group_name(char *out, size_t n, const char *prefix, const char *name) {
+    if (prefix[0])
+        snprintf(out, n, "%s.%s", prefix, name);
+    else
+        snprintf(out, n, "%s", name);
+}
+
+/* The safetensors header (8-byte length + JSON padded to 8 bytes) of ng
+ * groups of the model's tensors, group g's data at g x the flat size. */
+static unsigned char *groups_header(const pt_model *m, const char *const *meta,
+                                    const pt_ckpt_group *groups, int ng, size_t *len) {
     cJSON *root = cJSON_CreateObject();
-    if (!root) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
-    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
+    if (!root) return NULL;
+    cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
+    cJSON_AddStringToObject(md, "format", "pt");
+    for (int i = 0; meta && meta[i] && meta[i + 1]; i += 2)
+        cJSON_AddStringToObject(md, meta[i], meta[i + 1]);
     int n = pt_model_num_tensors(m);
-    for (int i = 0; i < n; i++) {
-        const pt_param_info *t = pt_model_tensor(m, i);
-        cJSON *e = cJSON_AddObjectToObject(root, t->name);
-        cJSON_AddStringToObject(e, "dtype", "F32");
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t->ndim; d++)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(t->offset * sizeof(float))));
-        cJSON_AddItemToArray(off,
-                             cJSON_CreateNumber((double)((t->offset + t->numel) * sizeof(float))));
-    }
+    size_t P = pt_model_num_params(m);
+    char name[160];
+    for (int g = 0; g < ng; g++)
+        for (int i = 0; i < n; i++) {
+            const pt_param_info *t = pt_model_tensor(m, i);
+            group_name(name, sizeof name, groups[g].prefix, t->name);
+            cJSON *e = cJSON_AddObjectToObject(root, name);
+            cJSON_AddStringToObject(e, "dtype", "F32");
+            cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+            for (int d = 0; d < t->ndim; d++)
+                cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+            size_t at = (size_t)g * P + t->offset;
+            cJSON *off = cJSON_AddArrayToObject(e, "data_offsets");
+            cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(at * sizeof(float))));
+            cJSON_AddItemToArray(off,
+                                 cJSON_CreateNumber((double)((at + t->numel) * sizeof(float))));
+        }
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    if (!json) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+    if (!json) return NULL;
     size_t jlen = strlen(json), hlen = (jlen + 7) / 8 * 8;
     unsigned char *head = malloc(8 + hlen);
-    if (!head) {
-        free(json);
-        return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+    if (head) {
+        uint64_t h = hlen;
+        for (int i = 0; i < 8; i++) head[i] = (unsigned char)(h >> (8 * i));
+        memcpy(head + 8, json, jlen);
+        memset(head + 8 + jlen, ' ', hlen - jlen);
+        *len = 8 + hlen;
     }
-    uint64_t h = hlen;
-    for (int i = 0; i < 8; i++) head[i] = (unsigned char)(h >> (8 * i));
-    memcpy(head + 8, json, jlen);
-    memset(head + 8 + jlen, ' ', hlen - jlen);
     free(json);
+    return head;
+}
+
+/* Header, then each group's data as src hands it out, flushed and fsynced
+ * (not atomic by itself). */
+static pt_status write_groups_file(const char *path, const pt_model *m, const unsigned char *head,
+                                   size_t hlen, const pt_ckpt_group *groups, int ng,
+                                   pt_ckpt_source src, void *arg) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
+    size_t P = pt_model_num_params(m);
+    pt_status st = PT_OK;
+    int ok = fwrite(head, 1, hlen, f) == hlen;
+    for (int g = 0; ok && g < ng; g++) {
+        const float *data = groups[g].buf;
+        if (src && (st = src(arg, g, &data)) != PT_OK) break;
+        ok = fwrite(data, sizeof(float), P, f) == P;
+    }
+    int err = errno;
+    ok = ok && st == PT_OK && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (ok) return PT_OK;
+    unlink(path);
+    if (st != PT_OK) return st;
+    return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
+}
+
+pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
+                             const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg) {
+    size_t hlen = 0;
+    unsigned char *head = groups_header(m, meta, groups, ng, &hlen);
+    if (!head) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
     char tmp[PT_CONFIG_STR_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    pt_status st = write_file(tmp, head, 8 + hlen, buf, pt_model_num_params(m) * sizeof(float));
+    pt_status st = write_groups_file(tmp, m, head, hlen, groups, ng, src, arg);
     free(head);
     if (st != PT_OK) return st;
     if (rename(tmp, path) != 0) {
@@ -134,6 +183,11 @@ pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *
         return pt_error_set(PT_ERR_IO, "%s: rename: %s", path, strerror(errno));
     }
     return PT_OK;
+}
+
+pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf) {
+    pt_ckpt_group g = {"", (float *)buf};
+    return pt_st_write_groups(path, m, NULL, &g, 1, NULL, NULL);
 }
 
 /* GPT-2's checkpoints carry the attention mask as a buffer; it is not a
@@ -155,7 +209,48 @@ static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
+/* The tensor of groups that `name` stores: *g and the model tensor index, or
+ * -1 when none does. */
+static int find_tensor(const pt_model *m, const pt_ckpt_group *groups, int ng, const char *name,
+                       int *g) {
+    int n = pt_model_num_tensors(m);
+    for (*g = 0; *g < ng; (*g)++) {
+        const char *rest = name;
+        size_t k = strlen(groups[*g].prefix);
+        if (k) {
+            if (strncmp(name, groups[*g].prefix, k) != 0 || name[k] != '.') continue;
+            rest = name + k + 1;
+        } else if (!strncmp(name, "transformer.", 12)) {
+            rest = name + 12;
+        }
+        for (int i = 0; i < n; i++)
+            if (!strcmp(pt_model_tensor(m, i)->name, rest)) return i;
+    }
+    return -1;
+}
+
+/* meta_want: key, value pairs (NULL-terminated) that __metadata__ must hold. */
+static pt_status check_meta(const char *path, const cJSON *root, const char *const *meta_want) {
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    for (int i = 0; meta_want && meta_want[i] && meta_want[i + 1]; i += 2) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, meta_want[i]);
+        const char *have = cJSON_IsString(v) ? v->valuestring : "(none)";
+        if (strcmp(have, meta_want[i + 1]) != 0)
+            return pt_error_set(PT_ERR_FORMAT,
+                                "%s: metadata %s is %s, expected %s (a file of another rank or "
+                                "checkpoint)",
+                                path, meta_want[i], have, meta_want[i + 1]);
+    }
+    return PT_OK;
+}
+
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
+    pt_ckpt_group g = {"", buf};
+    return pt_st_read_groups(path, m, NULL, &g, 1);
+}
+
+pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *const *meta_want,
+                            const pt_ckpt_group *groups, int ng) {
     pt_status st = PT_OK;
     char *header = NULL;
     cJSON *root = NULL;
@@ -200,7 +295,8 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
     }
     uint64_t data_size = size - 8 - hlen;
     int n = pt_model_num_tensors(m);
-    seen = calloc((size_t)n, 1);
+    PT_CHECK_GOTO(st, check_meta(path, root, meta_want), done);
+    seen = calloc((size_t)n * (size_t)ng, 1);
     if (!seen) {
         st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
         goto done;
@@ -208,11 +304,9 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
     for (cJSON *e = root->child; e; e = e->next) {
         const char *name = e->string;
         if (!strcmp(name, "__metadata__")) continue;
-        if (!strncmp(name, "transformer.", 12)) name += 12;
-        int idx = -1;
-        for (int i = 0; i < n; i++)
-            if (!strcmp(pt_model_tensor(m, i)->name, name)) idx = i;
+        int g = 0, idx = find_tensor(m, groups, ng, name, &g);
         if (idx < 0) {
+            if (!strncmp(name, "transformer.", 12)) name += 12;
             if (is_ignored_buffer(name)) continue;
             st = pt_error_set(PT_ERR_FORMAT,
                               "%s: unexpected tensor '%s' (a checkpoint of another model shape?)",
@@ -220,11 +314,11 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
             goto done;
         }
         const pt_param_info *t = pt_model_tensor(m, idx);
-        if (seen[idx]) {
+        if (seen[(size_t)g * (size_t)n + (size_t)idx]) {
             st = pt_error_set(PT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, name);
             goto done;
         }
-        seen[idx] = 1;
+        seen[(size_t)g * (size_t)n + (size_t)idx] = 1;
         cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
         cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
         cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
@@ -268,16 +362,19 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
             goto done;
         }
         if (fseek(f, (long)(8 + hlen + (uint64_t)begin), SEEK_SET) != 0 ||
-            fread(buf + t->offset, sizeof(float), t->numel, f) != t->numel) {
+            fread(groups[g].buf + t->offset, sizeof(float), t->numel, f) != t->numel) {
             st = pt_error_set(PT_ERR_IO, "%s: read error in tensor '%s'", path, name);
             goto done;
         }
     }
-    for (int i = 0; i < n; i++)
+    for (size_t i = 0; i < (size_t)n * (size_t)ng; i++)
         if (!seen[i]) {
+            char name[160];
+            group_name(name, sizeof name, groups[i / (size_t)n].prefix,
+                       pt_model_tensor(m, (int)(i % (size_t)n))->name);
             st = pt_error_set(PT_ERR_FORMAT,
                               "%s: missing tensor '%s' (a checkpoint of another model shape?)",
-                              path, pt_model_tensor(m, i)->name);
+                              path, name);
             goto done;
         }
 done:
@@ -290,29 +387,41 @@ done:
 
 /* ---- checkpoint directories ---- */
 
-pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *params,
-                        const float *adam_m, const float *adam_v, const char *state_json) {
-    char name[32], tmp[PT_CONFIG_STR_MAX + 64], final[PT_CONFIG_STR_MAX + 64],
-        old[PT_CONFIG_STR_MAX + 64], path[PT_CONFIG_STR_MAX + 128];
+pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n) {
     PT_CHECK(pt_mkdir_p(dir));
-    snprintf(name, sizeof name, "step_%08d", step);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", dir, name, (int)getpid());
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(old, sizeof old, "%s/.old-%s-%d", dir, name, (int)getpid());
+    if (snprintf(tmp, n, "%s/.tmp-step_%08d-%d", dir, step, (int)getpid()) >= (int)n)
+        return pt_error_set(PT_ERR_INVALID, "%s: path too long", dir);
     remove_flat_dir(tmp);
     if (mkdir(tmp, 0755) != 0) return pt_error_set(PT_ERR_IO, "%s: %s", tmp, strerror(errno));
-    pt_status st = PT_OK;
+    return PT_OK;
+}
+
+void pt_ckpt_abort(const char *tmp) {
+    remove_flat_dir(tmp);
+}
+
+pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *params,
+                             const float *adam_m, const float *adam_v, const char *state_json) {
+    char path[PT_CONFIG_STR_MAX + 128];
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    PT_CHECK_GOTO(st, pt_safetensors_save(path, m, params), fail);
+    PT_CHECK(pt_safetensors_save(path, m, params));
     if (adam_m) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", tmp);
-        PT_CHECK_GOTO(st, pt_safetensors_save(path, m, adam_m), fail);
+        PT_CHECK(pt_safetensors_save(path, m, adam_m));
         snprintf(path, sizeof path, "%s/optim_v.safetensors", tmp);
-        PT_CHECK_GOTO(st, pt_safetensors_save(path, m, adam_v), fail);
+        PT_CHECK(pt_safetensors_save(path, m, adam_v));
     }
     snprintf(path, sizeof path, "%s/state.json", tmp);
-    PT_CHECK_GOTO(st, write_file(path, state_json, strlen(state_json), "\n", 1), fail);
-    PT_CHECK_GOTO(st, fsync_path(tmp, 1), fail);
+    return write_file(path, state_json, strlen(state_json), "\n", 1);
+}
+
+pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp) {
+    char name[32], final[PT_CONFIG_STR_MAX + 64], old[PT_CONFIG_STR_MAX + 64];
+    snprintf(name, sizeof name, "step_%08d", step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(old, sizeof old, "%s/.old-%s-%d", dir, name, (int)getpid());
+    pt_status st = fsync_path(tmp, 1);
+    if (st != PT_OK) goto fail;
     /* Into place. A step directory that already exists (saved again after a
      * resume) moves aside first and is deleted only after the new one is in. */
     int had_old = 0;
@@ -344,6 +453,18 @@ pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const floa
 fail:
     remove_flat_dir(tmp);
     return st;
+}
+
+pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *params,
+                        const float *adam_m, const float *adam_v, const char *state_json) {
+    char tmp[PT_CONFIG_STR_MAX + 64];
+    PT_CHECK(pt_ckpt_begin(dir, step, tmp, sizeof tmp));
+    pt_status st = pt_ckpt_write_main(tmp, m, params, adam_m, adam_v, state_json);
+    if (st != PT_OK) {
+        pt_ckpt_abort(tmp);
+        return st;
+    }
+    return pt_ckpt_commit(dir, step, tmp);
 }
 
 pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n) {
