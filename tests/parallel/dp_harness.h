@@ -62,11 +62,14 @@ static void tiny_config(pt_config *c, int dp) {
 
 typedef struct {
     pt_config cfg;
-    int use_data; /* 1: pt_trainer_step on data.train (vocab must be 256) */
-    int stop_at;  /* > 0: save a checkpoint after this step and stop */
-    int resume;   /* resume from checkpoint.dir first */
-    int mirror;   /* 1: the global batch's second half repeats its first (dp 2: both ranks
-                     compute the same gradient) */
+    int use_data;  /* 1: pt_trainer_step on data.train (vocab must be 256) */
+    int stop_at;   /* > 0: save a checkpoint after this step and stop */
+    int resume;    /* resume from checkpoint.dir first */
+    int mirror;    /* 1: the global batch's second half repeats its first (dp 2: both ranks
+                      compute the same gradient) */
+    char dump[32]; /* non-empty: every rank writes its parameters and AdamW moments after
+                      step dump_at and after its last step (dump_state) */
+    int dump_at;
     char out[512];
 } job;
 
@@ -98,6 +101,27 @@ static void step_tokens(const pt_config *c, int s, int *in, int *tg) {
     }
 }
 
+/* This rank's parameters, then AdamW m and v, as raw floats to
+ * tmp_path("<dump>.s<step>.r<rank>"), for bitwise comparison of every
+ * rank's state (the result carries rank 0's parameters only). */
+static pt_status dump_state(const job *j, pt_trainer *t, pt_comm *world) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.s%d.r%d", j->dump, pt_trainer_step_count(t),
+             world ? pt_comm_rank(world) : 0);
+    const char *path = tmp_path(name);
+    pt_model *m = pt_trainer_model(t);
+    pt_adamw *o = pt_trainer_optim(t);
+    size_t n = pt_model_num_params(m);
+    FILE *f = fopen(path, "wb");
+    if (!f) return pt_error_set(PT_ERR_IO, "%s: cannot write", path);
+    int ok = fwrite(pt_model_params(m), sizeof(float), n, f) == n;
+    if (o)
+        ok = ok && fwrite(pt_adamw_m(o), sizeof(float), n, f) == n &&
+             fwrite(pt_adamw_v(o), sizeof(float), n, f) == n;
+    if (fclose(f) != 0) ok = 0;
+    return ok ? PT_OK : pt_error_set(PT_ERR_IO, "%s: write failed", path);
+}
+
 static pt_status run_job(const job *j, pt_comm *world, result *r) {
     memset(r, 0, sizeof *r);
     pt_trainer *t = NULL;
@@ -126,11 +150,13 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
         r->bytes[s] = info.comm_bytes;
         r->applied[s] = info.applied;
         r->nsteps = s + 1;
+        if (j->dump[0] && j->dump_at == s + 1) PT_CHECK_GOTO(st, dump_state(j, t, world), done);
         if (j->stop_at == s + 1) {
             PT_CHECK_GOTO(st, pt_trainer_save(t), done);
             break;
         }
     }
+    if (j->dump[0]) PT_CHECK_GOTO(st, dump_state(j, t, world), done);
     if (world && pt_comm_size(world) <= 4) {
         /* every rank's peaks to every rank (floats: exact below 2^24 bytes) */
         int me = pt_comm_rank(world), W = pt_comm_size(world);
@@ -231,7 +257,8 @@ static int is_root(void) {
 #define PARAM_ATOL 2e-5
 
 /* Losses of steps [from, nsteps) and the final parameters. */
-static void check_equivalent(const result *ref, const result *r, int from, const char *what) {
+static inline void check_equivalent(const result *ref, const result *r, int from,
+                                    const char *what) {
     CHECK_EQ(r->nsteps, ref->nsteps);
     double worst = 0, pmax = 0;
     for (int s = from; s < ref->nsteps && s < r->nsteps; s++) {

@@ -37,6 +37,34 @@ assert any(n.startswith("allreduce b") for n in names), names
 PY
 fi
 
+# stale and local_sgd checkpoints continue bitwise: a run saving at step 3
+# and going on to 6, then a resume from its step 3 to 6, write the same
+# step 6 (rank 0's model and moments, every rank's file)
+resume_check() { # NAME ARGS...
+  name=$1
+  shift
+  "$bin" train "$@" --set parallel.dp=2 --nproc 2 --set checkpoint.dir="$dir/$name" \
+    --set checkpoint.every=3 2> "$dir/err" || fail "$name run failed: $(cat "$dir/err")"
+  cp -r "$dir/$name/step_00000006" "$dir/$name-straight"
+  echo step_00000003 > "$dir/$name/latest"
+  "$bin" train "$@" --set parallel.dp=2 --nproc 2 --set checkpoint.dir="$dir/$name" \
+    --set checkpoint.every=3 --resume 2> "$dir/err" || fail "$name resume failed: $(cat "$dir/err")"
+  for f in model.safetensors optim_m.safetensors optim_v.safetensors rank0.safetensors \
+    rank1.safetensors; do
+    cmp -s "$dir/$name-straight/$f" "$dir/$name/step_00000006/$f" ||
+      fail "$name: $f differs between the straight and the resumed run"
+  done
+}
+resume_check stale "$@" --set parallel.sync=stale
+resume_check nesterov "$@" --set parallel.sync=local_sgd --set parallel.outer=nesterov
+# a missing rank file: the resume fails naming it
+rm "$dir/stale/step_00000006/rank1.safetensors"
+"$bin" train "$@" --set parallel.dp=2 --nproc 2 --set parallel.sync=stale \
+  --set checkpoint.dir="$dir/stale" --set train.steps=8 --resume 2> "$dir/err" &&
+  fail "resume without rank1.safetensors succeeded"
+grep -q "step_00000006/rank1.safetensors: No such file" "$dir/err" ||
+  fail "missing rank file message: $(cat "$dir/err")"
+
 # bad input: one line naming the problem, exit 1
 "$bin" train "$@" --nproc 2 2> "$dir/err" && fail "dp=1 with --nproc 2 succeeded"
 grep -q "parallel.dp = 1 but --nproc 2" "$dir/err" || fail "dp/nproc message: $(cat "$dir/err")"
