@@ -111,7 +111,10 @@ void pt_ddp_module_done(pt_ddp *d, int module);
  * must be final), and end the round: slot s keeps running. */
 pt_status pt_ddp_launch_all(pt_ddp *d);
 /* Wait for every bucket of slot s (launching what is left first when s is
- * the active round). The slot's buffer then holds the SUM over ranks. */
+ * the active round). The slot's buffer then holds the SUM over ranks, and
+ * the slot is idle: waiting for it again returns at once with the buffer
+ * untouched (a checkpoint completes stale rounds early this way, and a
+ * resume refills idle slots' buffers from the checkpoint). */
 pt_status pt_ddp_wait(pt_ddp *d, int s);
 /* 1 when slot s has a round launched and not yet waited for. */
 int pt_ddp_slot_busy(const pt_ddp *d, int s);
@@ -209,7 +212,8 @@ void pt_local_sgd_free(pt_local_sgd *l);
 /* Collective: average params over c (all-reduce), apply the outer step and
  * write the new parameters to params on every rank. */
 pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params);
-/* Outer state (lent) for checkpoints: anchor and momentum, n floats each. */
+/* Outer state (lent) for checkpoints: anchor and momentum, n floats each
+ * (NULL without nesterov); a checkpoint saves and reloads them in place. */
 float *pt_local_sgd_anchor(pt_local_sgd *l);
 float *pt_local_sgd_momentum(pt_local_sgd *l);
 

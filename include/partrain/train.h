@@ -111,10 +111,21 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
 /* ---- checkpoints -------------------------------------------------------------
  * A checkpoint is a directory DIR/step_NNNNNNNN holding model.safetensors
  * (GPT-2 names and shapes, F32), optim_m.safetensors and optim_v.safetensors
- * (AdamW moments under the same names) and state.json (step, data RNG,
- * config). DIR/latest names the newest one. Saving writes a temporary
- * directory, fsyncs, renames it into place, then replaces DIR/latest the same
- * way: a crash never damages the previous checkpoint. */
+ * (AdamW moments under the same names) and state.json (step, AdamW update
+ * count, data RNG, config). DIR/latest names the newest one. Saving writes a
+ * temporary directory, fsyncs, renames it into place, then replaces
+ * DIR/latest the same way: a crash never damages the previous checkpoint.
+ *
+ * Extension for parallel.sync = stale / local_sgd with dp > 1, whose ranks
+ * hold state that differs or that the main files lack: the main files are
+ * rank 0's, and rank<r>.safetensors (one per rank, in the same directory,
+ * written by rank 0 through the same temporary directory) hold rank r's
+ * parameters and moments where they differ, the stale gradient rounds in
+ * flight, dga's local gradients and the outer Nesterov state, as groups of
+ * the model's tensors under "<prefix>.<GPT-2 name>"; state.json's
+ * "rank_state" names them. Resuming at the same layout continues bitwise;
+ * under another one, every rank starts from rank 0's model (one warning);
+ * docs/parallel.md has the details. */
 
 /* Write buf, laid out like the model's parameters (the parameters
  * themselves, or an optimizer moment), as a safetensors file with the model's
@@ -187,9 +198,14 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
  * of data.val (needs data.val). */
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss);
 
-/* Save a checkpoint of the current state to checkpoint.dir. */
+/* Save a checkpoint of the current state to checkpoint.dir. Collective
+ * under data parallelism (every rank calls it; rank 0 writes; stale rounds
+ * in flight are completed first); every rank gets rank 0's status. */
 pt_status pt_trainer_save(pt_trainer *t);
-/* Load checkpoint.dir/latest (model, optimizer, step, data position). */
+/* Load checkpoint.dir/latest (model, optimizer, step, data position, and
+ * this rank's rank<r>.safetensors when the layout is the saved one).
+ * Collective under data parallelism: when any rank fails, every rank
+ * returns that rank's one-line message. */
 pt_status pt_trainer_resume(pt_trainer *t);
 
 /* The loop: from the current step to train.steps, with the progress line on
