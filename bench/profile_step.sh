@@ -19,11 +19,13 @@ perf record -q -o "$DATA" --call-graph dwarf,32768 -F 499 -- \
 perf script -i "$DATA" -F comm,tid,ip,sym 2>/dev/null | /usr/bin/python3 -c '
 import collections, re, sys
 KERNELS = ("pt_matmul_forward_wt", "pt_matmul_backward_wt", "pt_matmul_forward",
-           "pt_matmul_backward", "pt_attention_forward", "pt_attention_backward",
-           "pt_gelu_forward", "pt_gelu_backward", "pt_layernorm_forward", "pt_layernorm_backward",
-           "pt_residual_forward", "pt_residual_backward", "pt_softmax_xent_forward_backward",
-           "pt_encoder_forward", "pt_encoder_backward", "pt_adamw_update", "pt_sum_squares",
-           "pt_model_zero_grads")
+           "pt_matmul_forward_res", "pt_matmul_gelu_forward", "pt_matmul_backward",
+           "pt_matmul_backward_set", "pt_attention_forward", "pt_attention_backward",
+           "pt_attention_backward_set", "pt_gelu_forward", "pt_gelu_backward",
+           "pt_gelu_backward_bias", "pt_layernorm_forward", "pt_layernorm_backward",
+           "pt_layernorm_backward_res", "pt_residual_forward", "pt_residual_backward",
+           "pt_softmax_xent_forward_backward", "pt_encoder_forward", "pt_encoder_backward",
+           "pt_adamw_update", "pt_adamw_update_sumsq", "pt_sum_squares", "pt_model_zero_grads")
 counts, total, in_step = collections.Counter(), 0, 0
 def charge(stack):
     global in_step
@@ -65,6 +67,6 @@ for line in sys.stdin:
         stack.append(re.sub(r"\+0x[0-9a-f]+$", "", parts[1]))
 charge(stack)
 print("%% of step samples (%d samples under pt_trainer_step_batch and pool workers)" % in_step)
-for k, c in counts.most_common(30):
+for k, c in counts.most_common(40):
     print("%6.1f%%  %s" % (100.0 * c / max(in_step, 1), k))
 '
