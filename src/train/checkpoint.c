@@ -296,7 +296,7 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
     uint64_t data_size = size - 8 - hlen;
     int n = pt_model_num_tensors(m);
     PT_CHECK_GOTO(st, check_meta(path, root, meta_want), done);
-    seen = calloc((size_t)n * (size_t)ng, 1);
+    seen = calloc((size_t)n * (size_t)ng + 1, 1); /* + 1: a file of no groups */
     if (!seen) {
         st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
         goto done;

@@ -1,6 +1,7 @@
 /* Bitwise resume of the asynchronous data-parallel modes (stale dga and
- * delayed, local_sgd avg and nesterov) at dp 2 on shm: N steps straight
- * against N/2 steps, save, a fresh set of ranks that resume, and the rest.
+ * delayed, local_sgd avg and nesterov) at dp 2 (two cases at dp 4, one with
+ * micro-batches) on shm: N steps straight against N/2 steps, save, a fresh
+ * set of ranks that resume, and the rest.
  * The oracle is the straight run: every step's loss, and every rank's
  * parameters and AdamW moments (dumped by each rank, compared with memcmp)
  * one step before the end, where local_sgd's ranks differ, and at the end.
@@ -19,21 +20,25 @@
 
 typedef struct {
     const char *name, *sync, *stale_mode, *outer;
-    int k;
+    int k, dp, M; /* staleness, ranks, micro-batches */
 } mode;
 
 static const mode modes[] = {
-    {"stale-dga-k1", "stale", "dga", "avg", 1},
-    {"stale-dga-k2", "stale", "dga", "avg", 2},
-    {"stale-delayed-k1", "stale", "delayed", "avg", 1},
-    {"stale-delayed-k2", "stale", "delayed", "avg", 2},
-    {"local-avg", "local_sgd", "dga", "avg", 1},
-    {"local-nesterov", "local_sgd", "dga", "nesterov", 1},
+    {"stale-dga-k1", "stale", "dga", "avg", 1, 2, 1},
+    {"stale-dga-k2", "stale", "dga", "avg", 2, 2, 1},
+    {"stale-delayed-k1", "stale", "delayed", "avg", 1, 2, 1},
+    {"stale-delayed-k2", "stale", "delayed", "avg", 2, 2, 1},
+    {"local-avg", "local_sgd", "dga", "avg", 1, 2, 1},
+    {"local-nesterov", "local_sgd", "dga", "nesterov", 1, 2, 1},
+    /* more ranks (rank 0 gathers three peers' files) and micro-batches */
+    {"stale-dga-k2-dp4-M2", "stale", "dga", "avg", 2, 4, 2},
+    {"local-nesterov-dp4", "local_sgd", "dga", "nesterov", 1, 4, 1},
 };
 
 static void mode_config(job *j, const mode *md, int dp) {
     memset(j, 0, sizeof *j);
     tiny_config(&j->cfg, dp);
+    j->cfg.parallel.microbatches = md->M;
     j->cfg.model.vocab_size = 256;
     j->cfg.train.steps = N_STEPS;
     j->use_data = 1;
@@ -70,14 +75,14 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
     return d;
 }
 
-/* Dumps a and b of step `step` bitwise equal on both ranks. Returns rank 0
+/* Dumps a and b of step `step` bitwise equal on every rank. Returns rank 0
  * vs rank 1's largest parameter difference in a (how far the ranks are
  * apart). */
-static double check_same_dumps(const char *a, const char *b, int step) {
+static double check_same_dumps(const char *a, const char *b, int step, int dp) {
     float *r0 = NULL;
     size_t n0 = 0;
     double apart = -1;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < dp; r++) {
         size_t na = 0, nb = 0;
         float *x = read_dump(a, step, r, &na), *y = read_dump(b, step, r, &nb);
         CHECK(x && y && na > 0);
@@ -86,10 +91,10 @@ static double check_same_dumps(const char *a, const char *b, int step) {
         if (r == 0) {
             r0 = x;
             n0 = na;
-        } else if (r0 && x && n0 == na) {
+        } else if (r == 1 && r0 && x && n0 == na) {
             apart = max_abs_diff(r0, x, na / 3); /* the parameters (then m, v) */
         }
-        if (r == 1) free(x);
+        if (r > 0) free(x);
         free(y);
     }
     free(r0);
@@ -101,14 +106,14 @@ static void test_resume_bitwise(void) {
         const mode *md = &modes[c];
         job j;
         result straight, first, resumed;
-        mode_config(&j, md, 2);
+        mode_config(&j, md, md->dp);
         snprintf(j.dump, sizeof j.dump, "straight-%s", md->name);
         j.dump_at = N_STEPS - 1;
         CHECK_OK(run_dp(&j, &straight));
-        mode_config(&j, md, 2);
+        mode_config(&j, md, md->dp);
         j.stop_at = SAVE_AT;
         CHECK_OK(run_dp(&j, &first));
-        mode_config(&j, md, 2);
+        mode_config(&j, md, md->dp);
         j.resume = 1;
         snprintf(j.dump, sizeof j.dump, "resumed-%s", md->name);
         j.dump_at = N_STEPS - 1;
@@ -120,17 +125,17 @@ static void test_resume_bitwise(void) {
         char a[48], b[48];
         snprintf(a, sizeof a, "straight-%s", md->name);
         snprintf(b, sizeof b, "resumed-%s", md->name);
-        double apart = check_same_dumps(a, b, N_STEPS - 1);
-        check_same_dumps(a, b, N_STEPS);
+        double apart = check_same_dumps(a, b, N_STEPS - 1, md->dp);
+        check_same_dumps(a, b, N_STEPS, md->dp);
         /* the per-rank state matters where ranks differ: dga by their last k
          * local terms, local_sgd between averagings; delayed keeps them equal */
         if (!strcmp(md->stale_mode, "delayed") && !strcmp(md->sync, "stale"))
             CHECK(apart == 0.0);
         else
             CHECK(apart > 0.0);
-        printf("  %-17s steps %d-%d compared bitwise (losses, both ranks' params + moments); "
+        printf("  %-19s dp%d steps %d-%d compared bitwise (losses, every rank's params + moments); "
                "ranks apart by %.2e at step %d\n",
-               md->name, SAVE_AT + 1, N_STEPS, apart, N_STEPS - 1);
+               md->name, md->dp, SAVE_AT + 1, N_STEPS, apart, N_STEPS - 1);
         result_free(&straight);
         result_free(&first);
         result_free(&resumed);
@@ -209,14 +214,17 @@ static void test_resume_fallback_and_errors(void) {
     snprintf(src, sizeof src, "%s", j.cfg.checkpoint.dir);
     CHECK_OK(run_dp(&j, &straight)); /* rewrites step 12 only */
 
-    /* another dp: rank 0's model continues under one worker */
-    mode_config(&j, dga, 1);
-    copy_dir(src, tmp_path("other-dp"));
-    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("other-dp"));
-    j.resume = 1;
-    CHECK_OK(run_dp(&j, &r));
-    CHECK_EQ(r.nsteps, N_STEPS);
-    result_free(&r);
+    /* another dp: rank 0's model continues under one worker, and under
+     * four ranks with the pipeline restarted */
+    for (int dp = 1; dp <= 4; dp += 3) {
+        mode_config(&j, dga, dp);
+        copy_dir(src, tmp_path("other-dp"));
+        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("other-dp"));
+        j.resume = 1;
+        CHECK_OK(run_dp(&j, &r));
+        CHECK_EQ(r.nsteps, N_STEPS);
+        result_free(&r);
+    }
 
     /* another stale kind at the same dp: the pipeline restarts, so delayed
      * applies nothing in the first step after the resume */
