@@ -5,7 +5,9 @@
  * each name to {"dtype": "F32", "shape": [...], "data_offsets": [begin,
  * end]} (offsets relative to the end of the header; "__metadata__" allowed),
  * padded with spaces to 8 bytes, then the raw data. Our tensors are written
- * in flat-buffer order, so the data section is the flat buffer itself.
+ * in flat-buffer order, so the data section is the flat buffer itself; a
+ * file of several groups (rank<r>.safetensors) holds one such flat buffer
+ * per group, its tensors named "<prefix>.<GPT-2 name>".
  *
  * Loading trusts nothing: header length, JSON, dtype, shape, offsets
  * (inside the file, matching the shape), duplicates, missing and unexpected
@@ -13,7 +15,13 @@
  * the tensor. Assumes a little-endian host (x86-64, arm64), as safetensors
  * files are little-endian.
  *
- * Not here: what goes into state.json (the trainer decides). */
+ * Step directories are written in three moves (begin: a fresh temporary
+ * directory; the files; commit: fsync and rename into place, then
+ * `latest`), so that files written by several parties (rank 0's main files,
+ * the rank files) still appear at once.
+ *
+ * Not here: what goes into state.json and the rank files (the trainer
+ * decides), moving per-rank state to rank 0 (rank_state.c). */
 #include "train_impl.h"
 
 #include <cjson/cJSON.h>
@@ -453,18 +461,6 @@ pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp) {
 fail:
     remove_flat_dir(tmp);
     return st;
-}
-
-pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *params,
-                        const float *adam_m, const float *adam_v, const char *state_json) {
-    char tmp[PT_CONFIG_STR_MAX + 64];
-    PT_CHECK(pt_ckpt_begin(dir, step, tmp, sizeof tmp));
-    pt_status st = pt_ckpt_write_main(tmp, m, params, adam_m, adam_v, state_json);
-    if (st != PT_OK) {
-        pt_ckpt_abort(tmp);
-        return st;
-    }
-    return pt_ckpt_commit(dir, step, tmp);
 }
 
 pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n) {

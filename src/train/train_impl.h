@@ -26,9 +26,6 @@ pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *pa
                              const float *adam_m, const float *adam_v, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);
 void pt_ckpt_abort(const char *tmp);
-/* begin + write_main + commit. */
-pt_status pt_ckpt_write(const char *dir, int step, const pt_model *m, const float *params,
-                        const float *adam_m, const float *adam_v, const char *state_json);
 /* Parse a step directory's state.json (caller deletes *out). */
 pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out);
 
