@@ -175,6 +175,7 @@ static void strip_rank_state(const char *stepdir) {
 
 typedef struct {
     pt_config cfg;
+    int save;         /* 1: two steps, then save (else resume) */
     const char *want; /* in every rank's message */
     const char *file; /* named by it too */
 } bad_resume;
@@ -186,18 +187,21 @@ static int rank_bad_resume(void *arg) {
     if (pt_comm_init(&world, &o) != PT_OK) return 1;
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, &b->cfg, world);
-    if (st == PT_OK) st = pt_trainer_resume(t);
+    for (int s = 0; b->save && st == PT_OK && s < 2; s++) st = pt_trainer_step(t, NULL);
+    if (st == PT_OK) st = b->save ? pt_trainer_save(t) : pt_trainer_resume(t);
     const char *msg = pt_error_message();
-    int ok = st != PT_OK && strstr(msg, b->want) && strstr(msg, b->file) && !strchr(msg, '\n');
+    /* the failing rank's own error on every rank, not a timeout waiting for it */
+    int ok = st != PT_OK && st != PT_ERR_TIMEOUT && st != PT_ERR_COMM && strstr(msg, b->want) &&
+             strstr(msg, b->file) && !strchr(msg, '\n');
     fprintf(stderr, "  rank %d: %s%s\n", pt_comm_rank(world), msg, ok ? "" : "  <- unexpected");
     pt_trainer_free(t);
     pt_comm_free(world);
     return ok ? 0 : 1;
 }
 
-static void expect_bad_resume(const job *base, const char *dir, const char *want,
-                              const char *file) {
-    bad_resume b = {base->cfg, want, file};
+static void expect_bad(const job *base, int save, const char *dir, const char *want,
+                       const char *file) {
+    bad_resume b = {base->cfg, save, want, file};
     snprintf(b.cfg.checkpoint.dir, sizeof b.cfg.checkpoint.dir, "%s", dir);
     int code = -1;
     pt_comm_options o = {"shm", 20};
@@ -256,11 +260,16 @@ static void test_resume_fallback_and_errors(void) {
     copy_dir(src, tmp_path("bad"));
     const char *f1 = tmp_path("bad/step_00000006/rank1.safetensors");
     CHECK(truncate(f1, 200) == 0);
-    expect_bad_resume(&j, tmp_path("bad"), "truncated", "rank1.safetensors");
+    expect_bad(&j, 0, tmp_path("bad"), "truncated", "rank1.safetensors");
     CHECK(remove(f1) == 0);
-    expect_bad_resume(&j, tmp_path("bad"), "No such file", "rank1.safetensors");
+    expect_bad(&j, 0, tmp_path("bad"), "No such file", "rank1.safetensors");
     copy_dir(tmp_path("bad/step_00000006/rank0.safetensors"), f1);
-    expect_bad_resume(&j, tmp_path("bad"), "metadata rank is 0, expected 1", "rank1.safetensors");
+    expect_bad(&j, 0, tmp_path("bad"), "metadata rank is 0, expected 1", "rank1.safetensors");
+
+    /* a save that fails on rank 0 (the directory's parent is a file): rank
+     * 0 still takes every rank's state, so every rank returns its error */
+    write_text(tmp_path("a-file"), 10, 3);
+    expect_bad(&j, 1, tmp_path("a-file/ckpt"), "Not a directory", "a-file/ckpt");
     result_free(&straight);
 }
 
