@@ -27,22 +27,39 @@
 #define KW    (4 * PT_VW)  /* keys per abt tile: 4 vectors */
 #define ATT_R 6            /* rows per tile: 6 x 4 accumulators + 4 operands fit 32 registers */
 
+/* The tile bodies are inlined twice by their wrappers: with rn = ATT_R (a
+ * compile-time constant: accumulators stay in registers, stores unrolled) and
+ * with the partial rn of a last tile. With a variable rn GCC kept the
+ * accumulators on the stack for the stores, a third of tile_atb's time. */
+#define TILE_INLINE static inline __attribute__((always_inline))
+
+/* out[r] (HV vectors) = acc[r], or += acc[r] when beta != 0, for r < rn. */
+TILE_INLINE void store_rows(float *out, long ldo, pt_v8f acc[ATT_R][HV], int rn, float beta) {
+    if (beta == 0.0f) {
+        for (int r = 0; r < rn; r++)
+            for (int v = 0; v < HV; v++) pt_v8_store(out + r * ldo + v * PT_VW, acc[r][v]);
+    } else {
+        for (int r = 0; r < rn; r++)
+            for (int v = 0; v < HV; v++) {
+                float *o = out + r * ldo + v * PT_VW;
+                pt_v8_store(o, pt_v8_load(o) + acc[r][v]);
+            }
+    }
+}
+
 /* out[r][0:nk] = A[r] . BT[:, 0:nk] for r < rn; A rows at stride lda (HS
  * floats each), BT (HS, KW) at row stride ldb with KW readable columns. */
-static void tile_abt(float *out, long ldo, const float *A, long lda, const float *BT, long ldb,
-                     int rn, int nk) {
+TILE_INLINE void tile_abt_body(float *out, long ldo, const float *A, long lda, const float *BT,
+                               long ldb, int rn, int nk) {
     pt_v8f acc[ATT_R][4];
-    const float *a[ATT_R];
-    for (int r = 0; r < ATT_R; r++) {
-        a[r] = A + (r < rn ? r : rn - 1) * lda;
+    for (int r = 0; r < rn; r++)
         for (int v = 0; v < 4; v++) acc[r][v] = pt_v8_splat(0.0f);
-    }
     for (int d = 0; d < HS; d++) {
         const float *b = BT + d * ldb;
         pt_v8f b0 = pt_v8_load(b), b1 = pt_v8_load(b + PT_VW), b2 = pt_v8_load(b + 2 * PT_VW),
                b3 = pt_v8_load(b + 3 * PT_VW);
-        for (int r = 0; r < ATT_R; r++) {
-            float x = a[r][d];
+        for (int r = 0; r < rn; r++) {
+            float x = A[r * lda + d];
             acc[r][0] += x * b0, acc[r][1] += x * b1, acc[r][2] += x * b2, acc[r][3] += x * b3;
         }
     }
@@ -57,62 +74,64 @@ static void tile_abt(float *out, long ldo, const float *A, long lda, const float
         }
     }
 }
+static void tile_abt(float *out, long ldo, const float *A, long lda, const float *BT, long ldb,
+                     int rn, int nk) {
+    if (rn == ATT_R)
+        tile_abt_body(out, ldo, A, lda, BT, ldb, ATT_R, nk);
+    else
+        tile_abt_body(out, ldo, A, lda, BT, ldb, rn, nk);
+}
 
 /* out[r] = beta * out[r] + sum_{j < n} A[r][j] B[j] for r < rn (HS floats). */
-static void tile_ab(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
-                    int rn, int n, float beta) {
+TILE_INLINE void tile_ab_body(float *out, long ldo, const float *A, long lda, const float *B,
+                              long ldb, int rn, int n, float beta) {
     pt_v8f acc[ATT_R][HV];
-    const float *a[ATT_R];
-    for (int r = 0; r < ATT_R; r++) {
-        a[r] = A + (r < rn ? r : rn - 1) * lda;
+    for (int r = 0; r < rn; r++)
         for (int v = 0; v < HV; v++) acc[r][v] = pt_v8_splat(0.0f);
-    }
     for (int j = 0; j < n; j++) {
         const float *b = B + j * ldb;
         pt_v8f bv[HV];
         for (int v = 0; v < HV; v++) bv[v] = pt_v8_load(b + v * PT_VW);
-        for (int r = 0; r < ATT_R; r++) {
-            float x = a[r][j];
+        for (int r = 0; r < rn; r++) {
+            float x = A[r * lda + j];
             for (int v = 0; v < HV; v++) acc[r][v] += x * bv[v];
         }
     }
-    for (int r = 0; r < rn; r++)
-        for (int v = 0; v < HV; v++) {
-            float *o = out + r * ldo + v * PT_VW;
-            pt_v8_store(o, beta == 0.0f ? acc[r][v] : pt_v8_load(o) + acc[r][v]);
-        }
+    store_rows(out, ldo, acc, rn, beta);
+}
+static void tile_ab(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
+                    int rn, int n, float beta) {
+    if (rn == ATT_R)
+        tile_ab_body(out, ldo, A, lda, B, ldb, ATT_R, n, beta);
+    else
+        tile_ab_body(out, ldo, A, lda, B, ldb, rn, n, beta);
 }
 
 /* out[r] = beta * out[r] + sum_{i in [i0, i1)} A[i][j0 + r] B[i] for r < rn:
  * A's row i at A + i * lda, B's at B + i * ldb. */
-static void tile_atb(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
-                     int j0, int rn, int i0, int i1, float beta) {
+TILE_INLINE void tile_atb_body(float *out, long ldo, const float *A, long lda, const float *B,
+                               long ldb, int j0, int rn, int i0, int i1, float beta) {
     pt_v8f acc[ATT_R][HV];
-    for (int r = 0; r < ATT_R; r++)
+    for (int r = 0; r < rn; r++)
         for (int v = 0; v < HV; v++) acc[r][v] = pt_v8_splat(0.0f);
-    int cr = rn < ATT_R ? rn : ATT_R;
     for (int i = i0; i < i1; i++) {
         const float *b = B + i * ldb;
         const float *a = A + i * lda + j0;
         pt_v8f bv[HV];
         for (int v = 0; v < HV; v++) bv[v] = pt_v8_load(b + v * PT_VW);
-        if (cr == ATT_R) {
-            for (int r = 0; r < ATT_R; r++) {
-                float x = a[r];
-                for (int v = 0; v < HV; v++) acc[r][v] += x * bv[v];
-            }
-        } else {
-            for (int r = 0; r < cr; r++) {
-                float x = a[r];
-                for (int v = 0; v < HV; v++) acc[r][v] += x * bv[v];
-            }
+        for (int r = 0; r < rn; r++) {
+            float x = a[r];
+            for (int v = 0; v < HV; v++) acc[r][v] += x * bv[v];
         }
     }
-    for (int r = 0; r < rn; r++)
-        for (int v = 0; v < HV; v++) {
-            float *o = out + r * ldo + v * PT_VW;
-            pt_v8_store(o, beta == 0.0f ? acc[r][v] : pt_v8_load(o) + acc[r][v]);
-        }
+    store_rows(out, ldo, acc, rn, beta);
+}
+static void tile_atb(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
+                     int j0, int rn, int i0, int i1, float beta) {
+    if (rn == ATT_R)
+        tile_atb_body(out, ldo, A, lda, B, ldb, j0, ATT_R, i0, i1, beta);
+    else
+        tile_atb_body(out, ldo, A, lda, B, ldb, j0, rn, i0, i1, beta);
 }
 
 /* Causal scores: S[i][j] = A[i] . B[j] for rows [r0, r1), keys j <= i (and
@@ -131,13 +150,18 @@ static void scores(float *S, long lds, const float *A, long lda, const float *BT
     }
 }
 
-/* BT (HS, ld) = rows [0, n) of B (stride ldb) transposed; columns [n, ld) zeroed. */
+/* BT (HS, ld) = rows [0, n) of B (stride ldb) transposed; columns [n, ld)
+ * zeroed. Row by row: each read is a contiguous row of B and the writes of 16
+ * consecutive rows stay in the same 64 cache lines of BT; walking B by
+ * columns instead missed L1 on every element (a row stride of 3C floats) and
+ * was most of the backward's time outside the tiles. */
 static void transpose64(float *BT, long ld, const float *B, long ldb, int n) {
-    for (int d = 0; d < HS; d++) {
-        float *o = BT + d * ld;
-        for (int j = 0; j < n; j++) o[j] = B[j * ldb + d];
-        for (long j = n; j < ld; j++) o[j] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *b = B + j * ldb;
+        for (int d = 0; d < HS; d++) BT[d * ld + j] = b[d];
     }
+    for (int d = 0; d < HS; d++)
+        for (long j = n; j < ld; j++) BT[d * ld + j] = 0.0f;
 }
 
 /* scores() for all T rows with B transposed one key tile at a time into a
