@@ -61,6 +61,12 @@ const char *pt_comm_backend_name(const pt_comm *c);
 /* Tell the communicator the caller's current training step (any value); a
  * failure report (the launcher's summary line) then names it. Cheap. */
 void pt_comm_note_step(pt_comm *c, long step);
+/* Seconds before a silent peer is an error on c (and only c), from the next
+ * operation on; waits for c's queued operations first; *old (may be NULL)
+ * gets the previous value. For phases where one rank legitimately keeps the
+ * others waiting, such as rank 0 writing a checkpoint; a dead rank is still
+ * reported at once. seconds <= 0: PT_ERR_INVALID. */
+pt_status pt_comm_set_timeout(pt_comm *c, double seconds, double *old);
 
 /* Shard of a count-element buffer held by `rank` of `size`: [*offset, *offset + *n). */
 void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n);

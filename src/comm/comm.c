@@ -503,8 +503,12 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
      * on the backend's send/recv (so that tests cover them on any backend). */
     const char *g = getenv("PT_COMM_GENERIC");
     c->generic = g && strcmp(g, "1") == 0;
-    c->p2p_only = (pt_comm_backend){
-        .name = be->name, .send = be->send, .recv = be->recv, .split = be->split, .free = be->free};
+    c->p2p_only = (pt_comm_backend){.name = be->name,
+                                    .send = be->send,
+                                    .recv = be->recv,
+                                    .split = be->split,
+                                    .free = be->free,
+                                    .set_timeout = be->set_timeout};
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     *out = c;
@@ -614,4 +618,14 @@ const char *pt_comm_backend_name(const pt_comm *c) {
 }
 void pt_comm_note_step(pt_comm *c, long step) {
     if (c && c->be->note_step) c->be->note_step(c->ctx, step);
+}
+
+pt_status pt_comm_set_timeout(pt_comm *c, double seconds, double *old) {
+    if (!c) return pt_error_set(PT_ERR_INVALID, "set_timeout: communicator is NULL");
+    if (!(seconds > 0))
+        return pt_error_set(PT_ERR_INVALID, "set_timeout: %g s is not positive", seconds);
+    drain(c);
+    double prev = c->be->set_timeout(c->ctx, seconds);
+    if (old) *old = prev;
+    return PT_OK;
 }

@@ -53,6 +53,10 @@ typedef struct pt_comm_backend {
      * failure report can say at which step a rank was. */
     void (*note_step)(void *ctx, long step);
 
+    /* Required. Seconds before a silent peer is an error, from the next
+     * operation on (the communicator is idle); returns the previous value. */
+    double (*set_timeout)(void *ctx, double seconds);
+
     /* 1: recv may run on a context while another thread runs send or a
      * collective on it (shm: separate rings per direction). The wrappers
      * then run queued receives on a second progress thread, so an

@@ -694,7 +694,7 @@ static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
 /* Rank 0 writes every file (the tensors are whole on every rank; ZeRO
  * gathers them first; per-rank state is sent to it); the others wait for
  * it, so that a resume right after finds the files, and learn its status. */
-pt_status pt_trainer_save(pt_trainer *t) {
+static pt_status save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
     pt_status st = PT_OK;
     float *zp = NULL, *zm = NULL, *zv = NULL;
@@ -908,8 +908,33 @@ static pt_status resume_local(pt_trainer *t) {
 
 /* Every rank loads (its own rank file too), then all agree: a rank that
  * failed makes every rank fail with its one-line message. */
-pt_status pt_trainer_resume(pt_trainer *t) {
+static pt_status resume(pt_trainer *t) {
     return pt_ckpt_agree(t->aux, resume_local(t));
+}
+
+/* While rank 0 writes (or a slow disk reads) a checkpoint the other ranks
+ * wait on aux, for as long as a large model's files take: the comm timeout
+ * is for silent peers, seconds, and would fail a healthy save (gpt2: 1.5 GB
+ * of files). A rank that dies meanwhile is still reported at once. */
+#define CKPT_TIMEOUT_S 1800.0
+
+static pt_status with_ckpt_timeout(pt_trainer *t, pt_status (*fn)(pt_trainer *)) {
+    double old = 0;
+    if (t->aux) PT_CHECK(pt_comm_set_timeout(t->aux, CKPT_TIMEOUT_S, &old));
+    pt_status st = fn(t);
+    if (t->aux && old > 0) {
+        pt_status e = pt_comm_set_timeout(t->aux, old, NULL);
+        if (st == PT_OK) st = e;
+    }
+    return st;
+}
+
+pt_status pt_trainer_save(pt_trainer *t) {
+    return with_ckpt_timeout(t, save);
+}
+
+pt_status pt_trainer_resume(pt_trainer *t) {
+    return with_ckpt_timeout(t, resume);
 }
 
 /* ---- the loop ---- */

@@ -284,6 +284,32 @@ static void test_idle_wait(void) {
     }
 }
 
+/* pt_comm_set_timeout: with a 0.5 s timeout, rank 0 late by 0.8 s is fine
+ * after raising it to 5 s, and a timeout again once it is back to 0.5 s. */
+static int slow_main(void *arg) {
+    (void)arg;
+    pt_comm *w;
+    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    int me = pt_comm_rank(w);
+    double old = 0;
+    if (pt_comm_set_timeout(w, 0, &old) != PT_ERR_INVALID) return 3;
+    if (pt_comm_set_timeout(w, 5, &old) != PT_OK || old != 0.5) return 4;
+    if (me == 0) usleep(800000);
+    if (pt_comm_barrier(w) != PT_OK) return 5;
+    if (pt_comm_set_timeout(w, old, NULL) != PT_OK) return 6;
+    if (me == 0) usleep(800000);
+    pt_status st = pt_comm_barrier(w);
+    pt_comm_free(w);
+    return me == 0 ? 0 : st == PT_ERR_TIMEOUT ? 0 : 7;
+}
+
+static void test_set_timeout(void) {
+    pt_comm_options opt = {.backend = "shm", .timeout_s = 0.5};
+    int code = -1;
+    CHECK_OK(pt_launch(2, slow_main, NULL, &opt, &code));
+    CHECK_EQ(code, 0);
+}
+
 /* The launcher itself SIGKILLed: its ranks die with it (PR_SET_PDEATHSIG). */
 static int loop_main(void *arg) {
     (void)arg;
@@ -348,6 +374,7 @@ int main(void) {
     RUN(test_nonzero_exit);
     RUN(test_hang);
     RUN(test_sigint);
+    RUN(test_set_timeout);
     RUN(test_launcher_killed);
     munmap(sh, sizeof *sh);
     return TEST_DONE();

@@ -417,6 +417,13 @@ static void mpi_free(void *ctx) {
     pt_mpi_g.finalized = 1;
 }
 
+static double mpi_set_timeout(void *ctx, double seconds) {
+    mpi_ctx *c = ctx;
+    double old = c->timeout_s;
+    c->timeout_s = seconds;
+    return old;
+}
+
 static const pt_comm_backend mpi_backend = {
     .name = "mpi",
     .send = mpi_send,
@@ -428,6 +435,7 @@ static const pt_comm_backend mpi_backend = {
     .barrier = mpi_barrier,
     .split = mpi_split,
     .free = mpi_free,
+    .set_timeout = mpi_set_timeout,
 };
 
 /* Seconds of the deadline: the option, else PT_COMM_TIMEOUT, else 10. */

@@ -1245,6 +1245,13 @@ static void shm_free(void *ctx) {
     free(x);
 }
 
+static double shm_set_timeout(void *ctx, double seconds) {
+    shm_ctx *x = ctx;
+    double old = x->timeout_s;
+    x->timeout_s = seconds;
+    return old;
+}
+
 static void shm_note_step(void *ctx, long step) {
     shm_ctx *x = ctx;
     atomic_store_explicit(&x->job->ranks[x->wrank].step, step, memory_order_relaxed);
@@ -1321,6 +1328,7 @@ static const pt_comm_backend shm_backend = {
     .split = shm_split,
     .free = shm_free,
     .note_step = shm_note_step,
+    .set_timeout = shm_set_timeout,
     .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 
