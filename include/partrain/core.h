@@ -50,6 +50,11 @@ pt_status pt_error_set(pt_status s, const char *fmt, ...) __attribute__((format(
 const char *pt_error_message(void);
 /* Forget the calling thread's last message. */
 void pt_error_clear(void);
+/* Mark the last message as one that every rank of the job returns alike (an
+ * error the ranks agreed on), so that a front end prints it once instead of
+ * once per rank. The next pt_error_set or pt_error_clear unmarks it. */
+void pt_error_mark_shared(void);
+int pt_error_is_shared(void);
 
 /* Propagate a failure to the caller. */
 #define PT_CHECK(expr)                                                                             \

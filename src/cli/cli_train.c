@@ -44,9 +44,10 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
     if (st != PT_OK) {
-        if (world && pt_comm_size(world) > 1)
+        /* An error the ranks agreed on is printed once, by rank 0. */
+        if (world && pt_comm_size(world) > 1 && !pt_error_is_shared())
             fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
-        else
+        else if (rank == 0)
             fprintf(stderr, "partrain: %s\n", pt_error_message());
         rc = 1;
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 static _Thread_local char last_error[1024];
+static _Thread_local int last_shared;
 
 const char *pt_status_name(pt_status s) {
     switch (s) {
@@ -35,6 +36,7 @@ pt_status pt_error_set(pt_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_shared = 0;
     return s;
 }
 
@@ -44,6 +46,15 @@ const char *pt_error_message(void) {
 
 void pt_error_clear(void) {
     last_error[0] = '\0';
+    last_shared = 0;
+}
+
+void pt_error_mark_shared(void) {
+    last_shared = 1;
+}
+
+int pt_error_is_shared(void) {
+    return last_shared;
 }
 
 void pt_assert_fail(const char *file, int line, const char *expr, const char *msg) {

@@ -155,5 +155,7 @@ pt_status pt_ckpt_agree(pt_comm *aux, pt_status st) {
     e = pt_comm_broadcast(aux, msg, sizeof msg, first);
     if (e != PT_OK) return e;
     msg[sizeof msg - 1] = '\0';
-    return pt_error_set(code, "%s", msg);
+    pt_error_set(code, "%s", msg);
+    pt_error_mark_shared(); /* every rank returns this message */
+    return code;
 }

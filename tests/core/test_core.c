@@ -12,6 +12,15 @@ static void test_status(void) {
     CHECK(!strcmp(pt_error_message(), "bad key model.x"));
     pt_error_clear();
     CHECK(!strcmp(pt_error_message(), ""));
+    pt_error_set(PT_ERR_IO, "agreed");
+    CHECK(!pt_error_is_shared());
+    pt_error_mark_shared();
+    CHECK(pt_error_is_shared());
+    pt_error_set(PT_ERR_IO, "another");
+    CHECK(!pt_error_is_shared());
+    pt_error_mark_shared();
+    pt_error_clear();
+    CHECK(!pt_error_is_shared());
 }
 
 static void test_mem(void) {

@@ -64,6 +64,11 @@ rm "$dir/stale/step_00000006/rank1.safetensors"
   fail "resume without rank1.safetensors succeeded"
 grep -q "step_00000006/rank1.safetensors: No such file" "$dir/err" ||
   fail "missing rank file message: $(cat "$dir/err")"
+# every rank returns that error: it is printed once (the launcher adds its
+# summary line)
+[ "$(grep -c "rank1.safetensors" "$dir/err")" -le 2 ] &&
+  [ "$(grep -c "^partrain: rank [0-9]*: " "$dir/err")" -eq 0 ] ||
+  fail "the agreed error printed per rank: $(cat "$dir/err")"
 
 # bad input: one line naming the problem, exit 1
 "$bin" train "$@" --nproc 2 2> "$dir/err" && fail "dp=1 with --nproc 2 succeeded"
