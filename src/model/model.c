@@ -124,6 +124,7 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
             free(c);
             return PT_ERR_NOMEM;
         }
+        pt_model_advise_huge(c->buf, total * sizeof(float));
     }
     float *p = c->buf;
 #define TAKE(ptr, n)                                                                               \
@@ -213,6 +214,8 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
+    pt_model_advise_huge(m->params, m->nparams * sizeof(float));
+    pt_model_advise_huge(m->grads, m->nparams * sizeof(float));
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
 
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
@@ -223,6 +226,7 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
+    pt_model_advise_huge(m->scratch, nscratch * sizeof(float));
     float *p = m->scratch;
     m->d_res2 = p, p += N * C;
     m->d_ln = p, p += N * C;
@@ -237,6 +241,7 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
+    pt_model_advise_huge(m->stream, (N * C * ((size_t)L + 3) + N) * sizeof(float));
     p = m->stream;
     for (int i = 0; i <= L; i++) m->resid[i] = p, p += N * C;
     m->dstream[0] = p, p += N * C;
