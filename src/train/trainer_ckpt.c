@@ -1,0 +1,370 @@
+/* The trainer's checkpoints: rank 0 writes the main files (GPT-2 names) and
+ * the per-rank files of the asynchronous modes it gathers; every rank
+ * resumes from them, bitwise at the same layout (see trainer.c's opening
+ * comment for what makes that hold, docs/parallel.md for the files).
+ *
+ * Not here: the file formats and the directory protocol (checkpoint.c,
+ * rank_state.c). */
+#include "trainer_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- checkpoints ----
+ * The main files (model.safetensors, optim_m/v.safetensors, state.json) hold
+ * rank 0's parameters and moments, full tensors under every layout. Under
+ * stale and local_sgd with more than one rank, rank<r>.safetensors add what
+ * rank r needs to continue exactly (rank_groups); state.json's "rank_state"
+ * says they are there. */
+
+/* Whether this run's checkpoints carry per-rank state. */
+static int has_rank_state(const pt_trainer *t) {
+    return t->world && (t->mode == MODE_STALE || t->mode == MODE_LOCAL);
+}
+
+/* stale: the first step whose round is launched and not yet applied; the
+ * rounds in flight are those of [first, t->step). */
+static int stale_first_inflight(const pt_trainer *t) {
+    int first = t->step - t->cfg.parallel.staleness;
+    return first > t->pipe_start ? first : t->pipe_start;
+}
+
+static void add_group(pt_ckpt_group *g, int *ng, float *buf, const char *fmt, int step) {
+    PT_ASSERT(*ng < PT_CKPT_GROUP_MAX);
+    snprintf(g[*ng].prefix, sizeof g[*ng].prefix, fmt, step);
+    g[*ng].buf = buf;
+    (*ng)++;
+}
+
+/* What rank<r>.safetensors holds for this rank, as groups over the live
+ * buffers (so that saving reads them and resuming fills them):
+ *   params, optim_m, optim_v   ranks > 0 under dga and local_sgd, whose
+ *                              parameters and moments differ from rank 0's
+ *   stale.step_S.sum           stale: the all-reduced sum of each step S in
+ *                              flight (waited for before saving)
+ *   stale.step_S.local         dga: this rank's own gradient of step S
+ *   outer.anchor, .momentum    local_sgd nesterov: the outer state
+ * Returns the count. */
+static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
+    int ng = 0, k = t->cfg.parallel.staleness;
+    size_t n = pt_model_num_params(t->model);
+    if (t->rank > 0 && (t->dga || t->mode == MODE_LOCAL)) {
+        add_group(g, &ng, pt_model_params(t->model), "params", 0);
+        add_group(g, &ng, pt_adamw_m(t->opt), "optim_m", 0);
+        add_group(g, &ng, pt_adamw_v(t->opt), "optim_v", 0);
+    }
+    for (int s = stale_first_inflight(t); t->mode == MODE_STALE && s < t->step; s++) {
+        int slot = s % (k + 1);
+        add_group(g, &ng, pt_ddp_slot_grads(t->ddp, slot), "stale.step_%d.sum", s);
+        if (t->dga) add_group(g, &ng, t->dga_local + (size_t)slot * n, "stale.step_%d.local", s);
+    }
+    if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
+        add_group(g, &ng, pt_local_sgd_anchor(t->lsgd), "outer.anchor", 0);
+        add_group(g, &ng, pt_local_sgd_momentum(t->lsgd), "outer.momentum", 0);
+    }
+    return ng;
+}
+
+/* stale: complete the rounds in flight (their sums are saved). Waiting
+ * early changes no value: a later pt_ddp_wait of the slot returns at once. */
+static pt_status finish_inflight(pt_trainer *t) {
+    if (t->mode != MODE_STALE || !t->ddp) return PT_OK;
+    int k = t->cfg.parallel.staleness;
+    for (int s = stale_first_inflight(t); s < t->step; s++)
+        PT_CHECK(pt_ddp_wait(t->ddp, s % (k + 1)));
+    return PT_OK;
+}
+
+/* state.json's text (malloc'd; NULL when out of memory). */
+static char *state_json(const pt_trainer *t) {
+    char *cfg_json = pt_config_to_json(&t->cfg);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *cfg = cfg_json ? cJSON_Parse(cfg_json) : NULL;
+    free(cfg_json);
+    if (!root || !cfg) {
+        cJSON_Delete(root);
+        cJSON_Delete(cfg);
+        return NULL;
+    }
+    char key[32], counter[32];
+    snprintf(key, sizeof key, "%016" PRIx64, t->data_rng.key);
+    snprintf(counter, sizeof counter, "%016" PRIx64, t->data_rng.counter);
+    cJSON_AddNumberToObject(root, "step", t->step);
+    cJSON_AddNumberToObject(root, "optim_t", t->opt ? pt_adamw_t(t->opt) : t->step);
+    cJSON *rng = cJSON_AddObjectToObject(root, "data_rng");
+    cJSON_AddStringToObject(rng, "key", key);
+    cJSON_AddStringToObject(rng, "counter", counter);
+    cJSON_AddNumberToObject(root, "data_position", (double)t->data_rng.counter);
+    if (has_rank_state(t)) {
+        cJSON *rs = cJSON_AddObjectToObject(root, "rank_state");
+        cJSON_AddNumberToObject(rs, "ranks", t->nranks);
+        cJSON_AddStringToObject(rs, "files", "rank<r>.safetensors");
+        cJSON_AddNumberToObject(rs, "pipeline_start", t->pipe_start);
+    }
+    cJSON_AddItemToObject(root, "config", cfg);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+/* Rank 0: the main files into tmp, then into place. */
+static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
+                            const float *adam_m, const float *adam_v) {
+    char *state = state_json(t);
+    if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
+    pt_status st = pt_ckpt_write_main(tmp, t->model, params, adam_m, adam_v, state);
+    free(state);
+    if (st != PT_OK) {
+        pt_ckpt_abort(tmp);
+        return st;
+    }
+    return pt_ckpt_commit(t->cfg.checkpoint.dir, t->step, tmp); /* removes tmp on failure */
+}
+
+/* Rank 0 writes every file (the tensors are whole on every rank; ZeRO
+ * gathers them first; per-rank state is sent to it); the others wait for
+ * it, so that a resume right after finds the files, and learn its status. */
+static pt_status save(pt_trainer *t) {
+    if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
+    pt_status st = PT_OK;
+    float *zp = NULL, *zm = NULL, *zv = NULL;
+    if (t->zero) {
+        /* sharded state: gather full tensors (every rank takes part) */
+        size_t n = pt_model_num_params(t->model);
+        zp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!zp || !zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+        if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
+        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
+    }
+    if (st == PT_OK) st = finish_inflight(t);
+    char tmp[PT_CONFIG_STR_MAX + 64];
+    int have_tmp = 0;
+    if (st == PT_OK && t->rank == 0) {
+        st = pt_ckpt_begin(t->cfg.checkpoint.dir, t->step, tmp, sizeof tmp);
+        have_tmp = st == PT_OK;
+    }
+    if (has_rank_state(t)) { /* every rank takes part, whatever happened so far */
+        pt_ckpt_group g[PT_CKPT_GROUP_MAX];
+        int ng = rank_groups(t, g);
+        pt_status e = pt_ckpt_gather_rank_files(t->aux, st == PT_OK && have_tmp ? tmp : NULL,
+                                                t->model, t->step, g, ng);
+        if (st == PT_OK) st = e;
+    }
+    if (st == PT_OK && t->rank == 0)
+        st = t->zero ? write_main(t, tmp, zp, zm, zv)
+                     : write_main(t, tmp, pt_model_params(t->model), pt_adamw_m(t->opt),
+                                  pt_adamw_v(t->opt));
+    else if (have_tmp)
+        pt_ckpt_abort(tmp);
+    pt_mem_free(zv);
+    pt_mem_free(zm);
+    pt_mem_free(zp);
+    return pt_ckpt_agree(t->aux, st);
+}
+
+static int parse_hex64(const cJSON *s, uint64_t *out) {
+    if (!cJSON_IsString(s)) return 0;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s->valuestring, &end, 16);
+    if (end == s->valuestring || *end || errno) return 0;
+    *out = v;
+    return 1;
+}
+
+/* What state.json says beyond the config. */
+typedef struct {
+    int step, optim_t;
+    uint64_t key, counter;
+    int rank_state; /* 1: rank<r>.safetensors are there */
+    int ranks, pipe_start;
+} saved_state;
+
+static int json_int(const cJSON *o, const char *name, int lo, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble >= 2e9) return 0;
+    *out = (int)v->valuedouble;
+    return 1;
+}
+
+static pt_status read_saved_state(const char *stepdir, saved_state *s) {
+    cJSON *root = NULL;
+    PT_CHECK(pt_ckpt_read_state(stepdir, &root));
+    memset(s, 0, sizeof *s);
+    cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "data_rng");
+    int ok = json_int(root, "step", 0, &s->step) && cJSON_IsObject(rng) &&
+             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "key"), &s->key) &&
+             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "counter"), &s->counter);
+    /* optim_t: AdamW's update count (stale delayed applies nothing in its
+     * first k steps); older checkpoints lack it: the step */
+    if (ok && !json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
+    cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
+    if (ok && rs) {
+        s->rank_state = 1;
+        ok = cJSON_IsObject(rs) && json_int(rs, "ranks", 1, &s->ranks) &&
+             json_int(rs, "pipeline_start", 0, &s->pipe_start) && s->pipe_start <= s->step;
+    }
+    cJSON_Delete(root);
+    if (!ok)
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s/state.json: missing or bad step / data_rng / rank_state", stepdir);
+    return PT_OK;
+}
+
+/* "dp2 stale dga k=1", "dp2 local_sgd nesterov", "dp1 sync" */
+static void async_desc(const pt_config *c, char *buf, size_t n) {
+    if (!strcmp(c->parallel.sync, "stale"))
+        snprintf(buf, n, "dp%d stale %s k=%d", c->parallel.dp, c->parallel.stale_mode,
+                 c->parallel.staleness);
+    else if (!strcmp(c->parallel.sync, "local_sgd"))
+        snprintf(buf, n, "dp%d local_sgd %s", c->parallel.dp, c->parallel.outer);
+    else
+        snprintf(buf, n, "dp%d %s", c->parallel.dp, c->parallel.sync);
+}
+
+/* Whether the per-rank state saved under `saved` continues this run
+ * exactly: the same ranks, mode, and (stale) the same kind and staleness or
+ * (local_sgd) the same outer step. sync_every, learning rates and the like
+ * may differ: they act on the future only. */
+static int continues_exactly(const pt_trainer *t, const pt_config *saved, const saved_state *s) {
+    const pt_config *c = &t->cfg;
+    if (!s->rank_state || !has_rank_state(t) || s->ranks != t->nranks ||
+        saved->parallel.dp != t->nranks || strcmp(saved->parallel.sync, c->parallel.sync) != 0)
+        return 0;
+    if (t->mode == MODE_STALE)
+        return !strcmp(saved->parallel.stale_mode, c->parallel.stale_mode) &&
+               saved->parallel.staleness == c->parallel.staleness;
+    return !strcmp(saved->parallel.outer, c->parallel.outer);
+}
+
+/* Model and AdamW state from the main files (ZeRO: this rank's slices). */
+static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
+    char path[PT_CONFIG_STR_MAX + 128];
+    size_t n = pt_model_num_params(t->model);
+    snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
+    if (t->zero) { /* full tensors in, this rank's slices kept */
+        float *fp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!fp) return pt_error_set(PT_ERR_NOMEM, "resume: parameters");
+        pt_status st = pt_safetensors_load(path, t->model, fp);
+        if (st == PT_OK) pt_zero_load_params(t->zero, fp);
+        pt_mem_free(fp);
+        PT_CHECK(st);
+    } else {
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
+    }
+    if (t->opt) {
+        snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
+        snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
+        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
+        pt_adamw_set_t(t->opt, optim_t);
+        return PT_OK;
+    }
+    /* ZeRO: read the full moments, keep this rank's shard */
+    float *fm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+    float *fv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+    pt_status st = fm && fv ? PT_OK : pt_error_set(PT_ERR_NOMEM, "resume: optimizer state");
+    snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
+    if (st == PT_OK) st = pt_safetensors_load(path, t->model, fm);
+    snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
+    if (st == PT_OK) st = pt_safetensors_load(path, t->model, fv);
+    if (st == PT_OK) pt_zero_load_optim(t->zero, fm, fv, optim_t);
+    pt_mem_free(fv);
+    pt_mem_free(fm);
+    return st;
+}
+
+/* Not an exact continuation: every rank starts from rank 0's model and
+ * moments, the stale pipeline from empty (pipe_start), the outer Nesterov
+ * step from the loaded parameters with zero momentum. One line says so when
+ * per-rank state is lost or missing. */
+static void restart_pipeline(pt_trainer *t, const char *stepdir, const pt_config *saved,
+                             const saved_state *s) {
+    t->pipe_start = t->step;
+    if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
+        size_t n = pt_model_num_params(t->model);
+        memcpy(pt_local_sgd_anchor(t->lsgd), pt_model_params(t->model), n * sizeof(float));
+        memset(pt_local_sgd_momentum(t->lsgd), 0, n * sizeof(float));
+    }
+    if (t->rank != 0 || (!s->rank_state && !has_rank_state(t))) return;
+    char was[64], now[64];
+    async_desc(saved, was, sizeof was);
+    async_desc(&t->cfg, now, sizeof now);
+    PT_WARN("resume: %s was saved under %s%s and this run is %s: every rank continues from rank "
+            "0's model and moments, pipeline restarted (not bitwise the uninterrupted run)",
+            stepdir, was, s->rank_state ? "" : " (no per-rank state)", now);
+}
+
+static pt_status resume_local(pt_trainer *t) {
+    const char *dir = t->cfg.checkpoint.dir;
+    if (!dir[0]) return pt_error_set(PT_ERR_INVALID, "--resume needs checkpoint.dir");
+    char stepdir[PT_CONFIG_STR_MAX + 64];
+    PT_CHECK(pt_checkpoint_resolve(dir, stepdir, sizeof stepdir));
+    pt_config saved;
+    PT_CHECK(pt_checkpoint_read_config(stepdir, &saved));
+    const struct {
+        const char *name;
+        int have, want;
+    } shape[] = {{"model.n_layer", saved.model.n_layer, t->cfg.model.n_layer},
+                 {"model.n_embd", saved.model.n_embd, t->cfg.model.n_embd},
+                 {"model.n_head", saved.model.n_head, t->cfg.model.n_head},
+                 {"model.vocab_size", saved.model.vocab_size, t->cfg.model.vocab_size},
+                 {"model.seq_len", saved.model.seq_len, t->cfg.model.seq_len}};
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (shape[i].have != shape[i].want)
+            return pt_error_set(PT_ERR_FORMAT,
+                                "%s: checkpoint has %s = %d but the config says %d (a checkpoint "
+                                "of another model shape)",
+                                stepdir, shape[i].name, shape[i].have, shape[i].want);
+    saved_state s;
+    PT_CHECK(read_saved_state(stepdir, &s));
+    PT_CHECK(load_main(t, stepdir, s.optim_t));
+    t->step = s.step;
+    if (continues_exactly(t, &saved, &s)) {
+        t->pipe_start = s.pipe_start; /* before rank_groups: it names the steps in flight */
+        pt_ckpt_group g[PT_CKPT_GROUP_MAX];
+        int ng = rank_groups(t, g);
+        PT_CHECK(pt_ckpt_read_rank_file(stepdir, t->model, t->rank, t->nranks, s.step, g, ng));
+    } else {
+        restart_pipeline(t, stepdir, &saved, &s);
+    }
+    t->data_rng.key = s.key;
+    t->data_rng.counter = s.counter;
+    PT_INFO("resumed from %s at step %d", stepdir, s.step);
+    return PT_OK;
+}
+
+/* Every rank loads (its own rank file too), then all agree: a rank that
+ * failed makes every rank fail with its one-line message. */
+static pt_status resume(pt_trainer *t) {
+    return pt_ckpt_agree(t->aux, resume_local(t));
+}
+
+/* While rank 0 writes (or a slow disk reads) a checkpoint the other ranks
+ * wait on aux, for as long as a large model's files take: the comm timeout
+ * is for silent peers, seconds, and would fail a healthy save (gpt2: 1.5 GB
+ * of files). A rank that dies meanwhile is still reported at once. */
+#define CKPT_TIMEOUT_S 1800.0
+
+static pt_status with_ckpt_timeout(pt_trainer *t, pt_status (*fn)(pt_trainer *)) {
+    double old = 0;
+    if (t->aux) PT_CHECK(pt_comm_set_timeout(t->aux, CKPT_TIMEOUT_S, &old));
+    pt_status st = fn(t);
+    if (t->aux && old > 0) {
+        pt_status e = pt_comm_set_timeout(t->aux, old, NULL);
+        if (st == PT_OK) st = e;
+    }
+    return st;
+}
+
+pt_status pt_trainer_save(pt_trainer *t) {
+    return with_ckpt_timeout(t, save);
+}
+
+pt_status pt_trainer_resume(pt_trainer *t) {
+    return with_ckpt_timeout(t, resume);
+}

@@ -1,0 +1,47 @@
+/* Private to the trainer's files (trainer.c: building, stepping, the loop;
+ * trainer_ckpt.c: saving and resuming): the trainer's state. */
+#ifndef PT_TRAINER_IMPL_H
+#define PT_TRAINER_IMPL_H
+
+#include "train_impl.h"
+
+#include <stdio.h>
+
+#include "partrain/parallel.h"
+
+typedef enum { MODE_SYNC, MODE_STALE, MODE_LOCAL } sync_mode;
+
+struct pt_trainer {
+    pt_config cfg;
+    pt_model *model;
+    pt_adamw *opt;
+    pt_data *train, *val;
+    pt_rng data_rng;
+    int step;
+    int micro_B, local_B;
+    int *inputs, *targets; /* (batch_size, T): the global batch */
+    char layout[64];
+    size_t mem_peak[PT_MEM_NCAT], mem_peak_total;
+    size_t mem_cur[PT_MEM_NCAT], mem_cur_total; /* at the end of the step (max over ranks) */
+    FILE *metrics;
+    /* data parallel */
+    pt_comm *world; /* lent; NULL: one worker */
+    pt_comm *aux;   /* split of world for metrics / validation / trace (owned), so that
+                       the world's byte counters hold gradient traffic only */
+    int rank, nranks;
+    sync_mode mode;
+    pt_ddp *ddp;
+    pt_local_sgd *lsgd;
+    pt_zero *zero;    /* parallel.zero >= 1 with dp > 1 */
+    int dga;          /* stale with parallel.stale_mode = dga */
+    float *dga_local; /* dga: (staleness+1) x P, this rank's gradient of each in-flight step */
+    int pipe_start;   /* stale: the step the pipeline (re)started at: 0, or a resume that could
+                         not continue it; step s's round is applied at s + k when s >= this */
+    /* trace */
+    pt_trace *trace;
+    uint64_t trace_t0;
+    uint64_t hook_t0;
+    char (*mod_name)[16];
+};
+
+#endif
