@@ -91,8 +91,11 @@ void pt_matmul_forward(float *out, const float *inp, const float *weight, const 
                 out, OC);
 }
 
+/* dbias goes first in both backward variants: dout was just written by the
+ * previous kernel and is partly still in cache, which the two sgemms flush. */
 void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC) {
+    if (dbias) bias_backward(dbias, dout, N, OC);
     /* dinp (N,C) += dout (N,OC) @ weight^T (OC,C) */
     if (dinp)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
@@ -100,17 +103,17 @@ void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *
     /* dweight (C,OC) += inp^T (C,N) @ dout (N,OC) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f,
                 dweight, OC);
-    if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
 /* As pt_matmul_backward with dinp overwritten: beta = 0 costs the same as
  * beta = 1 inside sgemm and saves the caller's memset of dinp. */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
+    if (dbias) bias_backward(dbias, dout, N, OC);
     /* dinp (N,C) = dout (N,OC) @ weight^T (OC,C) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f,
                 dinp, C);
-    pt_matmul_backward(NULL, dweight, dbias, dout, inp, weight, N, C, OC);
+    pt_matmul_backward(NULL, dweight, NULL, dout, inp, weight, N, C, OC);
 }
 
 /* out (N,OC) = inp (N,C) @ weight^T, weight (OC,C) */
