@@ -214,8 +214,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
-    pt_model_advise_huge(m->params, m->nparams * sizeof(float));
-    pt_model_advise_huge(m->grads, m->nparams * sizeof(float));
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
 
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
