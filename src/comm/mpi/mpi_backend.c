@@ -187,24 +187,33 @@ static void scale(float *p, size_t n, float s) {
 
 /* ---- point-to-point ------------------------------------------------------------------ */
 
-static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const char *op) {
+/* Tags: callers get 0..tag_ub - RESERVED_TAGS; the generic collectives'
+ * negative tags (comm_generic.c, -RESERVED_TAGS..-1) map to the top of
+ * MPI's range, so they never meet a caller's. */
+#define RESERVED_TAGS 16
+
+static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const char *op,
+                           int *mpi_tag) {
     PT_CHECK(check_usable(c, op));
     PT_CHECK(check_count(c, bytes, op));
     if (peer < 0 || peer >= c->size)
         return pt_error_set(PT_ERR_INVALID,
                             "mpi %s: peer %d is not a rank of this communicator (size %d)", op,
                             peer, c->size);
-    if (tag < 0 || tag > c->tag_ub)
-        return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag, c->tag_ub);
+    if (tag < -RESERVED_TAGS || tag > c->tag_ub - RESERVED_TAGS)
+        return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag,
+                            c->tag_ub - RESERVED_TAGS);
+    *mpi_tag = tag >= 0 ? tag : c->tag_ub + 1 + tag;
     return PT_OK;
 }
 
 static pt_status mpi_send(void *ctx, const void *buf, size_t bytes, int peer, int tag) {
     mpi_ctx *c = ctx;
-    PT_CHECK(check_p2p(c, bytes, peer, tag, "send"));
+    int mtag = 0;
+    PT_CHECK(check_p2p(c, bytes, peer, tag, "send", &mtag));
     MPI_Request req;
     pt_mpi_lock();
-    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
+    int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, mtag, c->comm, &req);
     pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "send", peer);
     return wait_req(c, &req, "send", peer, bytes, NULL);
@@ -212,11 +221,12 @@ static pt_status mpi_send(void *ctx, const void *buf, size_t bytes, int peer, in
 
 static pt_status mpi_recv(void *ctx, void *buf, size_t bytes, int peer, int tag) {
     mpi_ctx *c = ctx;
-    PT_CHECK(check_p2p(c, bytes, peer, tag, "recv"));
+    int mtag = 0;
+    PT_CHECK(check_p2p(c, bytes, peer, tag, "recv", &mtag));
     MPI_Request req;
     MPI_Status st;
     pt_mpi_lock();
-    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, c->comm, &req);
+    int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, mtag, c->comm, &req);
     pt_mpi_unlock();
     if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "recv", peer);
     PT_CHECK(wait_req(c, &req, "recv", peer, bytes, &st));
