@@ -203,7 +203,7 @@ static pt_status check_p2p(mpi_ctx *c, size_t bytes, int peer, int tag, const ch
     if (tag < -RESERVED_TAGS || tag > c->tag_ub - RESERVED_TAGS)
         return pt_error_set(PT_ERR_INVALID, "mpi %s: tag %d outside 0..%d", op, tag,
                             c->tag_ub - RESERVED_TAGS);
-    *mpi_tag = tag >= 0 ? tag : c->tag_ub + 1 + tag;
+    *mpi_tag = tag >= 0 ? tag : c->tag_ub + (tag + 1); /* no overflow at INT_MAX */
     return PT_OK;
 }
 
