@@ -47,6 +47,25 @@ static void test_mem(void) {
     pt_mem_free(NULL);
 }
 
+/* Blocks of 2 MiB and more come from a mapping of their own (2 MiB aligned
+ * outside ASan): still zero, counted, writable to the last byte, freed. */
+static void test_mem_large(void) {
+    size_t base = pt_mem_current(PT_MEM_GRADS), n = (3u << 20) + 100;
+    unsigned char *a = pt_mem_alloc(PT_MEM_GRADS, n), *b = pt_mem_alloc(PT_MEM_GRADS, n);
+    CHECK(a && b);
+    CHECK_EQ((uintptr_t)a % 64, 0);
+    CHECK_EQ(pt_mem_current(PT_MEM_GRADS), base + 2 * n);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i += 4093) nonzero += a[i] != 0;
+    CHECK_EQ(nonzero + (a[n - 1] != 0), 0);
+    memset(a, 0xab, n);
+    memset(b, 0xcd, n); /* the blocks do not overlap */
+    CHECK(a[n - 1] == 0xab && a[0] == 0xab && b[0] == 0xcd);
+    pt_mem_free(a);
+    pt_mem_free(b);
+    CHECK_EQ(pt_mem_current(PT_MEM_GRADS), base);
+}
+
 static void test_tensor(void) {
     pt_tensor *t = NULL;
     int64_t shape[2] = {3, 5};
@@ -108,6 +127,7 @@ static void test_rng_moments(void) {
 int main(void) {
     RUN(test_status);
     RUN(test_mem);
+    RUN(test_mem_large);
     RUN(test_tensor);
     RUN(test_philox_known_answer);
     RUN(test_rng_layout_independent);
