@@ -124,7 +124,6 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
             free(c);
             return PT_ERR_NOMEM;
         }
-        pt_model_advise_huge(c->buf, total * sizeof(float));
     }
     float *p = c->buf;
 #define TAKE(ptr, n)                                                                               \
@@ -224,7 +223,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
-    pt_model_advise_huge(m->scratch, nscratch * sizeof(float));
     float *p = m->scratch;
     m->d_res2 = p, p += N * C;
     m->d_ln = p, p += N * C;
@@ -239,7 +237,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
-    pt_model_advise_huge(m->stream, (N * C * ((size_t)L + 3) + N) * sizeof(float));
     p = m->stream;
     for (int i = 0; i <= L; i++) m->resid[i] = p, p += N * C;
     m->dstream[0] = p, p += N * C;

@@ -83,8 +83,5 @@ enum { HEAD_LNF_W, HEAD_LNF_B, HEAD_NTENSORS };
 
 /* Index of module i's first tensor in the tensor table. */
 int pt_model_first_tensor(const pt_model *m, int i);
-/* Asks for transparent huge pages on the 2 MiB-aligned part of [p, p+bytes)
- * (hugepage.c); advice only, never fails. */
-void pt_model_advise_huge(void *p, size_t bytes);
 
 #endif
