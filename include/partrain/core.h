@@ -179,6 +179,12 @@ uint64_t pt_rng_below(pt_rng *r, uint64_t n);
 /* Uniform float in [0, 1). */
 float pt_rng_uniform(pt_rng *r);
 
+/* ---- files ------------------------------------------------------------------ */
+
+/* The whole file at path as one NUL-terminated string (*out, free()), at
+ * most max_bytes long; errors name the path. */
+pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out);
+
 /* ---- logging and time ------------------------------------------------------ */
 typedef enum { PT_LOG_DEBUG, PT_LOG_INFO, PT_LOG_WARN, PT_LOG_ERROR } pt_log_level;
 

@@ -494,39 +494,17 @@ pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n) {
 
 pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
     *out = NULL;
-    char path[PT_CONFIG_STR_MAX + 64];
+    char path[PT_CONFIG_STR_MAX + 64], *text;
     snprintf(path, sizeof path, "%s/state.json", stepdir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    pt_status st = PT_OK;
-    for (;;) {
-        if (len + 4097 > cap) {
-            cap = cap ? 2 * cap : 16384;
-            char *t = cap <= (16u << 20) ? realloc(text, cap) : NULL;
-            if (!t) {
-                st = pt_error_set(PT_ERR_FORMAT, "%s: too large", path);
-                goto done;
-            }
-            text = t;
-        }
-        size_t k = fread(text + len, 1, 4096, f);
-        len += k;
-        if (k < 4096) break;
-    }
-    text[len] = '\0';
+    PT_CHECK(pt_read_text_file(path, (size_t)16 << 20, &text));
     cJSON *root = cJSON_Parse(text);
+    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        st = pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not a JSON object)", path);
-        goto done;
+        return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not a JSON object)", path);
     }
     *out = root;
-done:
-    free(text);
-    fclose(f);
-    return st;
+    return PT_OK;
 }
 
 /* A bare safetensors checkpoint (GPT-2's published files have no

@@ -257,38 +257,10 @@ pt_status pt_config_load_string(pt_config *c, const char *json, const char *what
 }
 
 pt_status pt_config_load_file(pt_config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    pt_status st = PT_OK;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            if (cap > (64u << 20)) {
-                st = pt_error_set(PT_ERR_FORMAT, "%s: too large for a config", path);
-                goto done;
-            }
-            char *t = realloc(text, cap);
-            if (!t) {
-                st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
-                goto done;
-            }
-            text = t;
-        }
-        size_t n = fread(text + len, 1, 4096, f);
-        len += n;
-        if (n < 4096) break;
-    }
-    if (ferror(f)) {
-        st = pt_error_set(PT_ERR_IO, "%s: read error", path);
-        goto done;
-    }
-    text[len] = '\0';
-    st = pt_config_load_string(c, text, path);
-done:
+    char *text;
+    PT_CHECK(pt_read_text_file(path, (size_t)64 << 20, &text));
+    pt_status st = pt_config_load_string(c, text, path);
     free(text);
-    fclose(f);
     return st;
 }
 

@@ -4,6 +4,9 @@
 #include "partrain/core.h"
 #include "pt_test.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 static void test_status(void) {
     CHECK(!strcmp(pt_status_name(PT_ERR_IO), "PT_ERR_IO"));
     CHECK(!strcmp(pt_status_str(PT_ERR_NOMEM), "out of memory"));
@@ -64,6 +67,26 @@ static void test_mem_large(void) {
     pt_mem_free(a);
     pt_mem_free(b);
     CHECK_EQ(pt_mem_current(PT_MEM_GRADS), base);
+}
+
+/* pt_read_text_file: the content NUL-terminated; a missing file and one over
+ * the cap fail naming the path. */
+static void test_read_text_file(void) {
+    char path[] = "/tmp/pt-test-core-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 3000; i++) fputs("abc", f); /* 9000 bytes: crosses a read */
+    fclose(f);
+    char *text = NULL;
+    CHECK_OK(pt_read_text_file(path, 9000, &text));
+    CHECK(text && strlen(text) == 9000 && text[8999] == 'c');
+    free(text);
+    CHECK_EQ(pt_read_text_file(path, 8999, &text), PT_ERR_FORMAT);
+    CHECK(text == NULL && strstr(pt_error_message(), path));
+    unlink(path);
+    CHECK_EQ(pt_read_text_file(path, 100, &text), PT_ERR_IO);
+    CHECK(strstr(pt_error_message(), path));
 }
 
 static void test_tensor(void) {
@@ -128,6 +151,7 @@ int main(void) {
     RUN(test_status);
     RUN(test_mem);
     RUN(test_mem_large);
+    RUN(test_read_text_file);
     RUN(test_tensor);
     RUN(test_philox_known_answer);
     RUN(test_rng_layout_independent);

@@ -1,0 +1,45 @@
+/* Whole small text files (configs, checkpoint state), read into one
+ * NUL-terminated buffer with a size cap, so that a wrong path (a model file
+ * given as a config) fails with a message instead of eating memory. */
+#include "partrain/core.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    pt_status st = PT_OK;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            char *t = realloc(text, cap);
+            if (!t) {
+                st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            text = t;
+        }
+        size_t n = fread(text + len, 1, 4096, f);
+        len += n;
+        if (len > max_bytes) {
+            st = pt_error_set(PT_ERR_FORMAT, "%s: larger than %zu bytes", path, max_bytes);
+            break;
+        }
+        if (n < 4096) break;
+    }
+    if (st == PT_OK && ferror(f)) st = pt_error_set(PT_ERR_IO, "%s: read error", path);
+    fclose(f);
+    if (st != PT_OK) {
+        free(text);
+        return st;
+    }
+    text[len] = '\0';
+    *out = text;
+    return PT_OK;
+}
