@@ -607,6 +607,13 @@ void pt_comm_free(pt_comm *c) {
     free(c);
 }
 
+const pt_comm_backend *pt_comm_backend_of(const pt_comm *c) {
+    return c->be;
+}
+void *pt_comm_ctx(const pt_comm *c) {
+    return c->ctx;
+}
+
 int pt_comm_rank(const pt_comm *c) {
     return c ? c->rank : 0;
 }

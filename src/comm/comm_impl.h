@@ -69,6 +69,9 @@ typedef struct pt_comm_backend {
  * registry, e.g. pt_comm_shm_attach). The communicator owns ctx from here on,
  * also on failure (be->free is called). */
 pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out);
+/* The backend and context of c (for a backend's own queries and tests). */
+const pt_comm_backend *pt_comm_backend_of(const pt_comm *c);
+void *pt_comm_ctx(const pt_comm *c);
 
 /* Generic collectives on send/recv (comm_generic.c), used by the wrappers for
  * NULL slots. scratch holds PT_COMM_GENERIC_PIECE floats, owned by the

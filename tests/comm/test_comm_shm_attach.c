@@ -3,8 +3,10 @@
  * Here plain fork() stands in for mpirun and a pipe for MPI_Bcast. Asserts:
  * the world works (all-reduce against the double-precision reference,
  * split), the segment is mode 0600, the name is gone after
- * pt_shm_job_unlink, and a peer that dies is noticed by its pid vanishing
- * (no launcher) within the timeout. */
+ * pt_shm_job_unlink, a peer that dies is noticed by its pid vanishing
+ * (no launcher) within the timeout, and a 1 MiB all-reduce goes single-copy
+ * wherever this process may read its parent's memory (and staged with
+ * PT_SHM_CMA=0). */
 #include "partrain/comm.h"
 #include "pt_test.h"
 #include "shm/shm.h"
@@ -13,10 +15,40 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define N 3
+
+static int probe_word = 42; /* at the same address in the parent and every fork */
+
+/* Whether this process may read its parent's memory (what the shm backend's
+ * single-copy probe needs between siblings; no Yama here means both hold). */
+static int cma_allowed(void) {
+    int got = 0;
+    struct iovec l = {&got, sizeof got}, r = {&probe_word, sizeof got};
+    return process_vm_readv(getppid(), &l, 1, &r, 1, 0) == (ssize_t)sizeof got && got == 42;
+}
+
+/* 1 MiB all-reduce against the exact sum; then single-copy must be on
+ * exactly when it may be. */
+static int big_allreduce(pt_comm *w, int rank) {
+    enum { M = 1 << 18 };
+    static float y[M];
+    for (int i = 0; i < M; i++) y[i] = (float)(rank + 1) + (float)(i & 1023);
+    if (pt_comm_allreduce(w, y, M, PT_REDUCE_SUM) != PT_OK) return 20;
+    for (int i = 0; i < M; i++)
+        if (y[i] != 6.0f + 3.0f * (float)(i & 1023)) return 21;
+    const char *e = getenv("PT_SHM_CMA");
+    int want = (e && !strcmp(e, "0")) || !cma_allowed() ? -1 : 1;
+    if (pt_shm_single_copy(w) != want) {
+        fprintf(stderr, "rank %d: single-copy %d, expected %d\n", rank, pt_shm_single_copy(w),
+                want);
+        return 22;
+    }
+    return 0;
+}
 
 /* Child: attach as `rank`, all-reduce, check, exit 0 on success. */
 static int child(const char *name, int rank, int die, int ready_fd) {
@@ -37,6 +69,8 @@ static int child(const char *name, int rank, int die, int ready_fd) {
         double want = 3.0 + 3.0 * i; /* 0.5 * (1 + 2 + 3) + 3 i, exact in float */
         if (x[i] != want) return 13;
     }
+    int big = big_allreduce(w, rank);
+    if (big) return big;
     pt_comm *sub = NULL;
     if (pt_comm_split(w, rank == 0, rank, &sub) != PT_OK) return 14;
     if (pt_comm_size(sub) != (rank == 0 ? 1 : 2)) return 15;
@@ -98,9 +132,15 @@ static void test_attach(void) {
 static void test_attach_dead_peer(void) {
     run(1);
 }
+static void test_attach_staged(void) {
+    setenv("PT_SHM_CMA", "0", 1);
+    run(-1);
+    unsetenv("PT_SHM_CMA");
+}
 
 int main(void) {
     RUN(test_attach);
     RUN(test_attach_dead_peer);
+    RUN(test_attach_staged);
     return TEST_DONE();
 }

@@ -930,10 +930,10 @@ static pt_status shm_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op
     op_begin(x, PT_OP_ALLREDUCE);
     int avg = op == PT_REDUCE_AVG, cma = 0;
     size_t bytes = count * sizeof(float);
-    pt_status st = bytes <= PT_SHM_SMALL
-                       ? allreduce_small(x, buf, count, avg)
-                       : cma_enter(x, buf, bytes >= x->cma_min, PT_OP_ALLREDUCE, &cma);
-    if (st == PT_OK && bytes > PT_SHM_SMALL)
+    if (bytes <= PT_SHM_SMALL)
+        return op_end(x, PT_OP_ALLREDUCE, allreduce_small(x, buf, count, avg));
+    pt_status st = cma_enter(x, buf, bytes >= x->cma_min, PT_OP_ALLREDUCE, &cma);
+    if (st == PT_OK)
         st = cma ? cma_reduce(x, buf, count, avg, 1, PT_OP_ALLREDUCE)
                  : allreduce_pipelined(x, buf, count, avg);
     return op_end(x, PT_OP_ALLREDUCE, st);
@@ -1243,6 +1243,11 @@ static void shm_free(void *ctx) {
     pt_mem_free(x->cma_tmp);
     map_release(x->map);
     free(x);
+}
+
+int pt_shm_single_copy(const pt_comm *c) {
+    if (pt_comm_backend_of(c) != &shm_backend) return 0;
+    return ((const shm_ctx *)pt_comm_ctx(c))->cma;
 }
 
 static double shm_set_timeout(void *ctx, double seconds) {

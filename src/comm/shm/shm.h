@@ -63,6 +63,11 @@ void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
 pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
                            int *rank, int *size);
 
+/* Single-copy collectives on shm communicator c: 1 on, -1 off (a member may
+ * not read another's memory, or PT_SHM_CMA=0), 0 not decided yet (no
+ * collective above 16 KiB so far); 0 for other backends. For tests. */
+int pt_shm_single_copy(const pt_comm *c);
+
 /* ---- between shm.c and shm_cma.c ---- */
 /* Copy bytes from / to address `remote` of process pid (single copy). 0 or
  * an errno: EPERM not allowed here, ESRCH pid gone, EFAULT bad range. */
