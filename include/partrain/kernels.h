@@ -63,27 +63,34 @@ void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, f
                                const float *mean, const float *rstd, int N, int C);
 
 /* ---- linear: out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) ---------------
- * bias may be NULL. Through CBLAS sgemm. */
+ * bias may be NULL. Through the kernels' own GEMM (AVX-512) or CBLAS sgemm,
+ * with bias, residual, GELU and the bias gradient fused into the product. */
 void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC);
 /* dinp (N,C) += dout @ weight^T; dweight (C,OC) += inp^T @ dout; dbias (OC) +=
  * column sums of dout. dinp or dbias may be NULL (not needed). */
 void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC);
-/* Linear + residual: out (N,OC) = res (N,OC) + inp @ weight + bias. Output
- * rows start as res + bias (one pass) and sgemm adds the product with
- * beta = 1: no separate residual pass and no temporary for the branch.
- * bias may be NULL; out must not alias inp (it may alias res). */
+/* Linear + residual: out (N,OC) = res (N,OC) + inp @ weight + bias, res and
+ * bias added to each output tile as it is written: no separate residual
+ * pass and no temporary for the branch. bias may be NULL; out must not alias
+ * inp (it may alias res). */
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC);
 /* As pt_matmul_backward, but dinp (N,C) = dout @ weight^T is OVERWRITTEN
- * (sgemm with beta = 0); dinp must not be NULL. */
+ * (no separate clear); dinp must not be NULL. */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
+/* The MLP's c_proj backward through the GELU before it: inp = gelu(pre),
+ * dpre (N,C) = gelu'(pre) * (dout @ weight^T), OVERWRITTEN; dweight, dbias
+ * as pt_matmul_backward. Equal to pt_matmul_backward_set into a temporary
+ * followed by pt_gelu_backward_bias, without the temporary's two passes. */
+void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *pre, int N,
+                                 int C, int OC);
 /* Linear + GELU, the MLP's c_fc: pre (N,OC) = inp @ weight + bias (saved for
- * backward), out (N,OC) = gelu(pre). sgemm writes pre with beta = 0 and one
- * pass adds the bias and applies GELU (instead of a bias copy before sgemm
- * and a separate GELU pass). bias may be NULL. */
+ * backward), out (N,OC) = gelu(pre), both written as each output tile is
+ * finished. bias may be NULL. */
 void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 

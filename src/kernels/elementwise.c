@@ -10,11 +10,10 @@
  * buffers to allocate or combine.
  *
  * Not here: the reference versions (reference.c). */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-#include "fastmath.h"
+#include "gelu.h"
 #include "kernels_impl.h"
 
 /* Below this many elements a parallel split costs more than it saves. */
@@ -274,15 +273,7 @@ void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, f
     ln_backward_run(&c);
 }
 
-/* ---- GELU ------------------------------------------------------------------
- * gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3). Written
- * as x * sigmoid(2u) = x / (1 + exp(-2u)), which is the same function, stays
- * accurate in relative terms for large |x| of either sign (no 1 + tanh
- * cancellation), and needs one vectorizable exp. Derivative with s =
- * sigmoid(2u): gelu' = s + 2 x s (1 - s) u'. */
-
-#define GELU_K  0.7978845608028654f
-#define GELU_K3 (0.7978845608028654f * 0.044715f)
+/* ---- GELU (formula in gelu.h) --------------------------------------------- */
 
 typedef struct {
     float *out;
@@ -297,69 +288,13 @@ static void gelu_forward_part(void *p, int index, int count) {
     float *restrict o = c->out;
     const float *restrict x = c->inp;
     long i = lo;
-    for (; i + PT_VW <= hi; i += PT_VW) {
-        pt_v8f xi = pt_v8_load(x + i);
-        pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
-        pt_v8_store(o + i, xi / (1.0f + pt_v8_exp(u2)));
-    }
-    for (; i < hi; i++) {
-        float xi = x[i];
-        float u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
-        o[i] = xi / (1.0f + pt_fast_expf(u2));
-    }
+    for (; i + PT_VW <= hi; i += PT_VW) pt_v8_store(o + i, pt_v8_gelu(pt_v8_load(x + i)));
+    for (; i < hi; i++) o[i] = pt_gelu(x[i]);
 }
 
 void pt_gelu_forward(float *out, const float *inp, long N) {
     gelu_ctx c = {.out = out, .inp = inp, .N = N};
     pt_pool_run(gelu_forward_part, &c, workers_for(N));
-}
-
-/* ---- linear + GELU (c_fc) ------------------------------------------------- */
-
-typedef struct {
-    float *pre, *out;
-    const float *bias;
-    int N, OC;
-} mmgelu_ctx;
-
-/* Rows [lo, hi): pre += bias, out = gelu(pre), same formula as gelu_forward. */
-static void bias_gelu_part(void *p, int index, int count) {
-    mmgelu_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    int OC = c->OC;
-    for (long n = lo; n < hi; n++) {
-        float *restrict x = c->pre + n * OC;
-        float *restrict o = c->out + n * OC;
-        const float *restrict b = c->bias;
-        int i = 0;
-        for (; i + PT_VW <= OC; i += PT_VW) {
-            pt_v8f xi = pt_v8_load(x + i);
-            if (b) {
-                xi += pt_v8_load(b + i);
-                pt_v8_store(x + i, xi);
-            }
-            pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
-            pt_v8_store(o + i, xi / (1.0f + pt_v8_exp(u2)));
-        }
-        for (; i < OC; i++) {
-            float xi = x[i];
-            if (b) x[i] = xi = xi + b[i];
-            float u2 = -2.0f * xi * (GELU_K + GELU_K3 * xi * xi);
-            o[i] = xi / (1.0f + pt_fast_expf(u2));
-        }
-    }
-}
-
-/* sgemm with beta = 0, then one pass for bias + GELU: the bias copy before
- * sgemm (a write of N*OC floats) and the separate GELU read of pre are gone.
- * Lives here rather than in matmul.c to share GELU's formula. */
-void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
-                            const float *bias, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, 0.0f,
-                pre, OC);
-    mmgelu_ctx c = {.pre = pre, .out = out, .bias = bias, .N = N, .OC = OC};
-    pt_pool_run(bias_gelu_part, &c, workers_for((long)N * OC));
 }
 
 static void gelu_backward_part(void *p, int index, int count) {
@@ -370,23 +305,10 @@ static void gelu_backward_part(void *p, int index, int count) {
     const float *restrict x = c->inp;
     const float *restrict d = c->dout;
     long i = lo;
-    for (; i + PT_VW <= hi; i += PT_VW) {
-        pt_v8f xi = pt_v8_load(x + i);
-        pt_v8f x2 = xi * xi;
-        pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
-        pt_v8f s = 1.0f / (1.0f + pt_v8_exp(u2));
-        pt_v8f du = GELU_K + 3.0f * GELU_K3 * x2;
+    for (; i + PT_VW <= hi; i += PT_VW)
         pt_v8_store(dx + i,
-                    pt_v8_load(dx + i) + (s + 2.0f * xi * s * (1.0f - s) * du) * pt_v8_load(d + i));
-    }
-    for (; i < hi; i++) {
-        float xi = x[i];
-        float x2 = xi * xi;
-        float u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
-        float s = 1.0f / (1.0f + pt_fast_expf(u2));
-        float du = GELU_K + 3.0f * GELU_K3 * x2;
-        dx[i] += (s + 2.0f * xi * s * (1.0f - s) * du) * d[i];
-    }
+                    pt_v8_load(dx + i) + pt_v8_gelu_grad(pt_v8_load(x + i)) * pt_v8_load(d + i));
+    for (; i < hi; i++) dx[i] += pt_gelu_grad(x[i]) * d[i];
 }
 
 void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N) {
@@ -414,22 +336,12 @@ static void gelu_backward_bias_part(void *p, int index, int count) {
         const float *restrict d = c->dout + n * OC;
         long i = lo;
         for (; i + PT_VW <= hi; i += PT_VW) {
-            pt_v8f xi = pt_v8_load(x + i);
-            pt_v8f x2 = xi * xi;
-            pt_v8f u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
-            pt_v8f s = 1.0f / (1.0f + pt_v8_exp(u2));
-            pt_v8f du = GELU_K + 3.0f * GELU_K3 * x2;
-            pt_v8f g = (s + 2.0f * xi * s * (1.0f - s) * du) * pt_v8_load(d + i);
+            pt_v8f g = pt_v8_gelu_grad(pt_v8_load(x + i)) * pt_v8_load(d + i);
             pt_v8_store(dx + i, g);
             if (db) pt_v8_store(db + i, pt_v8_load(db + i) + g);
         }
         for (; i < hi; i++) {
-            float xi = x[i];
-            float x2 = xi * xi;
-            float u2 = -2.0f * xi * (GELU_K + GELU_K3 * x2);
-            float s = 1.0f / (1.0f + pt_fast_expf(u2));
-            float du = GELU_K + 3.0f * GELU_K3 * x2;
-            float g = (s + 2.0f * xi * s * (1.0f - s) * du) * d[i];
+            float g = pt_gelu_grad(x[i]) * d[i];
             dx[i] = g;
             if (db) db[i] += g;
         }

@@ -28,6 +28,30 @@ static inline void pt_split_range(long total, int index, int count, long *lo, lo
     *hi = *lo + q + (index < r ? 1 : 0);
 }
 
+/* ---- matrix product (gemm.c) --------------------------------------------
+ * Row-major C (M,N) = op(A) (M,K) op(B) (K,N), plus C when beta is 1 (beta
+ * is 0 or 1; with 0, C is only written). ta / tb: A / B stored transposed.
+ * The epilogue (NULL: none) fuses the elementwise work around a linear:
+ *   bias (N), res (M,N): C = res + bias + op(A) op(B); res may alias C
+ *   act (M,N):           act = gelu(C) after the product (C keeps pre-GELU)
+ *   pre (M,N):           C = gelu'(pre) * op(A) op(B) (GELU backward)
+ *   colsum (N):          colsum += column sums of B, rows in order (B not
+ *                        transposed): the bias gradient of a dW product.
+ * res, act and pre have C's row stride. */
+typedef struct {
+    const float *bias, *res, *pre;
+    float *act, *colsum;
+} pt_gemm_epilogue;
+void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              float beta, float *C, int ldc, const pt_gemm_epilogue *e);
+/* Which code pt_sgemm runs: AUTO (the default) its own AVX-512 code for all
+ * but small products, BLAS always OpenBLAS, OWN its own code at every size
+ * (for tests). The environment's PT_GEMM=auto|blas|own sets it at the first
+ * call; pt_sgemm_set_path returns the old setting (-1: not read yet). Without
+ * AVX-512 every path is OpenBLAS. */
+enum { PT_GEMM_AUTO, PT_GEMM_BLAS, PT_GEMM_OWN };
+int pt_sgemm_set_path(int path);
+
 /* ---- attention for hs = 64 (attention64.c), one (batch, head) pair ------
  * q, k, v: the pair's row 0 in qkv (row stride C3); att (T,T) of the pair;
  * out, dout row stride C; dq, dk, dv the pair's row 0 in dqkv. Blocks of

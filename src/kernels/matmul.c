@@ -1,34 +1,17 @@
-/* Linear layers through CBLAS sgemm. The bias is folded into the product:
- * output rows start as copies of the bias and sgemm runs with beta = 1, so
- * there is no separate pass over the output. Backward accumulates with
- * beta = 1 too (the += contract costs nothing). dbias is a column sum.
- *
- * Not here: our own GEMM. OpenBLAS is the same library PyTorch uses on this
- * machine; the margin over it is won in the other kernels. */
-#include <cblas.h>
+/* Linear layers through pt_sgemm (gemm.c), with the elementwise work around
+ * them fused into the product: bias and residual are added to each output
+ * tile as it is written, GELU (forward) or GELU's derivative (backward) is
+ * applied there too, and the bias gradient is summed while the product
+ * packs dout. No separate pass over an activation-sized array. */
 #include <string.h>
 
 #include "kernels_impl.h"
 
 typedef struct {
     float *out;
-    const float *bias, *dout;
+    const float *dout;
     int N, OC;
 } bias_ctx;
-
-static void init_rows_part(void *p, int index, int count) {
-    bias_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    for (long n = lo; n < hi; n++)
-        memcpy(c->out + n * c->OC, c->bias, sizeof(float) * (size_t)c->OC);
-}
-
-/* Output rows start as copies of the bias (sgemm then runs with beta = 1). */
-static void init_rows_with_bias(float *out, const float *bias, int N, int OC) {
-    bias_ctx c = {.out = out, .bias = bias, .N = N, .OC = OC};
-    pt_pool_run(init_rows_part, &c, (long)N * OC < 65536 ? 1 : pt_kernels_threads());
-}
 
 /* Columns [lo, hi) of dbias, rows added in order: the same bits at any
  * thread count. */
@@ -50,92 +33,65 @@ static void bias_backward(float *dbias, const float *dout, int N, int OC) {
     pt_pool_run(bias_backward_part, &c, nw);
 }
 
-typedef struct {
-    float *out;
-    const float *res, *bias;
-    int N, OC;
-} res_ctx;
-
-static void init_rows_res_part(void *p, int index, int count) {
-    res_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    for (long n = lo; n < hi; n++) {
-        float *o = c->out + n * c->OC; /* may alias r */
-        const float *r = c->res + n * c->OC;
-        if (c->bias)
-            for (int j = 0; j < c->OC; j++) o[j] = r[j] + c->bias[j];
-        else if (o != r)
-            memcpy(o, r, sizeof(float) * (size_t)c->OC);
-    }
-}
-
-/* out (N,OC) = res + inp (N,C) @ weight (C,OC) + bias */
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC) {
-    res_ctx c = {.out = out, .res = res, .bias = bias, .N = N, .OC = OC};
-    pt_pool_run(init_rows_res_part, &c, (long)N * OC < 65536 ? 1 : pt_kernels_threads());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, 1.0f,
-                out, OC);
+    pt_gemm_epilogue e = {.bias = bias, .res = res};
+    pt_sgemm(0, 0, N, OC, C, inp, C, weight, OC, 0.0f, out, OC, &e);
 }
 
-/* out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) */
 void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC) {
-    float beta = 0.0f;
-    if (bias) {
-        init_rows_with_bias(out, bias, N, OC);
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, weight, OC, beta,
-                out, OC);
+    pt_gemm_epilogue e = {.bias = bias};
+    pt_sgemm(0, 0, N, OC, C, inp, C, weight, OC, 0.0f, out, OC, &e);
 }
 
-/* dbias goes first in both backward variants: dout was just written by the
- * previous kernel and is partly still in cache, which the two sgemms flush. */
+void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
+                            const float *bias, int N, int C, int OC) {
+    pt_gemm_epilogue e = {.bias = bias, .act = out};
+    pt_sgemm(0, 0, N, OC, C, inp, C, weight, OC, 0.0f, pre, OC, &e);
+}
+
+/* dweight (C,OC) += inp^T (C,N) @ dout (N,OC); dbias summed as dout is
+ * packed. */
+static void weight_backward(float *dweight, float *dbias, const float *dout, const float *inp,
+                            int N, int C, int OC) {
+    pt_gemm_epilogue e = {.colsum = dbias};
+    pt_sgemm(1, 0, C, OC, N, inp, C, dout, OC, 1.0f, dweight, OC, &e);
+}
+
 void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                         const float *inp, const float *weight, int N, int C, int OC) {
-    if (dbias) bias_backward(dbias, dout, N, OC);
     /* dinp (N,C) += dout (N,OC) @ weight^T (OC,C) */
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC,
-                    1.0f, dinp, C);
-    /* dweight (C,OC) += inp^T (C,N) @ dout (N,OC) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f,
-                dweight, OC);
+    if (dinp) pt_sgemm(0, 1, N, C, OC, dout, OC, weight, OC, 1.0f, dinp, C, NULL);
+    weight_backward(dweight, dbias, dout, inp, N, C, OC);
 }
 
-/* As pt_matmul_backward with dinp overwritten: beta = 0 costs the same as
- * beta = 1 inside sgemm and saves the caller's memset of dinp. */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
-    if (dbias) bias_backward(dbias, dout, N, OC);
-    /* dinp (N,C) = dout (N,OC) @ weight^T (OC,C) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f,
-                dinp, C);
-    pt_matmul_backward(NULL, dweight, NULL, dout, inp, weight, N, C, OC);
+    pt_sgemm(0, 1, N, C, OC, dout, OC, weight, OC, 0.0f, dinp, C, NULL);
+    weight_backward(dweight, dbias, dout, inp, N, C, OC);
+}
+
+void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, const float *dout,
+                                 const float *inp, const float *weight, const float *pre, int N,
+                                 int C, int OC) {
+    pt_gemm_epilogue e = {.pre = pre};
+    pt_sgemm(0, 1, N, C, OC, dout, OC, weight, OC, 0.0f, dpre, C, &e);
+    weight_backward(dweight, dbias, dout, inp, N, C, OC);
 }
 
 /* out (N,OC) = inp (N,C) @ weight^T, weight (OC,C) */
 void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, const float *bias,
                           int N, int C, int OC) {
-    float beta = 0.0f;
-    if (bias) {
-        init_rows_with_bias(out, bias, N, OC);
-        beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta,
-                out, OC);
+    pt_gemm_epilogue e = {.bias = bias};
+    pt_sgemm(0, 1, N, OC, C, inp, C, weight, C, 0.0f, out, OC, &e);
 }
 
 void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC) {
     /* dinp (N,C) += dout (N,OC) @ weight (OC,C) */
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
-                    1.0f, dinp, C);
+    if (dinp) pt_sgemm(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dweight, C);
+    pt_sgemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C, NULL);
     if (dbias) bias_backward(dbias, dout, N, OC);
 }

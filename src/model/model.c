@@ -217,7 +217,7 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
 
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
     size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
-    size_t nscratch = N * C * 3 + N * 3 * C + N * 8 * C + att;
+    size_t nscratch = N * C * 3 + N * 3 * C + N * 4 * C + att;
     m->scratch = pt_mem_alloc(PT_MEM_ACTS, nscratch * sizeof(float));
     if (!m->scratch) {
         st = PT_ERR_NOMEM;
@@ -229,7 +229,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
     m->d_atty = p, p += N * C;
     m->d_qkv = p, p += N * 3 * C;
     m->d_fch = p, p += N * 4 * C;
-    m->d_fch_gelu = p, p += N * 4 * C;
     m->att_scratch = p;
 
     m->stream = pt_mem_alloc(PT_MEM_ACTS, (N * C * ((size_t)L + 3) + N) * sizeof(float));

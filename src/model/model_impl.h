@@ -48,7 +48,7 @@ struct pt_model {
     float *scratch;
     float *d_res2, *d_ln, *d_atty; /* (N,C) */
     float *d_qkv;                  /* (N,3C) */
-    float *d_fch, *d_fch_gelu;     /* (N,4C) */
+    float *d_fch;                  /* (N,4C) */
     float *att_scratch;            /* pt_attention_scratch_floats */
     /* Whole-model passes: the residual stream between modules and the
      * gradient ping-pong, one PT_MEM_ACTS allocation. */

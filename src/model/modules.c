@@ -62,12 +62,12 @@ static void block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch 
      * input gradient and the _res LayerNorm adds the residual's gradient, so
      * no intermediate buffer is zeroed or copied first (16 N*C-float
      * memset/memcpy passes per block before: 3% of small's step). */
-    pt_matmul_backward_set(m->d_fch_gelu, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
-                           c->fch_gelu, W(m, i, BLK_FCPROJ_W), N, 4 * C, C);
-    /* c_fc's bias gradient is summed in the GELU backward pass */
-    pt_gelu_backward_bias(m->d_fch, DW(m, i, BLK_FC_B), c->fch, m->d_fch_gelu, N, 4 * C);
-    pt_matmul_backward_set(m->d_ln, DW(m, i, BLK_FC_W), NULL, m->d_fch, c->ln2, W(m, i, BLK_FC_W),
-                           N, C, 4 * C);
+    /* c_proj's input gradient goes through GELU's derivative as it is
+     * written: d_fch is the gradient of c_fc's pre-activation. */
+    pt_matmul_backward_gelu_set(m->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
+                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * C, C);
+    pt_matmul_backward_set(m->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), m->d_fch, c->ln2,
+                           W(m, i, BLK_FC_W), N, C, 4 * C);
     pt_layernorm_backward_res(m->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), m->d_ln,
                               c->res2, W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
     /* attention branch: res2 = x + attn(x) */

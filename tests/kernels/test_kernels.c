@@ -5,10 +5,15 @@
  * computed in double, pt_sum_squares against a double sum, the vectorized exp
  * against libm, and bitwise equality of results across thread counts.
  *
+ * The linears run twice: through the kernels' own GEMM (gemm.c, where the
+ * CPU has AVX-512, forced at every size, with partial tiles and several K
+ * and N blocks) and through OpenBLAS.
+ *
  * Tolerances: optimized and reference kernels sum in different orders (BLAS
  * blocking, vector lanes) and the optimized exp differs from libm's by < 2e-7
  * relative, so results agree to float rounding: abs 1e-5 + rel 1e-4 on
- * O(1) data with sums of at most a few hundred terms. */
+ * O(1) data with sums of at most a few hundred terms (longer sums get
+ * inputs scaled down so that their partial sums stay O(1)). */
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -124,9 +129,9 @@ static void test_layernorm(void) {
     layernorm_case(300, 129); /* above the parallel threshold */
 }
 
-static void matmul_case(int N, int C, int OC, int wt, int bias) {
-    float *x = rnd((long)N * C, 1), *w = rnd((long)C * OC, 1), *b = rnd(OC, 1);
-    float *dout = rnd((long)N * OC, 1), *outr = rnd((long)N * OC, 1), *out = rnd((long)N * OC, 1);
+static void matmul_case(int N, int C, int OC, int wt, int bias, double sc) {
+    float *x = rnd((long)N * C, sc), *w = rnd((long)C * OC, sc), *b = rnd(OC, 1);
+    float *dout = rnd((long)N * OC, sc), *outr = rnd((long)N * OC, 1), *out = rnd((long)N * OC, 1);
     float *dx0 = rnd((long)N * C, 1), *dw0 = rnd((long)C * OC, 1), *db0 = rnd(OC, 1);
     float *dxr = dupf(dx0, (long)N * C), *dwr = dupf(dw0, (long)C * OC), *dbr = dupf(db0, OC);
     const float *bb = bias ? b : NULL;
@@ -158,13 +163,19 @@ static void matmul_case(int N, int C, int OC, int wt, int bias) {
     free(dxr), free(dwr), free(dbr);
 }
 static void test_matmul(void) {
-    for (int wt = 0; wt < 2; wt++)
-        for (int bias = 0; bias < 2; bias++) {
-            matmul_case(1, 1, 1, wt, bias);
-            matmul_case(13, 31, 17, wt, bias);
-            matmul_case(70, 64, 96, wt, bias);
-            matmul_case(300, 40, 257, wt, bias); /* above the parallel bias threshold */
-        }
+    for (int blas = 0; blas < 2; blas++) {
+        pt_sgemm_set_path(blas ? PT_GEMM_BLAS : PT_GEMM_OWN);
+        for (int wt = 0; wt < 2; wt++)
+            for (int bias = 0; bias < 2; bias++) {
+                matmul_case(1, 1, 1, wt, bias, 1);
+                matmul_case(13, 31, 17, wt, bias, 1);
+                matmul_case(70, 64, 96, wt, bias, 1);
+                matmul_case(300, 40, 257, wt, bias, 1); /* above the parallel bias threshold */
+                matmul_case(200, 520, 130, wt, bias, 0.5); /* 2 K blocks, partial tiles */
+                matmul_case(97, 64, 1100, wt, bias, 0.3);  /* 3 N blocks / 3 K blocks */
+            }
+    }
+    pt_sgemm_set_path(PT_GEMM_AUTO);
 }
 
 static void test_gelu(void) {
@@ -284,9 +295,9 @@ static float *nans(long n) {
     for (long i = 0; i < n; i++) x[i] = NAN;
     return x;
 }
-static void fused_case(int N, int C, int OC) {
+static void fused_case(int N, int C, int OC, double sc) {
     long NC = (long)N * C, NO = (long)N * OC;
-    float *x = rnd(NC, 1), *w = rnd((long)C * OC, 1), *b = rnd(OC, 1), *dout = rnd(NO, 1);
+    float *x = rnd(NC, sc), *w = rnd((long)C * OC, sc), *b = rnd(OC, 1), *dout = rnd(NO, sc);
     float *dres = rnd(NC, 1), *lw = rnd(C, 1), *lb = rnd(C, 1), *dw0 = rnd((long)C * OC, 1);
     float *db0 = rnd(OC, 1), *lnw0 = rnd(C, 1), *lnb0 = rnd(C, 1), *h = rnd(NO, 2);
     /* oracle */
@@ -382,11 +393,55 @@ static void attention_set_case(int B, int T, int C, int NH) {
     pt_kernels_set_threads(1);
     free(first), free(qkv), free(dout), free(dr), free(outr), free(attr), free(scr);
 }
+static int blas_gemm(void) {
+    int path = pt_sgemm_set_path(PT_GEMM_AUTO);
+    pt_sgemm_set_path(path);
+    return path == PT_GEMM_BLAS;
+}
+/* c_proj's backward through GELU: dpre = gelu'(pre) * (dout @ w^T), against
+ * the reference linear backward into a temporary and the reference GELU
+ * backward; bitwise the same at every thread count. */
+static void gelu_set_case(int N, int C, int OC, double sc) {
+    long NC = (long)N * C, NO = (long)N * OC;
+    float *pre = rnd(NC, 2), *inp = rnd(NC, 1), *w = rnd((long)C * OC, sc), *dout = rnd(NO, sc);
+    float *dw0 = rnd((long)C * OC, 1), *db0 = rnd(OC, 1), *t = calloc(NC, 4), *dr = calloc(NC, 4);
+    float *dwr = dupf(dw0, (long)C * OC), *dbr = dupf(db0, OC), *first = NULL;
+    pt_ref_gelu_forward(inp, pre, NC);
+    pt_ref_matmul_backward(t, dwr, dbr, dout, inp, w, N, C, OC);
+    pt_ref_gelu_backward(dr, pre, t, NC);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        float *d = nans(NC), *dw = dupf(dw0, (long)C * OC), *db = dupf(db0, OC);
+        pt_matmul_backward_gelu_set(d, dw, db, dout, inp, w, pre, N, C, OC);
+        close_all("mm_gelu_set dpre", d, dr, NC);
+        close_all("mm_gelu_set dweight", dw, dwr, (long)C * OC);
+        close_all("mm_gelu_set dbias", db, dbr, OC);
+        if (!first) {
+            first = d;
+        } else {
+            /* OpenBLAS gives other bits at other thread counts here */
+            CHECK(blas_gemm() || memcmp(d, first, sizeof(float) * NC) == 0);
+            free(d);
+        }
+        free(dw), free(db);
+    }
+    pt_kernels_set_threads(1);
+    free(first), free(pre), free(inp), free(w), free(dout), free(dw0), free(db0), free(t), free(dr);
+    free(dwr), free(dbr);
+}
 static void test_fused_and_set(void) {
-    fused_case(1, 1, 1);
-    fused_case(13, 31, 17);
-    fused_case(300, 40, 257); /* above the parallel thresholds */
-    fused_case(256, 64, 96);
+    for (int blas = 0; blas < 2; blas++) {
+        pt_sgemm_set_path(blas ? PT_GEMM_BLAS : PT_GEMM_OWN);
+        fused_case(1, 1, 1, 1);
+        fused_case(13, 31, 17, 1);
+        fused_case(300, 40, 257, 1); /* above the parallel thresholds */
+        fused_case(256, 64, 96, 1);
+        fused_case(150, 96, 600, 0.4); /* own GEMM: 2 N blocks forward, 2 K blocks back */
+        gelu_set_case(13, 31, 17, 1);
+        gelu_set_case(200, 130, 96, 1);
+        gelu_set_case(100, 600, 520, 0.4);
+    }
+    pt_sgemm_set_path(PT_GEMM_AUTO);
     attention_set_case(1, 1, 4, 1);
     attention_set_case(2, 65, 24, 3);
     attention_set_case(1, 130, 32, 4);

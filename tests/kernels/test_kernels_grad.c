@@ -242,7 +242,7 @@ static void mm_bwd(void *p) {
             pt_matmul_backward(c->dx, c->dw, db, c->R, c->fx, c->fw, MN, MC, MO);
     }
 }
-static void test_grad_matmul(void) {
+static void grad_matmul(void) {
     for (int wt = 0; wt < 2; wt++) {
         for (int hb = 0; hb < 2; hb++) {
             static mm_t c;
@@ -268,6 +268,61 @@ static void test_grad_matmul(void) {
             for (int i = 0; i < MC * MO; i++) CHECK_NEAR(dw2[i] - g0w[i], gw[i], 1e-6, 1e-5);
         }
     }
+}
+
+/* The linears through both GEMM paths (see gemm.c). */
+static void test_grad_matmul(void) {
+    pt_sgemm_set_path(PT_GEMM_OWN);
+    grad_matmul();
+    pt_sgemm_set_path(PT_GEMM_BLAS);
+    grad_matmul();
+    pt_sgemm_set_path(PT_GEMM_AUTO);
+}
+
+/* ---- linear after GELU, backward through both (pt_matmul_backward_gelu_set):
+ * y = gelu(pre) @ w + b; dpre is overwritten, dweight and dbias accumulate. */
+typedef struct {
+    double pre[MN * MC], w[MC * MO], b[MO];
+    float fpre[MN * MC], fin[MN * MC], fw[MC * MO];
+    float R[MN * MO], dpre[MN * MC], dw[MC * MO], db[MO];
+} mmg_t;
+static double gelu_d(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double mmg_loss(void *p) {
+    mmg_t *c = p;
+    double y[MN * MO];
+    for (int n = 0; n < MN; n++)
+        for (int o = 0; o < MO; o++) {
+            double acc = c->b[o];
+            for (int i = 0; i < MC; i++) acc += gelu_d(c->pre[n * MC + i]) * c->w[i * MO + o];
+            y[n * MO + o] = acc;
+        }
+    return dot_r(y, c->R, MN * MO);
+}
+static void mmg_bwd(void *p) {
+    mmg_t *c = p;
+    pt_matmul_backward_gelu_set(c->dpre, c->dw, c->db, c->R, c->fin, c->fw, c->fpre, MN, MC, MO);
+}
+static void test_grad_matmul_gelu(void) {
+    if (g_ref) return; /* no reference counterpart: the oracle is the pair below */
+    for (int path = PT_GEMM_BLAS; path <= PT_GEMM_OWN; path++) {
+        pt_sgemm_set_path(path);
+        static mmg_t c;
+        float fb[MO], g0w[MC * MO], g0b[MO], gw[MC * MO], gb[MO], gpre[MN * MC];
+        fill(c.fpre, MN * MC, 2), fill(c.fw, MC * MO, 1), fill(fb, MO, 1), fill(c.R, MN * MO, 1);
+        fill(g0w, MC * MO, 1), fill(g0b, MO, 1);
+        pt_gelu_forward(c.fin, c.fpre, MN * MC);
+        to_double(c.pre, c.fpre, MN * MC), to_double(c.w, c.fw, MC * MO), to_double(c.b, fb, MO);
+        fill(c.dpre, MN * MC, 1); /* overwritten */
+        gslot s[] = {{"dweight", c.dw, g0w, gw, MC * MO}, {"dbias", c.db, g0b, gb, MO}};
+        run_twice(s, 2, mmg_bwd, &c);
+        memcpy(gpre, c.dpre, sizeof gpre);
+        fd_check("mm_gelu dpre", c.pre, MN * MC, gpre, mmg_loss, &c);
+        fd_check("mm_gelu dweight", c.w, MC * MO, gw, mmg_loss, &c);
+        fd_check("mm_gelu dbias", c.b, MO, gb, mmg_loss, &c);
+    }
+    pt_sgemm_set_path(PT_GEMM_AUTO);
 }
 
 /* ---- GELU ----------------------------------------------------------------------- */
@@ -462,6 +517,7 @@ int main(void) {
         RUN(test_grad_encoder);
         RUN(test_grad_layernorm);
         RUN(test_grad_matmul);
+        RUN(test_grad_matmul_gelu);
         RUN(test_grad_gelu);
         RUN(test_grad_residual);
         RUN(test_grad_attention);

@@ -1,0 +1,409 @@
+/* pt_sgemm: row-major C = op(A) op(B) (+ C), with the linears' elementwise
+ * work fused into it.
+ *
+ * OpenBLAS runs the linears' shapes (N = 384 outputs, K = 384 inner sizes)
+ * at 80-90% of its square-matrix peak, clears C in a separate pass when
+ * beta = 0, and leaves bias, residual, GELU and the bias gradient to extra
+ * passes over 3-12 MB arrays. Here the same products are the BLIS loop nest
+ * on AVX-512, cut to these shapes:
+ *
+ *   for each K block (kc <= 512):
+ *     for each N block (nc <= 512 columns):
+ *       pack B[kc, nc] into 32-column panels, k-major (stays in L2),
+ *         adding B's column sums to epi->colsum on the way (dbias)
+ *       for each 12-row tile of A (split over the pool's threads):
+ *         pack the tile's A[12, kc], k-major, if A is transposed (else
+ *           the micro-kernel reads A's 12 rows in place)
+ *         for each 32-column panel: the 12x32 micro-kernel (24 zmm
+ *           accumulators) adds the product to the C tile; on the first K
+ *           block the tile starts as res + bias, after the last GELU or
+ *           GELU's derivative is applied to it while it is in L1
+ *
+ * Each C element is a sum over k in a fixed order (K blocks in turn, k in
+ * turn inside a block): the same bits at any thread count and any M.
+ *
+ * The OpenBLAS path (no AVX-512, small products, or PT_GEMM=blas) does the
+ * same arithmetic as separate passes around cblas_sgemm; the tests run
+ * both. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gelu.h"
+#include "kernels_impl.h"
+
+static int g_path = -1; /* a pt_gemm_path; -1: PT_GEMM not read yet */
+
+int pt_sgemm_set_path(int path) {
+    int old = g_path;
+    g_path = path;
+    return old;
+}
+
+static int gemm_path(void) {
+    if (g_path < 0) {
+        const char *s = getenv("PT_GEMM");
+        g_path = !s                       ? PT_GEMM_AUTO
+                 : strcmp(s, "blas") == 0 ? PT_GEMM_BLAS
+                 : strcmp(s, "own") == 0  ? PT_GEMM_OWN
+                                          : PT_GEMM_AUTO;
+    }
+    return g_path;
+}
+
+/* ---- epilogue, shared by both paths ------------------------------------- */
+
+/* Row segment c[0..w) of C at (row i, column j). first: c = (res + bias) +
+ * c, or c = res + bias when set (C holds nothing yet; it may alias res).
+ * last: act = gelu(c), or c = gelu'(pre) * c. res / act / pre share C's row
+ * stride. */
+static void epilogue_row(const pt_gemm_epilogue *e, float *c, long i, long j, long ldc, int w,
+                         int first, int last, int set) {
+    long off = i * ldc + j;
+    int x = 0;
+    if (first && (e->bias || e->res)) {
+        const float *b = e->bias ? e->bias + j : NULL, *r = e->res ? e->res + off : NULL;
+        for (; x + PT_VW <= w; x += PT_VW) {
+            pt_v8f t =
+                b && r ? pt_v8_load(r + x) + pt_v8_load(b + x) : pt_v8_load(b ? b + x : r + x);
+            pt_v8_store(c + x, set ? t : t + pt_v8_load(c + x));
+        }
+        for (; x < w; x++) {
+            float t = b && r ? r[x] + b[x] : b ? b[x] : r[x];
+            c[x] = set ? t : t + c[x];
+        }
+    }
+    if (!last) return;
+    if (e->act) {
+        float *a = e->act + off;
+        for (x = 0; x + PT_VW <= w; x += PT_VW) pt_v8_store(a + x, pt_v8_gelu(pt_v8_load(c + x)));
+        for (; x < w; x++) a[x] = pt_gelu(c[x]);
+    }
+    if (e->pre) {
+        const float *p = e->pre + off;
+        for (x = 0; x + PT_VW <= w; x += PT_VW)
+            pt_v8_store(c + x, pt_v8_gelu_grad(pt_v8_load(p + x)) * pt_v8_load(c + x));
+        for (; x < w; x++) c[x] = pt_gelu_grad(p[x]) * c[x];
+    }
+}
+
+/* ---- OpenBLAS path --------------------------------------------------------- */
+
+typedef struct {
+    const pt_gemm_epilogue *e;
+    float *C;
+    long ldc;
+    int M, N, first, last, set;
+} epi_ctx;
+
+static void epilogue_part(void *p, int index, int count) {
+    const epi_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->M, index, count, &lo, &hi);
+    for (long i = lo; i < hi; i++)
+        epilogue_row(c->e, c->C + i * c->ldc, i, 0, c->ldc, c->N, c->first, c->last, c->set);
+}
+
+/* colsum (N) += column sums of B (K,N), rows in order. */
+static void colsum_rows(float *restrict colsum, const float *B, long ldb, int K, int N) {
+    for (int k = 0; k < K; k++) {
+        const float *restrict b = B + k * ldb;
+        for (int j = 0; j < N; j++) colsum[j] += b[j];
+    }
+}
+
+static void sgemm_blas(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
+    if (e && e->colsum) colsum_rows(e->colsum, B, ldb, K, N);
+    int nw = (long)M * N < 65536 ? 1 : pt_kernels_threads();
+    epi_ctx ec = {.e = e, .C = C, .ldc = ldc, .M = M, .N = N, .first = 1, .set = beta == 0.0f};
+    if (e && (e->bias || e->res)) {
+        /* C starts as res + bias, or gets it added (beta = 1). */
+        pt_pool_run(epilogue_part, &ec, nw);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+    if (e && (e->act || e->pre)) {
+        ec.first = 0;
+        ec.last = 1;
+        pt_pool_run(epilogue_part, &ec, nw);
+    }
+}
+
+/* ---- AVX-512 path ---------------------------------------------------------- */
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* Tile and blocks: a 12x32 C tile is 24 of the 32 zmm registers; a B block
+ * of 512 x 384 floats (768 KiB) stays in L2 (2 MiB here) beside A and C;
+ * prefetch B 8 k-steps ahead and the C tile 24 k-steps before it is needed
+ * (measured: 512 x 384 blocks 1-3% faster than 384 x 384 or 512 x 512). */
+enum { MR = 12, NR = 32, KC_MAX = 512, NC_MAX = 384, PF_B = 8, PF_C = 24 };
+
+typedef struct {
+    int ta, tb;
+    const float *A, *B;
+    long lda, ldb, ldc;
+    float *C;
+    const float *bp; /* packed B block */
+    const pt_gemm_epilogue *e;
+    int M, N, pc, kc, jc, nc, acc, first, last;
+} gemm_ctx;
+
+/* Per-thread packing buffers, grown on demand and kept: the B block of the
+ * calling thread and the A tile of each worker. */
+typedef struct {
+    float *p;
+    size_t cap;
+} buf;
+static _Thread_local buf tl_a, tl_b;
+
+static float *scratch(buf *b, size_t floats) {
+    if (floats > b->cap) {
+        free(b->p);
+        b->p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+        if (!b->p) abort();
+        b->cap = floats;
+    }
+    return b->p;
+}
+
+/* c[12][32] (row stride ldc) = (acc ? c : 0) + A[12][kc] * bp[kc][32], with
+ * A's (r, k) at ap[r * rs + k * ks]. Inlined into its two callers, which fix
+ * the strides. */
+static inline __attribute__((always_inline)) void
+kernel_tile(int kc, const float *restrict ap, long rs, long ks, const float *restrict bp,
+            float *restrict c, long ldc, int acc) {
+    __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a;
+    __m512 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
+    __m512 c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a, c8a = c0a, c8b = c0a;
+    __m512 c9a = c0a, c9b = c0a, caa = c0a, cab = c0a, cba = c0a, cbb = c0a;
+    /* The tile's 24 lines are read or written after the loop: fetch them
+     * now, behind the kc iterations. */
+    for (int k = 0; k < kc; k++) {
+        if (k == kc - PF_C)
+            for (int r = 0; r < MR; r++) {
+                _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+                _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_T0);
+            }
+        _mm_prefetch((const char *)(bp + PF_B * NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(bp + PF_B * NR + 16), _MM_HINT_T0);
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#define ROW(r, x, y)                                                                               \
+    do {                                                                                           \
+        __m512 a = _mm512_set1_ps(ap[(r)*rs]);                                                     \
+        x = _mm512_fmadd_ps(a, b0, x);                                                             \
+        y = _mm512_fmadd_ps(a, b1, y);                                                             \
+    } while (0)
+        ROW(0, c0a, c0b);
+        ROW(1, c1a, c1b);
+        ROW(2, c2a, c2b);
+        ROW(3, c3a, c3b);
+        ROW(4, c4a, c4b);
+        ROW(5, c5a, c5b);
+        ROW(6, c6a, c6b);
+        ROW(7, c7a, c7b);
+        ROW(8, c8a, c8b);
+        ROW(9, c9a, c9b);
+        ROW(10, caa, cab);
+        ROW(11, cba, cbb);
+#undef ROW
+        ap += ks;
+        bp += NR;
+    }
+#define OUT(r, x, y)                                                                               \
+    do {                                                                                           \
+        float *p = c + (r)*ldc;                                                                    \
+        if (acc) {                                                                                 \
+            x = _mm512_add_ps(_mm512_loadu_ps(p), x);                                              \
+            y = _mm512_add_ps(_mm512_loadu_ps(p + 16), y);                                         \
+        }                                                                                          \
+        _mm512_storeu_ps(p, x);                                                                    \
+        _mm512_storeu_ps(p + 16, y);                                                               \
+    } while (0)
+    OUT(0, c0a, c0b);
+    OUT(1, c1a, c1b);
+    OUT(2, c2a, c2b);
+    OUT(3, c3a, c3b);
+    OUT(4, c4a, c4b);
+    OUT(5, c5a, c5b);
+    OUT(6, c6a, c6b);
+    OUT(7, c7a, c7b);
+    OUT(8, c8a, c8b);
+    OUT(9, c9a, c9b);
+    OUT(10, caa, cab);
+    OUT(11, cba, cbb);
+#undef OUT
+}
+
+/* A packed: ap[kc][12]. */
+static void kernel_12x32(int kc, const float *ap, const float *bp, float *c, long ldc, int acc) {
+    kernel_tile(kc, ap, 1, MR, bp, c, ldc, acc);
+}
+
+/* A read in place, row r at ap + r * lda: for A not transposed, packing is
+ * a transpose that cost 8-15% of a product with 384 output columns. */
+static void kernel_12x32_direct(int kc, const float *ap, long lda, const float *bp, float *c,
+                                long ldc, int acc) {
+    kernel_tile(kc, ap, lda, 1, bp, c, ldc, acc);
+}
+
+/* B[pc .. pc+kc, jc .. jc+nc] as 32-column panels, k-major, zero past N;
+ * B's column sums go to epi->colsum in row order (B not transposed). */
+static void pack_b(float *restrict bp, const gemm_ctx *g) {
+    float *colsum = g->e ? g->e->colsum : NULL;
+    for (int j0 = 0; j0 < g->nc; j0 += NR) {
+        float *restrict dst = bp + (long)j0 * g->kc;
+        int w = g->N - (g->jc + j0) < NR ? g->N - (g->jc + j0) : NR;
+        if (!g->tb) {
+            const float *src = g->B + (long)g->pc * g->ldb + g->jc + j0;
+            float *restrict cs = colsum ? colsum + g->jc + j0 : NULL;
+            for (int k = 0; k < g->kc; k++, src += g->ldb, dst += NR) {
+                memcpy(dst, src, sizeof(float) * (size_t)w);
+                for (int j = w; j < NR; j++) dst[j] = 0.0f;
+                if (cs)
+                    for (int j = 0; j < w; j++) cs[j] += src[j];
+            }
+        } else {
+            for (int j = 0; j < NR; j++) {
+                if (j >= w) {
+                    for (int k = 0; k < g->kc; k++) dst[(long)k * NR + j] = 0.0f;
+                    continue;
+                }
+                const float *src = g->B + (long)(g->jc + j0 + j) * g->ldb + g->pc;
+                for (int k = 0; k < g->kc; k++) dst[(long)k * NR + j] = src[k];
+            }
+        }
+    }
+}
+
+/* A[i0 .. i0+12, pc .. pc+kc], k-major, zero past M. */
+static void pack_a(float *restrict ap, const gemm_ctx *g, int i0) {
+    int h = g->M - i0 < MR ? g->M - i0 : MR;
+    if (g->ta) {
+        const float *src = g->A + (long)g->pc * g->lda + i0;
+        for (int k = 0; k < g->kc; k++, src += g->lda, ap += MR) {
+            memcpy(ap, src, sizeof(float) * (size_t)h);
+            for (int r = h; r < MR; r++) ap[r] = 0.0f;
+        }
+    } else {
+        for (int r = 0; r < MR; r++) {
+            if (r >= h) {
+                for (int k = 0; k < g->kc; k++) ap[(long)k * MR + r] = 0.0f;
+                continue;
+            }
+            const float *src = g->A + (long)(i0 + r) * g->lda + g->pc;
+            for (int k = 0; k < g->kc; k++) ap[(long)k * MR + r] = src[k];
+        }
+    }
+}
+
+/* One C tile: A packed in ap, or read in place (direct). */
+static void tile(const gemm_ctx *g, int direct, const float *ap, int i0, const float *bp, float *c,
+                 long ldc, int acc) {
+    if (direct)
+        kernel_12x32_direct(g->kc, g->A + (long)i0 * g->lda + g->pc, g->lda, bp, c, ldc, acc);
+    else
+        kernel_12x32(g->kc, ap, bp, c, ldc, acc);
+}
+
+static void compute_part(void *p, int index, int count) {
+    const gemm_ctx *g = p;
+    long tiles = (g->M + MR - 1) / MR, lo, hi;
+    pt_split_range(tiles, index, count, &lo, &hi);
+    float *ap = scratch(&tl_a, (size_t)MR * g->kc);
+    const pt_gemm_epilogue *e = g->e;
+    /* res + bias go in before the product (the tile may alias res), the
+     * activation after the last K block. */
+    int pro = g->first && e && (e->bias || e->res), epi = g->last && e && (e->act || e->pre);
+    int acc = g->acc || pro;
+    float edge[MR * NR];
+    for (long t = lo; t < hi; t++) {
+        int i0 = (int)(t * MR), h = g->M - i0 < MR ? g->M - i0 : MR;
+        int direct = !g->ta && h == MR; /* a partial tile is packed with zero rows */
+        if (!direct) pack_a(ap, g, i0);
+        for (int j0 = 0; j0 < g->nc; j0 += NR) {
+            float *c = g->C + (long)i0 * g->ldc + g->jc + j0;
+            const float *bp = g->bp + (long)j0 * g->kc;
+            int w = g->nc - j0 < NR ? g->nc - j0 : NR;
+            if (pro)
+                for (int r = 0; r < h; r++)
+                    epilogue_row(e, c + r * g->ldc, i0 + r, g->jc + j0, g->ldc, w, 1, 0, !g->acc);
+            if (h == MR && w == NR) {
+                tile(g, direct, ap, i0, bp, c, g->ldc, acc);
+            } else {
+                tile(g, direct, ap, i0, bp, edge, NR, 0);
+                for (int r = 0; r < h; r++)
+                    for (int j = 0; j < w; j++)
+                        c[r * g->ldc + j] = (acc ? c[r * g->ldc + j] : 0.0f) + edge[r * NR + j];
+            }
+            if (epi)
+                for (int r = 0; r < h; r++)
+                    epilogue_row(e, c + r * g->ldc, i0 + r, g->jc + j0, g->ldc, w, 0, 1, 0);
+        }
+    }
+}
+
+/* Split n into the fewest blocks of at most max, rounded up to a multiple of
+ * unit: balanced blocks instead of a full one and a sliver. */
+static int block_size(int n, int max, int unit) {
+    int nb = (n + max - 1) / max;
+    int b = (n + nb - 1) / nb;
+    return (b + unit - 1) / unit * unit;
+}
+
+static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc,
+                         const pt_gemm_epilogue *e) {
+    gemm_ctx g = {.ta = ta,
+                  .tb = tb,
+                  .A = A,
+                  .B = B,
+                  .lda = lda,
+                  .ldb = ldb,
+                  .ldc = ldc,
+                  .C = C,
+                  .e = e,
+                  .M = M,
+                  .N = N};
+    int kcb = block_size(K, KC_MAX, 1), ncb = block_size(N, NC_MAX, NR);
+    float *bp = scratch(&tl_b, (size_t)kcb * ncb);
+    long tiles = (M + MR - 1) / MR;
+    int workers = tiles < 8 ? 1 : pt_kernels_threads();
+    for (int pc = 0; pc < K; pc += kcb) {
+        g.pc = pc;
+        g.kc = K - pc < kcb ? K - pc : kcb;
+        g.acc = pc > 0 || beta != 0.0f;
+        g.first = pc == 0;
+        g.last = pc + g.kc == K;
+        for (int jc = 0; jc < N; jc += ncb) {
+            g.jc = jc;
+            g.nc = N - jc < ncb ? N - jc : ncb;
+            pack_b(bp, &g);
+            g.bp = bp;
+            pt_pool_run(compute_part, &g, workers);
+        }
+    }
+}
+#endif
+
+/* Below this much work per call the packing does not pay: OpenBLAS's small
+ * kernels are faster (measured: a 37x45x29 product at half its speed). */
+static int small(int M, int N, int K) {
+    return M < 48 || N < 64 || K < 64;
+}
+
+void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+              float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
+    if (M <= 0 || N <= 0) return;
+#if defined(__AVX512F__)
+    int path = gemm_path();
+    if (K > 0 && (path == PT_GEMM_OWN || (path == PT_GEMM_AUTO && !small(M, N, K)))) {
+        sgemm_avx512(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+        return;
+    }
+#endif
+    sgemm_blas(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+}
