@@ -27,6 +27,11 @@ static int workers_for(long elems) {
 
 /* ---- encoder ------------------------------------------------------------ */
 
+/* Rows of wte are gathered by token: no stream for the hardware prefetcher
+ * to follow, so the kernels fetch ENC_AHEAD rows ahead themselves (B*T 2048,
+ * C 384: forward 0.38 -> 0.35 ms, backward 0.36 -> 0.33 ms). */
+#define ENC_AHEAD 2
+
 typedef struct {
     float *out, *dwte, *dwpe;
     const float *dout, *wte, *wpe;
@@ -37,13 +42,21 @@ typedef struct {
 static void encoder_forward_part(void *p, int index, int count) {
     enc_ctx *c = p;
     long lo, hi;
+    int C = c->C;
     pt_split_range((long)c->B * c->T, index, count, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         int t = (int)(r % c->T);
-        float *restrict o = c->out + r * c->C;
-        const float *restrict we = c->wte + (long)c->inp[r] * c->C;
-        const float *restrict pe = c->wpe + (long)t * c->C;
-        for (int i = 0; i < c->C; i++) o[i] = we[i] + pe[i];
+        float *restrict o = c->out + r * C;
+        const float *restrict we = c->wte + (long)c->inp[r] * C;
+        const float *restrict pe = c->wpe + (long)t * C;
+        if (r + ENC_AHEAD < hi) {
+            const float *wn = c->wte + (long)c->inp[r + ENC_AHEAD] * C;
+            for (int i = 0; i < C; i += 16) {
+                __builtin_prefetch(wn + i);
+                __builtin_prefetch(o + ENC_AHEAD * C + i, 1);
+            }
+        }
+        for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
     }
 }
 
@@ -57,11 +70,20 @@ static void encoder_backward_part(void *p, int index, int count) {
     enc_ctx *c = p;
     long lo, hi;
     pt_split_range(c->C, index, count, &lo, &hi);
-    for (long r = 0; r < (long)c->B * c->T; r++) {
+    long rows = (long)c->B * c->T;
+    for (long r = 0; r < rows; r++) {
         int t = (int)(r % c->T);
         const float *restrict d = c->dout + r * c->C;
         float *restrict dwe = c->dwte + (long)c->inp[r] * c->C;
         float *restrict dpe = c->dwpe + (long)t * c->C;
+        if (r + ENC_AHEAD < rows) {
+            const float *dn = d + ENC_AHEAD * c->C;
+            float *wn = c->dwte + (long)c->inp[r + ENC_AHEAD] * c->C;
+            for (long i = lo; i < hi; i += 16) {
+                __builtin_prefetch(dn + i);
+                __builtin_prefetch(wn + i, 1);
+            }
+        }
         for (long i = lo; i < hi; i++) {
             dwe[i] += d[i];
             dpe[i] += d[i];
@@ -85,16 +107,48 @@ typedef struct {
     int N, C;
 } ln_ctx;
 
-/* Sum of (x - m)^2 over a row, on vectors (a scalar float chain here was
- * about 4 cycles per element: 1 ms per LayerNorm call at N 2048, C 256). */
-static float var_lanes(const float *x, float m, int C) {
-    pt_v8f acc = pt_v8_splat(0.0f);
+/* Rows of LayerNorm are short (C floats, in L1 once loaded) and the time
+ * per row is the wait for the next one from memory: prefetching rows ahead,
+ * the output's for writing, keeps the streams going while a row's reductions
+ * run (N 2048, C 384, cold: forward 0.61 -> 0.49 ms, backward_res 1.08 ->
+ * 0.82 ms per call; 1 row ahead is as good, 4 worse). */
+#define LN_AHEAD 2 /* rows */
+static inline void ln_prefetch(const float *row, int C) {
+    for (int i = 0; i < C; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i);
+}
+/* For a row about to be written: its lines are read in for ownership now,
+ * not when the stores reach them. */
+static inline void ln_prefetch_w(float *row, int C) {
+    for (int i = 0; i < C; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i, 1);
+}
+
+/* Sum of x and of (x - mean)^2 over a row on two vector accumulators: one
+ * chain of dependent adds was the critical path of a row. */
+static inline float ln_sum(const float *x, int C) {
+    pt_v8f a0 = pt_v8_splat(0.0f), a1 = pt_v8_splat(0.0f);
     int i = 0;
+    for (; i + 2 * PT_VW <= C; i += 2 * PT_VW) {
+        a0 += pt_v8_load(x + i);
+        a1 += pt_v8_load(x + i + PT_VW);
+    }
+    for (; i + PT_VW <= C; i += PT_VW) a0 += pt_v8_load(x + i);
+    float v = pt_v8_hsum(a0 + a1);
+    for (; i < C; i++) v += x[i];
+    return v;
+}
+static inline float var_lanes(const float *x, float m, int C) {
+    pt_v8f a0 = pt_v8_splat(0.0f), a1 = pt_v8_splat(0.0f);
+    int i = 0;
+    for (; i + 2 * PT_VW <= C; i += 2 * PT_VW) {
+        pt_v8f d0 = pt_v8_load(x + i) - m, d1 = pt_v8_load(x + i + PT_VW) - m;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+    }
     for (; i + PT_VW <= C; i += PT_VW) {
         pt_v8f dx = pt_v8_load(x + i) - m;
-        acc += dx * dx;
+        a0 += dx * dx;
     }
-    float v = pt_v8_hsum(acc);
+    float v = pt_v8_hsum(a0 + a1);
     for (; i < C; i++) v += (x[i] - m) * (x[i] - m);
     return v;
 }
@@ -106,13 +160,22 @@ typedef struct {
 static inline ln_sums ln_row_sums(const float *w, const float *d, const float *x, float m, float s,
                                   int C) {
     pt_v8f a1 = pt_v8_splat(0.0f), a2 = pt_v8_splat(0.0f);
+    pt_v8f b1 = pt_v8_splat(0.0f), b2 = pt_v8_splat(0.0f);
     int i = 0;
+    for (; i + 2 * PT_VW <= C; i += 2 * PT_VW) {
+        pt_v8f dn = pt_v8_load(w + i) * pt_v8_load(d + i);
+        pt_v8f en = pt_v8_load(w + i + PT_VW) * pt_v8_load(d + i + PT_VW);
+        a1 += dn;
+        a2 += dn * ((pt_v8_load(x + i) - m) * s);
+        b1 += en;
+        b2 += en * ((pt_v8_load(x + i + PT_VW) - m) * s);
+    }
     for (; i + PT_VW <= C; i += PT_VW) {
         pt_v8f dn = pt_v8_load(w + i) * pt_v8_load(d + i);
         a1 += dn;
         a2 += dn * ((pt_v8_load(x + i) - m) * s);
     }
-    float s1 = pt_v8_hsum(a1), s2 = pt_v8_hsum(a2);
+    float s1 = pt_v8_hsum(a1 + b1), s2 = pt_v8_hsum(a2 + b2);
     for (; i < C; i++) {
         float dn = w[i] * d[i];
         s1 += dn;
@@ -121,20 +184,68 @@ static inline ln_sums ln_row_sums(const float *w, const float *d, const float *x
     return (ln_sums){s1 / C, s2 / C};
 }
 
+/* dinp of row n; with dw and db not NULL also adds the row into dweight and
+ * dbias, the same operations as layernorm_backward_cols. Rows up to hi are
+ * prefetched LN_AHEAD ahead. One function for both paths so that dinp has
+ * the same bits at any thread count. */
+static inline void ln_backward_row(const ln_ctx *c, long n, long hi, float *restrict dw,
+                                   float *restrict db) {
+    int C = c->C;
+    const float *restrict w = c->weight;
+    const float *restrict d = c->dout + n * C;
+    const float *restrict x = c->inp + n * C;
+    float *dx = c->dinp + n * C; /* may alias r */
+    const float *r = (c->dres ? c->dres : c->dinp) + n * C;
+    if (n + LN_AHEAD < hi) {
+        ln_prefetch(d + LN_AHEAD * C, C);
+        ln_prefetch(x + LN_AHEAD * C, C);
+        ln_prefetch(r + LN_AHEAD * C, C);
+        if (dx != r) ln_prefetch_w(dx + LN_AHEAD * C, C);
+    }
+    float m = c->cmean[n], s = c->crstd[n];
+    ln_sums rs = ln_row_sums(w, d, x, m, s, C);
+    const float dnorm_mean = rs.dnorm_mean, dnorm_norm_mean = rs.dnorm_norm_mean;
+    /* explicit vectors: GCC does not vectorize this loop by itself */
+    int i = 0;
+    for (; i + PT_VW <= C; i += PT_VW) {
+        pt_v8f di = pt_v8_load(d + i);
+        pt_v8f norm = (pt_v8_load(x + i) - m) * s;
+        pt_v8_store(dx + i, pt_v8_load(r + i) +
+                                s * (pt_v8_load(w + i) * di - dnorm_mean - norm * dnorm_norm_mean));
+        if (db) {
+            pt_v8_store(db + i, pt_v8_load(db + i) + di);
+            pt_v8_store(dw + i, pt_v8_load(dw + i) + norm * di);
+        }
+    }
+    for (; i < C; i++) {
+        float norm = (x[i] - m) * s;
+        dx[i] = r[i] + s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
+        if (db) {
+            db[i] += d[i];
+            dw[i] += norm * d[i];
+        }
+    }
+}
+
 static void layernorm_forward_part(void *p, int index, int count) {
     ln_ctx *c = p;
     long lo, hi;
     int C = c->C;
     pt_split_range(c->N, index, count, &lo, &hi);
+    const float *restrict w = c->weight;
+    const float *restrict bb = c->bias;
     for (long n = lo; n < hi; n++) {
         const float *restrict x = c->inp + n * C;
         float *restrict o = c->out + n * C;
-        const float *restrict w = c->weight;
-        const float *restrict bb = c->bias;
-        float m = pt_sum_lanes(x, C) / C;
+        if (n + LN_AHEAD < hi) ln_prefetch(x + LN_AHEAD * C, C);
+        float m = ln_sum(x, C) / C;
         float v = var_lanes(x, m, C) / C;
         float s = 1.0f / sqrtf(v + 1e-5f);
-        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * w[i] + bb[i];
+        int i = 0;
+        for (; i + PT_VW <= C; i += PT_VW)
+            pt_v8_store(o + i,
+                        (s * (pt_v8_load(x + i) - m)) * pt_v8_load(w + i) + pt_v8_load(bb + i));
+        for (; i < C; i++) o[i] = (s * (x[i] - m)) * w[i] + bb[i];
         c->mean[n] = m;
         c->rstd[n] = s;
     }
@@ -157,22 +268,8 @@ void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 static void layernorm_backward_rows(void *p, int index, int count) {
     ln_ctx *c = p;
     long lo, hi;
-    int C = c->C;
     pt_split_range(c->N, index, count, &lo, &hi);
-    const float *restrict w = c->weight;
-    for (long n = lo; n < hi; n++) {
-        const float *restrict d = c->dout + n * C;
-        const float *restrict x = c->inp + n * C;
-        float *dx = c->dinp + n * C; /* may alias r */
-        const float *r = (c->dres ? c->dres : c->dinp) + n * C;
-        float m = c->cmean[n], s = c->crstd[n];
-        ln_sums rs = ln_row_sums(w, d, x, m, s, C);
-        const float dnorm_mean = rs.dnorm_mean, dnorm_norm_mean = rs.dnorm_norm_mean;
-        for (int i = 0; i < C; i++) {
-            float norm = (x[i] - m) * s;
-            dx[i] = r[i] + s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
-        }
-    }
+    for (long n = lo; n < hi; n++) ln_backward_row(c, n, hi, NULL, NULL);
 }
 
 /* dweight and dbias, by column range. */
@@ -199,35 +296,7 @@ static void layernorm_backward_cols(void *p, int index, int count) {
  * layernorm_backward_cols, so the bits match the two-pass threaded path;
  * it saves re-reading dout and inp (2 N C floats) per call. */
 static void layernorm_backward_fused(ln_ctx *c) {
-    int C = c->C;
-    const float *restrict w = c->weight;
-    float *restrict dw = c->dweight;
-    float *restrict db = c->dbias;
-    for (long n = 0; n < c->N; n++) {
-        const float *restrict d = c->dout + n * C;
-        const float *restrict x = c->inp + n * C;
-        float *dx = c->dinp + n * C; /* may alias r */
-        const float *r = (c->dres ? c->dres : c->dinp) + n * C;
-        float m = c->cmean[n], s = c->crstd[n];
-        ln_sums rs = ln_row_sums(w, d, x, m, s, C);
-        const float dnorm_mean = rs.dnorm_mean, dnorm_norm_mean = rs.dnorm_norm_mean;
-        /* explicit vectors: GCC does not vectorize this loop by itself */
-        int i = 0;
-        for (; i + PT_VW <= C; i += PT_VW) {
-            pt_v8f di = pt_v8_load(d + i);
-            pt_v8f norm = (pt_v8_load(x + i) - m) * s;
-            pt_v8_store(dx + i, pt_v8_load(r + i) + s * (pt_v8_load(w + i) * di - dnorm_mean -
-                                                         norm * dnorm_norm_mean));
-            pt_v8_store(db + i, pt_v8_load(db + i) + di);
-            pt_v8_store(dw + i, pt_v8_load(dw + i) + norm * di);
-        }
-        for (; i < C; i++) {
-            float norm = (x[i] - m) * s;
-            dx[i] = r[i] + s * (w[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean);
-            db[i] += d[i];
-            dw[i] += norm * d[i];
-        }
-    }
+    for (long n = 0; n < c->N; n++) ln_backward_row(c, n, c->N, c->dweight, c->dbias);
 }
 
 static void ln_backward_run(ln_ctx *c) {

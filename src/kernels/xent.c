@@ -55,6 +55,11 @@ static void xent_part(void *p, int index, int count) {
     pt_split_range(c->N, index, count, &lo, &hi);
     for (long n = lo; n < hi; n++) {
         const float *l = c->logits + n * V;
+        /* Rows of a few KB end before the hardware prefetcher gets going:
+         * fetch two rows ahead, for writing (dlogits is usually logits).
+         * N 2048, V 256: 0.34 -> 0.26 ms. Long rows stream by themselves. */
+        if (n + 2 < hi && V <= 4096)
+            for (long i = 0; i < V; i += 16) __builtin_prefetch(l + 2 * V + i, 1);
         int tg = c->targets[n];
         float lt = l[tg];
         float maxv = pt_max_lanes(l, V);
