@@ -141,6 +141,7 @@ static void sgemm_blas(int ta, int tb, int M, int N, int K, const float *A, int 
  * prefetch B 8 k-steps ahead and the C tile 24 k-steps before it is needed
  * (measured: 512 x 384 blocks 1-3% faster than 384 x 384 or 512 x 512). */
 enum { MR = 12, NR = 32, KC_MAX = 512, NC_MAX = 384, PF_B = 8, PF_C = 24 };
+_Static_assert(NR == 2 * PT_VW, "a tile row is two vectors");
 
 typedef struct {
     int ta, tb;
@@ -300,6 +301,42 @@ static void pack_a(float *restrict ap, const gemm_ctx *g, int i0) {
     }
 }
 
+/* epilogue_row on a whole 12x32 tile at (i0, j), each case in its own
+ * loop: called per row, the branches and setup cost as much as the work.
+ * The same arithmetic as epilogue_row, so the same bits. */
+static void tile_first(const pt_gemm_epilogue *e, float *c, long ldc, long i0, long j, int set) {
+    const float *b = e->bias ? e->bias + j : NULL, *res = e->res ? e->res + i0 * ldc + j : NULL;
+    pt_v8f b0 = {0}, b1 = {0};
+    if (b) b0 = pt_v8_load(b), b1 = pt_v8_load(b + PT_VW);
+    for (int r = 0; r < MR; r++, c += ldc) {
+        pt_v8f t0 = b0, t1 = b1;
+        if (res) {
+            const float *x = res + r * ldc;
+            t0 = b ? pt_v8_load(x) + b0 : pt_v8_load(x);
+            t1 = b ? pt_v8_load(x + PT_VW) + b1 : pt_v8_load(x + PT_VW);
+        }
+        pt_v8_store(c, set ? t0 : t0 + pt_v8_load(c));
+        pt_v8_store(c + PT_VW, set ? t1 : t1 + pt_v8_load(c + PT_VW));
+    }
+}
+
+static void tile_last(const pt_gemm_epilogue *e, float *c, long ldc, long i0, long j) {
+    long off = i0 * ldc + j;
+    if (e->act) {
+        float *a = e->act + off;
+        for (int r = 0; r < MR; r++, c += ldc, a += ldc) {
+            pt_v8_store(a, pt_v8_gelu(pt_v8_load(c)));
+            pt_v8_store(a + PT_VW, pt_v8_gelu(pt_v8_load(c + PT_VW)));
+        }
+    } else {
+        const float *p = e->pre + off;
+        for (int r = 0; r < MR; r++, c += ldc, p += ldc) {
+            pt_v8_store(c, pt_v8_gelu_grad(pt_v8_load(p)) * pt_v8_load(c));
+            pt_v8_store(c + PT_VW, pt_v8_gelu_grad(pt_v8_load(p + PT_VW)) * pt_v8_load(c + PT_VW));
+        }
+    }
+}
+
 /* One C tile: A packed in ap, or read in place (direct). */
 static void tile(const gemm_ctx *g, int direct, const float *ap, int i0, const float *bp, float *c,
                  long ldc, int acc) {
@@ -328,10 +365,13 @@ static void compute_part(void *p, int index, int count) {
             float *c = g->C + (long)i0 * g->ldc + g->jc + j0;
             const float *bp = g->bp + (long)j0 * g->kc;
             int w = g->nc - j0 < NR ? g->nc - j0 : NR;
-            if (pro)
+            int full = h == MR && w == NR;
+            if (pro && full)
+                tile_first(e, c, g->ldc, i0, g->jc + j0, !g->acc);
+            else if (pro)
                 for (int r = 0; r < h; r++)
                     epilogue_row(e, c + r * g->ldc, i0 + r, g->jc + j0, g->ldc, w, 1, 0, !g->acc);
-            if (h == MR && w == NR) {
+            if (full) {
                 tile(g, direct, ap, i0, bp, c, g->ldc, acc);
             } else {
                 tile(g, direct, ap, i0, bp, edge, NR, 0);
@@ -339,7 +379,9 @@ static void compute_part(void *p, int index, int count) {
                     for (int j = 0; j < w; j++)
                         c[r * g->ldc + j] = (acc ? c[r * g->ldc + j] : 0.0f) + edge[r * NR + j];
             }
-            if (epi)
+            if (epi && full)
+                tile_last(e, c, g->ldc, i0, g->jc + j0);
+            else if (epi)
                 for (int r = 0; r < h; r++)
                     epilogue_row(e, c + r * g->ldc, i0 + r, g->jc + j0, g->ldc, w, 0, 1, 0);
         }
