@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs, builds the release tree and
-# the sanitizer tree (ASan + UBSan), and runs CTest in both.
+# the sanitizer tree (ASan + UBSan), and runs CTest in both; then the kernel
+# tests of a build without -march=native.
 #   bash scripts/test.sh             # release + sanitizers (what CI runs)
 #   bash scripts/test.sh --quick     # release only
 #   bash scripts/test.sh --full      # also the slow "full" tier
@@ -29,4 +30,11 @@ if [ "$mode" != --quick ]; then
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure "${labels[@]}"
+
+  # Both trees above are -march=native (AVX-512 here); the kernels' portable
+  # vector code and the OpenBLAS-only GEMM path are what other CPUs run.
+  echo "== portable build (no -march=native): kernel tests"
+  cmake -S . -B build-portable -DCMAKE_BUILD_TYPE=Release -DPT_NATIVE=OFF >/dev/null
+  cmake --build build-portable -j "$(nproc)" --target test_kernels test_kernels_grad >/dev/null
+  ctest --test-dir build-portable --output-on-failure -R '^test_kernels'
 fi

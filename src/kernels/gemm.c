@@ -40,17 +40,6 @@ int pt_sgemm_set_path(int path) {
     return old;
 }
 
-static int gemm_path(void) {
-    if (g_path < 0) {
-        const char *s = getenv("PT_GEMM");
-        g_path = !s                       ? PT_GEMM_AUTO
-                 : strcmp(s, "blas") == 0 ? PT_GEMM_BLAS
-                 : strcmp(s, "own") == 0  ? PT_GEMM_OWN
-                                          : PT_GEMM_AUTO;
-    }
-    return g_path;
-}
-
 /* ---- epilogue, shared by both paths ------------------------------------- */
 
 /* Row segment c[0..w) of C at (row i, column j). first: c = (res + bias) +
@@ -153,23 +142,11 @@ typedef struct {
     int M, N, pc, kc, jc, nc, acc, first, last;
 } gemm_ctx;
 
-/* Per-thread packing buffers, grown on demand and kept: the B block of the
- * calling thread and the A tile of each worker. */
-typedef struct {
-    float *p;
-    size_t cap;
-} buf;
-static _Thread_local buf tl_a, tl_b;
-
-static float *scratch(buf *b, size_t floats) {
-    if (floats > b->cap) {
-        free(b->p);
-        b->p = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-        if (!b->p) abort();
-        b->cap = floats;
-    }
-    return b->p;
-}
+/* Per-thread packing buffers, fixed size (no kernel allocates): the B block
+ * of the calling thread and the A tile of each worker. Untouched pages of a
+ * thread that never multiplies cost nothing. */
+static _Thread_local float tl_b[KC_MAX * NC_MAX] __attribute__((aligned(64)));
+static _Thread_local float tl_a[MR * KC_MAX] __attribute__((aligned(64)));
 
 /* c[12][32] (row stride ldc) = (acc ? c : 0) + A[12][kc] * bp[kc][32], with
  * A's (r, k) at ap[r * rs + k * ks]. Inlined into its two callers, which fix
@@ -350,7 +327,7 @@ static void compute_part(void *p, int index, int count) {
     const gemm_ctx *g = p;
     long tiles = (g->M + MR - 1) / MR, lo, hi;
     pt_split_range(tiles, index, count, &lo, &hi);
-    float *ap = scratch(&tl_a, (size_t)MR * g->kc);
+    float *ap = tl_a;
     const pt_gemm_epilogue *e = g->e;
     /* res + bias go in before the product (the tile may alias res), the
      * activation after the last K block. */
@@ -411,7 +388,7 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
                   .M = M,
                   .N = N};
     int kcb = block_size(K, KC_MAX, 1), ncb = block_size(N, NC_MAX, NR);
-    float *bp = scratch(&tl_b, (size_t)kcb * ncb);
+    float *bp = tl_b; /* kcb <= KC_MAX, ncb <= NC_MAX */
     long tiles = (M + MR - 1) / MR;
     int workers = tiles < 8 ? 1 : pt_kernels_threads();
     for (int pc = 0; pc < K; pc += kcb) {
@@ -429,13 +406,24 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
         }
     }
 }
-#endif
+
+static int gemm_path(void) {
+    if (g_path < 0) {
+        const char *s = getenv("PT_GEMM");
+        g_path = !s                       ? PT_GEMM_AUTO
+                 : strcmp(s, "blas") == 0 ? PT_GEMM_BLAS
+                 : strcmp(s, "own") == 0  ? PT_GEMM_OWN
+                                          : PT_GEMM_AUTO;
+    }
+    return g_path;
+}
 
 /* Below this much work per call the packing does not pay: OpenBLAS's small
  * kernels are faster (measured: a 37x45x29 product at half its speed). */
 static int small(int M, int N, int K) {
     return M < 48 || N < 64 || K < 64;
 }
+#endif
 
 void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               float beta, float *C, int ldc, const pt_gemm_epilogue *e) {

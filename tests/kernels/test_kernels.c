@@ -495,11 +495,14 @@ static void test_adamw(void) {
             double mi = (double)b1 * m0[i] + (1.0 - (double)b1) * gi;
             double vi = (double)b2 * v0[i] + (1.0 - (double)b2) * gi * gi;
             double mh = mi / (1.0 - pow(b1, t)), vh = vi / (1.0 - pow(b2, t));
-            double pi = p0[i] - (double)lr * (mh / (sqrt(vh) + eps) + (double)wd * p0[i]);
+            double step = (double)lr * (mh / (sqrt(vh) + eps) + (double)wd * p0[i]);
+            double pi = p0[i] - step;
             if (fabs(m[i] - mi) > 1e-7 + 1e-5 * fabs(mi)) bad++;
             if (fabs(v[i] - vi) > 1e-9 + 1e-5 * fabs(vi)) bad++;
-            /* the step is lr * O(1); its float rounding is ~1e-7 of |p| + lr */
-            if (fabs(p[i] - pi) > 1e-6 * (fabs(pi) + lr)) {
+            /* float rounds p0 and the step (|mhat| / sqrt(vhat) reaches ~50
+             * with random, unrelated m and v, so the step is not always
+             * O(lr)): ~1e-7 of |p0| + |step|, whatever cancels between them */
+            if (fabs(p[i] - pi) > 1e-6 * (fabs(p0[i]) + fabs(step) + lr)) {
                 if (bad < 3) fprintf(stderr, "  adamw p[%ld] %.9g want %.9g\n", i, p[i], pi);
                 bad++;
             }
