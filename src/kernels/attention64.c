@@ -30,6 +30,7 @@
 
 #include "fastmath.h"
 #include "kernels_impl.h"
+#include "transpose.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -198,37 +199,6 @@ static void scores(float *S, long lds, const float *A, long lda, const float *BT
     }
 }
 
-#if defined(__AVX512F__)
-/* dst[x][y] = src[y][x] for a 16 x 16 float block (row strides ldd, lds):
- * 16 row loads, 64 shuffles in registers, 16 row stores. The scalar loop was
- * one strided store per element (perf: 70% of the backward outside the
- * tiles, and a quarter of the forward's score pass). */
-static inline void transpose16(float *dst, long ldd, const float *src, long lds) {
-    __m512 r[16], t[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4)
-        for (int k = 0; k < 2; k++) {
-            __m512d a = _mm512_castps_pd(t[i + k]), b = _mm512_castps_pd(t[i + k + 2]);
-            r[i + 2 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[i + 2 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    for (int i = 0; i < 16; i += 8)
-        for (int k = 0; k < 4; k++) {
-            t[i + k] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0x88);
-            t[i + k + 4] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0xdd);
-        }
-    for (int k = 0; k < 8; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
-    }
-    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
-}
-#endif
-
 /* BT (HS, ld) = rows [0, n) of B (stride ldb) transposed; columns [n, ld)
  * zeroed. Whole 16-row groups by register transposes where AVX-512 is built
  * in; the rest row by row: each read is a contiguous row of B and the writes
@@ -238,7 +208,7 @@ static void transpose64(float *BT, long ld, const float *B, long ldb, int n) {
     int j = 0;
 #if defined(__AVX512F__)
     for (; j + 16 <= n; j += 16)
-        for (int d = 0; d < HS; d += 16) transpose16(BT + d * ld + j, ld, B + j * ldb + d, ldb);
+        for (int d = 0; d < HS; d += 16) pt_transpose16(BT + d * ld + j, ld, B + j * ldb + d, ldb);
 #endif
     for (; j < n; j++) {
         const float *b = B + j * ldb;
