@@ -155,14 +155,14 @@ static _Thread_local float tl_a[MR * KC_MAX] __attribute__((aligned(64)));
 static inline __attribute__((always_inline)) void
 kernel_tile(int kc, const float *restrict ap, long rs, long ks, const float *restrict bp,
             float *restrict c, long ldc, int acc) {
-    __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a;
-    __m512 c3a = c0a, c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a;
-    __m512 c6a = c0a, c6b = c0a, c7a = c0a, c7b = c0a, c8a = c0a, c8b = c0a;
-    __m512 c9a = c0a, c9b = c0a, caa = c0a, cab = c0a, cba = c0a, cbb = c0a;
-    /* The tile's 24 lines are read or written after the loop: fetch them
-     * now, behind the kc iterations. */
+    __m512 cv[MR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) cv[r][0] = cv[r][1] = _mm512_setzero_ps();
     for (int k = 0; k < kc; k++) {
+        /* C's 24 lines are read or written after the loop: fetch them a
+         * little before, and B's panel a few steps ahead. */
         if (k == kc - PF_C)
+#pragma GCC unroll 12
             for (int r = 0; r < MR; r++) {
                 _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
                 _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_T0);
@@ -170,51 +170,25 @@ kernel_tile(int kc, const float *restrict ap, long rs, long ks, const float *res
         _mm_prefetch((const char *)(bp + PF_B * NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(bp + PF_B * NR + 16), _MM_HINT_T0);
         __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#define ROW(r, x, y)                                                                               \
-    do {                                                                                           \
-        __m512 a = _mm512_set1_ps(ap[(r)*rs]);                                                     \
-        x = _mm512_fmadd_ps(a, b0, x);                                                             \
-        y = _mm512_fmadd_ps(a, b1, y);                                                             \
-    } while (0)
-        ROW(0, c0a, c0b);
-        ROW(1, c1a, c1b);
-        ROW(2, c2a, c2b);
-        ROW(3, c3a, c3b);
-        ROW(4, c4a, c4b);
-        ROW(5, c5a, c5b);
-        ROW(6, c6a, c6b);
-        ROW(7, c7a, c7b);
-        ROW(8, c8a, c8b);
-        ROW(9, c9a, c9b);
-        ROW(10, caa, cab);
-        ROW(11, cba, cbb);
-#undef ROW
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            __m512 a = _mm512_set1_ps(ap[r * rs]);
+            cv[r][0] = _mm512_fmadd_ps(a, b0, cv[r][0]);
+            cv[r][1] = _mm512_fmadd_ps(a, b1, cv[r][1]);
+        }
         ap += ks;
         bp += NR;
     }
-#define OUT(r, x, y)                                                                               \
-    do {                                                                                           \
-        float *p = c + (r)*ldc;                                                                    \
-        if (acc) {                                                                                 \
-            x = _mm512_add_ps(_mm512_loadu_ps(p), x);                                              \
-            y = _mm512_add_ps(_mm512_loadu_ps(p + 16), y);                                         \
-        }                                                                                          \
-        _mm512_storeu_ps(p, x);                                                                    \
-        _mm512_storeu_ps(p + 16, y);                                                               \
-    } while (0)
-    OUT(0, c0a, c0b);
-    OUT(1, c1a, c1b);
-    OUT(2, c2a, c2b);
-    OUT(3, c3a, c3b);
-    OUT(4, c4a, c4b);
-    OUT(5, c5a, c5b);
-    OUT(6, c6a, c6b);
-    OUT(7, c7a, c7b);
-    OUT(8, c8a, c8b);
-    OUT(9, c9a, c9b);
-    OUT(10, caa, cab);
-    OUT(11, cba, cbb);
-#undef OUT
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) {
+        float *p = c + r * ldc;
+        if (acc) {
+            cv[r][0] = _mm512_add_ps(_mm512_loadu_ps(p), cv[r][0]);
+            cv[r][1] = _mm512_add_ps(_mm512_loadu_ps(p + 16), cv[r][1]);
+        }
+        _mm512_storeu_ps(p, cv[r][0]);
+        _mm512_storeu_ps(p + 16, cv[r][1]);
+    }
 }
 
 /* A packed: ap[kc][12]. */
