@@ -139,6 +139,7 @@ typedef struct {
     long lda, ldb, ldc;
     float *C;
     const float *bp; /* packed B block */
+    float *bp_w;     /* the same, to write */
     const pt_gemm_epilogue *e;
     int M, N, pc, kc, jc, nc, acc, first, last;
 } gemm_ctx;
@@ -204,10 +205,15 @@ static void kernel_12x32_direct(int kc, const float *ap, long lda, const float *
 }
 
 /* B[pc .. pc+kc, jc .. jc+nc] as 32-column panels, k-major, zero past N;
- * B's column sums go to epi->colsum in row order (B not transposed). */
-static void pack_b(float *restrict bp, const gemm_ctx *g) {
+ * B's column sums go to epi->colsum in row order (B not transposed). The
+ * panels are split over the pool: each worker owns whole columns. */
+static void pack_b_part(void *p, int index, int count) {
+    const gemm_ctx *g = p;
+    float *restrict bp = g->bp_w;
     float *colsum = g->e ? g->e->colsum : NULL;
-    for (int j0 = 0; j0 < g->nc; j0 += NR) {
+    long lo, hi;
+    pt_split_range((g->nc + NR - 1) / NR, index, count, &lo, &hi);
+    for (int j0 = (int)lo * NR; j0 < hi * NR; j0 += NR) {
         float *restrict dst = bp + (long)j0 * g->kc;
         int w = g->N - (g->jc + j0) < NR ? g->N - (g->jc + j0) : NR;
         if (!g->tb) {
@@ -378,8 +384,8 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
         for (int jc = 0; jc < N; jc += ncb) {
             g.jc = jc;
             g.nc = N - jc < ncb ? N - jc : ncb;
-            pack_b(bp, &g);
-            g.bp = bp;
+            g.bp = g.bp_w = bp;
+            pt_pool_run(pack_b_part, &g, workers);
             pt_pool_run(compute_part, &g, workers);
         }
     }
