@@ -41,6 +41,14 @@ int pt_sgemm_set_path(int path) {
     return old;
 }
 
+int pt_sgemm_has_own(void) {
+#if defined(__AVX512F__)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* ---- epilogue, shared by both paths ------------------------------------- */
 
 /* Row segment c[0..w) of C at (row i, column j). first: c = (res + bias) +

@@ -51,6 +51,8 @@ void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, cons
  * AVX-512 every path is OpenBLAS. */
 enum { PT_GEMM_AUTO, PT_GEMM_BLAS, PT_GEMM_OWN };
 int pt_sgemm_set_path(int path);
+/* 1 where the own GEMM is built in (AVX-512), else every path is OpenBLAS. */
+int pt_sgemm_has_own(void);
 
 /* ---- attention for hs = 64 (attention64.c), one (batch, head) pair ------
  * q, k, v: the pair's row 0 in qkv (row stride C3); att (T,T) of the pair;

@@ -396,7 +396,7 @@ static void attention_set_case(int B, int T, int C, int NH) {
 static int blas_gemm(void) {
     int path = pt_sgemm_set_path(PT_GEMM_AUTO);
     pt_sgemm_set_path(path);
-    return path == PT_GEMM_BLAS;
+    return path == PT_GEMM_BLAS || !pt_sgemm_has_own();
 }
 /* c_proj's backward through GELU: dpre = gelu'(pre) * (dout @ w^T), against
  * the reference linear backward into a temporary and the reference GELU
