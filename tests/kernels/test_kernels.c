@@ -170,7 +170,7 @@ static void test_matmul(void) {
                 matmul_case(1, 1, 1, wt, bias, 1);
                 matmul_case(13, 31, 17, wt, bias, 1);
                 matmul_case(70, 64, 96, wt, bias, 1);
-                matmul_case(300, 40, 257, wt, bias, 1); /* above the parallel bias threshold */
+                matmul_case(300, 40, 257, wt, bias, 1);    /* above the parallel bias threshold */
                 matmul_case(200, 520, 130, wt, bias, 0.5); /* 2 K blocks, partial tiles */
                 matmul_case(97, 64, 1100, wt, bias, 0.3);  /* 3 N blocks / 3 K blocks */
             }
