@@ -9,6 +9,13 @@
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 BIN=${PARTRAIN:-build-dp/src/cli/partrain}
+if [ -z "${PARTRAIN:-}" ]; then
+    cmake -S . -B build-dp -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build build-dp --target partrain -j2 >/dev/null
+fi
+# run() keeps only the val-loss lines of the output: a missing binary would
+# otherwise leave nothing but stale metrics behind.
+[ -x "$BIN" ] || { echo "run_dp_experiments.sh: $BIN not found (set PARTRAIN)" >&2; exit 1; }
 STEPS=${1:-300}
 PARTS=${2:-modes overlap}
 OUT=runs/dp
