@@ -157,15 +157,16 @@ static void tile_ab(float *out, long ldo, const float *A, long lda, const float 
 }
 
 /* out[r] = beta * out[r] + sum_{i in [i0, i1)} A[i][j0 + r] B[i] for r < rn:
- * A's row i at A + i * lda, B's at B + i * ldb. */
+ * A's row i at A + (i - a0) * lda, B's at B + (i - a0) * ldb (A and B start
+ * at row a0 <= i0: a block's rows, without a pointer before the buffer). */
 TILE_INLINE void tile_atb_body(float *out, long ldo, const float *A, long lda, const float *B,
-                               long ldb, int j0, int rn, int i0, int i1, float beta) {
+                               long ldb, int j0, int rn, int i0, int i1, int a0, float beta) {
     pt_v8f acc[ATT_R][HV];
     for (int r = 0; r < rn; r++)
         for (int v = 0; v < HV; v++) acc[r][v] = pt_v8_splat(0.0f);
     for (int i = i0; i < i1; i++) {
-        const float *b = B + i * ldb;
-        const float *a = A + i * lda + j0;
+        const float *b = B + (i - a0) * ldb;
+        const float *a = A + (i - a0) * lda + j0;
         pt_v8f bv[HV];
         for (int v = 0; v < HV; v++) bv[v] = pt_v8_load(b + v * PT_VW);
         for (int r = 0; r < rn; r++) {
@@ -176,14 +177,15 @@ TILE_INLINE void tile_atb_body(float *out, long ldo, const float *A, long lda, c
     store_rows(out, ldo, acc, rn, beta);
 }
 static void tile_atb(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
-                     int j0, int rn, int i0, int i1, float beta) {
-#define ATB(R) tile_atb_body(out, ldo, A, lda, B, ldb, j0, R, i0, i1, beta)
+                     int j0, int rn, int i0, int i1, int a0, float beta) {
+#define ATB(R) tile_atb_body(out, ldo, A, lda, B, ldb, j0, R, i0, i1, a0, beta)
     ROWS_DISPATCH(rn, ATB);
 #undef ATB
 }
 
 /* Causal scores: S[i][j] = A[i] . B[j] for rows [r0, r1), keys j <= i (and
  * whatever else the key tile covers: entries past i are not meaningful).
+ * S and A hold the rows from r0: row i at S + (i - r0) * lds.
  * BT (HS, ldb) holds B transposed, ldb >= the keys rounded up to KW, zeros
  * past the last key. */
 static void scores(float *S, long lds, const float *A, long lda, const float *BT, long ldb, int r0,
@@ -194,7 +196,8 @@ static void scores(float *S, long lds, const float *A, long lda, const float *BT
         for (int i = i0; i < r1; i += ATT_R) {
             int rn = r1 - i < ATT_R ? r1 - i : ATT_R;
             int need = i + rn - k0 < nk ? i + rn - k0 : nk;
-            tile_abt(S + i * lds + k0, lds, A + i * lda, lda, BT + k0, ldb, rn, nk, need);
+            tile_abt(S + (i - r0) * lds + k0, lds, A + (i - r0) * lda, lda, BT + k0, ldb, rn, nk,
+                     need);
         }
     }
 }
@@ -275,15 +278,14 @@ static void scores_all(float *S, long lds, const float *A, long lda, const float
 }
 
 /* out[i] = beta * out[i] + sum_{j <= i} A[i][j] B[j] for rows i in [r0, r1),
- * by chunks of KW keys (B's rows) in the outer loop. A's row i at A + i * lda
- * with zeros from i + 1 to the end of its block of `block` rows: tiles never
- * cross a block. B's rows with a stride other than HS are first copied into
- * a contiguous 16 KiB buffer: in place (a stride of 3C floats) they fall into
- * half of L1's sets and 256 of them do not fit, so every 6-row tile streamed
- * them again from L2 (perf: the tiles stalled on those loads); a chunk,
- * copied once, stays in L1 for all the tiles that need it. */
-static void ab_causal(float *out, long ldo, const float *A, long lda, const float *B, long ldb,
-                      int r0, int r1, int block, float beta) {
+ * by chunks of KW keys (B's rows) in the outer loop. A's row i at
+ * A + (i - a0) * lda (A starts at row a0 <= r0) with zeros from i + 1 to the end of its block of
+ * `block` rows: tiles never cross a block. B's rows with a stride other than HS are first copied
+ * into a contiguous 16 KiB buffer: in place (a stride of 3C floats) they fall into half of L1's
+ * sets and 256 of them do not fit, so every 6-row tile streamed them again from L2 (perf: the tiles
+ * stalled on those loads); a chunk, copied once, stays in L1 for all the tiles that need it. */
+static void ab_causal(float *out, long ldo, const float *A, long lda, int a0, const float *B,
+                      long ldb, int r0, int r1, int block, float beta) {
     float bc[KW * HS];
     for (int k0 = 0; k0 < r1; k0 += KW) {
         int nk = r1 - k0 < KW ? r1 - k0 : KW;
@@ -299,7 +301,8 @@ static void ab_causal(float *out, long ldo, const float *A, long lda, const floa
                 int rn = e - i < ATT_R ? e - i : ATT_R;
                 int n = i + rn - k0 < nk ? i + rn - k0 : nk;
                 if (k0 == 0) pf_write_rows(out, ldo, i + ATT_R, ATT_R, e);
-                if (n > 0) tile_ab(out + i * ldo, ldo, A + i * lda + k0, lda, bk, HS, rn, n, b);
+                if (n > 0)
+                    tile_ab(out + i * ldo, ldo, A + (i - a0) * lda + k0, lda, bk, HS, rn, n, b);
             }
         }
     }
@@ -403,7 +406,7 @@ void pt_att64_forward_pair(float *out, float *att, const float *q, const float *
         /* zeros up to r1: tile_ab reads up to its last row */
         for (int t = r0; t < r1; t++) softmax_row(att + (long)t * T, t + 1, r1, T, scale);
     }
-    ab_causal(out, C, att, T, v, C3, 0, T, block, 0.0f);
+    ab_causal(out, C, att, T, 0, v, C3, 0, T, block, 0.0f);
 }
 
 /* As attention.c's backward per pair: blocks of query rows last first, so
@@ -463,22 +466,22 @@ void pt_att64_backward_pair(float *dq, float *dk, float *dv, const float *q, con
             int i0 = j > r0 ? j : r0;
             pf_rows(&pq, per);
             if (blk == nblocks - 1) pf_write_rows(dv, C3, j + ATT_R, ATT_R, r1);
-            tile_atb(dv + j * C3, C3, P - r0 * ld, ld, dob - r0 * HS, HS, j, rn, i0, r1, beta_kv);
+            tile_atb(dv + j * C3, C3, P, ld, dob, HS, j, rn, i0, r1, r0, beta_kv);
         }
         /* dP = dO V^T (into dS), then dS = P * (dP - rowsum(P * dP)) * scale */
-        scores(dS - r0 * ld, ld, dob - r0 * HS, HS, vt, ld, r0, r1);
+        scores(dS, ld, dob, HS, vt, ld, r0, r1);
         for (int t = r0; t < r1; t++)
             softmax_bwd_row(dS + (long)(t - r0) * ld, P + (long)(t - r0) * ld, t + 1, r1, ld,
                             scale);
         /* dQ[r0:r1] = beta0 dQ + dS K[0:r1] */
-        ab_causal(dq, C3, dS - r0 * ld, ld, kp, HS, r0, r1, block, beta0);
+        ab_causal(dq, C3, dS, ld, r0, kp, HS, r0, r1, block, beta0);
         /* dK[0:r1] = beta dK + dS^T Q[r0:r1] */
         for (int j = 0; j < r1; j += ATT_R) {
             int rn = r1 - j < ATT_R ? r1 - j : ATT_R;
             int i0 = j > r0 ? j : r0;
             pf_rows(&pq, per);
             if (blk == nblocks - 1) pf_write_rows(dk, C3, j + ATT_R, ATT_R, r1);
-            tile_atb(dk + j * C3, C3, dS - r0 * ld, ld, qb - r0 * HS, HS, j, rn, i0, r1, beta_kv);
+            tile_atb(dk + j * C3, C3, dS, ld, qb, HS, j, rn, i0, r1, r0, beta_kv);
         }
     }
 }
