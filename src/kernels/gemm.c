@@ -8,9 +8,10 @@
  * on AVX-512, cut to these shapes:
  *
  *   for each K block (kc <= 512):
- *     for each N block (nc <= 512 columns):
- *       pack B[kc, nc] into 32-column panels, k-major (stays in L2),
- *         adding B's column sums to epi->colsum on the way (dbias)
+ *     for each N block (nc <= 384 columns):
+ *       pack B[kc, nc] into 32-column panels, k-major (stays in L2; the
+ *         panels split over the pool's threads), adding B's column sums to
+ *         epi->colsum on the way (dbias)
  *       for each 12-row tile of A (split over the pool's threads):
  *         pack the tile's A[12, kc], k-major, if A is transposed (else
  *           the micro-kernel reads A's 12 rows in place)
