@@ -409,6 +409,22 @@ void pt_att64_forward_pair(float *out, float *att, const float *q, const float *
     ab_causal(out, C, att, T, 0, v, C3, 0, T, block, 0.0f);
 }
 
+/* out[0:r1] (row stride ldo) = beta out + A^T B over the block's rows
+ * [r0, r1) (A: P or dS, row stride lda; B: dO or Q, contiguous HS floats):
+ * key row j gets rows i >= max(j, r0). Each tile also advances the prefetch
+ * queue; first: the first block walked (blocks go last-first), whose tiles
+ * write out for the first time, so its next rows are fetched for writing. */
+static void atb_keys(float *out, long ldo, const float *A, long lda, const float *B, int r0, int r1,
+                     int first, pf_queue *pq, int per, float beta) {
+    for (int j = 0; j < r1; j += ATT_R) {
+        int rn = r1 - j < ATT_R ? r1 - j : ATT_R;
+        int i0 = j > r0 ? j : r0;
+        pf_rows(pq, per);
+        if (first) pf_write_rows(out, ldo, j + ATT_R, ATT_R, r1);
+        tile_atb(out + j * ldo, ldo, A, lda, B, HS, j, rn, i0, r1, r0, beta);
+    }
+}
+
 /* As attention.c's backward per pair: blocks of query rows last first, so
  * the first write of dK and dV (last block, beta0) covers all their rows.
  * scratch: V^T (HS, ld), then P and dS blocks (block, ld), then the block's
@@ -460,14 +476,8 @@ void pt_att64_backward_pair(float *dq, float *dk, float *dv, const float *q, con
         }
         int calls = 2 * ((r1 + ATT_R - 1) / ATT_R);
         int per = (2 * block + calls - 1) / calls;
-        /* dV[0:r1] = beta dV + P^T dO[r0:r1]: row j gets rows i >= max(j, r0) */
-        for (int j = 0; j < r1; j += ATT_R) {
-            int rn = r1 - j < ATT_R ? r1 - j : ATT_R;
-            int i0 = j > r0 ? j : r0;
-            pf_rows(&pq, per);
-            if (blk == nblocks - 1) pf_write_rows(dv, C3, j + ATT_R, ATT_R, r1);
-            tile_atb(dv + j * C3, C3, P, ld, dob, HS, j, rn, i0, r1, r0, beta_kv);
-        }
+        /* dV[0:r1] = beta dV + P^T dO[r0:r1] */
+        atb_keys(dv, C3, P, ld, dob, r0, r1, blk == nblocks - 1, &pq, per, beta_kv);
         /* dP = dO V^T (into dS), then dS = P * (dP - rowsum(P * dP)) * scale */
         scores(dS, ld, dob, HS, vt, ld, r0, r1);
         for (int t = r0; t < r1; t++)
@@ -476,12 +486,6 @@ void pt_att64_backward_pair(float *dq, float *dk, float *dv, const float *q, con
         /* dQ[r0:r1] = beta0 dQ + dS K[0:r1] */
         ab_causal(dq, C3, dS, ld, r0, kp, HS, r0, r1, block, beta0);
         /* dK[0:r1] = beta dK + dS^T Q[r0:r1] */
-        for (int j = 0; j < r1; j += ATT_R) {
-            int rn = r1 - j < ATT_R ? r1 - j : ATT_R;
-            int i0 = j > r0 ? j : r0;
-            pf_rows(&pq, per);
-            if (blk == nblocks - 1) pf_write_rows(dk, C3, j + ATT_R, ATT_R, r1);
-            tile_atb(dk + j * C3, C3, dS, ld, qb, HS, j, rn, i0, r1, r0, beta_kv);
-        }
+        atb_keys(dk, C3, dS, ld, qb, r0, r1, blk == nblocks - 1, &pq, per, beta_kv);
     }
 }
