@@ -84,7 +84,7 @@ void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const flo
 /* The MLP's c_proj backward through the GELU before it: inp = gelu(pre),
  * dpre (N,C) = gelu'(pre) * (dout @ weight^T), OVERWRITTEN; dweight, dbias
  * as pt_matmul_backward. Equal to pt_matmul_backward_set into a temporary
- * followed by pt_gelu_backward_bias, without the temporary's two passes. */
+ * followed by GELU's backward, without the temporary's two passes. */
 void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, const float *pre, int N,
                                  int C, int OC);
@@ -109,12 +109,6 @@ void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const floa
 void pt_gelu_forward(float *out, const float *inp, long N);
 /* dinp (N) += gelu'(inp) * dout */
 void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
-/* GELU backward fused with the preceding linear's bias gradient:
- * dinp (N,OC) = gelu'(inp) * dout (OVERWRITTEN), dbias (OC) += column sums of
- * dinp (dbias may be NULL). One pass instead of GELU backward + a column-sum
- * pass over dinp; pass dbias NULL to the matmul backward afterwards. */
-void pt_gelu_backward_bias(float *dinp, float *dbias, const float *inp, const float *dout, int N,
-                           int OC);
 
 /* ---- residual: out = a + b ------------------------------------------------------ */
 void pt_residual_forward(float *out, const float *a, const float *b, long N);

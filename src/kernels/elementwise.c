@@ -385,48 +385,6 @@ void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N) 
     pt_pool_run(gelu_backward_part, &c, workers_for(N));
 }
 
-typedef struct {
-    float *dinp, *dbias;
-    const float *inp, *dout;
-    int N, OC;
-} gelub_ctx;
-
-/* Columns [lo, hi) of every row: dinp overwritten, dbias summed over rows in
- * row order, so the bits do not depend on the thread count. */
-static void gelu_backward_bias_part(void *p, int index, int count) {
-    gelub_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->OC, index, count, &lo, &hi);
-    int OC = c->OC;
-    float *restrict db = c->dbias;
-    for (long n = 0; n < c->N; n++) {
-        float *restrict dx = c->dinp + n * OC;
-        const float *restrict x = c->inp + n * OC;
-        const float *restrict d = c->dout + n * OC;
-        long i = lo;
-        for (; i + PT_VW <= hi; i += PT_VW) {
-            pt_v8f g = pt_v8_gelu_grad(pt_v8_load(x + i)) * pt_v8_load(d + i);
-            pt_v8_store(dx + i, g);
-            if (db) pt_v8_store(db + i, pt_v8_load(db + i) + g);
-        }
-        for (; i < hi; i++) {
-            float g = pt_gelu_grad(x[i]) * d[i];
-            dx[i] = g;
-            if (db) db[i] += g;
-        }
-    }
-}
-
-/* Split by columns (each worker owns whole dbias columns); below 8 columns
- * per worker the split is not worth it. */
-void pt_gelu_backward_bias(float *dinp, float *dbias, const float *inp, const float *dout, int N,
-                           int OC) {
-    gelub_ctx c = {.dinp = dinp, .dbias = dbias, .inp = inp, .dout = dout, .N = N, .OC = OC};
-    int nw = workers_for((long)N * OC);
-    if (OC < 8 * nw) nw = 1;
-    pt_pool_run(gelu_backward_bias_part, &c, nw);
-}
-
 /* ---- residual ------------------------------------------------------------------ */
 
 typedef struct {

@@ -103,17 +103,33 @@ static void epilogue_part(void *p, int index, int count) {
         epilogue_row(c->e, c->C + i * c->ldc, i, 0, c->ldc, c->N, c->first, c->last, c->set);
 }
 
-/* colsum (N) += column sums of B (K,N), rows in order. */
-static void colsum_rows(float *restrict colsum, const float *B, long ldb, int K, int N) {
-    for (int k = 0; k < K; k++) {
-        const float *restrict b = B + k * ldb;
-        for (int j = 0; j < N; j++) colsum[j] += b[j];
+typedef struct {
+    float *colsum;
+    const float *B;
+    long ldb;
+    int K, N;
+} colsum_ctx;
+
+/* Columns [lo, hi), rows added in order: the same bits at any thread count. */
+static void colsum_part(void *p, int index, int count) {
+    const colsum_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    float *restrict cs = c->colsum;
+    for (int k = 0; k < c->K; k++) {
+        const float *restrict b = c->B + k * c->ldb;
+        for (long j = lo; j < hi; j++) cs[j] += b[j];
     }
+}
+
+void pt_colsum_add(float *colsum, const float *B, long ldb, int K, int N) {
+    colsum_ctx c = {.colsum = colsum, .B = B, .ldb = ldb, .K = K, .N = N};
+    pt_pool_run(colsum_part, &c, (long)K * N < 65536 || N < 64 ? 1 : pt_kernels_threads());
 }
 
 static void sgemm_blas(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                        int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
-    if (e && e->colsum) colsum_rows(e->colsum, B, ldb, K, N);
+    if (e && e->colsum) pt_colsum_add(e->colsum, B, ldb, K, N);
     int nw = (long)M * N < 65536 ? 1 : pt_kernels_threads();
     epi_ctx ec = {.e = e, .C = C, .ldc = ldc, .M = M, .N = N, .first = 1, .set = beta == 0.0f};
     if (e && (e->bias || e->res)) {
@@ -420,6 +436,7 @@ static int small(int M, int N, int K) {
 
 void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
+    PT_ASSERT(!(e && e->colsum && tb)); /* column sums of a B stored as is only */
     if (M <= 0 || N <= 0) return;
 #if defined(__AVX512F__)
     int path = gemm_path();

@@ -44,6 +44,9 @@ typedef struct {
 } pt_gemm_epilogue;
 void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               float beta, float *C, int ldc, const pt_gemm_epilogue *e);
+/* colsum (N) += column sums of B (K,N) (row stride ldb), rows in order,
+ * columns split over the pool: a bias gradient. */
+void pt_colsum_add(float *colsum, const float *B, long ldb, int K, int N);
 /* Which code pt_sgemm runs: AUTO (the default) its own AVX-512 code for all
  * but small products, BLAS always OpenBLAS, OWN its own code at every size
  * (for tests). The environment's PT_GEMM=auto|blas|own sets it at the first

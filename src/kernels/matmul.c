@@ -3,35 +3,8 @@
  * tile as it is written, GELU (forward) or GELU's derivative (backward) is
  * applied there too, and the bias gradient is summed while the product
  * packs dout. No separate pass over an activation-sized array. */
-#include <string.h>
 
 #include "kernels_impl.h"
-
-typedef struct {
-    float *out;
-    const float *dout;
-    int N, OC;
-} bias_ctx;
-
-/* Columns [lo, hi) of dbias, rows added in order: the same bits at any
- * thread count. */
-static void bias_backward_part(void *p, int index, int count) {
-    bias_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->OC, index, count, &lo, &hi);
-    float *restrict dbias = c->out;
-    for (long n = 0; n < c->N; n++) {
-        const float *restrict d = c->dout + n * c->OC;
-        for (long o = lo; o < hi; o++) dbias[o] += d[o];
-    }
-}
-
-/* dbias (OC) += column sums of dout (N,OC). */
-static void bias_backward(float *dbias, const float *dout, int N, int OC) {
-    bias_ctx c = {.out = dbias, .dout = dout, .N = N, .OC = OC};
-    int nw = (long)N * OC < 65536 || OC < 64 ? 1 : pt_kernels_threads();
-    pt_pool_run(bias_backward_part, &c, nw);
-}
 
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC) {
@@ -93,5 +66,5 @@ void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const floa
     if (dinp) pt_sgemm(0, 0, N, C, OC, dout, OC, weight, C, 1.0f, dinp, C, NULL);
     /* dweight (OC,C) += dout^T (OC,N) @ inp (N,C) */
     pt_sgemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dweight, C, NULL);
-    if (dbias) bias_backward(dbias, dout, N, OC);
+    if (dbias) pt_colsum_add(dbias, dout, OC, N, OC);
 }
