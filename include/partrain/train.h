@@ -61,6 +61,7 @@ typedef struct {
     struct {
         char dir[PT_CONFIG_STR_MAX];
         int every;
+        int keep; /* newest step directories kept (0: all) */
     } checkpoint;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
