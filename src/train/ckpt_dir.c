@@ -34,6 +34,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,11 +315,16 @@ pt_status pt_ckpt_dir_open(const char *dir, int *lock_fd) {
         close(fd);
         for (ssize_t i = 0; i < got; i++)
             if (pid[i] < '0' || pid[i] > '9') pid[i] = '\0';
+        /* the pid the holder wrote; not alive here: another host's, or a
+         * holder that is not partrain and wrote none */
+        long holder = got > 0 ? strtol(pid, NULL, 10) : 0;
+        if (holder <= 0 || (kill((pid_t)holder, 0) != 0 && errno == ESRCH))
+            snprintf(pid, sizeof pid, "unknown");
         if (err == EWOULDBLOCK)
             return pt_error_set(PT_ERR_IO,
                                 "%s: in use by another job (pid %s holds %s); give each job its "
                                 "own checkpoint.dir",
-                                dir, got > 0 && pid[0] ? pid : "unknown", path);
+                                dir, pid, path);
         return pt_error_set(PT_ERR_IO, "%s: lock: %s", path, strerror(err));
     }
     /* our pid, for the message of the job refused */
