@@ -469,7 +469,8 @@ static step_entry *list_steps(const char *dir, size_t *n) {
         long s = step_of(e->d_name);
         char path[PATH_MAX_CK + 300];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (s < 0 || strlen(e->d_name) >= sizeof v->name || !is_dir(path)) continue;
+        size_t len = strlen(e->d_name);
+        if (s < 0 || len >= sizeof v->name || !is_dir(path)) continue;
         if (*n == cap) {
             cap = cap ? cap * 2 : 64;
             step_entry *nv = realloc(v, cap * sizeof *v);
@@ -477,7 +478,7 @@ static step_entry *list_steps(const char *dir, size_t *n) {
             v = nv;
         }
         v[*n].step = s;
-        snprintf(v[*n].name, sizeof v->name, "%s", e->d_name);
+        memcpy(v[*n].name, e->d_name, len + 1);
         (*n)++;
     }
     closedir(d);
