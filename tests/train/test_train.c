@@ -2,7 +2,9 @@
  * ranges, round trip), data files (text, .bin, bad files), safetensors
  * (round trip, truncated, corrupt, another shape, GPT-2 buffers ignored), and
  * the trainer (loss goes down, determinism, micro-batches, bitwise resume,
- * no allocation per step). */
+ * no allocation per step) and the checkpoint directory protocol (a kill at
+ * every point of a save, then eval's view and a resume; checkpoint.dir
+ * checked before step 1; the lock; checkpoint.keep). */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
