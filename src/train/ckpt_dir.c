@@ -284,7 +284,10 @@ static pt_status recover(const char *dir) {
         if (!ours || (have && !strcmp(e->d_name, name))) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         remove_entry(path, -1);
-        removed++;
+        if (access(path, F_OK) == 0)
+            PT_WARN("%s: could not remove all of it (not only our files?)", path);
+        else
+            removed++;
     }
     closedir(d);
     if (removed)
