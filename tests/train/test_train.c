@@ -704,6 +704,20 @@ static void test_trainer_bad_data(void) {
     CHECK_EQ(pt_mem_current_total(), 0);
 }
 
+/* A metrics write that fails (/dev/full: ENOSPC at the flush) ends the run
+ * with an error naming the file and the reason, not a success. */
+static void test_metrics_write_checked(void) {
+    pt_config c;
+    tiny_config(&c);
+    c.train.steps = 3;
+    snprintf(c.log.metrics, sizeof c.log.metrics, "/dev/full");
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    CHECK(pt_trainer_run(t) == PT_ERR_IO);
+    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("No space left"));
+    pt_trainer_free(t);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pt-test-train-XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -724,6 +738,7 @@ int main(void) {
     RUN(test_ckpt_dir_checked);
     RUN(test_ckpt_keep);
     RUN(test_trainer_bad_data);
+    RUN(test_metrics_write_checked);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
