@@ -181,8 +181,16 @@ float pt_rng_uniform(pt_rng *r);
 
 /* ---- files ------------------------------------------------------------------ */
 
+/* Open an input file for reading ("rb" stream, *out; fclose it). Anything
+ * but a regular file (a directory, FIFO, socket or device) is refused with
+ * one message naming the path and what it is, and never blocks (a FIFO with
+ * no writer would block a plain open forever). size: the file's size in
+ * bytes (NULL: not wanted). Every input path goes through this. */
+pt_status pt_file_open_regular(const char *path, FILE **out, uint64_t *size);
+
 /* The whole file at path as one NUL-terminated string (*out, free()), at
- * most max_bytes long; errors name the path. */
+ * most max_bytes long, opened with pt_file_open_regular; errors name the
+ * path. */
 pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out);
 
 /* ---- logging and time ------------------------------------------------------ */

@@ -61,6 +61,7 @@ typedef struct {
     struct {
         char dir[PT_CONFIG_STR_MAX];
         int every;
+        int keep; /* newest step directories kept (0: all) */
     } checkpoint;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
@@ -113,8 +114,11 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
  * (GPT-2 names and shapes, F32), optim_m.safetensors and optim_v.safetensors
  * (AdamW moments under the same names) and state.json (step, AdamW update
  * count, data RNG, config). DIR/latest names the newest one. Saving writes a
- * temporary directory, fsyncs, renames it into place, then replaces
- * DIR/latest the same way: a crash never damages the previous checkpoint.
+ * temporary directory, fsyncs, renames it into place (atomically swapping
+ * out a step directory that exists), then replaces DIR/latest the same way:
+ * a crash at any point leaves latest naming a complete checkpoint. Rank 0
+ * locks DIR (DIR/.lock) from pt_trainer_new_dist to pt_trainer_free: a
+ * second trainer on it is refused; checkpoint.keep prunes old steps.
  *
  * Extension for parallel.sync = stale / local_sgd with dp > 1, whose ranks
  * hold state that differs or that the main files lack: the main files are
@@ -137,8 +141,10 @@ pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *
  * attn.masked_bias) are ignored, any other extra tensor is an error. */
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf);
 
-/* Resolve a checkpoint argument: DIR with a `latest` file -> DIR/<latest>;
- * a step directory as is. out gets the step directory. */
+/* Resolve a checkpoint argument: DIR with a `latest` file -> DIR/<latest>
+ * (or the copy a save that died moved aside, when <latest> is missing); a
+ * step directory as is; DIR without `latest` -> its newest step_*. out gets
+ * the step directory. Reads only. */
 pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n);
 /* Read the config saved in a step directory's state.json. */
 pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg);
@@ -170,8 +176,11 @@ typedef struct {
 } pt_step_info;
 
 /* Build everything for cfg (validated here too): model (initialized from
- * train.seed), optimizer, data when data.train / data.val are set, metrics
- * file when log.metrics is set. Sets kernel threads to train.threads. */
+ * train.seed), optimizer, data when data.train / data.val are set. With
+ * checkpoint.dir set, rank 0 creates and checks it, takes its lock and
+ * removes what killed saves left (an error here, before step 1, when it is
+ * a file, not writable, or in use by another job). Sets kernel threads to
+ * train.threads. */
 pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
 /* Same, as one rank of data parallelism over world (lent; must outlive the
  * trainer; NULL: one worker). parallel.dp must equal the world's size. */
@@ -211,8 +220,9 @@ pt_status pt_trainer_resume(pt_trainer *t);
 /* The loop: from the current step to train.steps, with the progress line on
  * stderr, metrics, validation every val_every steps (and at the start and
  * the end) and checkpoints every checkpoint.every steps and at the end (when
- * checkpoint.dir is set). Stops early with PT_ERR_INTERRUPTED on SIGINT
- * after saving. */
+ * checkpoint.dir is set). Opens log.metrics (rank 0); a failed metrics or
+ * trace write is a PT_ERR_IO naming the file. Stops early with
+ * PT_ERR_INTERRUPTED on SIGINT after saving. */
 pt_status pt_trainer_run(pt_trainer *t);
 
 #ifdef __cplusplus

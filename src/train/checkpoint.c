@@ -1,5 +1,5 @@
 /* Checkpoints: safetensors files with GPT-2's tensor names and shapes, and
- * the directory protocol that makes saving atomic.
+ * reading a step directory's state.json and config.
  *
  * safetensors: 8-byte little-endian header length, a JSON header mapping
  * each name to {"dtype": "F32", "shape": [...], "data_offsets": [begin,
@@ -15,13 +15,10 @@
  * the tensor. Assumes a little-endian host (x86-64, arm64), as safetensors
  * files are little-endian.
  *
- * Step directories are written in three moves (begin: a fresh temporary
- * directory; the files; commit: fsync and rename into place, then
- * `latest`), so that files written by several parties (rank 0's main files,
- * the rank files) still appear at once.
- *
- * Not here: what goes into state.json and the rank files (the trainer
- * decides), moving per-rank state to rank 0 (rank_state.c). */
+ * Not here: the directory protocol (ckpt_dir.c: temporary directory,
+ * renames, `latest`, lock, pruning), what goes into state.json and the rank
+ * files (the trainer decides), moving per-rank state to rank 0
+ * (rank_state.c). */
 #include "train_impl.h"
 
 #include <cjson/cJSON.h>
@@ -35,68 +32,6 @@
 #include <unistd.h>
 
 #define MAX_HEADER (100u << 20)
-
-/* ---- small file helpers ---- */
-
-static pt_status fsync_path(const char *path, int dir) {
-    int fd = open(path, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-    if (fd < 0) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    if (rc != 0 && !(dir && (err == EINVAL || err == EROFS)))
-        return pt_error_set(PT_ERR_IO, "%s: fsync: %s", path, strerror(err));
-    return PT_OK;
-}
-
-/* Write bytes to path, flush and fsync (not atomic by itself). */
-static pt_status write_file(const char *path, const void *a, size_t na, const void *b, size_t nb) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    int ok = (na == 0 || fwrite(a, 1, na, f) == na) && (nb == 0 || fwrite(b, 1, nb, f) == nb) &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        unlink(path);
-        return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    return PT_OK;
-}
-
-pt_status pt_mkdir_p(const char *dir) {
-    char buf[PT_CONFIG_STR_MAX + 64];
-    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
-        return pt_error_set(PT_ERR_INVALID, "%s: path too long", dir);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return pt_error_set(PT_ERR_IO, "%s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return pt_error_set(PT_ERR_IO, "%s: %s", buf, strerror(errno));
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return pt_error_set(PT_ERR_IO, "%s: not a directory", buf);
-    return PT_OK;
-}
-
-/* Remove a directory holding only plain files (ours). */
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[PT_CONFIG_STR_MAX + 512];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* ---- safetensors ---- */
 
@@ -263,14 +198,9 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
     char *header = NULL;
     cJSON *root = NULL;
     unsigned char *seen = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = pt_error_set(PT_ERR_IO, "%s: not a regular file", path);
-        goto done;
-    }
-    uint64_t size = (uint64_t)sb.st_size;
+    FILE *f = NULL;
+    uint64_t size = 0;
+    PT_CHECK(pt_file_open_regular(path, &f, &size));
     unsigned char lenb[8];
     if (size < 8 || fread(lenb, 1, 8, f) != 8) {
         st = pt_error_set(PT_ERR_FORMAT, "%s: truncated (%llu bytes): not a safetensors file", path,
@@ -393,104 +323,7 @@ done:
     return st;
 }
 
-/* ---- checkpoint directories ---- */
-
-pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n) {
-    PT_CHECK(pt_mkdir_p(dir));
-    if (snprintf(tmp, n, "%s/.tmp-step_%08d-%d", dir, step, (int)getpid()) >= (int)n)
-        return pt_error_set(PT_ERR_INVALID, "%s: path too long", dir);
-    remove_flat_dir(tmp);
-    if (mkdir(tmp, 0755) != 0) return pt_error_set(PT_ERR_IO, "%s: %s", tmp, strerror(errno));
-    return PT_OK;
-}
-
-void pt_ckpt_abort(const char *tmp) {
-    remove_flat_dir(tmp);
-}
-
-pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *params,
-                             const float *adam_m, const float *adam_v, const char *state_json) {
-    char path[PT_CONFIG_STR_MAX + 128];
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    PT_CHECK(pt_safetensors_save(path, m, params));
-    if (adam_m) {
-        snprintf(path, sizeof path, "%s/optim_m.safetensors", tmp);
-        PT_CHECK(pt_safetensors_save(path, m, adam_m));
-        snprintf(path, sizeof path, "%s/optim_v.safetensors", tmp);
-        PT_CHECK(pt_safetensors_save(path, m, adam_v));
-    }
-    snprintf(path, sizeof path, "%s/state.json", tmp);
-    return write_file(path, state_json, strlen(state_json), "\n", 1);
-}
-
-pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp) {
-    char name[32], final[PT_CONFIG_STR_MAX + 64], old[PT_CONFIG_STR_MAX + 64];
-    snprintf(name, sizeof name, "step_%08d", step);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(old, sizeof old, "%s/.old-%s-%d", dir, name, (int)getpid());
-    pt_status st = fsync_path(tmp, 1);
-    if (st != PT_OK) goto fail;
-    /* Into place. A step directory that already exists (saved again after a
-     * resume) moves aside first and is deleted only after the new one is in. */
-    int had_old = 0;
-    if (access(final, F_OK) == 0) {
-        remove_flat_dir(old);
-        if (rename(final, old) != 0) {
-            st = pt_error_set(PT_ERR_IO, "%s: rename: %s", final, strerror(errno));
-            goto fail;
-        }
-        had_old = 1;
-    }
-    if (rename(tmp, final) != 0) {
-        st = pt_error_set(PT_ERR_IO, "%s: rename: %s", final, strerror(errno));
-        if (had_old) rename(old, final);
-        goto fail;
-    }
-    PT_CHECK(fsync_path(dir, 1));
-    if (had_old) remove_flat_dir(old);
-    /* then `latest`, the same way */
-    char latest[PT_CONFIG_STR_MAX + 64], latest_tmp[PT_CONFIG_STR_MAX + 64];
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp%d", dir, (int)getpid());
-    PT_CHECK(write_file(latest_tmp, name, strlen(name), "\n", 1));
-    if (rename(latest_tmp, latest) != 0) {
-        unlink(latest_tmp);
-        return pt_error_set(PT_ERR_IO, "%s: rename: %s", latest, strerror(errno));
-    }
-    return fsync_path(dir, 1);
-fail:
-    remove_flat_dir(tmp);
-    return st;
-}
-
-pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n) {
-    char path[PT_CONFIG_STR_MAX + 64];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        char name[256] = {0};
-        size_t len = fread(name, 1, sizeof name - 1, f);
-        fclose(f);
-        while (len && (name[len - 1] == '\n' || name[len - 1] == ' ' || name[len - 1] == '\r'))
-            name[--len] = '\0';
-        if (!len || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-            return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (expected a step directory name)",
-                                path);
-        if (snprintf(out, n, "%s/%s", dir, name) >= (int)n)
-            return pt_error_set(PT_ERR_INVALID, "%s: path too long", dir);
-        return PT_OK;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (access(path, F_OK) == 0) {
-        if (snprintf(out, n, "%s", dir) >= (int)n)
-            return pt_error_set(PT_ERR_INVALID, "%s: path too long", dir);
-        return PT_OK;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0) return pt_error_set(PT_ERR_IO, "%s: %s", dir, strerror(errno));
-    return pt_error_set(PT_ERR_FORMAT, "%s: not a checkpoint (no 'latest' or model.safetensors)",
-                        dir);
-}
+/* ---- step directories' contents ---- */
 
 pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
     *out = NULL;
@@ -513,7 +346,8 @@ pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
 static pt_status infer_config(const char *stepdir, pt_config *cfg) {
     char path[PT_CONFIG_STR_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL; /* there but not a readable regular file: that message */
+    if (pt_file_open_regular(path, &f, NULL) != PT_OK && access(path, F_OK) == 0) return PT_ERR_IO;
     if (!f) return pt_error_set(PT_ERR_IO, "%s/state.json: %s", stepdir, strerror(ENOENT));
     unsigned char lenb[8];
     uint64_t hlen = 0;

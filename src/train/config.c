@@ -99,6 +99,9 @@ static const key_def keys[] = {
      "checkpoint directory (empty: no checkpoints)"},
     {"checkpoint.every", K_INT, OFF(checkpoint.every), "0", 0, 1e9, NULL,
      "save every N steps (0: only at the end)"},
+    {"checkpoint.keep", K_INT, OFF(checkpoint.keep), "3", 0, 1e9, NULL,
+     "keep the newest K step directories, delete older ones (0: keep all; the one 'latest' "
+     "names is always kept)"},
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,

@@ -31,15 +31,11 @@ void pt_data_free(pt_data *d) {
 static pt_status read_all(const char *path, unsigned char **out, size_t *len) {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = NULL;
+    uint64_t fsize = 0;
+    PT_CHECK(pt_file_open_regular(path, &f, &fsize)); /* a FIFO would block a plain fopen */
     pt_status st = PT_OK;
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = pt_error_set(PT_ERR_IO, "%s: not a regular file", path);
-        goto done;
-    }
-    long size = (long)sb.st_size;
+    long size = (long)fsize;
     unsigned char *buf = malloc((size_t)size + 1);
     if (!buf) {
         st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory (%ld bytes)", path, size);

@@ -1,5 +1,6 @@
 /* Private to the train layer: the checkpoint directory protocol used by the
- * trainer (checkpoint.c) and the per-rank state files of the asynchronous
+ * trainer (ckpt_dir.c), the safetensors files of several groups
+ * (checkpoint.c) and the per-rank state files of the asynchronous
  * data-parallel modes (rank_state.c). */
 #ifndef PT_TRAIN_IMPL_H
 #define PT_TRAIN_IMPL_H
@@ -12,13 +13,25 @@
 /* mkdir -p */
 pt_status pt_mkdir_p(const char *dir);
 
+/* ---- the checkpoint directory (ckpt_dir.c) ----
+ * pt_ckpt_dir_open, before step 1, on the writer (rank 0): creates DIR if
+ * missing, checks that it is a writable directory, takes an exclusive flock
+ * on DIR/.lock (its fd into *lock_fd, held until pt_ckpt_dir_close; a
+ * second job on DIR is refused, naming the holder's pid), then repairs what
+ * killed saves left: `latest` naming a step directory that a fallback save
+ * moved aside gets it back, and DIR/.tmp-*, .old-*, .del-* and
+ * .latest.tmp* go. */
+pt_status pt_ckpt_dir_open(const char *dir, int *lock_fd);
+void pt_ckpt_dir_close(int lock_fd); /* -1: no-op */
+
 /* ---- the step directory, in three moves ----
  * pt_ckpt_begin makes a fresh temporary directory DIR/.tmp-step_NNNNNNNN-PID
  * (its path into tmp); files are written into it (pt_ckpt_write_main, rank
  * files); pt_ckpt_commit fsyncs it, renames it to DIR/step_NNNNNNNN (an
- * existing one moves aside first and goes only after the new one is in) and
- * points DIR/latest at it the same way; pt_ckpt_abort removes it. A crash
- * at any point leaves the previous checkpoint and `latest` intact. */
+ * existing one is swapped out atomically, or moved aside where the file
+ * system cannot swap) and points DIR/latest at it; pt_ckpt_abort removes it.
+ * A crash at any point leaves `latest` naming a complete step directory
+ * (ckpt_dir.c's opening comment walks through every point). */
 pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n);
 /* model.safetensors (params: full-length, laid out like m's flat buffer),
  * optim_m / optim_v.safetensors when adam_m is non-NULL, state.json. */
@@ -26,6 +39,31 @@ pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *pa
                              const float *adam_m, const float *adam_v, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);
 void pt_ckpt_abort(const char *tmp);
+/* checkpoint.keep: remove all but the `keep` newest step directories
+ * (highest steps) of dir, never the one `latest` names; 0 keeps all.
+ * Failures are warnings: a save that worked stays a success. */
+void pt_ckpt_prune(const char *dir, int keep);
+
+/* Tests only: the points of a save, in order, at which a test can make the
+ * process die (_exit(PT_CKPT_CRASH_EXIT), no cleanup), as a kill would. */
+typedef enum {
+    PT_CKPT_AT_BEGUN = 1,          /* the temporary directory exists, empty */
+    PT_CKPT_AT_PARTIAL,            /* model.safetensors written, the rest not */
+    PT_CKPT_AT_SYNCED,             /* every file and the directory fsynced */
+    PT_CKPT_AT_MOVED_ASIDE,        /* fallback re-save: old copy at .old-*, new not in place */
+    PT_CKPT_AT_IN_PLACE,           /* step_N is the new directory */
+    PT_CKPT_AT_DIR_SYNCED,         /* ... and DIR fsynced */
+    PT_CKPT_AT_OLD_HALF_REMOVED,   /* re-save: one file of the old copy removed */
+    PT_CKPT_AT_LATEST_WRITTEN,     /* DIR/.latest.tmpPID written, not renamed */
+    PT_CKPT_AT_LATEST,             /* DIR/latest names the new step */
+    PT_CKPT_AT_PRUNE_HALF_REMOVED, /* checkpoint.keep: one file of a pruned step removed */
+    PT_CKPT_AT_COUNT
+} pt_ckpt_point;
+#define PT_CKPT_CRASH_EXIT 86
+/* crash_at: a pt_ckpt_point, or -1 for none; never_exchange: 1 takes the
+ * fallback path (as on a file system without RENAME_EXCHANGE). */
+void pt_ckpt_test_hooks(int crash_at, int never_exchange);
+
 /* Parse a step directory's state.json (caller deletes *out). */
 pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out);
 

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ static pt_status open_data(pt_data **out, const char *key, const char *path, int
 void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
+    pt_ckpt_dir_close(t->ckpt_lock);
     pt_ddp_free(t->ddp);
     pt_zero_free(t->zero);
     pt_mem_free(t->dga_local);
@@ -138,6 +140,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");
+    t->ckpt_lock = -1;
     t->cfg = *cfg;
     t->world = nranks > 1 ? world : NULL;
     t->rank = world ? pt_comm_rank(world) : 0;
@@ -235,6 +238,15 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                               (float)cfg->parallel.outer_lr, (float)cfg->parallel.outer_momentum),
                           fail);
         }
+    }
+    if (cfg->checkpoint.dir[0]) {
+        /* before step 1, not at the first save after the whole run: a
+         * checkpoint.dir that cannot be written, or that another job holds;
+         * rank 0 (the writer) keeps its lock until the trainer is freed */
+        pt_status ck = PT_OK;
+        if (t->rank == 0 && (ck = pt_ckpt_dir_open(cfg->checkpoint.dir, &t->ckpt_lock)) != PT_OK)
+            ck = prefix_error(ck, "checkpoint.dir");
+        PT_CHECK_GOTO(st, pt_ckpt_agree(t->aux, ck), fail);
     }
     if (cfg->log.trace[0]) {
         size_t per_step = (size_t)(2 * nmod * cfg->parallel.microbatches + 8) +
@@ -552,28 +564,54 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
-static void write_metrics(pt_trainer *t, const pt_step_info *info) {
-    if (!t->metrics) return;
-    fprintf(t->metrics,
-            "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
-            "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
-            "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
-            "llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
-            "\"mem\":{",
-            info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm,
-            info->step_ms, info->tokens_per_s, info->compute_ms, info->comm_ms,
-            info->exposed_comm_ms, info->skew_ms, info->local_lag_ms, info->exposed_transfer_ms,
-            (unsigned long long)info->comm_bytes, t->cfg.parallel.sync, t->nranks, t->layout);
+/* Metrics lines go through here, so that the first failed write (a full
+ * disk, a file over its size limit) is remembered with its errno: buffered
+ * stdio reports it only at some later write or flush. */
+static void metrics_printf(pt_trainer *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void metrics_printf(pt_trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (vfprintf(t->metrics, fmt, ap) < 0 && !t->metrics_errno)
+        t->metrics_errno = errno ? errno : EIO;
+    va_end(ap);
+}
+
+/* Flush the line written: a failure is an error naming the file, so that
+ * a run whose metrics were lost does not exit 0 (rank 0 stops; the other
+ * ranks are stopped as for any failed rank). */
+static pt_status metrics_flush(pt_trainer *t) {
+    errno = 0;
+    if (fflush(t->metrics) != 0 && !t->metrics_errno) t->metrics_errno = errno ? errno : EIO;
+    if (ferror(t->metrics) && !t->metrics_errno) t->metrics_errno = EIO;
+    if (!t->metrics_errno) return PT_OK;
+    return pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed at step %d: %s",
+                        t->cfg.log.metrics, t->step, strerror(t->metrics_errno));
+}
+
+static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
+    if (!t->metrics) return PT_OK;
+    metrics_printf(
+        t,
+        "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
+        "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
+        "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
+        "llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+        "\"mem\":{",
+        info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm, info->step_ms,
+        info->tokens_per_s, info->compute_ms, info->comm_ms, info->exposed_comm_ms, info->skew_ms,
+        info->local_lag_ms, info->exposed_transfer_ms, (unsigned long long)info->comm_bytes,
+        t->cfg.parallel.sync, t->nranks, t->layout);
     static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
-        fprintf(t->metrics, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_peak[cats[i]]);
+        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_peak[cats[i]]);
     /* mem_current: bytes held at the end of the step (what stays between steps) */
-    fprintf(t->metrics, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
+    metrics_printf(t, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
-        fprintf(t->metrics, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
-    fprintf(t->metrics, "\"total\":%zu}}\n", t->mem_cur_total);
-    fflush(t->metrics);
+        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
+    metrics_printf(t, "\"total\":%zu}}\n", t->mem_cur_total);
+    return metrics_flush(t);
 }
 
 static pt_status run_validation(pt_trainer *t, double t_start) {
@@ -581,18 +619,38 @@ static pt_status run_validation(pt_trainer *t, double t_start) {
     PT_CHECK(pt_trainer_validate(t, &vl));
     if (t->rank != 0) return PT_OK;
     fprintf(stderr, "step %d: val loss %.4f\n", t->step, (double)vl);
-    if (t->metrics) {
-        fprintf(t->metrics,
-                "{\"step\":%d,\"val_loss\":%.9g,\"elapsed_s\":%.3f,\"world\":%d,\"layout\":\"%s\"}"
-                "\n",
-                t->step, (double)vl, pt_time_s() - t_start, t->nranks, t->layout);
-        fflush(t->metrics);
-    }
-    return PT_OK;
+    if (!t->metrics) return PT_OK;
+    metrics_printf(
+        t, "{\"step\":%d,\"val_loss\":%.9g,\"elapsed_s\":%.3f,\"world\":%d,\"layout\":\"%s\"}\n",
+        t->step, (double)vl, pt_time_s() - t_start, t->nranks, t->layout);
+    return metrics_flush(t);
+}
+
+/* "log.trace: PATH: write failed: reason" (err: an errno, 0: EIO). */
+static pt_status trace_write_error(const char *path, int err) {
+    return pt_error_set(PT_ERR_IO, "log.trace: %s: write failed: %s", path,
+                        strerror(err ? err : EIO));
+}
+
+/* Copy the part file `part` to out; errors name the file that failed. */
+static pt_status append_part(FILE *out, const char *tmp, const char *part) {
+    FILE *in = NULL;
+    pt_status st = pt_file_open_regular(part, &in, NULL);
+    if (st != PT_OK) return prefix_error(st, "log.trace");
+    char buf[65536];
+    size_t n;
+    errno = 0;
+    while (st == PT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) st = trace_write_error(tmp, errno);
+    if (st == PT_OK && ferror(in)) st = pt_error_set(PT_ERR_IO, "log.trace: %s: read error", part);
+    fclose(in);
+    return st;
 }
 
 /* Every rank writes its events to PATH.rank<r>; rank 0 merges them into
- * PATH (temporary + rename) and removes the parts. */
+ * PATH (temporary + rename) and removes the parts. Every write is checked:
+ * a trace cut short by a full disk is an error naming the file, not a
+ * silently truncated JSON. */
 static pt_status write_trace(pt_trainer *t) {
     const char *path = t->cfg.log.trace;
     char part[PT_CONFIG_STR_MAX + 32], tmp[PT_CONFIG_STR_MAX + 32];
@@ -602,8 +660,12 @@ static pt_status write_trace(pt_trainer *t) {
     if (!f) {
         st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
     } else {
+        errno = 0;
         st = pt_trace_write_events(t->trace, f, t->rank, t->trace_t0);
-        if (fclose(f) != 0 && st == PT_OK) st = pt_error_set(PT_ERR_IO, "log.trace: %s", part);
+        int err = errno;
+        if (st != PT_OK) st = trace_write_error(part, err);
+        if (fclose(f) != 0 && st == PT_OK) st = trace_write_error(part, errno);
+        if (st != PT_OK) remove(part);
     }
     if (pt_trace_dropped(t->trace))
         PT_WARN("log.trace: %zu events dropped (buffer full)", pt_trace_dropped(t->trace));
@@ -618,26 +680,28 @@ static pt_status write_trace(pt_trainer *t) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *out = fopen(tmp, "w");
     if (!out) return pt_error_set(PT_ERR_IO, "log.trace: %s: %s", tmp, strerror(errno));
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out);
-    char buf[65536];
+    errno = 0;
+    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out) < 0)
+        st = trace_write_error(tmp, errno);
     for (int r = 0; r < t->nranks && st == PT_OK; r++) {
         snprintf(part, sizeof part, "%s.rank%d", path, r);
-        FILE *in = fopen(part, "r");
-        if (!in) {
-            st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
-            break;
-        }
-        if (r > 0) fputs(",\n", out);
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
-        fclose(in);
+        if (r > 0 && fputs(",\n", out) < 0) st = trace_write_error(tmp, errno);
+        if (st == PT_OK) st = append_part(out, tmp, part);
+    }
+    if (st == PT_OK && fputs("\n]}\n", out) < 0) st = trace_write_error(tmp, errno);
+    if (st == PT_OK && (fflush(out) != 0 || ferror(out))) st = trace_write_error(tmp, errno);
+    if (fclose(out) != 0 && st == PT_OK) st = trace_write_error(tmp, errno);
+    for (int r = 0; r < t->nranks; r++) { /* the parts go, merged or not */
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
         remove(part);
     }
-    fputs("\n]}\n", out);
-    if (fclose(out) != 0 && st == PT_OK) st = pt_error_set(PT_ERR_IO, "log.trace: %s", tmp);
     if (st == PT_OK && rename(tmp, path) != 0)
         st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", path, strerror(errno));
-    if (st == PT_OK) PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
+    if (st != PT_OK) {
+        remove(tmp);
+        return st;
+    }
+    PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
     return st;
 }
 
@@ -663,6 +727,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
             if (pt_mkdir_p(parent) != PT_OK) return prefix_error(PT_ERR_IO, "log.metrics");
         }
         t->metrics = fopen(c->log.metrics, t->step > 0 ? "a" : "w");
+        t->metrics_errno = 0;
         if (!t->metrics)
             return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
     }
@@ -695,7 +760,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     while (t->step < c->train.steps && !interrupted) {
         pt_step_info info;
         PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
-        write_metrics(t, &info);
+        PT_CHECK_GOTO(st, write_metrics(t, &info), done);
         if (t->rank == 0 &&
             (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1)) {
             double elapsed = pt_time_s() - t_start;
@@ -724,5 +789,12 @@ pt_status pt_trainer_run(pt_trainer *t) {
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
 done:
     sigaction(SIGINT, &old, NULL);
+    if (t->metrics) { /* closed here, where a failed last write can still be reported */
+        int bad = fclose(t->metrics) != 0, err = errno;
+        t->metrics = NULL;
+        if (bad && st == PT_OK)
+            st = pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed: %s", c->log.metrics,
+                              strerror(err));
+    }
     return st;
 }

@@ -120,7 +120,9 @@ static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
         pt_ckpt_abort(tmp);
         return st;
     }
-    return pt_ckpt_commit(t->cfg.checkpoint.dir, t->step, tmp); /* removes tmp on failure */
+    PT_CHECK(pt_ckpt_commit(t->cfg.checkpoint.dir, t->step, tmp)); /* removes tmp on failure */
+    pt_ckpt_prune(t->cfg.checkpoint.dir, t->cfg.checkpoint.keep);
+    return PT_OK;
 }
 
 /* Rank 0 writes every file (the tensors are whole on every rank; ZeRO

@@ -24,6 +24,8 @@ struct pt_trainer {
     size_t mem_peak[PT_MEM_NCAT], mem_peak_total;
     size_t mem_cur[PT_MEM_NCAT], mem_cur_total; /* at the end of the step (max over ranks) */
     FILE *metrics;
+    int metrics_errno; /* the first failed metrics write's errno (0: none) */
+    int ckpt_lock;     /* rank 0 with checkpoint.dir: fd of DIR/.lock, flocked (else -1) */
     /* data parallel */
     pt_comm *world; /* lent; NULL: one worker */
     pt_comm *aux;   /* split of world for metrics / validation / trace (owned), so that

@@ -37,6 +37,27 @@ expect_fail() {
     fi
 }
 
+# expect_fail_run NAME PATTERN CMD...: a run that fails after it started
+# (progress lines before): non-zero exit, and its last stderr line is the one
+# "partrain: " line, containing PATTERN.
+expect_fail_run() {
+    local name=$1 pattern=$2
+    shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ $rc -eq 0 ]; then
+        bad "$name" "exit 0"
+    elif [ $rc -ge 124 ]; then
+        bad "$name" "crashed or timed out (exit $rc): $(tail -3 "$T/err")"
+    elif [ "$(grep -c '^partrain: ' "$T/err")" -ne 1 ] || ! tail -1 "$T/err" | grep -q '^partrain: '; then
+        bad "$name" "expected one 'partrain: ' line, last: $(tail -3 "$T/err")"
+    elif ! tail -1 "$T/err" | grep -qF -- "$pattern"; then
+        bad "$name" "message lacks '$pattern': $(tail -1 "$T/err")"
+    else
+        ok "$name"
+    fi
+}
+
 expect_ok() {
     local name=$1
     shift
@@ -157,6 +178,65 @@ cp ck/step_00000008/optim_m.safetensors ck/m.bak
 truncate -s 5 ck/step_00000008/optim_m.safetensors
 expect_fail "resume: truncated optimizer state" "optim_m.safetensors" "$P" train --config tiny.json --set train.steps=10 --resume
 expect_fail "sample: bad --tokens" "--tokens" "$P" sample --checkpoint ck --prompt x --tokens -1
+
+# ---- inputs that are not regular files: refused at once, never waited on ----
+# (timeout: a regression that blocks on the FIFO fails instead of hanging)
+mkfifo fifo
+expect_fail "config is a FIFO" "fifo: is a FIFO" timeout 10 "$P" train --config fifo
+expect_fail "data.train is a FIFO" "fifo: is a FIFO" timeout 10 "$P" train --config tiny.json --set data.train=fifo
+expect_fail "data.val is a FIFO" "fifo: is a FIFO" timeout 10 "$P" train --config tiny.json --set data.val=fifo
+expect_fail "eval --data is a FIFO" "fifo: is a FIFO" timeout 10 "$P" eval --checkpoint ck --data fifo
+expect_fail "data.train is a device" "/dev/zero: is a character device" timeout 10 "$P" train --config tiny.json --set data.train=/dev/zero
+mkdir -p fl && mkfifo fl/latest
+expect_fail "latest is a FIFO" "latest: is a FIFO" timeout 10 "$P" eval --checkpoint fl --data val.txt
+for f in state.json model.safetensors; do
+    rm -rf ff && mkdir -p ff && cp -r ck/step_00000008 ff/ && echo step_00000008 >ff/latest
+    rm ff/step_00000008/$f && mkfifo ff/step_00000008/$f
+    expect_fail "eval: $f is a FIFO" "$f: is a FIFO" timeout 10 "$P" eval --checkpoint ff --data val.txt
+    expect_fail "sample: $f is a FIFO" "$f: is a FIFO" timeout 10 "$P" sample --checkpoint ff --prompt x
+    expect_fail "resume: $f is a FIFO" "$f: is a FIFO" timeout 10 "$P" train --config tiny.json --set checkpoint.dir=ff --set train.steps=9 --resume
+done
+
+# ---- output writes are checked ----
+expect_fail_run "metrics on a full disk" "log.metrics: /dev/full: write failed" "$P" train --config tiny.json --set checkpoint.dir=ckfull --set log.metrics=/dev/full
+grep -qF "No space left" err || bad "metrics on a full disk" "no reason: $(cat err)"
+# two ranks: rank 0's metrics fail; the job fails and says why
+"$P" train --config tiny.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir=ckfull2 \
+    --set log.metrics=/dev/full >out 2>err
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF "log.metrics: /dev/full: write failed" err; then
+    ok "metrics on a full disk, two ranks"
+else
+    bad "metrics on a full disk, two ranks" "exit $rc: $(cat err)"
+fi
+# a file size limit (EFBIG; SIGXFSZ ignored, as a full quota would fail writes)
+limited() { (ulimit -f 4 && trap '' XFSZ && exec "$@"); }
+expect_fail_run "trace over the file size limit" "log.trace: " limited "$P" train --config tiny.json \
+    --set checkpoint.dir= --set log.metrics= --set log.trace=tr.json
+grep -qF "File too large" err || bad "trace over the file size limit" "no reason: $(cat err)"
+[ ! -e tr.json ] && [ ! -e tr.json.tmp ] && [ ! -e tr.json.rank0 ] || bad "trace over the file size limit" "left a partial trace"
+expect_fail_run "metrics over the file size limit" "log.metrics: mlim.jsonl: write failed" limited "$P" train --config tiny.json \
+    --set checkpoint.dir= --set log.metrics=mlim.jsonl --set train.steps=20
+grep -qF "File too large" err || bad "metrics over the file size limit" "no reason: $(cat err)"
+
+# ---- checkpoint.dir: checked before step 1, locked, pruned ----
+expect_fail "checkpoint.dir is a file" "checkpoint.dir: train.txt: not a directory" "$P" train --config tiny.json --set checkpoint.dir=train.txt
+expect_fail "checkpoint.dir under a file" "checkpoint.dir: train.txt/ck: Not a directory" "$P" train --config tiny.json --set checkpoint.dir=train.txt/ck
+# a second job on a directory in use is refused, naming the holder
+"$P" train --config tiny.json --set checkpoint.dir=cklock --set train.steps=1000000 --set log.metrics= \
+    --set data.val= >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 1 100); do
+    [ "$(cat cklock/.lock 2>/dev/null)" = "$holder" ] && break
+    sleep 0.1
+done
+expect_fail "checkpoint.dir in use" "cklock: in use by another job (pid $holder" "$P" train --config tiny.json --set checkpoint.dir=cklock
+kill -KILL $holder 2>/dev/null
+wait $holder 2>/dev/null
+expect_ok "checkpoint.dir free again" "$P" train --config tiny.json --set checkpoint.dir=cklock --set train.steps=2 --set log.metrics=
+expect_ok "checkpoint.keep" "$P" train --config tiny.json --set checkpoint.dir=ckkeep --set checkpoint.every=1 --set checkpoint.keep=2 --set log.metrics=
+[ "$(ls ckkeep | tr '\n' ' ')" = "latest step_00000005 step_00000006 " ] || bad "checkpoint.keep" "left: $(ls -a ckkeep | tr '\n' ' ')"
+grep -q "checkpoint.keep" <("$P" train --help) || bad "checkpoint.keep" "not in --help"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

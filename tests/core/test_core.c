@@ -1,10 +1,14 @@
 /* Core: status messages, the counting allocator (categories, peaks, injected
- * failure), tensors and the counter-based RNG (reference vector, layout
- * independence, distribution moments). */
+ * failure), input files (regular files only, never blocking on a FIFO),
+ * tensors and the counter-based RNG (reference vector, layout independence,
+ * distribution moments). */
 #include "partrain/core.h"
 #include "pt_test.h"
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static void test_status(void) {
@@ -89,6 +93,69 @@ static void test_read_text_file(void) {
     CHECK(strstr(pt_error_message(), path));
 }
 
+/* Expect pt_file_open_regular and pt_read_text_file to refuse path with
+ * one message naming it and saying what it is. */
+static void expect_refused(const char *path, const char *kind) {
+    FILE *f = (FILE *)1;
+    uint64_t size = 1;
+    CHECK_EQ(pt_file_open_regular(path, &f, &size), PT_ERR_IO);
+    CHECK(f == NULL && size == 0);
+    const char *m = pt_error_message();
+    if (!strstr(m, path) || !strstr(m, kind) || strchr(m, '\n'))
+        fprintf(stderr, "  message '%s' should name %s and say '%s'\n", m, path, kind);
+    CHECK(strstr(m, path) && strstr(m, kind) && !strchr(m, '\n'));
+    char *text = (char *)1;
+    CHECK_EQ(pt_read_text_file(path, 100, &text), PT_ERR_IO);
+    CHECK(text == NULL && strstr(pt_error_message(), kind));
+}
+
+/* Every input path goes through pt_file_open_regular: a regular file opens
+ * (with its size); a FIFO (which would block a plain open until a writer
+ * came), a directory, a socket and a device are refused at once by name.
+ * alarm(): a regression that blocks fails here instead of hanging. */
+static void test_open_regular(void) {
+    char dir[] = "/tmp/pt-test-open-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[96]; /* short: a socket's path must fit sun_path */
+    alarm(20);
+    snprintf(path, sizeof path, "%s/file", dir);
+    FILE *w = fopen(path, "w");
+    CHECK(w != NULL);
+    fputs("hello", w);
+    fclose(w);
+    FILE *f = NULL;
+    uint64_t size = 0;
+    CHECK_OK(pt_file_open_regular(path, &f, &size));
+    CHECK(f != NULL && size == 5);
+    char buf[8] = {0};
+    CHECK(f && fread(buf, 1, sizeof buf, f) == 5 && !strcmp(buf, "hello"));
+    if (f) fclose(f);
+    CHECK_OK(pt_file_open_regular(path, &f, NULL)); /* size not wanted */
+    if (f) fclose(f);
+
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CHECK(mkfifo(path, 0644) == 0);
+    expect_refused(path, "a FIFO");
+    expect_refused(dir, "a directory");
+    expect_refused("/dev/null", "a character device");
+    snprintf(path, sizeof path, "%s/sock", dir);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    CHECK(strlen(path) < sizeof a.sun_path);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    CHECK(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+    expect_refused(path, "a socket");
+    close(s);
+    snprintf(path, sizeof path, "%s/missing", dir);
+    CHECK_EQ(pt_file_open_regular(path, &f, NULL), PT_ERR_IO);
+    CHECK(strstr(pt_error_message(), path) && strstr(pt_error_message(), "No such file"));
+    alarm(0);
+
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 static void test_tensor(void) {
     pt_tensor *t = NULL;
     int64_t shape[2] = {3, 5};
@@ -152,6 +219,7 @@ int main(void) {
     RUN(test_mem);
     RUN(test_mem_large);
     RUN(test_read_text_file);
+    RUN(test_open_regular);
     RUN(test_tensor);
     RUN(test_philox_known_answer);
     RUN(test_rng_layout_independent);

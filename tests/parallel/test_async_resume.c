@@ -178,6 +178,7 @@ typedef struct {
     int save;         /* 1: two steps, then save (else resume) */
     const char *want; /* in every rank's message */
     const char *file; /* named by it too */
+    int replace_dir;  /* 1: rank 0 replaces checkpoint.dir by a file before saving */
 } bad_resume;
 
 static int rank_bad_resume(void *arg) {
@@ -188,6 +189,12 @@ static int rank_bad_resume(void *arg) {
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, &b->cfg, world);
     for (int s = 0; b->save && st == PT_OK && s < 2; s++) st = pt_trainer_step(t, NULL);
+    if (st == PT_OK && b->replace_dir && pt_comm_rank(world) == 0) {
+        char lock[PT_CONFIG_STR_MAX + 8];
+        snprintf(lock, sizeof lock, "%s/.lock", b->cfg.checkpoint.dir);
+        if (unlink(lock) != 0 || rmdir(b->cfg.checkpoint.dir) != 0) st = PT_ERR_IO;
+        write_text(b->cfg.checkpoint.dir, 10, 3);
+    }
     if (st == PT_OK) st = b->save ? pt_trainer_save(t) : pt_trainer_resume(t);
     const char *msg = pt_error_message();
     /* the failing rank's own error on every rank, not a timeout waiting for it */
@@ -199,9 +206,19 @@ static int rank_bad_resume(void *arg) {
     return ok ? 0 : 1;
 }
 
+static void expect_bad_save(const job *base, const char *dir, int replace_dir, const char *want,
+                            const char *file) {
+    bad_resume b = {base->cfg, 1, want, file, replace_dir};
+    snprintf(b.cfg.checkpoint.dir, sizeof b.cfg.checkpoint.dir, "%s", dir);
+    int code = -1;
+    pt_comm_options o = {"shm", 20};
+    CHECK_OK(pt_launch(2, rank_bad_resume, &b, &o, &code));
+    CHECK_EQ(code, 0);
+}
+
 static void expect_bad(const job *base, int save, const char *dir, const char *want,
                        const char *file) {
-    bad_resume b = {base->cfg, save, want, file};
+    bad_resume b = {base->cfg, save, want, file, 0};
     snprintf(b.cfg.checkpoint.dir, sizeof b.cfg.checkpoint.dir, "%s", dir);
     int code = -1;
     pt_comm_options o = {"shm", 20};
@@ -266,10 +283,14 @@ static void test_resume_fallback_and_errors(void) {
     copy_dir(tmp_path("bad/step_00000006/rank0.safetensors"), f1);
     expect_bad(&j, 0, tmp_path("bad"), "metadata rank is 0, expected 1", "rank1.safetensors");
 
-    /* a save that fails on rank 0 (the directory's parent is a file): rank
-     * 0 still takes every rank's state, so every rank returns its error */
+    /* a checkpoint.dir under a file: every rank fails before step 1 with
+     * rank 0's line */
     write_text(tmp_path("a-file"), 10, 3);
-    expect_bad(&j, 1, tmp_path("a-file/ckpt"), "Not a directory", "a-file/ckpt");
+    expect_bad_save(&j, tmp_path("a-file/ckpt"), 0, "Not a directory", "a-file/ckpt");
+    /* a save that fails on rank 0 (its directory replaced by a file after
+     * the start): rank 0 still takes every rank's state, so every rank
+     * returns its error */
+    expect_bad_save(&j, tmp_path("replaced"), 1, "not a directory", "replaced");
     result_free(&straight);
 }
 

@@ -2,14 +2,19 @@
  * ranges, round trip), data files (text, .bin, bad files), safetensors
  * (round trip, truncated, corrupt, another shape, GPT-2 buffers ignored), and
  * the trainer (loss goes down, determinism, micro-batches, bitwise resume,
- * no allocation per step). */
+ * no allocation per step) and the checkpoint directory protocol (a kill at
+ * every point of a save, then eval's view and a resume; checkpoint.dir
+ * checked before step 1; the lock; checkpoint.keep). */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../src/train/train_impl.h" /* pt_ckpt_test_hooks, pt_ckpt_read_state */
 #include "partrain/train.h"
 #include "pt_test.h"
 
@@ -313,6 +318,8 @@ static void test_resume_bitwise(void) {
     write_bytes(tmp_path("ckpt/.tmp-step_00000011-1/model.safetensors"), "\x10\0\0", 3);
 
     pt_trainer *r = new_trainer(&c);
+    /* ... and the next trainer on the directory removes before step 1 */
+    CHECK(access(tmp_path("ckpt/.tmp-step_00000011-1"), F_OK) != 0);
     CHECK_OK(pt_trainer_resume(r));
     CHECK_EQ(pt_trainer_step_count(r), 10);
     run_steps(r, 10, NULL, NULL);
@@ -330,14 +337,243 @@ static void test_resume_bitwise(void) {
     CHECK_OK(pt_checkpoint_resolve(tmp_path("ckpt"), stepdir, sizeof stepdir));
     CHECK(strstr(stepdir, "step_00000020") != NULL);
 
+    /* while r holds the directory, a second trainer on it is refused,
+     * naming the directory and the holder (this process) */
+    pt_trainer *o = NULL;
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    CHECK(pt_trainer_new(&o, &c) == PT_ERR_IO && o == NULL);
+    CHECK(msg_has("checkpoint.dir") && msg_has(tmp_path("ckpt")) && msg_has("in use") &&
+          msg_has(pid));
+    pt_trainer_free(r);
+
     /* resuming into another shape is refused, naming the key */
     pt_config other = c;
     other.model.n_embd = 64;
-    pt_trainer *o = new_trainer(&other);
+    o = new_trainer(&other);
     CHECK(pt_trainer_resume(o) == PT_ERR_FORMAT && msg_has("model.n_embd"));
     pt_trainer_free(o);
     pt_trainer_free(a);
-    pt_trainer_free(r);
+}
+
+/* ---- the checkpoint directory protocol ---- */
+
+static int exists(const char *path) {
+    return access(path, F_OK) == 0;
+}
+
+/* Entries of dir that the protocol hides (.tmp-*, .old-*, .del-*,
+ * .latest.tmp*): what killed saves leave behind. */
+static int hidden_leftovers(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            strcmp(e->d_name, ".lock")) {
+            fprintf(stderr, "  leftover %s/%s\n", dir, e->d_name);
+            n++;
+        }
+    closedir(d);
+    return n;
+}
+
+/* Step directories (step_*) in dir. */
+static int step_dirs(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += !strncmp(e->d_name, "step_", 5);
+    closedir(d);
+    return n;
+}
+
+static void sh(const char *fmt, const char *a, const char *b) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "  failed: %s\n", cmd);
+        exit(1);
+    }
+}
+
+static float *copy_params(pt_trainer *t) {
+    size_t n = pt_model_num_params(pt_trainer_model(t));
+    float *p = malloc(n * sizeof(float));
+    memcpy(p, pt_model_params(pt_trainer_model(t)), n * sizeof(float));
+    return p;
+}
+
+/* A kill at every point of a save (pt_ckpt_point; the child process
+ * _exits there, as a kill would), for a save of a new step and for saving
+ * again the step `latest` names (resume at the last step, then save), on
+ * the swap path and on the fallback that moves the old copy aside. After
+ * each: what eval reads (nothing repaired yet) is a complete checkpoint of
+ * the step latest names or of the new one, and a new trainer resumes from it
+ * bitwise, with no leftover of the killed save. */
+static void test_ckpt_crash_points(void) {
+    pt_config c;
+    tiny_config(&c);
+    c.checkpoint.keep = 0;
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("crash-src"));
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    run_steps(t, 5, NULL, NULL);
+    CHECK_OK(pt_trainer_save(t));
+    run_steps(t, 5, NULL, NULL);
+    CHECK_OK(pt_trainer_save(t)); /* crash-src: step 5, step 10, latest -> 10 */
+    float *p10 = copy_params(t);
+    run_steps(t, 1, NULL, NULL);
+    float *p11 = copy_params(t);
+    pt_trainer_free(t);
+    size_t n = 0;
+    c.checkpoint.keep = 1; /* the save prunes step 5 (and 10 after an 11) */
+    int cases = 0, crashed = 0;
+    for (int fallback = 0; fallback <= 1; fallback++)
+        for (int resave = 0; resave <= 1; resave++)
+            for (int point = PT_CKPT_AT_BEGUN; point < PT_CKPT_AT_COUNT; point++) {
+                /* the points this save passes */
+                int passes =
+                    point != PT_CKPT_AT_MOVED_ASIDE && point != PT_CKPT_AT_OLD_HALF_REMOVED;
+                if (resave) passes = point != PT_CKPT_AT_MOVED_ASIDE || fallback;
+                int failures = pt_test_failures_;
+                char dir[64];
+                snprintf(dir, sizeof dir, "crash-%d-%d-%d", fallback, resave, point);
+                snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path(dir));
+                sh("cp -r '%s' '%s'", tmp_path("crash-src"), c.checkpoint.dir);
+                fflush(NULL);
+                pid_t pid = fork();
+                if (pid == 0) {
+                    alarm(60); /* a hang fails the case instead of the suite */
+                    pt_ckpt_test_hooks(point, fallback);
+                    pt_trainer *k = NULL;
+                    pt_status st = pt_trainer_new(&k, &c);
+                    if (st == PT_OK) st = pt_trainer_resume(k);
+                    pt_step_info info;
+                    if (st == PT_OK && !resave) st = pt_trainer_step(k, &info);
+                    if (st == PT_OK) st = pt_trainer_save(k);
+                    if (st != PT_OK) fprintf(stderr, "  child: %s\n", pt_error_message());
+                    _exit(st == PT_OK ? 0 : 1);
+                }
+                int ws = 0;
+                CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+                int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+                CHECK_EQ(code, passes ? PT_CKPT_CRASH_EXIT : 0);
+                cases++;
+                crashed += code == PT_CKPT_CRASH_EXIT;
+
+                /* what eval reads: resolve, config, model, before any repair */
+                char stepdir[1200], model[1300];
+                pt_config saved;
+                cJSON *state = NULL;
+                int step = -1;
+                CHECK_OK(pt_checkpoint_resolve(c.checkpoint.dir, stepdir, sizeof stepdir));
+                CHECK_OK(pt_checkpoint_read_config(stepdir, &saved));
+                if (pt_ckpt_read_state(stepdir, &state) == PT_OK) {
+                    cJSON *s = cJSON_GetObjectItemCaseSensitive(state, "step");
+                    step = cJSON_IsNumber(s) ? s->valueint : -1;
+                    cJSON_Delete(state);
+                }
+                CHECK(step == 10 || (step == 11 && !resave));
+                pt_model *m = NULL;
+                CHECK_OK(pt_model_new(&m, &c.model, 1));
+                n = pt_model_num_params(m);
+                snprintf(model, sizeof model, "%s/model.safetensors", stepdir);
+                CHECK_OK(pt_safetensors_load(model, m, pt_model_params(m)));
+                CHECK(!memcmp(pt_model_params(m), step == 11 ? p11 : p10, n * sizeof(float)));
+                pt_model_free(m);
+
+                /* the next run: repairs, resumes bitwise, leaves nothing hidden */
+                pt_trainer *r = new_trainer(&c);
+                if (!r) {
+                    fprintf(stderr, "  ^ fallback %d, resave %d, crash at point %d\n", fallback,
+                            resave, point);
+                    continue;
+                }
+                CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
+                CHECK_OK(pt_trainer_resume(r));
+                int at = pt_trainer_step_count(r);
+                CHECK(at == 10 || (at == 11 && !resave));
+                CHECK(!memcmp(pt_model_params(pt_trainer_model(r)), at == 11 ? p11 : p10,
+                              n * sizeof(float)));
+                CHECK_OK(pt_trainer_save(r));
+                /* keep = 1, and what latest names: a step 11 that a kill kept
+                 * latest from naming is the newest, so it stays beside 10 */
+                char s11[1100];
+                snprintf(s11, sizeof s11, "%s/step_00000011", c.checkpoint.dir);
+                int newer = at == 10 && exists(s11);
+                CHECK_EQ(step_dirs(c.checkpoint.dir), newer ? 2 : 1);
+                CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
+                pt_trainer_free(r);
+                if (pt_test_failures_ != failures)
+                    fprintf(stderr, "  ^ fallback %d, resave %d, crash at point %d\n", fallback,
+                            resave, point);
+            }
+    printf("  %d kills at save points, %d cases\n", crashed, cases);
+    CHECK(crashed >= 30);
+    free(p10);
+    free(p11);
+}
+
+/* checkpoint.dir is checked before step 1: created when missing; a regular
+ * file, or a path under one, is refused at once naming it. */
+static void test_ckpt_dir_checked(void) {
+    pt_config c;
+    pt_trainer *t = NULL;
+    tiny_config(&c);
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("new/ck"));
+    t = new_trainer(&c);
+    CHECK(exists(tmp_path("new/ck")) && exists(tmp_path("new/ck/.lock")));
+    pt_trainer_free(t);
+    write_text(tmp_path("plain"), 10);
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("plain"));
+    t = (pt_trainer *)1;
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_IO && t == NULL);
+    CHECK(msg_has("checkpoint.dir") && msg_has(tmp_path("plain")) && msg_has("not a directory"));
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("plain/ck"));
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_IO && t == NULL);
+    CHECK(msg_has("checkpoint.dir") && msg_has(tmp_path("plain/ck")) && msg_has("Not a directory"));
+    CHECK_EQ(pt_mem_current_total(), 0);
+}
+
+/* checkpoint.keep = K keeps the K newest step directories, and the one
+ * latest names even when it is older; 0 keeps all. */
+static void test_ckpt_keep(void) {
+    pt_config c;
+    tiny_config(&c);
+    c.checkpoint.keep = 2;
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("keep"));
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    for (int s = 0; s < 5; s++) {
+        run_steps(t, 1, NULL, NULL);
+        CHECK_OK(pt_trainer_save(t));
+    }
+    pt_trainer_free(t);
+    CHECK_EQ(step_dirs(tmp_path("keep")), 2);
+    CHECK(exists(tmp_path("keep/step_00000004")) && exists(tmp_path("keep/step_00000005")));
+    /* latest at step 4 (an older one, as after resuming from it): saving
+     * it again keeps it and the newest, step 5 */
+    write_bytes(tmp_path("keep/latest"), "step_00000004\n", 14);
+    c.checkpoint.keep = 1;
+    t = new_trainer(&c);
+    CHECK_OK(pt_trainer_resume(t));
+    CHECK_EQ(pt_trainer_step_count(t), 4);
+    CHECK_OK(pt_trainer_save(t));
+    CHECK(exists(tmp_path("keep/step_00000004")) && exists(tmp_path("keep/step_00000005")));
+    /* keep = 0: nothing pruned */
+    run_steps(t, 2, NULL, NULL);
+    pt_trainer_free(t);
+    c.checkpoint.keep = 0;
+    t = new_trainer(&c);
+    CHECK_OK(pt_trainer_resume(t));
+    run_steps(t, 2, NULL, NULL);
+    CHECK_OK(pt_trainer_save(t));
+    CHECK_EQ(step_dirs(tmp_path("keep")), 3); /* 4, 5, 6 */
+    pt_trainer_free(t);
+    CHECK_EQ(hidden_leftovers(tmp_path("keep")), 0);
 }
 
 /* ---- safetensors ---- */
@@ -468,6 +704,20 @@ static void test_trainer_bad_data(void) {
     CHECK_EQ(pt_mem_current_total(), 0);
 }
 
+/* A metrics write that fails (/dev/full: ENOSPC at the flush) ends the run
+ * with an error naming the file and the reason, not a success. */
+static void test_metrics_write_checked(void) {
+    pt_config c;
+    tiny_config(&c);
+    c.train.steps = 3;
+    snprintf(c.log.metrics, sizeof c.log.metrics, "/dev/full");
+    pt_trainer *t = new_trainer(&c);
+    if (!t) return;
+    CHECK(pt_trainer_run(t) == PT_ERR_IO);
+    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("No space left"));
+    pt_trainer_free(t);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pt-test-train-XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -484,7 +734,11 @@ int main(void) {
     RUN(test_determinism);
     RUN(test_microbatches);
     RUN(test_resume_bitwise);
+    RUN(test_ckpt_crash_points);
+    RUN(test_ckpt_dir_checked);
+    RUN(test_ckpt_keep);
     RUN(test_trainer_bad_data);
+    RUN(test_metrics_write_checked);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
