@@ -145,8 +145,10 @@ void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
  *            after (options.keep_params: kept from forward to backward); the
  *            step updates the parameter slices, nothing is all-gathered.
  * Hybrid (HSDP): with group < world the shard group is `group` consecutive
- * ranks; gradients are reduce-scattered inside it, then the slices are
- * all-reduced across groups (ranks with the same index in their group).
+ * ranks; stages 2 and 3 reduce-scatter gradients inside it, then all-reduce
+ * the slices across groups (ranks with the same index in their group);
+ * stage 1's gradients are all-reduced over the whole world by the trainer's
+ * buckets already, so its step only shards the optimizer inside the group.
  *
  * Lifecycle: pt_zero_new (after pt_model_init: it takes the slices) -> the
  * model's hooks call pt_zero_before_forward / _after_forward /

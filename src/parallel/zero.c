@@ -390,7 +390,12 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         z->err = PT_OK;
         return pt_error_set(st, "%s", z->errmsg);
     }
-    if (z->cross) { /* HSDP: the group's sums, summed across groups */
+    /* HSDP: stages 2 and 3 reduce-scattered inside the group only, so the
+     * group's sums are summed across groups here. Stage 1's buckets are
+     * all-reduced over the WORLD by the trainer's pt_ddp: its gradients are
+     * already the global sum, and summing them again across groups would
+     * multiply them by the number of groups (the bug of issue 10, item 2). */
+    if (z->cross && z->stage >= 2) {
         /* every reduce-scatter is finished: greq is free to carry these */
         for (int i = 0; i < z->np && st == PT_OK; i++)
             if (z->p[i].sn)
