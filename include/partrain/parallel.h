@@ -188,7 +188,9 @@ uint64_t pt_zero_take_bytes(pt_zero *z);
  * last call (exposed communication of stages 2 and 3). */
 uint64_t pt_zero_take_wait_ns(pt_zero *z);
 /* Collective over the group: full-length buffers (n floats, the caller's)
- * receive the full parameters / AdamW moments on every rank. */
+ * receive the full parameters / optimizer state on every rank. Optimizer
+ * state the rule lacks (SGD: v; m without momentum) is passed as NULL and
+ * skipped (every rank alike); loading ignores NULL buffers too. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
 pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full);
 /* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */

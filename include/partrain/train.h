@@ -51,6 +51,8 @@ typedef struct {
     struct {
         int steps, batch_size, warmup_steps, val_every, val_batches, threads, seed;
         double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
+        double momentum;    /* sgd */
+        char optimizer[16]; /* adamw | sgd */
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;

@@ -173,8 +173,12 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         const pt_param_info *p = pt_model_tensor(t->model, i);
         segs[i] = (pt_optim_segment){p->offset, p->numel, p->decay};
     }
-    pt_adamw_hparams hp = {(float)cfg->train.beta1, (float)cfg->train.beta2, 1e-8f,
-                           (float)cfg->train.weight_decay};
+    pt_adamw_hparams hp = {(float)cfg->train.beta1,
+                           (float)cfg->train.beta2,
+                           1e-8f,
+                           (float)cfg->train.weight_decay,
+                           !strcmp(cfg->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
+                           (float)cfg->train.momentum};
     /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
     int sharded = t->world && cfg->parallel.zero > 0;
     st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
