@@ -62,11 +62,25 @@ pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t
 /* ---- bucketed gradient synchronization ------------------------------------------- */
 typedef struct pt_ddp pt_ddp;
 
+/* TEST HOOK, never for training: a deliberate bug planted in the real
+ * synchronization path, so that the parity tests can prove that they catch
+ * it (tests/parallel/test_parity_selfcheck.c). The trainer reads it once,
+ * from the environment variable PT_TEST_PLANT, when it is created. */
+typedef enum {
+    PT_PLANT_NONE = 0,
+    PT_PLANT_DOUBLE_BUCKET, /* "double_bucket": bucket 0's all-reduced sum is doubled */
+    PT_PLANT_NO_AVG,        /* "no_avg": each rank weighs its loss by 1/(its tokens), not
+                               1/(global tokens): the sum over ranks is dp x the mean */
+    PT_PLANT_SKIP_MODULE    /* "skip_module": module 1's (h.0's) gradient is left out of the
+                               all-reduce: every rank keeps its own share */
+} pt_plant;
+
 typedef struct {
     size_t bucket_bytes; /* target bucket size (a bucket may split a module); >= 4 */
     int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
     int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
                             0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
+    pt_plant plant;      /* test hook (above); PT_PLANT_NONE outside tests */
 } pt_ddp_options;
 
 /* Statistics of the waits since the last pt_ddp_take_stats. */

@@ -115,6 +115,30 @@ static void hook_after_backward(void *arg, int i) {
     if (t->zero) pt_zero_module_done(t->zero, i);
 }
 
+/* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
+ * purpose so that the parity tests can show they catch it. Unset or empty:
+ * none; an unknown name is an error, so that a typo cannot make a self-check
+ * pass. */
+static pt_status read_plant(pt_plant *out) {
+    static const struct {
+        const char *name;
+        pt_plant plant;
+    } names[] = {{"double_bucket", PT_PLANT_DOUBLE_BUCKET},
+                 {"no_avg", PT_PLANT_NO_AVG},
+                 {"skip_module", PT_PLANT_SKIP_MODULE}};
+    *out = PT_PLANT_NONE;
+    const char *e = getenv("PT_TEST_PLANT");
+    if (!e || !*e) return PT_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(e, names[i].name)) {
+            *out = names[i].plant;
+            PT_WARN("PT_TEST_PLANT=%s: a bug is planted on purpose (test hook)", e);
+            return PT_OK;
+        }
+    return pt_error_set(PT_ERR_INVALID,
+                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg or skip_module)", e);
+}
+
 static int default_threads(int nranks) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long n = cores > 0 ? cores / (nranks > 0 ? nranks : 1) : 1;
@@ -146,6 +170,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
               : !strcmp(cfg->parallel.sync, "local_sgd") ? MODE_LOCAL
                                                          : MODE_SYNC;
     if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
+    PT_CHECK_GOTO(st, read_plant(&t->plant), fail);
     const pt_model_config *mc = &cfg->model;
     t->local_B = cfg->train.batch_size / nranks;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
@@ -220,7 +245,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         } else if (t->mode != MODE_LOCAL) {
             pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
                                 t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
-                                t->mode == MODE_SYNC};
+                                t->mode == MODE_SYNC, t->plant};
             PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->world, &o), fail);
             t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
             if (t->dga) {
@@ -256,6 +281,11 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
                             hook_after_backward, t};
     pt_model_set_hooks(t->model, &hooks);
+    if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
+        st = pt_error_set(PT_ERR_INVALID,
+                          "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");
+        goto fail;
+    }
     *out = t;
     return PT_OK;
 fail:
@@ -350,8 +380,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     /* sync / stale: every rank weighs its positions by 1/(global tokens), so
      * that the SUM over ranks is the single-worker gradient; local_sgd:
      * each rank's own mean. */
-    float dloss = t->mode == MODE_LOCAL ? 1.0f / ((float)t->local_B * (float)T)
-                                        : 1.0f / ((float)c->train.batch_size * (float)T);
+    float dloss = t->mode == MODE_LOCAL || t->plant == PT_PLANT_NO_AVG
+                      ? 1.0f / ((float)t->local_B * (float)T)
+                      : 1.0f / ((float)c->train.batch_size * (float)T);
     size_t base = (size_t)t->rank * (size_t)t->local_B * (size_t)T;
     int slot = t->mode == MODE_STALE ? t->step % (c->parallel.staleness + 1) : 0;
     double loss_sum = 0;
