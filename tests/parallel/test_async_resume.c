@@ -13,7 +13,7 @@
  * Tiny model (2 blocks, C 32, T 16, V 256 on a text file), 12 steps. */
 #include <cjson/cJSON.h>
 
-#include "parallel/dp_harness.h"
+#include "parallel/parity_harness.h"
 
 #define N_STEPS 12
 #define SAVE_AT 6
@@ -274,12 +274,12 @@ static void test_resume_fallback_and_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    if (dp_harness_init(argc, argv, "test-async-resume")) return 1;
+    if (parity_init(argc, argv, "test-async-resume")) return 1;
     if (use_mpi) {
         fprintf(stderr, "test_async_resume: shm only\n");
         return 1;
     }
     RUN(test_resume_bitwise);
     RUN(test_resume_fallback_and_errors);
-    return dp_harness_done();
+    return parity_done();
 }

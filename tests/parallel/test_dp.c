@@ -5,75 +5,63 @@
  * to a file that the test (the parent, or rank 0 under mpi) compares with
  * the one-worker run of the same config.
  *
- * Tiny model (2 blocks, C 32, T 16, V 64), 1 thread per rank, 20+ steps of
- * AdamW, so that each case takes well under a second. */
-#include "parallel/dp_harness.h"
+ * Equivalence goes through the parity harness (parity_harness.h): loss and
+ * gradient norm per step and the final parameters, under AdamW and under
+ * SGD without clipping. Tiny model (2 blocks, C 32, T 16, V 64), 1 thread
+ * per rank, 20+ steps, so that each case takes well under a second. */
+#include "parallel/parity_harness.h"
 
+/* Every data-parallel layout: dp 2 and 4, one or two micro-batches,
+ * buckets launched during backward or after it, whole or split modules. */
 static void test_equivalence(void) {
-    static const struct {
-        int M, overlap;
-        double bucket_mb;
-        const char *what;
-    } cases[] = {
-        {1, 1, 4, "M1 overlap on, 4 MiB buckets"},
-        {2, 0, 4, "M2 overlap off"},
-        {2, 1, 0.004, "M2 overlap on, 4 KiB buckets (split modules)"},
+    static const char *const layouts[] = {
+        "parallel.dp=2",
+        "parallel.dp=4",
+        "parallel.dp=2 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=4 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=2 parallel.microbatches=2 parallel.bucket_mb=0.004",
+        "parallel.dp=4 parallel.microbatches=2 parallel.bucket_mb=0.004",
     };
-    int dps_shm[] = {2, 4}, ndp = use_mpi ? 1 : 2;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        job j;
-        memset(&j, 0, sizeof j);
-        tiny_config(&j.cfg, 1);
-        j.cfg.parallel.microbatches = cases[k].M;
-        result ref;
-        if (is_root()) CHECK_OK(run_dp(&j, &ref));
-        for (int d = 0; d < ndp; d++) {
-            int dp = use_mpi ? pt_comm_size(mpi_world) : dps_shm[d];
-            tiny_config(&j.cfg, dp);
-            j.cfg.parallel.microbatches = cases[k].M;
-            j.cfg.parallel.overlap = cases[k].overlap;
-            j.cfg.parallel.bucket_mb = cases[k].bucket_mb;
-            result r;
-            CHECK_OK(run_dp(&j, &r));
-            if (is_root()) {
-                char what[96];
-                snprintf(what, sizeof what, "dp%d %s", dp, cases[k].what);
-                check_equivalent(&ref, &r, 0, what);
-            }
-            result_free(&r);
-        }
-        if (is_root()) result_free(&ref);
-    }
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
 
 /* ---- resume ---- */
 
+/* dp 2 resumed from its own checkpoint is bitwise the straight run, and its
+ * checkpoint continues the same trajectory under one worker; under both
+ * optimizer variants (sgd: no optimizer state at all). */
 static void test_resume(void) {
-    job j;
-    memset(&j, 0, sizeof j);
-    tiny_config(&j.cfg, 2);
-    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt"));
-    result straight, first, resumed, single;
-    CHECK_OK(run_dp(&j, &straight));
-    j.stop_at = 10;
-    CHECK_OK(run_dp(&j, &first));
-    j.stop_at = 0;
-    j.resume = 1;
-    CHECK_OK(run_dp(&j, &resumed));
-    /* bitwise: the same steps on the same data from the same state */
-    CHECK(resumed.nparams == straight.nparams &&
-          !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
-    for (int s = 10; s < 20; s++) CHECK(resumed.loss[s] == straight.loss[s]);
-    /* the dp=2 checkpoint loads under one worker and continues the same run */
-    tiny_config(&j.cfg, 1);
-    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt"));
-    j.resume = 1;
-    CHECK_OK(run_dp(&j, &single));
-    check_equivalent(&straight, &single, 10, "dp2 checkpoint at 10 resumed under dp1");
-    result_free(&straight);
-    result_free(&first);
-    result_free(&resumed);
-    result_free(&single);
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        j.cfg.parallel.dp = 2;
+        char dir[64];
+        snprintf(dir, sizeof dir, "ckpt_%s", parity_variant_name[v]);
+        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+        result straight, first, resumed, single;
+        CHECK_OK(run_dp(&j, &straight));
+        j.stop_at = 10;
+        CHECK_OK(run_dp(&j, &first));
+        j.stop_at = 0;
+        j.resume = 1;
+        CHECK_OK(run_dp(&j, &resumed));
+        /* bitwise: the same steps on the same data from the same state */
+        CHECK(resumed.nparams == straight.nparams &&
+              !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
+        for (int s = 10; s < 20; s++)
+            CHECK(resumed.loss[s] == straight.loss[s] &&
+                  resumed.grad_norm[s] == straight.grad_norm[s]);
+        /* the dp=2 checkpoint loads under one worker and continues the same run */
+        j.cfg.parallel.dp = 1;
+        CHECK_OK(run_dp(&j, &single));
+        parity_expect_same(&straight, &single, (parity_variant)v, 10,
+                           "dp2 checkpoint at 10 resumed under dp1");
+        result_free(&straight);
+        result_free(&first);
+        result_free(&resumed);
+        result_free(&single);
+    }
 }
 
 /* ---- asynchronous modes ---- */
@@ -161,7 +149,7 @@ static void test_dga_uses_previous_average(void) {
     snprintf(j.cfg.parallel.sync, sizeof j.cfg.parallel.sync, "stale");
     snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "dga");
     CHECK_OK(run_dp(&j, &dga));
-    check_equivalent(&ref, &dga, 0, "dp2 stale dga, same data on both ranks");
+    parity_expect_same(&ref, &dga, PARITY_ADAMW, 0, "dp2 stale dga, same data on both ranks");
     snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "delayed");
     CHECK_OK(run_dp(&j, &delayed));
     double worst = 0;
@@ -221,7 +209,7 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char **argv) {
-    if (dp_harness_init(argc, argv, "test-dp")) return 1;
+    if (parity_init(argc, argv, "test-dp")) return 1;
     RUN(test_equivalence);
     if (!use_mpi) {
         RUN(test_resume);
@@ -229,5 +217,5 @@ int main(int argc, char **argv) {
         RUN(test_dga_uses_previous_average);
     }
     RUN(test_bad_input);
-    return dp_harness_done();
+    return parity_done();
 }
