@@ -535,45 +535,58 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_info *info) {
     return pt_trainer_step_batch(t, t->inputs, t->targets, info);
 }
 
+/* Validation gives the same bits under every layout (for the same
+ * parameters), so that a layout's val_loss is comparable with one worker's
+ * exactly:
+ *   - one window per forward: a window's loss (its mean over T positions)
+ *     is then the same float whatever the layout; a batched forward's mean
+ *     depends on which windows share the batch;
+ *   - each rank sums its contiguous share in window order in DOUBLE, and
+ *     the ranks' sums travel as doubles, bit for bit (an all-gather of
+ *     their bytes; a float all-reduce rounded them to 24 bits, differently
+ *     per layout), added in rank order: the single worker's sequential
+ *     double sum up to double rounding, ~1e-16 relative, far below the one
+ *     float rounding of the result.
+ * ZeRO-3's forward hooks are collectives: every rank runs as many passes as
+ * the rank with the most windows (extra ones on window 0, not counted). */
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     if (!t->val) return pt_error_set(PT_ERR_INVALID, "data.val is not set");
-    int T = t->cfg.model.seq_len, mB = t->micro_B;
+    int T = t->cfg.model.seq_len;
     size_t nwin = pt_data_num_windows(t->val, T);
-    /* the same windows in every layout: val_batches x (batch_size /
-     * microbatches) sequences, each rank its contiguous share */
-    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size /
-                  (size_t)t->cfg.parallel.microbatches;
+    /* the same windows in every layout: val_batches x batch_size
+     * sequences (global batches; micro-batches do not change it), each rank
+     * its contiguous share */
+    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size;
     if (nwin > want) nwin = want;
     size_t first = 0, mine = nwin;
     pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
     double sum = 0;
-    /* ZeRO-3's forward hooks are collectives: every rank runs as many
-     * passes as the rank with the most windows (extra ones on window 0,
-     * not counted) */
     size_t most = (nwin + (size_t)t->nranks - 1) / (size_t)t->nranks;
     size_t upto = t->zero ? most : mine;
-    for (size_t w = 0; w < upto; w += (size_t)mB) {
-        if (w >= mine) {
-            pt_data_window(t->val, 0, T, t->inputs, t->targets);
-            pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
-            float ignored = 0;
-            pt_model_forward(t->model, &batch, &ignored);
-            continue;
-        }
-        int B = (int)(mine - w < (size_t)mB ? mine - w : (size_t)mB);
-        for (int b = 0; b < B; b++)
-            pt_data_window(t->val, first + w + (size_t)b, T, t->inputs + (size_t)b * T,
-                           t->targets + (size_t)b * T);
-        pt_batch batch = {t->inputs, t->targets, 0.0f, B, T};
+    for (size_t w = 0; w < upto; w++) {
+        pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
+        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
         float loss = 0;
         pt_model_forward(t->model, &batch, &loss);
-        sum += (double)loss * B;
+        if (w < mine) sum += (double)loss;
     }
     if (t->zero) pt_zero_release_params(t->zero);
     if (t->aux) {
-        float v[1] = {(float)sum};
-        PT_CHECK(pt_comm_allreduce(t->aux, v, 1, PT_REDUCE_SUM));
-        sum = v[0];
+        /* two floats' room per rank for its double's bytes (pt_comm_shard of
+         * 2 x ranks floats: rank r's are [2r, 2r + 2)) */
+        _Static_assert(sizeof(double) == 2 * sizeof(float), "a double in two floats");
+        float *all = calloc(2 * (size_t)t->nranks, sizeof(float));
+        if (!all) return pt_error_set(PT_ERR_NOMEM, "validation sums");
+        memcpy(all + 2 * (size_t)t->rank, &sum, sizeof sum);
+        pt_status st = pt_comm_allgather(t->aux, all, 2 * (size_t)t->nranks);
+        sum = 0;
+        for (int r = 0; st == PT_OK && r < t->nranks; r++) {
+            double part;
+            memcpy(&part, all + 2 * (size_t)r, sizeof part);
+            sum += part;
+        }
+        free(all);
+        PT_CHECK(st);
     }
     *val_loss = (float)(sum / (double)nwin);
     return PT_OK;

@@ -102,7 +102,8 @@ typedef struct {
     float grad_norm[MAX_STEPS]; /* before clipping */
     uint64_t bytes[MAX_STEPS];
     int applied[MAX_STEPS];
-    float val_loss;
+    float val_loss;   /* after the last step (data.val set) */
+    float val_loss0;  /* before the first step (data.val set, not resuming) */
     size_t mem[4][3]; /* per rank (up to 4): peak params, grads, optim bytes over the steps */
     float *params;
 } result;
@@ -152,6 +153,8 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
     int n = j->cfg.train.batch_size * j->cfg.model.seq_len;
     int *in = malloc((size_t)n * sizeof(int)), *tg = malloc((size_t)n * sizeof(int));
     if (j->resume) PT_CHECK_GOTO(st, pt_trainer_resume(t), done);
+    if (!j->resume && j->cfg.data.val[0])
+        PT_CHECK_GOTO(st, pt_trainer_validate(t, &r->val_loss0), done);
     for (int s = pt_trainer_step_count(t); s < j->cfg.train.steps; s++) {
         pt_step_info info;
         if (j->use_data) {

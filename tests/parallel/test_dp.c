@@ -164,6 +164,61 @@ static void test_dga_uses_previous_average(void) {
     result_free(&delayed);
 }
 
+/* ---- validation ---- */
+
+/* Validation loss is the same float under every layout for the same
+ * parameters (trainer.c, pt_trainer_validate): one window per forward,
+ * ranks' sums in double. Before the first step every layout holds the same
+ * initial parameters, so the loss must be bitwise one worker's, for each of
+ * several initializations (train.seed: a float sum across ranks rounds the
+ * same way by chance for some of them; across these seeds, not for all).
+ * 58 windows of a short file (val_batches asks for more): 4 ranks get
+ * uneven shares. After 2 steps the parameters differ by the summation order
+ * of their gradients (parity), and so may the loss, within the step
+ * tolerance. */
+#define VAL_SEEDS 6
+static void test_val_loss_layouts(void) {
+    static const char *const layouts[] = {"parallel.dp=1", "parallel.dp=2", "parallel.dp=4",
+                                          "parallel.dp=2 parallel.microbatches=2",
+                                          "parallel.dp=4 parallel.zero=3"};
+    float ref0[VAL_SEEDS], ref[VAL_SEEDS];
+    write_text(tmp_path("val_small.txt"), 1000, 3); /* 58 windows of 17 bytes */
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        int same = 0;
+        double worst = 0;
+        for (int seed = 0; seed < VAL_SEEDS; seed++) {
+            job j;
+            memset(&j, 0, sizeof j);
+            parity_base(&j.cfg, PARITY_ADAMW);
+            j.cfg.model.vocab_size = 256;
+            j.cfg.train.seed = 1 + seed;
+            j.cfg.train.steps = 2;
+            j.cfg.train.val_batches = 10;
+            j.use_data = 1;
+            snprintf(j.cfg.data.train, sizeof j.cfg.data.train, "%s", tmp_path("train.txt"));
+            snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val_small.txt"));
+            CHECK_OK(parity_apply(&j.cfg, layouts[k]));
+            result r;
+            CHECK_OK(run_dp(&j, &r));
+            if (k == 0) {
+                ref0[seed] = r.val_loss0;
+                ref[seed] = r.val_loss;
+            } else {
+                same += r.val_loss0 == ref0[seed];
+                CHECK_NEAR(r.val_loss, ref[seed], 0, PARITY_RTOL_STEP);
+                double d = fabs((double)r.val_loss0 - ref0[seed]) / ref0[seed];
+                if (d > worst) worst = d;
+            }
+            result_free(&r);
+        }
+        if (k == 0) continue;
+        CHECK_EQ(same, VAL_SEEDS);
+        printf("  %-40s val loss at step 0 bitwise one worker's for %d of %d seeds (worst rel "
+               "diff %.1e)\n",
+               layouts[k], same, VAL_SEEDS, worst);
+    }
+}
+
 /* ---- bad input ---- */
 
 static int rank_bad_dp(void *arg) {
@@ -215,6 +270,7 @@ int main(int argc, char **argv) {
         RUN(test_resume);
         RUN(test_async_modes);
         RUN(test_dga_uses_previous_average);
+        RUN(test_val_loss_layouts);
     }
     RUN(test_bad_input);
     return parity_done();
