@@ -124,7 +124,7 @@ static void step_tokens(const pt_config *c, int s, int *in, int *tg) {
     }
 }
 
-/* This rank's parameters, then AdamW m and v, as raw floats to
+/* This rank's parameters, then the optimizer's state, as raw floats to
  * tmp_path("<dump>.s<step>.r<rank>"), for bitwise comparison of every
  * rank's state (the result carries rank 0's parameters only). */
 static pt_status dump_state(const job *j, pt_trainer *t, pt_comm *world) {
@@ -138,9 +138,9 @@ static pt_status dump_state(const job *j, pt_trainer *t, pt_comm *world) {
     FILE *f = fopen(path, "wb");
     if (!f) return pt_error_set(PT_ERR_IO, "%s: cannot write", path);
     int ok = fwrite(pt_model_params(m), sizeof(float), n, f) == n;
-    if (o)
-        ok = ok && fwrite(pt_adamw_m(o), sizeof(float), n, f) == n &&
-             fwrite(pt_adamw_v(o), sizeof(float), n, f) == n;
+    /* the optimizer's state: AdamW m and v, sgd's momentum buffer or none */
+    if (o && pt_adamw_m(o)) ok = ok && fwrite(pt_adamw_m(o), sizeof(float), n, f) == n;
+    if (o && pt_adamw_v(o)) ok = ok && fwrite(pt_adamw_v(o), sizeof(float), n, f) == n;
     if (fclose(f) != 0) ok = 0;
     return ok ? PT_OK : pt_error_set(PT_ERR_IO, "%s: write failed", path);
 }

@@ -64,6 +64,51 @@ static void test_resume(void) {
     }
 }
 
+/* The optimizer's state in a checkpoint is what its rule keeps: AdamW m and
+ * v, sgd with momentum its buffer (optim_m.safetensors), sgd without none;
+ * resuming under another rule (or with / without momentum) is one error. */
+static void test_resume_other_optimizer(void) {
+    static const struct {
+        const char *opt;
+        double momentum;
+        int m, v; /* files expected */
+    } rules[] = {{"adamw", 0, 1, 1}, {"sgd", 0, 0, 0}, {"sgd", 0.9, 1, 0}};
+    for (int a = 0; a < 3; a++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        tiny_config(&j.cfg, 1);
+        j.cfg.train.steps = 2;
+        snprintf(j.cfg.train.optimizer, sizeof j.cfg.train.optimizer, "%s", rules[a].opt);
+        j.cfg.train.momentum = rules[a].momentum;
+        char dir[64], path[PT_CONFIG_STR_MAX + 64];
+        snprintf(dir, sizeof dir, "ckpt_rule%d", a);
+        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+        j.stop_at = 1;
+        result r;
+        CHECK_OK(run_dp(&j, &r));
+        result_free(&r);
+        snprintf(path, sizeof path, "%s/step_00000001/optim_m.safetensors", j.cfg.checkpoint.dir);
+        CHECK_EQ(access(path, F_OK) == 0, rules[a].m);
+        snprintf(path, sizeof path, "%s/step_00000001/optim_v.safetensors", j.cfg.checkpoint.dir);
+        CHECK_EQ(access(path, F_OK) == 0, rules[a].v);
+        for (int b = 0; b < 3; b++) {
+            snprintf(j.cfg.train.optimizer, sizeof j.cfg.train.optimizer, "%s", rules[b].opt);
+            j.cfg.train.momentum = rules[b].momentum;
+            pt_trainer *t = NULL;
+            CHECK_OK(pt_trainer_new(&t, &j.cfg));
+            pt_status st = pt_trainer_resume(t);
+            if (a == b) {
+                CHECK_OK(st);
+            } else {
+                CHECK(st == PT_ERR_INVALID && strstr(pt_error_message(), "train.optimizer"));
+                if (a == 0 && b == 1)
+                    printf("  adamw checkpoint under sgd: %s\n", pt_error_message());
+            }
+            pt_trainer_free(t);
+        }
+    }
+}
+
 /* ---- asynchronous modes ---- */
 
 static void data_config(job *j, int dp, const char *sync) {
@@ -268,6 +313,7 @@ int main(int argc, char **argv) {
     RUN(test_equivalence);
     if (!use_mpi) {
         RUN(test_resume);
+        RUN(test_resume_other_optimizer);
         RUN(test_async_modes);
         RUN(test_dga_uses_previous_average);
         RUN(test_val_loss_layouts);
