@@ -282,6 +282,10 @@ pt_status pt_config_validate(const pt_config *c) {
                                 k->max, v);
     }
     PT_CHECK(pt_model_config_validate(&c->model));
+    if (c->train.momentum > 0 && strcmp(c->train.optimizer, "sgd") != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "train.momentum (%g) applies to train.optimizer = sgd only (got %s)",
+                            c->train.momentum, c->train.optimizer);
     if (c->train.min_lr > c->train.lr)
         return pt_error_set(PT_ERR_INVALID, "train.min_lr (%g) must be <= train.lr (%g)",
                             c->train.min_lr, c->train.lr);

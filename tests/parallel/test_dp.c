@@ -293,6 +293,14 @@ static void test_bad_input(void) {
     CHECK(pt_config_set(&c, "parallel.overlap=maybe") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.outer=adam") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.stale_mode=fast") == PT_ERR_INVALID);
+    /* the optimizer keys: a rule of the list, momentum only for sgd */
+    CHECK(pt_config_set(&c, "train.optimizer=adam") == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "adamw|sgd"));
+    CHECK(pt_config_set(&c, "train.momentum=1") == PT_ERR_INVALID);
+    CHECK_OK(pt_config_set(&c, "train.momentum=0.9"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && strstr(pt_error_message(), "train.momentum"));
+    CHECK_OK(pt_config_set(&c, "train.optimizer=sgd"));
+    CHECK_OK(pt_config_validate(&c));
     CHECK_OK(pt_config_set(&c, "parallel.overlap=false"));
     CHECK_EQ(c.parallel.overlap, 0);
     /* dp > 1 without a world of that size */
