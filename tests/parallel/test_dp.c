@@ -294,6 +294,7 @@ static void test_bad_input(void) {
     CHECK(pt_config_set(&c, "parallel.outer=adam") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.stale_mode=fast") == PT_ERR_INVALID);
     /* the optimizer keys: a rule of the list, momentum only for sgd */
+    c.parallel.microbatches = 1;
     CHECK(pt_config_set(&c, "train.optimizer=adam") == PT_ERR_INVALID &&
           strstr(pt_error_message(), "adamw|sgd"));
     CHECK(pt_config_set(&c, "train.momentum=1") == PT_ERR_INVALID);
