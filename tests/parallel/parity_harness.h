@@ -492,6 +492,7 @@ static inline void parity_expect_same(const result *ref, const result *r, parity
 /* Parse --mpi, join the MPI world or make a temporary directory with text
  * data (train.txt, val.txt). Returns non-zero on failure. */
 static int parity_init(int argc, char **argv, const char *name) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with the ranks' stderr */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--mpi")) use_mpi = 1;
     pt_log_set_level(PT_LOG_WARN);
