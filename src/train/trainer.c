@@ -16,7 +16,8 @@
  * hold gradient and parameter traffic only.
  *
  * What makes resume bitwise: everything a step depends on is either in the
- * checkpoint (parameters, AdamW moments and update count, step count, the
+ * checkpoint (parameters, the optimizer's state (AdamW moments and update
+ * count, or SGD's momentum buffer), step count, the
  * data RNG's key and counter; under stale and local_sgd also each rank's
  * own parameters and moments, the stale rounds in flight and dga's local
  * gradients, the outer Nesterov state: rank<r>.safetensors) or a pure

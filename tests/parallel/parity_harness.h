@@ -453,8 +453,8 @@ typedef void (*parity_extra_fn)(const char *layout, parity_variant v, const job 
                                 const result *r);
 
 /* The central test: `layout` under both variants matches the one-worker
- * run, step by step. Skipped (said once) under mpirun when the world has
- * another size. */
+ * run, step by step. Under mpirun only the layouts of the world's size run
+ * (the executable is registered once per world size). */
 static inline void parity_check_extra(const char *layout, parity_extra_fn extra) {
     if (!parity_runs_here(layout)) return;
     for (int v = 0; v < PARITY_NVARIANTS; v++) {
