@@ -115,9 +115,10 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
  * (GPT-2 names and shapes, F32), optim_m.safetensors and optim_v.safetensors
  * (AdamW moments under the same names; train.optimizer = sgd: only
  * optim_m, its momentum buffer, and neither without momentum) and
- * state.json (step, optimizer update count, data RNG, config). DIR/latest names the newest one.
- * Saving writes a temporary directory, fsyncs, renames it into place, then replaces DIR/latest the
- * same way: a crash never damages the previous checkpoint.
+ * state.json (step, optimizer update count, data RNG, config). DIR/latest
+ * names the newest one. Saving writes a temporary directory, fsyncs,
+ * renames it into place, then replaces DIR/latest the same way: a crash
+ * never damages the previous checkpoint.
  *
  * Extension for parallel.sync = stale / local_sgd with dp > 1, whose ranks
  * hold state that differs or that the main files lack: the main files are
