@@ -156,6 +156,14 @@ double pt_sum_squares(const float *x, long n);
 double pt_adamw_update_sumsq(float *param, const float *grad, float *m, float *v, long n, float lr,
                              float beta1, float beta2, float eps, float weight_decay, int t,
                              float grad_scale);
+/* SGD with optional heavy-ball momentum (PyTorch's SGD, dampening 0, not
+ * Nesterov), over n elements:
+ *   d = grad_scale * g + weight_decay * param      (L2, coupled, as PyTorch)
+ *   buf = momentum * buf + d; param -= lr * buf    (buf non-NULL)
+ *   param -= lr * d                                (buf NULL: momentum 0)
+ * buf starts at zero, so the first step applies d, as PyTorch's does. */
+void pt_sgd_update(float *param, const float *grad, float *buf, long n, float lr, float momentum,
+                   float weight_decay, float grad_scale);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* partrain optimizer: AdamW over flat (possibly sharded) float buffers, the
+/* partrain optimizer: AdamW or SGD over flat (possibly sharded) float buffers, the
  * learning-rate schedule (linear warm-up, then cosine decay to a floor) and
  * global-norm gradient clipping.
  *
@@ -12,8 +12,12 @@
  *   pt_adamw_step(opt, params, grads, lr, scale);
  *
  * Lifecycle: pt_adamw_new -> pt_adamw_step per optimizer step ->
- * pt_adamw_free. State m and v are counted in PT_MEM_OPTIM. Not here: which
- * parameters a rank owns, communication. */
+ * pt_adamw_free. State m and v are counted in PT_MEM_OPTIM. The object is
+ * named for AdamW (its first and default rule); with hp.kind = PT_OPTIM_SGD
+ * the same object runs SGD: m is then the momentum buffer (NULL without
+ * momentum) and v is NULL, so code that saves "m and v" saves exactly the
+ * state the rule has. Not here: which parameters a rank owns,
+ * communication. */
 #ifndef PARTRAIN_OPTIM_H
 #define PARTRAIN_OPTIM_H
 
@@ -23,9 +27,24 @@
 extern "C" {
 #endif
 
+/* The update rule (train.optimizer). */
+typedef enum {
+    PT_OPTIM_ADAMW = 0, /* AdamW, decoupled weight decay; state m, v */
+    PT_OPTIM_SGD = 1    /* SGD, L2 weight decay added to the gradient (PyTorch's SGD);
+                           state: the momentum buffer when momentum > 0, else none */
+} pt_optim_kind;
+
+/* beta1, beta2, eps: AdamW only; momentum: SGD only (in [0, 1)). A zeroed
+ * tail (kind, momentum) is AdamW, so older initializers keep their meaning. */
 typedef struct {
     float beta1, beta2, eps, weight_decay;
+    pt_optim_kind kind;
+    float momentum;
 } pt_adamw_hparams;
+
+/* Flat buffers of state per parameter: 2 (AdamW: m, v), 1 (SGD with
+ * momentum: its buffer, in the m slot), 0 (SGD without momentum). */
+int pt_optim_state_count(const pt_adamw_hparams *hp);
 
 /* A run of parameters [offset, offset + n) of the optimizer's window
  * (offsets relative to the window's start), decayed or not. */
@@ -51,11 +70,13 @@ void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, flo
  * rounding (the order of the sum differs). */
 double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr);
 
-/* State, lent: first and second moments (n floats each) and the number of
- * steps taken (checkpoints save and restore these). */
+/* State, lent: first and second moments (n floats each; SGD: the momentum
+ * buffer or NULL, and NULL) and the number of steps taken (checkpoints save
+ * and restore these). */
 float *pt_adamw_m(pt_adamw *o);
 float *pt_adamw_v(pt_adamw *o);
 size_t pt_adamw_size(const pt_adamw *o);
+pt_optim_kind pt_adamw_kind(const pt_adamw *o);
 int pt_adamw_t(const pt_adamw *o);
 void pt_adamw_set_t(pt_adamw *o, int t);
 

@@ -62,11 +62,25 @@ pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t
 /* ---- bucketed gradient synchronization ------------------------------------------- */
 typedef struct pt_ddp pt_ddp;
 
+/* TEST HOOK, never for training: a deliberate bug planted in the real
+ * synchronization path, so that the parity tests can prove that they catch
+ * it (tests/parallel/test_parity_selfcheck.c). The trainer reads it once,
+ * from the environment variable PT_TEST_PLANT, when it is created. */
+typedef enum {
+    PT_PLANT_NONE = 0,
+    PT_PLANT_DOUBLE_BUCKET, /* "double_bucket": bucket 0's all-reduced sum is doubled */
+    PT_PLANT_NO_AVG,        /* "no_avg": each rank weighs its loss by 1/(its tokens), not
+                               1/(global tokens): the sum over ranks is dp x the mean */
+    PT_PLANT_SKIP_MODULE    /* "skip_module": module 1's (h.0's) gradient is left out of the
+                               all-reduce: every rank keeps its own share */
+} pt_plant;
+
 typedef struct {
     size_t bucket_bytes; /* target bucket size (a bucket may split a module); >= 4 */
     int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
     int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
                             0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
+    pt_plant plant;      /* test hook (above); PT_PLANT_NONE outside tests */
 } pt_ddp_options;
 
 /* Statistics of the waits since the last pt_ddp_take_stats. */
@@ -145,8 +159,10 @@ void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
  *            after (options.keep_params: kept from forward to backward); the
  *            step updates the parameter slices, nothing is all-gathered.
  * Hybrid (HSDP): with group < world the shard group is `group` consecutive
- * ranks; gradients are reduce-scattered inside it, then the slices are
- * all-reduced across groups (ranks with the same index in their group).
+ * ranks; stages 2 and 3 reduce-scatter gradients inside it, then all-reduce
+ * the slices across groups (ranks with the same index in their group);
+ * stage 1's gradients are all-reduced over the whole world by the trainer's
+ * buckets already, so its step only shards the optimizer inside the group.
  *
  * Lifecycle: pt_zero_new (after pt_model_init: it takes the slices) -> the
  * model's hooks call pt_zero_before_forward / _after_forward /
@@ -186,7 +202,9 @@ uint64_t pt_zero_take_bytes(pt_zero *z);
  * last call (exposed communication of stages 2 and 3). */
 uint64_t pt_zero_take_wait_ns(pt_zero *z);
 /* Collective over the group: full-length buffers (n floats, the caller's)
- * receive the full parameters / AdamW moments on every rank. */
+ * receive the full parameters / optimizer state on every rank. Optimizer
+ * state the rule lacks (SGD: v; m without momentum) is passed as NULL and
+ * skipped (every rank alike); loading ignores NULL buffers too. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
 pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full);
 /* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */

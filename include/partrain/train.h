@@ -51,6 +51,8 @@ typedef struct {
     struct {
         int steps, batch_size, warmup_steps, val_every, val_batches, threads, seed;
         double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
+        double momentum;    /* sgd */
+        char optimizer[16]; /* adamw | sgd */
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
@@ -112,13 +114,15 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
 /* ---- checkpoints -------------------------------------------------------------
  * A checkpoint is a directory DIR/step_NNNNNNNN holding model.safetensors
  * (GPT-2 names and shapes, F32), optim_m.safetensors and optim_v.safetensors
- * (AdamW moments under the same names) and state.json (step, AdamW update
- * count, data RNG, config). DIR/latest names the newest one. Saving writes a
- * temporary directory, fsyncs, renames it into place (atomically swapping
- * out a step directory that exists), then replaces DIR/latest the same way:
- * a crash at any point leaves latest naming a complete checkpoint. Rank 0
- * locks DIR (DIR/.lock) from pt_trainer_new_dist to pt_trainer_free: a
- * second trainer on it is refused; checkpoint.keep prunes old steps.
+ * (AdamW moments under the same names; train.optimizer = sgd: only
+ * optim_m, its momentum buffer, and neither without momentum) and
+ * state.json (step, optimizer update count, data RNG, config). DIR/latest
+ * names the newest one. Saving writes a temporary directory, fsyncs,
+ * renames it into place (atomically swapping out a step directory that
+ * exists), then replaces DIR/latest the same way: a crash at any point
+ * leaves latest naming a complete checkpoint. Rank 0 locks DIR (DIR/.lock)
+ * from pt_trainer_new_dist to pt_trainer_free: a second trainer on it is
+ * refused; checkpoint.keep prunes old steps.
  *
  * Extension for parallel.sync = stale / local_sgd with dp > 1, whose ranks
  * hold state that differs or that the main files lack: the main files are

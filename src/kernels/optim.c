@@ -1,6 +1,7 @@
 /* Optimizer kernels: the fused AdamW step (one pass over param, grad, m, v;
- * PyTorch 1.13's CPU AdamW makes a separate pass per operation) and the sum
- * of squares for global-norm clipping.
+ * PyTorch 1.13's CPU AdamW makes a separate pass per operation), plain SGD
+ * with optional momentum (the scale-sensitive optimizer of the parity tests)
+ * and the sum of squares for global-norm clipping.
  *
  * Both split work over the thread pool. pt_sum_squares cuts the input into
  * a fixed number of slices whatever the thread count and adds their partial
@@ -72,6 +73,38 @@ void pt_adamw_update(float *param, const float *grad, float *m, float *v, long n
     adamw_ctx c =
         adamw_setup(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
     pt_pool_run(adamw_part, &c, n < 32768 ? 1 : pt_kernels_threads());
+}
+
+typedef struct {
+    float *param, *buf;
+    const float *grad;
+    long n;
+    float lr, momentum, wd, grad_scale;
+} sgd_ctx;
+
+static void sgd_part(void *p, int index, int count) {
+    const sgd_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->n, index, count, &lo, &hi);
+    float *restrict param = c->param;
+    float *restrict buf = c->buf;
+    const float *restrict g = c->grad;
+    const float lr = c->lr, mu = c->momentum, wd = c->wd, gs = c->grad_scale;
+    if (buf) {
+        for (long i = lo; i < hi; i++) {
+            float b = mu * buf[i] + (g[i] * gs + wd * param[i]);
+            buf[i] = b;
+            param[i] -= lr * b;
+        }
+    } else {
+        for (long i = lo; i < hi; i++) param[i] -= lr * (g[i] * gs + wd * param[i]);
+    }
+}
+
+void pt_sgd_update(float *param, const float *grad, float *buf, long n, float lr, float momentum,
+                   float weight_decay, float grad_scale) {
+    sgd_ctx c = {param, buf, grad, n, lr, momentum, weight_decay, grad_scale};
+    pt_pool_run(sgd_part, &c, n < 32768 ? 1 : pt_kernels_threads());
 }
 
 #define SUMSQ_SLICES 64

@@ -1,6 +1,7 @@
-/* AdamW over a flat window of parameters, the LR schedule and the clipping
- * helpers. The math per element is the kernels' pt_adamw_update; this file
- * only holds state, segments (weight decay per tensor) and the step count.
+/* AdamW or SGD over a flat window of parameters, the LR schedule and the
+ * clipping helpers. The math per element is the kernels' pt_adamw_update /
+ * pt_sgd_update; this file only holds state, segments (weight decay per
+ * tensor) and the step count.
  *
  * Not here: communication (a sharded optimizer sums partial norms itself). */
 #include "partrain/optim.h"
@@ -38,9 +39,10 @@ pt_status pt_adamw_new(pt_adamw **out, size_t n, const pt_optim_segment *segs, i
     o->hp = *hp;
     o->nsegs = nsegs;
     o->segs = malloc((size_t)(nsegs > 0 ? nsegs : 1) * sizeof *o->segs);
-    o->m = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
-    o->v = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
-    if (!o->segs || !o->m || !o->v) {
+    int nstate = pt_optim_state_count(hp);
+    if (nstate >= 1) o->m = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
+    if (nstate >= 2) o->v = pt_mem_alloc(PT_MEM_OPTIM, n * sizeof(float));
+    if (!o->segs || (nstate >= 1 && !o->m) || (nstate >= 2 && !o->v)) {
         pt_adamw_free(o);
         return pt_error_set(PT_ERR_NOMEM, "optimizer state (%zu floats)", n);
     }
@@ -57,8 +59,27 @@ void pt_adamw_free(pt_adamw *o) {
     free(o);
 }
 
+int pt_optim_state_count(const pt_adamw_hparams *hp) {
+    if (hp->kind == PT_OPTIM_SGD) return hp->momentum > 0 ? 1 : 0;
+    return 2;
+}
+
+/* SGD on the window: per segment, its decay flag picks the weight decay. */
+static void sgd_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
+    for (int i = 0; i < o->nsegs; i++) {
+        const pt_optim_segment *s = &o->segs[i];
+        pt_sgd_update(params + s->offset, grads + s->offset, o->m ? o->m + s->offset : NULL,
+                      (long)s->n, lr, o->hp.momentum, s->decay ? o->hp.weight_decay : 0.0f,
+                      grad_scale);
+    }
+}
+
 void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
     o->t++;
+    if (o->hp.kind == PT_OPTIM_SGD) {
+        sgd_step(o, params, grads, lr, grad_scale);
+        return;
+    }
     for (int i = 0; i < o->nsegs; i++) {
         const pt_optim_segment *s = &o->segs[i];
         pt_adamw_update(params + s->offset, grads + s->offset, o->m + s->offset, o->v + s->offset,
@@ -68,8 +89,16 @@ void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, flo
 }
 
 double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr) {
-    o->t++;
     double sumsq = 0.0;
+    if (o->hp.kind == PT_OPTIM_SGD) {
+        /* SGD reads each element once anyway: the sum first, per segment (the
+         * same slices as the fused AdamW pass, so the same bits) */
+        for (int i = 0; i < o->nsegs; i++)
+            sumsq += pt_sum_squares(grads + o->segs[i].offset, (long)o->segs[i].n);
+        pt_adamw_step(o, params, grads, lr, 1.0f);
+        return sumsq;
+    }
+    o->t++;
     for (int i = 0; i < o->nsegs; i++) {
         const pt_optim_segment *s = &o->segs[i];
         sumsq += pt_adamw_update_sumsq(params + s->offset, grads + s->offset, o->m + s->offset,
@@ -87,6 +116,9 @@ float *pt_adamw_v(pt_adamw *o) {
 }
 size_t pt_adamw_size(const pt_adamw *o) {
     return o->n;
+}
+pt_optim_kind pt_adamw_kind(const pt_adamw *o) {
+    return o->hp.kind;
 }
 int pt_adamw_t(const pt_adamw *o) {
     return o->t;

@@ -60,6 +60,7 @@ struct pt_zero {
     pt_comm *group; /* shard group (owned) */
     pt_comm *cross; /* same index across groups (owned; NULL: one group) */
     int stage, g, grank, overlap, keep;
+    pt_adamw_hparams hp;
     int np; /* modules: 0 embedding, 1..L blocks, L+1 head */
     piece *p;
     int rs_pending;   /* module whose reduce-scatter is in flight, -1: none */
@@ -157,6 +158,7 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     if (!z) return pt_error_set(PT_ERR_NOMEM, "zero");
     z->m = m;
     z->stage = opt->stage;
+    z->hp = *hp;
     z->g = g;
     z->overlap = opt->overlap;
     z->keep = opt->keep_params;
@@ -390,7 +392,12 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         z->err = PT_OK;
         return pt_error_set(st, "%s", z->errmsg);
     }
-    if (z->cross) { /* HSDP: the group's sums, summed across groups */
+    /* HSDP: stages 2 and 3 reduce-scattered inside the group only, so the
+     * group's sums are summed across groups here. Stage 1's buckets are
+     * all-reduced over the WORLD by the trainer's pt_ddp: its gradients are
+     * already the global sum, and summing them again across groups would
+     * multiply them by the number of groups (the bug of issue 10, item 2). */
+    if (z->cross && z->stage >= 2) {
         /* every reduce-scatter is finished: greq is free to carry these */
         for (int i = 0; i < z->np && st == PT_OK; i++)
             if (z->p[i].sn)
@@ -459,7 +466,10 @@ static pt_status gather_full(pt_zero *z, float *full, int what) {
                          : !pc->opt  ? NULL
                          : what == 1 ? pt_adamw_m(pc->opt)
                                      : pt_adamw_v(pc->opt);
-        if (s) memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
+        if (s)
+            memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
+        else if (what != 0)
+            memset(full + pc->off + pc->so, 0, pc->sn * sizeof(float));
     }
     for (int i = 0; i < z->np; i++)
         PT_CHECK(pt_comm_allgather(z->group, full + z->p[i].off, z->p[i].count));
@@ -467,8 +477,8 @@ static pt_status gather_full(pt_zero *z, float *full, int what) {
 }
 
 pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full) {
-    PT_CHECK(gather_full(z, m_full, 1));
-    return gather_full(z, v_full, 2);
+    if (m_full) PT_CHECK(gather_full(z, m_full, 1));
+    return v_full ? gather_full(z, v_full, 2) : PT_OK;
 }
 
 pt_status pt_zero_gather_params(pt_zero *z, float *full) {
@@ -483,8 +493,9 @@ void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, in
     for (int i = 0; i < z->np; i++) {
         piece *pc = &z->p[i];
         if (!pc->opt) continue;
-        memcpy(pt_adamw_m(pc->opt), m_full + pc->off + pc->so, pc->sn * sizeof(float));
-        memcpy(pt_adamw_v(pc->opt), v_full + pc->off + pc->so, pc->sn * sizeof(float));
+        float *m = pt_adamw_m(pc->opt), *v = pt_adamw_v(pc->opt);
+        if (m && m_full) memcpy(m, m_full + pc->off + pc->so, pc->sn * sizeof(float));
+        if (v && v_full) memcpy(v, v_full + pc->off + pc->so, pc->sn * sizeof(float));
         pt_adamw_set_t(pc->opt, t);
     }
 }
@@ -501,6 +512,7 @@ void pt_zero_load_params(pt_zero *z, const float *full) {
 
 size_t pt_zero_optim_bytes(const pt_zero *z) {
     size_t b = 0;
-    for (int i = 0; i < z->np; i++) b += 2 * z->p[i].sn * sizeof(float);
+    for (int i = 0; i < z->np; i++)
+        b += (size_t)pt_optim_state_count(&z->hp) * z->p[i].sn * sizeof(float);
     return b;
 }

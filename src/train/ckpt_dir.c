@@ -376,6 +376,8 @@ pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *pa
     if (adam_m) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", tmp);
         PT_CHECK(pt_safetensors_save(path, m, adam_m));
+    }
+    if (adam_v) { /* sgd has m (momentum) at most */
         snprintf(path, sizeof path, "%s/optim_v.safetensors", tmp);
         PT_CHECK(pt_safetensors_save(path, m, adam_v));
     }

@@ -53,6 +53,11 @@ static const key_def keys[] = {
      "AdamW decoupled weight decay (matrices only)"},
     {"train.beta1", K_FLOAT, OFF(train.beta1), "0.9", 0, 0.999999, NULL, "AdamW beta1"},
     {"train.beta2", K_FLOAT, OFF(train.beta2), "0.95", 0, 0.999999, NULL, "AdamW beta2"},
+    {"train.optimizer", K_STRING, OFF(train.optimizer), "adamw", 0, 0, "adamw|sgd",
+     "update rule: adamw, or sgd (p -= lr * (g + weight_decay * p) on the same tensors, "
+     "with train.momentum)"},
+    {"train.momentum", K_FLOAT, OFF(train.momentum), "0", 0, 0.999999, NULL,
+     "sgd: heavy-ball momentum (0: none, and no optimizer state)"},
     {"train.grad_clip", K_FLOAT, OFF(train.grad_clip), "1.0", 0, 1e9, NULL,
      "clip the global gradient norm to this (0: off)"},
     {"train.seed", K_INT, OFF(train.seed), "1337", 0, 2147483647, NULL,
@@ -280,6 +285,10 @@ pt_status pt_config_validate(const pt_config *c) {
                                 k->max, v);
     }
     PT_CHECK(pt_model_config_validate(&c->model));
+    if (c->train.momentum > 0 && strcmp(c->train.optimizer, "sgd") != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "train.momentum (%g) applies to train.optimizer = sgd only (got %s)",
+                            c->train.momentum, c->train.optimizer);
     if (c->train.min_lr > c->train.lr)
         return pt_error_set(PT_ERR_INVALID, "train.min_lr (%g) must be <= train.lr (%g)",
                             c->train.min_lr, c->train.lr);

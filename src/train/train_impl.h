@@ -34,7 +34,8 @@ void pt_ckpt_dir_close(int lock_fd); /* -1: no-op */
  * (ckpt_dir.c's opening comment walks through every point). */
 pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n);
 /* model.safetensors (params: full-length, laid out like m's flat buffer),
- * optim_m / optim_v.safetensors when adam_m is non-NULL, state.json. */
+ * optim_m.safetensors when adam_m is non-NULL, optim_v.safetensors when
+ * adam_v is (sgd: its momentum buffer as m, or neither), state.json. */
 pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *params,
                              const float *adam_m, const float *adam_v, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);

@@ -16,7 +16,8 @@
  * hold gradient and parameter traffic only.
  *
  * What makes resume bitwise: everything a step depends on is either in the
- * checkpoint (parameters, AdamW moments and update count, step count, the
+ * checkpoint (parameters, the optimizer's state (AdamW moments and update
+ * count, or SGD's momentum buffer), step count, the
  * data RNG's key and counter; under stale and local_sgd also each rank's
  * own parameters and moments, the stale rounds in flight and dga's local
  * gradients, the outer Nesterov state: rank<r>.safetensors) or a pure
@@ -117,6 +118,30 @@ static void hook_after_backward(void *arg, int i) {
     if (t->zero) pt_zero_module_done(t->zero, i);
 }
 
+/* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
+ * purpose so that the parity tests can show they catch it. Unset or empty:
+ * none; an unknown name is an error, so that a typo cannot make a self-check
+ * pass. */
+static pt_status read_plant(pt_plant *out) {
+    static const struct {
+        const char *name;
+        pt_plant plant;
+    } names[] = {{"double_bucket", PT_PLANT_DOUBLE_BUCKET},
+                 {"no_avg", PT_PLANT_NO_AVG},
+                 {"skip_module", PT_PLANT_SKIP_MODULE}};
+    *out = PT_PLANT_NONE;
+    const char *e = getenv("PT_TEST_PLANT");
+    if (!e || !*e) return PT_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(e, names[i].name)) {
+            *out = names[i].plant;
+            PT_WARN("PT_TEST_PLANT=%s: a bug is planted on purpose (test hook)", e);
+            return PT_OK;
+        }
+    return pt_error_set(PT_ERR_INVALID,
+                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg or skip_module)", e);
+}
+
 static int default_threads(int nranks) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long n = cores > 0 ? cores / (nranks > 0 ? nranks : 1) : 1;
@@ -149,6 +174,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
               : !strcmp(cfg->parallel.sync, "local_sgd") ? MODE_LOCAL
                                                          : MODE_SYNC;
     if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
+    PT_CHECK_GOTO(st, read_plant(&t->plant), fail);
     const pt_model_config *mc = &cfg->model;
     t->local_B = cfg->train.batch_size / nranks;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
@@ -176,8 +202,12 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         const pt_param_info *p = pt_model_tensor(t->model, i);
         segs[i] = (pt_optim_segment){p->offset, p->numel, p->decay};
     }
-    pt_adamw_hparams hp = {(float)cfg->train.beta1, (float)cfg->train.beta2, 1e-8f,
-                           (float)cfg->train.weight_decay};
+    pt_adamw_hparams hp = {(float)cfg->train.beta1,
+                           (float)cfg->train.beta2,
+                           1e-8f,
+                           (float)cfg->train.weight_decay,
+                           !strcmp(cfg->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
+                           (float)cfg->train.momentum};
     /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
     int sharded = t->world && cfg->parallel.zero > 0;
     st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
@@ -219,7 +249,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         } else if (t->mode != MODE_LOCAL) {
             pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
                                 t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
-                                t->mode == MODE_SYNC};
+                                t->mode == MODE_SYNC, t->plant};
             PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->world, &o), fail);
             t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
             if (t->dga) {
@@ -264,6 +294,11 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
                             hook_after_backward, t};
     pt_model_set_hooks(t->model, &hooks);
+    if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
+        st = pt_error_set(PT_ERR_INVALID,
+                          "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");
+        goto fail;
+    }
     *out = t;
     return PT_OK;
 fail:
@@ -358,8 +393,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     /* sync / stale: every rank weighs its positions by 1/(global tokens), so
      * that the SUM over ranks is the single-worker gradient; local_sgd:
      * each rank's own mean. */
-    float dloss = t->mode == MODE_LOCAL ? 1.0f / ((float)t->local_B * (float)T)
-                                        : 1.0f / ((float)c->train.batch_size * (float)T);
+    float dloss = t->mode == MODE_LOCAL || t->plant == PT_PLANT_NO_AVG
+                      ? 1.0f / ((float)t->local_B * (float)T)
+                      : 1.0f / ((float)c->train.batch_size * (float)T);
     size_t base = (size_t)t->rank * (size_t)t->local_B * (size_t)T;
     int slot = t->mode == MODE_STALE ? t->step % (c->parallel.staleness + 1) : 0;
     double loss_sum = 0;
@@ -512,45 +548,58 @@ pt_status pt_trainer_step(pt_trainer *t, pt_step_info *info) {
     return pt_trainer_step_batch(t, t->inputs, t->targets, info);
 }
 
+/* Validation gives the same bits under every layout (for the same
+ * parameters), so that a layout's val_loss is comparable with one worker's
+ * exactly:
+ *   - one window per forward: a window's loss (its mean over T positions)
+ *     is then the same float whatever the layout; a batched forward's mean
+ *     depends on which windows share the batch;
+ *   - each rank sums its contiguous share in window order in DOUBLE, and
+ *     the ranks' sums travel as doubles, bit for bit (an all-gather of
+ *     their bytes; a float all-reduce rounded them to 24 bits, differently
+ *     per layout), added in rank order: the single worker's sequential
+ *     double sum up to double rounding, ~1e-16 relative, far below the one
+ *     float rounding of the result.
+ * ZeRO-3's forward hooks are collectives: every rank runs as many passes as
+ * the rank with the most windows (extra ones on window 0, not counted). */
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     if (!t->val) return pt_error_set(PT_ERR_INVALID, "data.val is not set");
-    int T = t->cfg.model.seq_len, mB = t->micro_B;
+    int T = t->cfg.model.seq_len;
     size_t nwin = pt_data_num_windows(t->val, T);
-    /* the same windows in every layout: val_batches x (batch_size /
-     * microbatches) sequences, each rank its contiguous share */
-    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size /
-                  (size_t)t->cfg.parallel.microbatches;
+    /* the same windows in every layout: val_batches x batch_size
+     * sequences (global batches; micro-batches do not change it), each rank
+     * its contiguous share */
+    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size;
     if (nwin > want) nwin = want;
     size_t first = 0, mine = nwin;
     pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
     double sum = 0;
-    /* ZeRO-3's forward hooks are collectives: every rank runs as many
-     * passes as the rank with the most windows (extra ones on window 0,
-     * not counted) */
     size_t most = (nwin + (size_t)t->nranks - 1) / (size_t)t->nranks;
     size_t upto = t->zero ? most : mine;
-    for (size_t w = 0; w < upto; w += (size_t)mB) {
-        if (w >= mine) {
-            pt_data_window(t->val, 0, T, t->inputs, t->targets);
-            pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
-            float ignored = 0;
-            pt_model_forward(t->model, &batch, &ignored);
-            continue;
-        }
-        int B = (int)(mine - w < (size_t)mB ? mine - w : (size_t)mB);
-        for (int b = 0; b < B; b++)
-            pt_data_window(t->val, first + w + (size_t)b, T, t->inputs + (size_t)b * T,
-                           t->targets + (size_t)b * T);
-        pt_batch batch = {t->inputs, t->targets, 0.0f, B, T};
+    for (size_t w = 0; w < upto; w++) {
+        pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
+        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
         float loss = 0;
         pt_model_forward(t->model, &batch, &loss);
-        sum += (double)loss * B;
+        if (w < mine) sum += (double)loss;
     }
     if (t->zero) pt_zero_release_params(t->zero);
     if (t->aux) {
-        float v[1] = {(float)sum};
-        PT_CHECK(pt_comm_allreduce(t->aux, v, 1, PT_REDUCE_SUM));
-        sum = v[0];
+        /* two floats' room per rank for its double's bytes (pt_comm_shard of
+         * 2 x ranks floats: rank r's are [2r, 2r + 2)) */
+        _Static_assert(sizeof(double) == 2 * sizeof(float), "a double in two floats");
+        float *all = calloc(2 * (size_t)t->nranks, sizeof(float));
+        if (!all) return pt_error_set(PT_ERR_NOMEM, "validation sums");
+        memcpy(all + 2 * (size_t)t->rank, &sum, sizeof sum);
+        pt_status st = pt_comm_allgather(t->aux, all, 2 * (size_t)t->nranks);
+        sum = 0;
+        for (int r = 0; st == PT_OK && r < t->nranks; r++) {
+            double part;
+            memcpy(&part, all + 2 * (size_t)r, sizeof part);
+            sum += part;
+        }
+        free(all);
+        PT_CHECK(st);
     }
     *val_loss = (float)(sum / (double)nwin);
     return PT_OK;

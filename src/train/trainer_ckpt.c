@@ -52,8 +52,9 @@ static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
     size_t n = pt_model_num_params(t->model);
     if (t->rank > 0 && (t->dga || t->mode == MODE_LOCAL)) {
         add_group(g, &ng, pt_model_params(t->model), "params", 0);
-        add_group(g, &ng, pt_adamw_m(t->opt), "optim_m", 0);
-        add_group(g, &ng, pt_adamw_v(t->opt), "optim_v", 0);
+        /* the optimizer's state only (sgd: the momentum buffer, or none) */
+        if (pt_adamw_m(t->opt)) add_group(g, &ng, pt_adamw_m(t->opt), "optim_m", 0);
+        if (pt_adamw_v(t->opt)) add_group(g, &ng, pt_adamw_v(t->opt), "optim_v", 0);
     }
     for (int s = stale_first_inflight(t); t->mode == MODE_STALE && s < t->step; s++) {
         int slot = s % (k + 1);
@@ -125,6 +126,14 @@ static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
     return PT_OK;
 }
 
+/* Flat buffers of optimizer state the config's rule keeps (optim.h). */
+static int optim_state_count(const pt_config *c) {
+    pt_adamw_hparams hp = {0};
+    hp.kind = !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW;
+    hp.momentum = (float)c->train.momentum;
+    return pt_optim_state_count(&hp);
+}
+
 /* Rank 0 writes every file (the tensors are whole on every rank; ZeRO
  * gathers them first; per-rank state is sent to it); the others wait for
  * it, so that a resume right after finds the files, and learn its status. */
@@ -135,10 +144,12 @@ static pt_status save(pt_trainer *t) {
     if (t->zero) {
         /* sharded state: gather full tensors (every rank takes part) */
         size_t n = pt_model_num_params(t->model);
+        int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
         zp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        if (!zp || !zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+        if (nstate >= 1) zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (nstate >= 2) zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!zp || (nstate >= 1 && !zm) || (nstate >= 2 && !zv))
+            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
         if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
         if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
     }
@@ -258,22 +269,26 @@ static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
     } else {
         PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
     }
+    /* the state the rule keeps: AdamW m and v, sgd's momentum buffer as m */
     if (t->opt) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
-        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
+        if (pt_adamw_m(t->opt)) PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
         snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
-        PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
+        if (pt_adamw_v(t->opt)) PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
         pt_adamw_set_t(t->opt, optim_t);
         return PT_OK;
     }
-    /* ZeRO: read the full moments, keep this rank's shard */
-    float *fm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-    float *fv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-    pt_status st = fm && fv ? PT_OK : pt_error_set(PT_ERR_NOMEM, "resume: optimizer state");
+    /* ZeRO: read the full state, keep this rank's shard */
+    int nstate = optim_state_count(&t->cfg);
+    float *fm = nstate >= 1 ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : NULL;
+    float *fv = nstate >= 2 ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : NULL;
+    pt_status st = (nstate < 1 || fm) && (nstate < 2 || fv)
+                       ? PT_OK
+                       : pt_error_set(PT_ERR_NOMEM, "resume: optimizer state");
     snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
-    if (st == PT_OK) st = pt_safetensors_load(path, t->model, fm);
+    if (st == PT_OK && fm) st = pt_safetensors_load(path, t->model, fm);
     snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
-    if (st == PT_OK) st = pt_safetensors_load(path, t->model, fv);
+    if (st == PT_OK && fv) st = pt_safetensors_load(path, t->model, fv);
     if (st == PT_OK) pt_zero_load_optim(t->zero, fm, fv, optim_t);
     pt_mem_free(fv);
     pt_mem_free(fm);
@@ -322,6 +337,17 @@ static pt_status resume_local(pt_trainer *t) {
                                 "%s: checkpoint has %s = %d but the config says %d (a checkpoint "
                                 "of another model shape)",
                                 stepdir, shape[i].name, shape[i].have, shape[i].want);
+    /* optimizer state is the rule's own: AdamW's moments are no momentum
+     * buffer, and a buffer cannot be made up (checkpoints before
+     * train.optimizer existed read as adamw) */
+    if (strcmp(saved.train.optimizer, t->cfg.train.optimizer) != 0 ||
+        (optim_state_count(&saved) > 0) != (optim_state_count(&t->cfg) > 0))
+        return pt_error_set(PT_ERR_INVALID,
+                            "%s: checkpoint was trained with train.optimizer = %s (momentum %g) "
+                            "but this run has %s (momentum %g): its optimizer state does not carry "
+                            "over",
+                            stepdir, saved.train.optimizer, saved.train.momentum,
+                            t->cfg.train.optimizer, t->cfg.train.momentum);
     saved_state s;
     PT_CHECK(read_saved_state(stepdir, &s));
     PT_CHECK(load_main(t, stepdir, s.optim_t));

@@ -37,6 +37,7 @@ struct pt_trainer {
     pt_zero *zero;    /* parallel.zero >= 1 with dp > 1 */
     int dga;          /* stale with parallel.stale_mode = dga */
     float *dga_local; /* dga: (staleness+1) x P, this rank's gradient of each in-flight step */
+    pt_plant plant;   /* test hook: PT_TEST_PLANT, read once at creation (parallel.h) */
     int pipe_start;   /* stale: the step the pipeline (re)started at: 0, or a resume that could
                          not continue it; step s's round is applied at s + k when s >= this */
     /* trace */

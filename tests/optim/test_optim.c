@@ -1,6 +1,6 @@
-/* Optimizer tests: the LR schedule's shape, clipping scale, AdamW against a
- * double-precision scalar oracle (with and without weight decay per
- * segment), and segment validation. */
+/* Optimizer tests: the LR schedule's shape, clipping scale, AdamW and SGD
+ * (with and without momentum) against double-precision scalar oracles (with
+ * and without weight decay per segment), and segment validation. */
 #include <math.h>
 #include <string.h>
 
@@ -36,7 +36,7 @@ static void test_clip(void) {
 static void test_adamw(void) {
     enum { N = 6 };
     pt_optim_segment segs[2] = {{0, 4, 1}, {4, 2, 0}};
-    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
+    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f, PT_OPTIM_ADAMW, 0};
     pt_adamw *o = NULL;
     CHECK_OK(pt_adamw_new(&o, N, segs, 2, &hp));
     if (!o) return;
@@ -65,8 +65,55 @@ static void test_adamw(void) {
     pt_adamw_free(NULL);
 }
 
+/* SGD (train.optimizer = sgd) against a double-precision oracle, with and
+ * without momentum: PyTorch's rule with dampening 0, L2 weight decay only on
+ * the decayed segment; without momentum it keeps no state at all, and the
+ * fused norm pass returns the gradient's sum of squares. */
+static void test_sgd(void) {
+    enum { N = 6 };
+    pt_optim_segment segs[2] = {{0, 4, 1}, {4, 2, 0}};
+    for (int withm = 0; withm <= 1; withm++) {
+        float mu = withm ? 0.9f : 0.0f;
+        pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f, PT_OPTIM_SGD, mu};
+        CHECK_EQ(pt_optim_state_count(&hp), withm);
+        pt_adamw *o = NULL;
+        CHECK_OK(pt_adamw_new(&o, N, segs, 2, &hp));
+        if (!o) return;
+        CHECK_EQ(pt_mem_current(PT_MEM_OPTIM), withm ? N * sizeof(float) : 0);
+        CHECK(pt_adamw_v(o) == NULL && (pt_adamw_m(o) != NULL) == withm);
+        CHECK(pt_adamw_kind(o) == PT_OPTIM_SGD);
+        float p[N] = {0.5f, -0.25f, 1.0f, 2.0f, -1.0f, 0.125f};
+        double pd[N], bd[N] = {0};
+        for (int i = 0; i < N; i++) pd[i] = p[i];
+        for (int t = 1; t <= 5; t++) {
+            float g[N];
+            for (int i = 0; i < N; i++) g[i] = (float)(0.1 * (i + 1) * (t % 2 ? 1 : -1));
+            float scale = t == 5 ? 1.0f : 0.5f, lr = 1e-1f;
+            double sq = 0;
+            if (t == 5) {
+                sq = pt_adamw_step_sumsq(o, p, g, lr);
+                double want = 0;
+                for (int i = 0; i < N; i++) want += (double)g[i] * g[i];
+                CHECK_NEAR(sq, want, 1e-12, 1e-6);
+            } else {
+                pt_adamw_step(o, p, g, lr, scale);
+            }
+            for (int i = 0; i < N; i++) {
+                double wd = i < 4 ? 0.1 : 0.0;
+                double d = (double)g[i] * scale + wd * pd[i];
+                bd[i] = withm ? mu * bd[i] + d : d;
+                pd[i] -= lr * bd[i];
+            }
+        }
+        for (int i = 0; i < N; i++) CHECK_NEAR(p[i], pd[i], 1e-6, 1e-6);
+        CHECK_EQ(pt_adamw_t(o), 5);
+        pt_adamw_free(o);
+    }
+    CHECK_EQ(pt_mem_current(PT_MEM_OPTIM), 0);
+}
+
 static void test_segments(void) {
-    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
+    pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f, PT_OPTIM_ADAMW, 0};
     pt_optim_segment gap[2] = {{0, 4, 1}, {5, 2, 0}};
     pt_adamw *o = NULL;
     CHECK(pt_adamw_new(&o, 7, gap, 2, &hp) == PT_ERR_INVALID && o == NULL);
@@ -79,6 +126,7 @@ int main(void) {
     RUN(test_schedule);
     RUN(test_clip);
     RUN(test_adamw);
+    RUN(test_sgd);
     RUN(test_segments);
     return TEST_DONE();
 }

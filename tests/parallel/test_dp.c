@@ -5,75 +5,108 @@
  * to a file that the test (the parent, or rank 0 under mpi) compares with
  * the one-worker run of the same config.
  *
- * Tiny model (2 blocks, C 32, T 16, V 64), 1 thread per rank, 20+ steps of
- * AdamW, so that each case takes well under a second. */
-#include "parallel/dp_harness.h"
+ * Equivalence goes through the parity harness (parity_harness.h): loss and
+ * gradient norm per step and the final parameters, under AdamW and under
+ * SGD without clipping. Tiny model (2 blocks, C 32, T 16, V 64), 1 thread
+ * per rank, 20+ steps, so that each case takes well under a second. */
+#include "parallel/parity_harness.h"
 
+/* Every data-parallel layout: dp 2 and 4, one or two micro-batches,
+ * buckets launched during backward or after it, whole or split modules. */
 static void test_equivalence(void) {
-    static const struct {
-        int M, overlap;
-        double bucket_mb;
-        const char *what;
-    } cases[] = {
-        {1, 1, 4, "M1 overlap on, 4 MiB buckets"},
-        {2, 0, 4, "M2 overlap off"},
-        {2, 1, 0.004, "M2 overlap on, 4 KiB buckets (split modules)"},
+    static const char *const layouts[] = {
+        "parallel.dp=2",
+        "parallel.dp=4",
+        "parallel.dp=2 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=4 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=2 parallel.microbatches=2 parallel.bucket_mb=0.004",
+        "parallel.dp=4 parallel.microbatches=2 parallel.bucket_mb=0.004",
     };
-    int dps_shm[] = {2, 4}, ndp = use_mpi ? 1 : 2;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        job j;
-        memset(&j, 0, sizeof j);
-        tiny_config(&j.cfg, 1);
-        j.cfg.parallel.microbatches = cases[k].M;
-        result ref;
-        if (is_root()) CHECK_OK(run_dp(&j, &ref));
-        for (int d = 0; d < ndp; d++) {
-            int dp = use_mpi ? pt_comm_size(mpi_world) : dps_shm[d];
-            tiny_config(&j.cfg, dp);
-            j.cfg.parallel.microbatches = cases[k].M;
-            j.cfg.parallel.overlap = cases[k].overlap;
-            j.cfg.parallel.bucket_mb = cases[k].bucket_mb;
-            result r;
-            CHECK_OK(run_dp(&j, &r));
-            if (is_root()) {
-                char what[96];
-                snprintf(what, sizeof what, "dp%d %s", dp, cases[k].what);
-                check_equivalent(&ref, &r, 0, what);
-            }
-            result_free(&r);
-        }
-        if (is_root()) result_free(&ref);
-    }
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
 
 /* ---- resume ---- */
 
+/* dp 2 resumed from its own checkpoint is bitwise the straight run, and its
+ * checkpoint continues the same trajectory under one worker; under both
+ * optimizer variants (sgd: no optimizer state at all). */
 static void test_resume(void) {
-    job j;
-    memset(&j, 0, sizeof j);
-    tiny_config(&j.cfg, 2);
-    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt"));
-    result straight, first, resumed, single;
-    CHECK_OK(run_dp(&j, &straight));
-    j.stop_at = 10;
-    CHECK_OK(run_dp(&j, &first));
-    j.stop_at = 0;
-    j.resume = 1;
-    CHECK_OK(run_dp(&j, &resumed));
-    /* bitwise: the same steps on the same data from the same state */
-    CHECK(resumed.nparams == straight.nparams &&
-          !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
-    for (int s = 10; s < 20; s++) CHECK(resumed.loss[s] == straight.loss[s]);
-    /* the dp=2 checkpoint loads under one worker and continues the same run */
-    tiny_config(&j.cfg, 1);
-    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt"));
-    j.resume = 1;
-    CHECK_OK(run_dp(&j, &single));
-    check_equivalent(&straight, &single, 10, "dp2 checkpoint at 10 resumed under dp1");
-    result_free(&straight);
-    result_free(&first);
-    result_free(&resumed);
-    result_free(&single);
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        j.cfg.parallel.dp = 2;
+        char dir[64];
+        snprintf(dir, sizeof dir, "ckpt_%s", parity_variant_name[v]);
+        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+        result straight, first, resumed, single;
+        CHECK_OK(run_dp(&j, &straight));
+        j.stop_at = 10;
+        CHECK_OK(run_dp(&j, &first));
+        j.stop_at = 0;
+        j.resume = 1;
+        CHECK_OK(run_dp(&j, &resumed));
+        /* bitwise: the same steps on the same data from the same state */
+        CHECK(resumed.nparams == straight.nparams &&
+              !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
+        for (int s = 10; s < 20; s++)
+            CHECK(resumed.loss[s] == straight.loss[s] &&
+                  resumed.grad_norm[s] == straight.grad_norm[s]);
+        /* the dp=2 checkpoint loads under one worker and continues the same run */
+        j.cfg.parallel.dp = 1;
+        CHECK_OK(run_dp(&j, &single));
+        parity_expect_same(&straight, &single, (parity_variant)v, 10,
+                           "dp2 checkpoint at 10 resumed under dp1");
+        result_free(&straight);
+        result_free(&first);
+        result_free(&resumed);
+        result_free(&single);
+    }
+}
+
+/* The optimizer's state in a checkpoint is what its rule keeps: AdamW m and
+ * v, sgd with momentum its buffer (optim_m.safetensors), sgd without none;
+ * resuming under another rule (or with / without momentum) is one error. */
+static void test_resume_other_optimizer(void) {
+    static const struct {
+        const char *opt;
+        double momentum;
+        int m, v; /* files expected */
+    } rules[] = {{"adamw", 0, 1, 1}, {"sgd", 0, 0, 0}, {"sgd", 0.9, 1, 0}};
+    for (int a = 0; a < 3; a++) {
+        job j;
+        memset(&j, 0, sizeof j);
+        tiny_config(&j.cfg, 1);
+        j.cfg.train.steps = 2;
+        snprintf(j.cfg.train.optimizer, sizeof j.cfg.train.optimizer, "%s", rules[a].opt);
+        j.cfg.train.momentum = rules[a].momentum;
+        char dir[64], path[PT_CONFIG_STR_MAX + 64];
+        snprintf(dir, sizeof dir, "ckpt_rule%d", a);
+        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+        j.stop_at = 1;
+        result r;
+        CHECK_OK(run_dp(&j, &r));
+        result_free(&r);
+        snprintf(path, sizeof path, "%s/step_00000001/optim_m.safetensors", j.cfg.checkpoint.dir);
+        CHECK_EQ(access(path, F_OK) == 0, rules[a].m);
+        snprintf(path, sizeof path, "%s/step_00000001/optim_v.safetensors", j.cfg.checkpoint.dir);
+        CHECK_EQ(access(path, F_OK) == 0, rules[a].v);
+        for (int b = 0; b < 3; b++) {
+            snprintf(j.cfg.train.optimizer, sizeof j.cfg.train.optimizer, "%s", rules[b].opt);
+            j.cfg.train.momentum = rules[b].momentum;
+            pt_trainer *t = NULL;
+            CHECK_OK(pt_trainer_new(&t, &j.cfg));
+            pt_status st = pt_trainer_resume(t);
+            if (a == b) {
+                CHECK_OK(st);
+            } else {
+                CHECK(st == PT_ERR_INVALID && strstr(pt_error_message(), "train.optimizer"));
+                if (a == 0 && b == 1)
+                    printf("  adamw checkpoint under sgd: %s\n", pt_error_message());
+            }
+            pt_trainer_free(t);
+        }
+    }
 }
 
 /* ---- asynchronous modes ---- */
@@ -161,7 +194,7 @@ static void test_dga_uses_previous_average(void) {
     snprintf(j.cfg.parallel.sync, sizeof j.cfg.parallel.sync, "stale");
     snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "dga");
     CHECK_OK(run_dp(&j, &dga));
-    check_equivalent(&ref, &dga, 0, "dp2 stale dga, same data on both ranks");
+    parity_expect_same(&ref, &dga, PARITY_ADAMW, 0, "dp2 stale dga, same data on both ranks");
     snprintf(j.cfg.parallel.stale_mode, sizeof j.cfg.parallel.stale_mode, "delayed");
     CHECK_OK(run_dp(&j, &delayed));
     double worst = 0;
@@ -174,6 +207,61 @@ static void test_dga_uses_previous_average(void) {
     result_free(&ref);
     result_free(&dga);
     result_free(&delayed);
+}
+
+/* ---- validation ---- */
+
+/* Validation loss is the same float under every layout for the same
+ * parameters (trainer.c, pt_trainer_validate): one window per forward,
+ * ranks' sums in double. Before the first step every layout holds the same
+ * initial parameters, so the loss must be bitwise one worker's, for each of
+ * several initializations (train.seed: a float sum across ranks rounds the
+ * same way by chance for some of them; across these seeds, not for all).
+ * 58 windows of a short file (val_batches asks for more): 4 ranks get
+ * uneven shares. After 2 steps the parameters differ by the summation order
+ * of their gradients (parity), and so may the loss, within the step
+ * tolerance. */
+#define VAL_SEEDS 6
+static void test_val_loss_layouts(void) {
+    static const char *const layouts[] = {"parallel.dp=1", "parallel.dp=2", "parallel.dp=4",
+                                          "parallel.dp=2 parallel.microbatches=2",
+                                          "parallel.dp=4 parallel.zero=3"};
+    float ref0[VAL_SEEDS], ref[VAL_SEEDS];
+    write_text(tmp_path("val_small.txt"), 1000, 3); /* 58 windows of 17 bytes */
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+        int same = 0;
+        double worst = 0;
+        for (int seed = 0; seed < VAL_SEEDS; seed++) {
+            job j;
+            memset(&j, 0, sizeof j);
+            parity_base(&j.cfg, PARITY_ADAMW);
+            j.cfg.model.vocab_size = 256;
+            j.cfg.train.seed = 1 + seed;
+            j.cfg.train.steps = 2;
+            j.cfg.train.val_batches = 10;
+            j.use_data = 1;
+            snprintf(j.cfg.data.train, sizeof j.cfg.data.train, "%s", tmp_path("train.txt"));
+            snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val_small.txt"));
+            CHECK_OK(parity_apply(&j.cfg, layouts[k]));
+            result r;
+            CHECK_OK(run_dp(&j, &r));
+            if (k == 0) {
+                ref0[seed] = r.val_loss0;
+                ref[seed] = r.val_loss;
+            } else {
+                same += r.val_loss0 == ref0[seed];
+                CHECK_NEAR(r.val_loss, ref[seed], 0, PARITY_RTOL_STEP);
+                double d = fabs((double)r.val_loss0 - ref0[seed]) / ref0[seed];
+                if (d > worst) worst = d;
+            }
+            result_free(&r);
+        }
+        if (k == 0) continue;
+        CHECK_EQ(same, VAL_SEEDS);
+        printf("  %-40s val loss at step 0 bitwise one worker's for %d of %d seeds (worst rel "
+               "diff %.1e)\n",
+               layouts[k], same, VAL_SEEDS, worst);
+    }
 }
 
 /* ---- bad input ---- */
@@ -205,6 +293,15 @@ static void test_bad_input(void) {
     CHECK(pt_config_set(&c, "parallel.overlap=maybe") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.outer=adam") == PT_ERR_INVALID);
     CHECK(pt_config_set(&c, "parallel.stale_mode=fast") == PT_ERR_INVALID);
+    /* the optimizer keys: a rule of the list, momentum only for sgd */
+    c.parallel.microbatches = 1;
+    CHECK(pt_config_set(&c, "train.optimizer=adam") == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "adamw|sgd"));
+    CHECK(pt_config_set(&c, "train.momentum=1") == PT_ERR_INVALID);
+    CHECK_OK(pt_config_set(&c, "train.momentum=0.9"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && strstr(pt_error_message(), "train.momentum"));
+    CHECK_OK(pt_config_set(&c, "train.optimizer=sgd"));
+    CHECK_OK(pt_config_validate(&c));
     CHECK_OK(pt_config_set(&c, "parallel.overlap=false"));
     CHECK_EQ(c.parallel.overlap, 0);
     /* dp > 1 without a world of that size */
@@ -221,13 +318,15 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char **argv) {
-    if (dp_harness_init(argc, argv, "test-dp")) return 1;
+    if (parity_init(argc, argv, "test-dp")) return 1;
     RUN(test_equivalence);
     if (!use_mpi) {
         RUN(test_resume);
+        RUN(test_resume_other_optimizer);
         RUN(test_async_modes);
         RUN(test_dga_uses_previous_average);
+        RUN(test_val_loss_layouts);
     }
     RUN(test_bad_input);
-    return dp_harness_done();
+    return parity_done();
 }

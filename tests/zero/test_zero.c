@@ -4,11 +4,11 @@
  * parameters within PARAM_ATOL; per-rank memory of the shards; checkpoints
  * of a sharded run hold full tensors and resume under another layout.
  * Ranks are real processes (shm launcher, or mpirun with --mpi). The
- * harness is tests/parallel/dp_harness.h, shared with test_dp.c.
+ * harness is tests/parallel/parity_harness.h, shared with test_dp.c.
  *
  * Tiny model (2 blocks, C 32, T 16, V 64), 1 thread per rank, 20 steps of
  * AdamW. */
-#include "parallel/dp_harness.h"
+#include "parallel/parity_harness.h"
 
 /* stages covered */
 #define MAX_STAGE 3
@@ -21,69 +21,50 @@ static void zcfg(job *j, int dp, int zero, int group, int M) {
     j->cfg.parallel.microbatches = M;
 }
 
-/* zero 0..3 x dp {2, 4} and HSDP (dp 4 in groups of 2), M 1 and 2, against
- * the one-worker run; also the per-rank optimizer bytes of the shards. */
+/* Per-rank optimizer bytes of the shards and bytes sent per step, on top of
+ * parity: root only, for a layout parity_check just ran. */
+static void zero_extra(const char *layout, parity_variant v, const job *j, const result *r) {
+    (void)layout;
+    const pt_config *c = &j->cfg;
+    int dp = c->parallel.dp, zero = c->parallel.zero, group = c->parallel.zero_group;
+    int M = c->parallel.microbatches;
+    size_t n = r->nparams;
+    /* optimizer state: the full model's 8 bytes per parameter (AdamW m, v;
+     * sgd without momentum: none) over the shard group (+ at most one
+     * float per module and moment from the uneven split) */
+    int g = group ? group : dp;
+    size_t per = v == PARITY_SGD ? 0 : 8, full = per * n, nmod = (size_t)c->model.n_layer + 2;
+    for (int q = 0; q < dp && q < 4; q++) CHECK(r->mem[q][2] <= full / (size_t)g + per * nmod);
+    printf("  %-52s optim bytes per rank %zu (full %zu)\n", "", r->mem[0][2], full);
+    /* bytes sent per step (rank 0) against the collectives' volume: one
+     * pass over P = 4n bytes costs (N-1)/N P; all-reduce 2 passes, stage 1
+     * 3, stage 2 2, stage 3 3 per micro-batch (+ the embedding's third
+     * gather: the head reads wte) */
+    if (group || M != 1) return;
+    double pass = (double)(dp - 1) / dp * 4.0 * (double)n;
+    double emb = (double)(dp - 1) / dp * 4.0 * (double)(c->model.vocab_size + c->model.seq_len) *
+                 (double)c->model.n_embd;
+    double want = zero == 1 || zero == 3 ? 3 * pass : 2 * pass;
+    if (zero == 3) want += emb;
+    want += 2.0 * (dp - 1) / dp * 8; /* the norm's 2 floats */
+    for (int s = 0; s < r->nsteps; s++) CHECK_NEAR((double)r->bytes[s], want, 0.5, 0);
+    printf("  %-52s comm bytes per step %llu (theory %.0f, %.2fx all-reduce)\n", "",
+           (unsigned long long)r->bytes[0], want, (double)r->bytes[0] / (2 * pass));
+}
+
+/* zero 1..3 x dp {2, 4} and HSDP (dp 4 in groups of 2), one or two
+ * micro-batches, through the parity harness (stage 0 is test_dp's). */
 static void test_equivalence(void) {
-    for (int M = 1; M <= 2; M++) {
-        job j;
-        zcfg(&j, 1, 0, 0, M);
-        result ref;
-        if (is_root()) CHECK_OK(run_dp(&j, &ref));
-        size_t n = 0;
-        if (is_root()) n = ref.nparams;
-        for (int zero = 0; zero <= MAX_STAGE; zero++) {
-            static const int shm_layouts[][2] = {{2, 0}, {4, 0}, {4, 2}};
-            int nl = use_mpi ? (pt_comm_size(mpi_world) == 4 ? 2 : 1) : 3;
-            for (int l = 0; l < nl; l++) {
-                int dp = use_mpi ? pt_comm_size(mpi_world) : shm_layouts[l][0];
-                int group = use_mpi ? (l == 1 ? 2 : 0) : shm_layouts[l][1];
-                if (zero == 0 && group) continue;
-                zcfg(&j, dp, zero, group, M);
-                result r;
-                CHECK_OK(run_dp(&j, &r));
-                if (is_root()) {
-                    char what[96];
-                    snprintf(what, sizeof what, "zero%d dp%d%s%s M%d", zero, dp,
-                             group ? " group " : "", group ? "2" : "", M);
-                    check_equivalent(&ref, &r, 0, what);
-                    /* optimizer state: the full model's 8 bytes per parameter over the
-                     * shard group (+ at most one float per module and moment from the
-                     * uneven split) */
-                    int g = group ? group : dp;
-                    size_t full = 8 * n, nmod = (size_t)j.cfg.model.n_layer + 2;
-                    for (int q = 0; q < dp && q < 4; q++) {
-                        if (zero >= 1)
-                            CHECK(r.mem[q][2] <= full / (size_t)g + 8 * nmod);
-                        else
-                            CHECK_EQ(r.mem[q][2], full);
-                    }
-                    if (zero >= 1)
-                        printf("  %-40s optim bytes per rank %zu (full %zu)\n", "", r.mem[0][2],
-                               full);
-                    /* bytes sent per step (rank 0) against the collectives' volume:
-                     * one pass over P = 4n bytes costs (N-1)/N P; all-reduce 2 passes,
-                     * stage 1 3, stage 2 2, stage 3 3 per micro-batch (+ the
-                     * embedding's third gather: the head reads wte) */
-                    if (!group && M == 1) {
-                        double pass = (double)(dp - 1) / dp * 4.0 * (double)n;
-                        double emb = (double)(dp - 1) / dp * 4.0 *
-                                     (double)(j.cfg.model.vocab_size + j.cfg.model.seq_len) *
-                                     (double)j.cfg.model.n_embd;
-                        double want = zero == 1 || zero == 3 ? 3 * pass : 2 * pass;
-                        if (zero == 3) want += emb;
-                        if (zero >= 1) want += 2.0 * (dp - 1) / dp * 8; /* the norm's 2 floats */
-                        for (int s = 0; s < r.nsteps; s++)
-                            CHECK_NEAR((double)r.bytes[s], want, 0.5, 0);
-                        printf("  %-40s comm bytes per step %llu (theory %.0f, %.2fx all-reduce)\n",
-                               "", (unsigned long long)r.bytes[0], want,
-                               (double)r.bytes[0] / (2 * pass));
-                    }
-                }
-                result_free(&r);
+    static const char *const shapes[] = {"parallel.dp=2", "parallel.dp=4",
+                                         "parallel.dp=4 parallel.zero_group=2"};
+    for (int M = 1; M <= 2; M++)
+        for (int zero = 1; zero <= MAX_STAGE; zero++)
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                char layout[160];
+                snprintf(layout, sizeof layout, "%s parallel.zero=%d%s", shapes[k], zero,
+                         M > 1 ? " parallel.microbatches=2" : "");
+                parity_check_extra(layout, zero_extra);
             }
-        }
-        if (is_root()) result_free(&ref);
-    }
 }
 
 /* A sharded run's checkpoint holds full tensors: it resumes under one worker
@@ -92,47 +73,62 @@ static void test_equivalence(void) {
  * straight run. */
 static void test_resume(void) {
     for (int zero = 1; zero <= MAX_STAGE; zero++) {
-        job j;
-        zcfg(&j, 2, zero, 0, 1);
-        char dir[64];
-        snprintf(dir, sizeof dir, "ckpt_z%d", zero);
-        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
-        result straight, first, resumed, single, ref1, back;
-        CHECK_OK(run_dp(&j, &straight));
-        j.stop_at = 10;
-        CHECK_OK(run_dp(&j, &first));
-        j.stop_at = 0;
-        j.resume = 1;
-        CHECK_OK(run_dp(&j, &resumed));
-        CHECK(resumed.nparams == straight.nparams &&
-              !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
-        for (int s = 10; s < 20; s++) CHECK(resumed.loss[s] == straight.loss[s]);
-        /* zero dp2 checkpoint -> one worker */
-        zcfg(&j, 1, 0, 0, 1);
-        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
-        j.resume = 1;
-        CHECK_OK(run_dp(&j, &single));
-        char what[96];
-        snprintf(what, sizeof what, "zero%d dp2 ckpt at 10 -> dp1", zero);
-        check_equivalent(&straight, &single, 10, what);
-        /* one-worker checkpoint -> zero dp2 */
-        snprintf(dir, sizeof dir, "ckpt1_z%d", zero);
-        zcfg(&j, 1, 0, 0, 1);
-        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
-        j.stop_at = 10;
-        CHECK_OK(run_dp(&j, &ref1));
-        zcfg(&j, 2, zero, 0, 1);
-        snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
-        j.resume = 1;
-        CHECK_OK(run_dp(&j, &back));
-        snprintf(what, sizeof what, "dp1 ckpt at 10 -> zero%d dp2", zero);
-        check_equivalent(&straight, &back, 10, what);
-        result_free(&straight);
-        result_free(&first);
-        result_free(&resumed);
-        result_free(&single);
-        result_free(&ref1);
-        result_free(&back);
+        /* AdamW, and SGD with momentum (its buffer is the state to carry) */
+        for (int v = 0; v < PARITY_NVARIANTS; v++) {
+            job j;
+            memset(&j, 0, sizeof j);
+            parity_base(&j.cfg, (parity_variant)v);
+            if (v == PARITY_SGD) j.cfg.train.momentum = 0.9;
+            pt_config base = j.cfg;
+            j.cfg.parallel.dp = 2;
+            j.cfg.parallel.zero = zero;
+            char dir[64];
+            snprintf(dir, sizeof dir, "ckpt_z%d_%s", zero, parity_variant_name[v]);
+            snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+            pt_config sharded = j.cfg;
+            result straight, first, resumed, single, ref1, back;
+            CHECK_OK(run_dp(&j, &straight));
+            j.stop_at = 10;
+            CHECK_OK(run_dp(&j, &first));
+            j.stop_at = 0;
+            j.resume = 1;
+            CHECK_OK(run_dp(&j, &resumed));
+            CHECK(resumed.nparams == straight.nparams &&
+                  !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
+            for (int s = 10; s < 20; s++)
+                CHECK(resumed.loss[s] == straight.loss[s] &&
+                      resumed.grad_norm[s] == straight.grad_norm[s]);
+            /* zero dp2 checkpoint -> one worker */
+            j.cfg = base;
+            snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+            j.resume = 1;
+            CHECK_OK(run_dp(&j, &single));
+            char what[96];
+            snprintf(what, sizeof what, "zero%d dp2 ckpt at 10 -> dp1%s", zero,
+                     v == PARITY_SGD ? " (momentum 0.9)" : "");
+            parity_expect_same(&straight, &single, (parity_variant)v, 10, what);
+            /* one-worker checkpoint -> zero dp2 */
+            snprintf(dir, sizeof dir, "ckpt1_z%d_%s", zero, parity_variant_name[v]);
+            j.cfg = base;
+            snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+            j.stop_at = 10;
+            j.resume = 0;
+            CHECK_OK(run_dp(&j, &ref1));
+            j.cfg = sharded;
+            snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+            j.stop_at = 0;
+            j.resume = 1;
+            CHECK_OK(run_dp(&j, &back));
+            snprintf(what, sizeof what, "dp1 ckpt at 10 -> zero%d dp2%s", zero,
+                     v == PARITY_SGD ? " (momentum 0.9)" : "");
+            parity_expect_same(&straight, &back, (parity_variant)v, 10, what);
+            result_free(&straight);
+            result_free(&first);
+            result_free(&resumed);
+            result_free(&single);
+            result_free(&ref1);
+            result_free(&back);
+        }
     }
 }
 
@@ -140,26 +136,14 @@ static void test_resume(void) {
  * reduce-scatters without overlap, and validation (forward-only passes,
  * collectives under stage 3) on a text file. */
 static void test_variants(void) {
+    static const char *const layouts[] = {
+        "parallel.dp=2 parallel.zero=3 parallel.microbatches=2 parallel.zero_keep_params=true",
+        "parallel.dp=2 parallel.zero=2 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=2 parallel.zero=3 parallel.microbatches=2 parallel.overlap=false",
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
     job j;
-    zcfg(&j, 1, 0, 0, 2);
     result ref;
-    CHECK_OK(run_dp(&j, &ref));
-    static const struct {
-        int zero, keep, overlap;
-        const char *what;
-    } v[] = {{3, 1, 1, "zero3 dp2 M2 keep_params"},
-             {2, 0, 0, "zero2 dp2 M2 overlap off"},
-             {3, 0, 0, "zero3 dp2 M2 overlap off"}};
-    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
-        zcfg(&j, 2, v[k].zero, 0, 2);
-        j.cfg.parallel.zero_keep_params = v[k].keep;
-        j.cfg.parallel.overlap = v[k].overlap;
-        result r;
-        CHECK_OK(run_dp(&j, &r));
-        check_equivalent(&ref, &r, 0, v[k].what);
-        result_free(&r);
-    }
-    result_free(&ref);
     /* validation: 3 ranks' uneven shares of the windows, under every stage */
     for (int zero = 0; zero <= 3; zero++) {
         for (int dp = 1; dp <= 2; dp++) {
@@ -179,7 +163,7 @@ static void test_variants(void) {
             CHECK_OK(run_dp(&j, &r));
             char what[64];
             snprintf(what, sizeof what, "zero%d dp2 on data + validation", zero);
-            check_equivalent(&ref, &r, 0, what);
+            parity_expect_same(&ref, &r, PARITY_ADAMW, 0, what);
             CHECK_NEAR(r.val_loss, ref.val_loss, 0, 1e-5);
             result_free(&r);
             result_free(&ref);
@@ -262,7 +246,7 @@ static void test_bad_input(void) {
 }
 
 int main(int argc, char **argv) {
-    if (dp_harness_init(argc, argv, "test-zero")) return 1;
+    if (parity_init(argc, argv, "test-zero")) return 1;
     RUN(test_equivalence);
     RUN(test_memory);
     if (!use_mpi) {
@@ -270,5 +254,5 @@ int main(int argc, char **argv) {
         RUN(test_variants);
     }
     if (is_root()) RUN(test_bad_input);
-    return dp_harness_done();
+    return parity_done();
 }

@@ -1,0 +1,111 @@
+/* The parity harness proves itself: bugs planted on purpose in the real
+ * synchronization path (the PT_TEST_PLANT test hook, parallel.h) must make
+ * it FAIL, and the comparison the tests made before it (losses and final
+ * parameters under AdamW with clipping, no gradient norm, no SGD) must be
+ * shown to miss at least one of them, which is why the harness exists.
+ *
+ *   double_bucket  bucket 0's all-reduced sum doubled (4 KiB buckets: a
+ *                  small slice of the head's region)
+ *   no_avg         every rank weighs its loss by 1/(its own tokens): the
+ *                  summed gradient is dp x the mean (item 2's class of bug)
+ *   skip_module    h.0's gradient left out of the all-reduce
+ *
+ * Each runs on the layouts where it applies (buckets: plain DDP and ZeRO-1;
+ * the loss weight: any layout, ZeRO-3 included). For each, the test prints
+ * which checks caught it. shm only: the planted variable is set in this
+ * process and inherited by the forked ranks. */
+#include "parallel/parity_harness.h"
+
+typedef struct {
+    const char *plant;
+    const char *layouts[2];
+} planted;
+
+static const planted plants[] = {
+    {"double_bucket",
+     {"parallel.dp=2 parallel.bucket_mb=0.004",
+      "parallel.dp=4 parallel.zero=1 parallel.zero_group=2"}},
+    {"no_avg", {"parallel.dp=2 parallel.bucket_mb=0.004", "parallel.dp=2 parallel.zero=3"}},
+    {"skip_module", {"parallel.dp=2 parallel.bucket_mb=0.004", "parallel.dp=4 parallel.zero=1"}},
+};
+
+/* "loss norm params" for what caught it (failed), "-" for nothing. */
+static void caught_by(const parity_verdict *v, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s", v->ok_loss ? "" : "loss ", v->ok_norm ? "" : "norm ",
+             v->ok_params ? "" : "params ");
+    if (!buf[0]) snprintf(buf, n, "-");
+}
+
+static void test_planted_bugs_fail(void) {
+    /* the oracles first: one worker, nothing planted */
+    for (int v = 0; v < PARITY_NVARIANTS; v++) CHECK(parity_oracle((parity_variant)v) != NULL);
+    int legacy_missed = 0;
+    for (size_t p = 0; p < sizeof plants / sizeof plants[0]; p++) {
+        for (int l = 0; l < 2; l++) {
+            const char *layout = plants[p].layouts[l];
+            setenv("PT_TEST_PLANT", plants[p].plant, 1);
+            parity_verdict verdict[PARITY_NVARIANTS];
+            int all_ok = 1;
+            for (int v = 0; v < PARITY_NVARIANTS; v++) {
+                result r;
+                pt_status st = parity_run(layout, (parity_variant)v, NULL, &r, &verdict[v]);
+                CHECK_OK(st);
+                result_free(&r);
+                if (st != PT_OK) memset(&verdict[v], 0, sizeof verdict[v]);
+                all_ok = all_ok && parity_ok(&verdict[v]);
+            }
+            unsetenv("PT_TEST_PLANT");
+            /* the harness must fail on every planted bug */
+            CHECK(!all_ok);
+            int legacy = parity_legacy_ok(&verdict[PARITY_ADAMW]);
+            legacy_missed += legacy;
+            char a[40], s[40];
+            caught_by(&verdict[PARITY_ADAMW], a, sizeof a);
+            caught_by(&verdict[PARITY_SGD], s, sizeof s);
+            printf("  %-13s %-52s caught by adamw: %-18s sgd: %-18s old loss+params check: %s\n",
+                   plants[p].plant, layout, a, s, legacy ? "MISSED" : "caught");
+            printf("  %-13s %-52s adamw loss %.1e norm %.1e |param| %.1e; sgd loss %.1e norm "
+                   "%.1e |param| %.1e\n",
+                   "", "", verdict[0].loss_rel, verdict[0].norm_rel, verdict[0].param_abs,
+                   verdict[1].loss_rel, verdict[1].norm_rel, verdict[1].param_abs);
+        }
+    }
+    /* why the harness exists: the old comparison let at least one through */
+    CHECK(legacy_missed >= 1);
+}
+
+/* And nothing planted: the same layouts pass (the failures above are the
+ * plants', not the layouts'). */
+static void test_clean_layouts_pass(void) {
+    size_t np = sizeof plants / sizeof plants[0];
+    for (size_t k = 0; k < 2 * np; k++) {
+        const char *layout = plants[k / 2].layouts[k % 2];
+        int seen = 0;
+        for (size_t e = 0; e < k; e++) seen |= !strcmp(plants[e / 2].layouts[e % 2], layout);
+        if (!seen) parity_check(layout);
+    }
+}
+
+/* A misspelt plant is an error, not a silent pass. */
+static void test_unknown_plant(void) {
+    setenv("PT_TEST_PLANT", "double_buckets", 1);
+    pt_config c;
+    parity_base(&c, PARITY_ADAMW);
+    pt_trainer *t = NULL;
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_INVALID && t == NULL &&
+          strstr(pt_error_message(), "PT_TEST_PLANT=double_buckets"));
+    /* and one worker has no buckets to plant a bucket bug in */
+    setenv("PT_TEST_PLANT", "double_bucket", 1);
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_INVALID && t == NULL &&
+          strstr(pt_error_message(), "no gradient buckets"));
+    unsetenv("PT_TEST_PLANT");
+}
+
+int main(int argc, char **argv) {
+    if (parity_init(argc, argv, "test-parity-selfcheck")) return 1;
+    pt_log_set_level(PT_LOG_ERROR); /* the planted runs warn on every rank */
+    RUN(test_planted_bugs_fail);
+    RUN(test_clean_layouts_pass);
+    RUN(test_unknown_plant);
+    return parity_done();
+}
