@@ -126,8 +126,8 @@ static pt_status parse_entry(const char *what, const cJSON *e, pt_st_entry *t) {
                             "%s: corrupt header entry for '%s' (needs dtype, shape, "
                             "data_offsets [begin, end])",
                             what, name);
-    size_t esize = strlen(dtype->valuestring) < sizeof t->dtype ? dtype_size(dtype->valuestring)
-                                                                 : 0;
+    size_t esize =
+        strlen(dtype->valuestring) < sizeof t->dtype ? dtype_size(dtype->valuestring) : 0;
     if (!esize)
         return pt_error_set(PT_ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%.16s'", what, name,
                             dtype->valuestring);
@@ -173,10 +173,9 @@ pt_status pt_st_header_parse(const char *what, const char *json, size_t hlen, ui
     size_t bad = pt_text_first_bad((const unsigned char *)json, hlen);
     if (bad < hlen) {
         /* the file offset: after the 8 length bytes */
-        return pt_error_set(PT_ERR_FORMAT,
-                            "%s: header byte %zu (0x%02x) is %s: the header must be UTF-8 JSON",
-                            what, 8 + bad, (unsigned char)json[bad],
-                            json[bad] ? "not valid UTF-8" : "a NUL");
+        return pt_error_set(
+            PT_ERR_FORMAT, "%s: header byte %zu (0x%02x) is %s: the header must be UTF-8 JSON",
+            what, 8 + bad, (unsigned char)json[bad], json[bad] ? "not valid UTF-8" : "a NUL");
     }
     if (json[0] != '{')
         return pt_error_set(PT_ERR_FORMAT,
@@ -455,8 +454,8 @@ pt_status pt_st_model_config(const char *what, const pt_st_header *h, pt_model_c
                                 what, e->name, max_layers);
         if (layer + 1 > L) L = layer + 1;
     }
-    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 ||
-        wte[0] > 65536 || wte[1] > 65536 || wpe[0] > (1 << 20))
+    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 || wte[0] > 65536 ||
+        wte[1] > 65536 || wpe[0] > (1 << 20))
         return pt_error_set(PT_ERR_FORMAT, "%s: no GPT-2 model in it (wte, wpe, h.0...)", what);
     /* The head count is not in any shape (c_attn is C x 3C whatever NH is):
      * it must be stated. */
