@@ -38,7 +38,7 @@ static const key_def keys[] = {
     {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
      "sequence length (T), also the number of learned positions"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
-     "training data: UTF-8 text (bytes) or llm.c .bin tokens"},
+     "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
      "validation data (same formats); empty: no validation"},
     {"train.steps", K_INT, OFF(train.steps), "300", 1, 1e9, NULL, "optimizer steps"},
