@@ -4,7 +4,7 @@
  * the table in pt_config_validate.
  *
  * Not here: what the keys do (trainer, model). */
-#include "partrain/train.h"
+#include "parse_impl.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -272,7 +272,13 @@ pt_status pt_config_load_string(pt_config *c, const char *json, const char *what
     /* one document: after it, only whitespace */
     size_t tail = (size_t)(end - json);
     while (json[tail] && strchr(" \t\r\n", json[tail])) tail++;
-    if (json[tail]) {
+    size_t esc = pt_json_first_nul_escape(json, tail);
+    if (esc < tail) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: a \\u0000 escape (a NUL inside a string) at line %zu (byte offset "
+                          "%zu)",
+                          what, line_of(json, esc), esc);
+    } else if (json[tail]) {
         st = pt_error_set(PT_ERR_FORMAT,
                           "%s: content after the top-level JSON object at line %zu (byte offset "
                           "%zu)",

@@ -59,6 +59,18 @@ size_t pt_text_first_bad(const unsigned char *s, size_t n) {
     return n;
 }
 
+size_t pt_json_first_nul_escape(const char *s, size_t n) {
+    /* every backslash of valid JSON is inside a string and starts an escape
+     * of two characters or more: skipping two keeps "\\u0000" (an escaped
+     * backslash, then text) apart from "\u0000" */
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\\') {
+            if (n - i >= 6 && !memcmp(s + i + 1, "u0000", 5)) return i;
+            i++;
+        }
+    return n;
+}
+
 /* ---- safetensors: the format ---- */
 
 static size_t dtype_size(const char *d) {
@@ -177,6 +189,12 @@ pt_status pt_st_header_parse(const char *what, const char *json, size_t hlen, ui
             PT_ERR_FORMAT, "%s: header byte %zu (0x%02x) is %s: the header must be UTF-8 JSON",
             what, 8 + bad, (unsigned char)json[bad], json[bad] ? "not valid UTF-8" : "a NUL");
     }
+    size_t esc = pt_json_first_nul_escape(json, hlen);
+    if (esc < hlen)
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s: header byte %zu: a \\u0000 escape (a NUL inside a name or "
+                            "string)",
+                            what, 8 + esc);
     if (json[0] != '{')
         return pt_error_set(PT_ERR_FORMAT,
                             "%s: corrupt header (does not start with '{'): not a safetensors file",

@@ -218,6 +218,17 @@ static void test_st_header_bytes(void) {
     snprintf(f.meta, sizeof f.meta, "{\"n_head\":\"2\",\"note\":\"\xc0\xaf\"}"); /* overlong '/' */
     st_write_raw(tmp_path("overlong.safetensors"), &f, NULL, 0, ' ', pt_model_params(m), nd);
     CHECK(load("overlong.safetensors", m) == PT_ERR_FORMAT && msg_has("not valid UTF-8"));
+    /* a NUL spelled as an escape: "wte.weight\u0000x" would load as wte.weight */
+    st_from_model(&f, m);
+    snprintf(f.e[st_find(&f, "wte.weight")].name, sizeof f.e[0].name, "wte.weight\\u0000x");
+    st_write_raw(tmp_path("esc.safetensors"), &f, NULL, 0, ' ', pt_model_params(m), nd);
+    CHECK(load("esc.safetensors", m) == PT_ERR_FORMAT && msg_has("esc.safetensors") &&
+          msg_has("\\u0000 escape"));
+    /* an escaped backslash before "u0000" is text, not a NUL */
+    st_from_model(&f, m);
+    snprintf(f.meta, sizeof f.meta, "{\"n_head\":\"2\",\"note\":\"C:\\\\u0000\"}");
+    st_write_raw(tmp_path("bslash.safetensors"), &f, NULL, 0, ' ', pt_model_params(m), nd);
+    CHECK_OK(load("bslash.safetensors", m));
     /* valid UTF-8 is fine */
     snprintf(f.meta, sizeof f.meta, "{\"n_head\":\"2\",\"note\":\"caf\xc3\xa9 \xe2\x82\xac\"}");
     st_write_raw(tmp_path("utf8ok.safetensors"), &f, NULL, 0, ' ', pt_model_params(m), nd);
@@ -351,6 +362,7 @@ static void test_config_json(void) {
          "content after the top-level JSON object at line 1 (byte offset 23)"},
         {"{\"train\": {\"lr\": 0.1}}\n\n  x", "content after the top-level JSON object at line 3"},
         {"{}]", "content after the top-level JSON object at line 1 (byte offset 2)"},
+        {"{\"data\": {\"train\": \"a.txt\\u0000.bin\"}}", "\\u0000 escape"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         pt_config_defaults(&c);
