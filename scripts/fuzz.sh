@@ -35,8 +35,10 @@ for t in "${targets[@]}"; do
   mkdir -p "$work"
   seeds=(fuzz/corpus/"$t")
   [ -d tests/fuzz_regress/"$t" ] && seeds+=(tests/fuzz_regress/"$t")
+  dict=()
+  [ -f fuzz/"$t".dict ] && dict=(-dict=fuzz/"$t".dict)
   echo "== fuzz_$t: $secs s"
-  if ! build-fuzz/fuzz/fuzz_"$t" -max_total_time="$secs" -max_len=16384 -timeout=10 \
+  if ! build-fuzz/fuzz/fuzz_"$t" "${dict[@]}" -max_total_time="$secs" -max_len=16384 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/crash-"$t"- \
       "$work" "${seeds[@]}" 2>build-fuzz/fuzz_"$t".log; then
     tail -40 build-fuzz/fuzz_"$t".log >&2
