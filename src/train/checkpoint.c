@@ -373,11 +373,11 @@ pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
     char path[PT_CONFIG_STR_MAX + 64], *text;
     snprintf(path, sizeof path, "%s/state.json", stepdir);
     PT_CHECK(pt_read_text_file(path, (size_t)16 << 20, &text));
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing after the object */
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not a JSON object)", path);
+        return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not one JSON object)", path);
     }
     *out = root;
     return PT_OK;

@@ -374,6 +374,12 @@ static void test_config_json(void) {
     CHECK_OK(pt_config_load_string(&c, "{\"train.lr\": 0.1, \"train\": {\"steps\": 3}}\n  \n",
                                    "cfg.json"));
     CHECK(c.train.lr == 0.1 && c.train.steps == 3);
+    /* a checkpoint's state.json is one object too */
+    mkdir(tmp_path("state2"), 0755);
+    const char st2[] = "{\"config\": {\"model\": {\"n_layer\": 1}}}\n{\"config\": {}}\n";
+    write_bytes(tmp_path("state2/state.json"), st2, sizeof st2 - 1);
+    CHECK(pt_checkpoint_read_config(tmp_path("state2"), &c) == PT_ERR_FORMAT &&
+          msg_has("state2/state.json") && msg_has("not one JSON object"));
     /* a NUL in a config file would hide what follows it */
     write_bytes(tmp_path("nul.json"), "{\"train\": {}}\0{\"x\": 1}", 22);
     pt_config_defaults(&c);
