@@ -250,7 +250,7 @@ static void test_st_numbers(void) {
     pt_model *m = new_model();
     if (!m) return;
     st_file f;
-    static const char *const shapes[] = {"[1e300]", "[-1]", "[8.5]", "[1e19]"};
+    static const char *const shapes[] = {"[1e300]", "[-1]", "[2.5]", "[8.5]", "[1e19]"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         st_from_model(&f, m);
         int b = st_find(&f, "h.0.ln_1.bias"); /* shape [8] */
