@@ -4,7 +4,8 @@
 # tests of a build without -march=native.
 #   bash scripts/test.sh             # release + sanitizers (what CI runs)
 #   bash scripts/test.sh --quick     # release only
-#   bash scripts/test.sh --full      # also the slow "full" tier
+#   bash scripts/test.sh --full      # also the slow "full" tier (with 20 s a target of
+#                                    # fuzzing, scripts/fuzz.sh, when clang is installed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

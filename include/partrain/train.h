@@ -94,11 +94,13 @@ void pt_config_layout(const pt_config *c, char *buf, size_t n);
 /* ---- data ------------------------------------------------------------------
  * A token file held in memory: UTF-8 text as bytes (vocab 256), or llm.c's
  * .bin (256 int32 header: magic 20240520, version 1, token count; then
- * uint16 tokens), detected by the magic. */
+ * uint16 tokens), detected by the magic: a file with the magic is tokens
+ * whatever its name, a *.bin name needs the magic, and anything else must be
+ * UTF-8 without NUL (docs/untrusted.md). */
 typedef struct pt_data pt_data;
 
 /* Errors name the file (missing, unreadable, empty, truncated, a token >=
- * vocab_size with its offset). */
+ * vocab_size, a NUL or invalid UTF-8 byte in text: with its offset). */
 pt_status pt_data_open(pt_data **out, const char *path, int vocab_size);
 void pt_data_free(pt_data *d);
 size_t pt_data_num_tokens(const pt_data *d);
@@ -137,11 +139,14 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
 
 /* Write buf, laid out like the model's parameters (the parameters
  * themselves, or an optimizer moment), as a safetensors file with the model's
- * tensor names and shapes; atomically (temp + fsync + rename). */
+ * tensor names and shapes, n_head in __metadata__; atomically (temp + fsync +
+ * rename). */
 pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf);
 /* Read a safetensors file into buf (laid out like the model's parameters):
- * validates the header, offsets, dtypes and that every tensor of the model
- * is present with its shape; GPT-2's non-parameter buffers (attn.bias,
+ * validates the header (UTF-8 JSON, exact integer shapes and offsets, the
+ * tensors tiling the data section with no gap or overlap), dtypes and that
+ * every tensor of the model is present with its shape; GPT-2's
+ * non-parameter buffers (attn.bias,
  * attn.masked_bias) are ignored, any other extra tensor is an error. */
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf);
 
@@ -150,7 +155,9 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf);
  * step directory as is; DIR without `latest` -> its newest step_*. out gets
  * the step directory. Reads only. */
 pt_status pt_checkpoint_resolve(const char *dir, char *out, size_t n);
-/* Read the config saved in a step directory's state.json. */
+/* Read the config saved in a step directory's state.json; without one, the
+ * model shape of its model.safetensors (shapes, and n_head from
+ * __metadata__: refused when absent). */
 pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg);
 
 /* ---- trainer ----------------------------------------------------------------- */

@@ -2,7 +2,8 @@
  * data, checkpoint files, state.json, `latest`) is opened, and whole small
  * text files (configs, checkpoint state) read through it into one
  * NUL-terminated buffer with a size cap, so that a wrong path (a model file
- * given as a config) fails with a message instead of eating memory.
+ * given as a config) fails with a message instead of eating memory, and a
+ * NUL byte (which would silently cut the text short) is refused.
  *
  * Why one opener: open(2) of a FIFO for reading blocks until a writer
  * appears, so a FIFO given as data or config hung the run forever, and a
@@ -104,6 +105,14 @@ pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out) {
     if (st != PT_OK) {
         free(text);
         return st;
+    }
+    /* a NUL would end the text early and hide the rest from the parser */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        pt_status bad = pt_error_set(PT_ERR_FORMAT, "%s: NUL byte at offset %zu: not a text file",
+                                     path, (size_t)(nul - text));
+        free(text);
+        return bad;
     }
     text[len] = '\0';
     *out = text;

@@ -9,16 +9,20 @@
  * file of several groups (rank<r>.safetensors) holds one such flat buffer
  * per group, its tensors named "<prefix>.<GPT-2 name>".
  *
- * Loading trusts nothing: header length, JSON, dtype, shape, offsets
- * (inside the file, matching the shape), duplicates, missing and unexpected
- * names are all checked, and each failure is one line naming the file and
- * the tensor. Assumes a little-endian host (x86-64, arm64), as safetensors
- * files are little-endian.
+ * Loading trusts nothing: the header is checked by the parsers of parse.c
+ * (UTF-8, JSON, dtype, shape, offsets that tile the data section,
+ * duplicates), then matched against the model (missing and unexpected
+ * names, shapes); each failure is one line naming the file and the tensor.
+ * This file only opens and reads. Assumes a little-endian host (x86-64,
+ * arm64), as safetensors files are little-endian. Every file we write
+ * states n_head in __metadata__ (a string, as the format requires), the one
+ * architecture number that no tensor shape carries.
  *
  * Not here: the directory protocol (ckpt_dir.c: temporary directory,
  * renames, `latest`, lock, pruning), what goes into state.json and the rank
  * files (the trainer decides), moving per-rank state to rank 0
  * (rank_state.c). */
+#include "parse_impl.h"
 #include "train_impl.h"
 
 #include <cjson/cJSON.h>
@@ -30,8 +34,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define MAX_HEADER (100u << 20)
 
 /* ---- safetensors ---- */
 
@@ -51,6 +53,9 @@ static unsigned char *groups_header(const pt_model *m, const char *const *meta,
     if (!root) return NULL;
     cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
     cJSON_AddStringToObject(md, "format", "pt");
+    char nh[16];
+    snprintf(nh, sizeof nh, "%d", pt_model_config_of(m)->n_head);
+    cJSON_AddStringToObject(md, "n_head", nh);
     for (int i = 0; meta && meta[i] && meta[i + 1]; i += 2)
         cJSON_AddStringToObject(md, meta[i], meta[i + 1]);
     int n = pt_model_num_tensors(m);
@@ -133,89 +138,27 @@ pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *
     return pt_st_write_groups(path, m, NULL, &g, 1, NULL, NULL);
 }
 
-/* GPT-2's checkpoints carry the attention mask as a buffer; it is not a
- * parameter. */
-static int is_ignored_buffer(const char *name) {
-    size_t n = strlen(name);
-    static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias"};
-    for (size_t i = 0; i < 2; i++) {
-        size_t k = strlen(suffixes[i]);
-        if (n >= k && !strcmp(name + n - k, suffixes[i])) return 1;
-    }
-    return 0;
-}
-
-static void shape_str(char *buf, size_t n, const int64_t *shape, int ndim) {
-    size_t at = (size_t)snprintf(buf, n, "[");
-    for (int d = 0; d < ndim && at < n; d++)
-        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (at < n) snprintf(buf + at, n - at, "]");
-}
-
-/* The tensor of groups that `name` stores: *g and the model tensor index, or
- * -1 when none does. */
-static int find_tensor(const pt_model *m, const pt_ckpt_group *groups, int ng, const char *name,
-                       int *g) {
-    int n = pt_model_num_tensors(m);
-    for (*g = 0; *g < ng; (*g)++) {
-        const char *rest = name;
-        size_t k = strlen(groups[*g].prefix);
-        if (k) {
-            if (strncmp(name, groups[*g].prefix, k) != 0 || name[k] != '.') continue;
-            rest = name + k + 1;
-        } else if (!strncmp(name, "transformer.", 12)) {
-            rest = name + 12;
-        }
-        for (int i = 0; i < n; i++)
-            if (!strcmp(pt_model_tensor(m, i)->name, rest)) return i;
-    }
-    return -1;
-}
-
-/* meta_want: key, value pairs (NULL-terminated) that __metadata__ must hold. */
-static pt_status check_meta(const char *path, const cJSON *root, const char *const *meta_want) {
-    const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
-    for (int i = 0; meta_want && meta_want[i] && meta_want[i + 1]; i += 2) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(md, meta_want[i]);
-        const char *have = cJSON_IsString(v) ? v->valuestring : "(none)";
-        if (strcmp(have, meta_want[i + 1]) != 0)
-            return pt_error_set(PT_ERR_FORMAT,
-                                "%s: metadata %s is %s, expected %s (a file of another rank or "
-                                "checkpoint)",
-                                path, meta_want[i], have, meta_want[i + 1]);
-    }
-    return PT_OK;
-}
-
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
     pt_ckpt_group g = {"", buf};
     return pt_st_read_groups(path, m, NULL, &g, 1);
 }
 
-pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *const *meta_want,
-                            const pt_ckpt_group *groups, int ng) {
+/* Open path and parse its header into h; *fp stays open on success. */
+static pt_status read_header(const char *path, FILE **fp, pt_st_header *h) {
+    memset(h, 0, sizeof *h);
+    *fp = NULL;
+    FILE *f = NULL;
+    uint64_t size = 0, hlen = 0;
+    PT_CHECK(pt_file_open_regular(path, &f, &size));
     pt_status st = PT_OK;
     char *header = NULL;
-    cJSON *root = NULL;
-    unsigned char *seen = NULL;
-    FILE *f = NULL;
-    uint64_t size = 0;
-    PT_CHECK(pt_file_open_regular(path, &f, &size));
     unsigned char lenb[8];
     if (size < 8 || fread(lenb, 1, 8, f) != 8) {
         st = pt_error_set(PT_ERR_FORMAT, "%s: truncated (%llu bytes): not a safetensors file", path,
                           (unsigned long long)size);
         goto done;
     }
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)lenb[i] << (8 * i);
-    if (hlen < 2 || hlen > MAX_HEADER || hlen > size - 8) {
-        st = pt_error_set(PT_ERR_FORMAT,
-                          "%s: corrupt header length %llu (file has %llu bytes): not a "
-                          "safetensors file or truncated",
-                          path, (unsigned long long)hlen, (unsigned long long)size);
-        goto done;
-    }
+    PT_CHECK_GOTO(st, pt_st_header_len(path, lenb, size, &hlen), done);
     header = malloc(hlen + 1);
     if (!header) {
         st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
@@ -226,99 +169,32 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
         goto done;
     }
     header[hlen] = '\0';
-    root = cJSON_ParseWithLength(header, hlen);
-    if (!root || !cJSON_IsObject(root)) {
-        st = pt_error_set(PT_ERR_FORMAT, "%s: corrupt header (not a JSON object)", path);
-        goto done;
-    }
-    uint64_t data_size = size - 8 - hlen;
-    int n = pt_model_num_tensors(m);
-    PT_CHECK_GOTO(st, check_meta(path, root, meta_want), done);
-    seen = calloc((size_t)n * (size_t)ng + 1, 1); /* + 1: a file of no groups */
-    if (!seen) {
-        st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    for (cJSON *e = root->child; e; e = e->next) {
-        const char *name = e->string;
-        if (!strcmp(name, "__metadata__")) continue;
-        int g = 0, idx = find_tensor(m, groups, ng, name, &g);
-        if (idx < 0) {
-            if (!strncmp(name, "transformer.", 12)) name += 12;
-            if (is_ignored_buffer(name)) continue;
-            st = pt_error_set(PT_ERR_FORMAT,
-                              "%s: unexpected tensor '%s' (a checkpoint of another model shape?)",
-                              path, name);
-            goto done;
-        }
-        const pt_param_info *t = pt_model_tensor(m, idx);
-        if (seen[(size_t)g * (size_t)n + (size_t)idx]) {
-            st = pt_error_set(PT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, name);
-            goto done;
-        }
-        seen[(size_t)g * (size_t)n + (size_t)idx] = 1;
-        cJSON *dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsObject(e) || !cJSON_IsString(dtype) || !cJSON_IsArray(shape) ||
-            !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2) {
-            st = pt_error_set(PT_ERR_FORMAT, "%s: corrupt header entry for '%s'", path, name);
-            goto done;
-        }
-        if (strcmp(dtype->valuestring, "F32") != 0) {
-            st = pt_error_set(PT_ERR_FORMAT, "%s: tensor '%s' has dtype %s (only F32 is supported)",
-                              path, name, dtype->valuestring);
-            goto done;
-        }
-        int64_t got[8];
-        int ndim = cJSON_GetArraySize(shape);
-        int shape_ok = ndim == t->ndim;
-        for (int d = 0; d < ndim && d < 8; d++) {
-            cJSON *x = cJSON_GetArrayItem(shape, d);
-            got[d] = cJSON_IsNumber(x) ? (int64_t)x->valuedouble : -1;
-            if (d < t->ndim && got[d] != t->shape[d]) shape_ok = 0;
-        }
-        if (!shape_ok) {
-            char a[96], b[96];
-            shape_str(a, sizeof a, got, ndim < 8 ? ndim : 8);
-            shape_str(b, sizeof b, t->shape, t->ndim);
-            st = pt_error_set(PT_ERR_FORMAT,
-                              "%s: tensor '%s' has shape %s, expected %s (a checkpoint of another "
-                              "model shape)",
-                              path, name, a, b);
-            goto done;
-        }
-        cJSON *b0 = cJSON_GetArrayItem(offs, 0), *b1 = cJSON_GetArrayItem(offs, 1);
-        double begin = cJSON_IsNumber(b0) ? b0->valuedouble : -1;
-        double end = cJSON_IsNumber(b1) ? b1->valuedouble : -1;
-        if (begin < 0 || end < begin || end > (double)data_size ||
-            end - begin != (double)(t->numel * sizeof(float))) {
-            st = pt_error_set(PT_ERR_FORMAT,
-                              "%s: tensor '%s' has data offsets [%.0f, %.0f] outside the %llu data "
-                              "bytes or not matching its shape (truncated or corrupt)",
-                              path, name, begin, end, (unsigned long long)data_size);
-            goto done;
-        }
-        if (fseek(f, (long)(8 + hlen + (uint64_t)begin), SEEK_SET) != 0 ||
-            fread(groups[g].buf + t->offset, sizeof(float), t->numel, f) != t->numel) {
-            st = pt_error_set(PT_ERR_IO, "%s: read error in tensor '%s'", path, name);
-            goto done;
-        }
-    }
-    for (size_t i = 0; i < (size_t)n * (size_t)ng; i++)
-        if (!seen[i]) {
-            char name[160];
-            group_name(name, sizeof name, groups[i / (size_t)n].prefix,
-                       pt_model_tensor(m, (int)(i % (size_t)n))->name);
-            st = pt_error_set(PT_ERR_FORMAT,
-                              "%s: missing tensor '%s' (a checkpoint of another model shape?)",
-                              path, name);
-            goto done;
-        }
+    st = pt_st_header_parse(path, header, (size_t)hlen, size, h);
 done:
-    free(seen);
-    cJSON_Delete(root);
     free(header);
+    if (st == PT_OK)
+        *fp = f;
+    else
+        fclose(f);
+    return st;
+}
+
+pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *const *meta_want,
+                            const pt_ckpt_group *groups, int ng) {
+    FILE *f = NULL;
+    pt_st_header h;
+    PT_CHECK(read_header(path, &f, &h));
+    pt_status st = pt_st_match(path, &h, m, meta_want, groups, ng);
+    /* entries are sorted by offset: one forward pass over the file */
+    for (int i = 0; st == PT_OK && i < h.n; i++) {
+        const pt_st_entry *e = &h.entries[i];
+        if (!e->dst) continue;
+        size_t count = (size_t)(e->end - e->begin) / sizeof(float);
+        if (fseeko(f, (off_t)(h.data_start + e->begin), SEEK_SET) != 0 ||
+            fread(e->dst, sizeof(float), count, f) != count)
+            st = pt_error_set(PT_ERR_IO, "%s: read error in tensor '%s'", path, e->name);
+    }
+    pt_st_header_deinit(&h);
     fclose(f);
     return st;
 }
@@ -330,76 +206,40 @@ pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
     char path[PT_CONFIG_STR_MAX + 64], *text;
     snprintf(path, sizeof path, "%s/state.json", stepdir);
     PT_CHECK(pt_read_text_file(path, (size_t)16 << 20, &text));
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing after the object */
     free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not a JSON object)", path);
+        return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not one JSON object)", path);
     }
     *out = root;
     return PT_OK;
 }
 
 /* A bare safetensors checkpoint (GPT-2's published files have no
- * state.json): the architecture from the tensors' shapes: V and C from wte,
- * T from wpe, L from the highest h.{i}; heads of 64 channels as in GPT-2. */
+ * state.json): the architecture from the tensors' shapes and the head
+ * count from __metadata__ (pt_st_model_config). */
 static pt_status infer_config(const char *stepdir, pt_config *cfg) {
     char path[PT_CONFIG_STR_MAX + 64];
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    FILE *f = NULL; /* there but not a readable regular file: that message */
-    if (pt_file_open_regular(path, &f, NULL) != PT_OK && access(path, F_OK) == 0) return PT_ERR_IO;
-    if (!f) return pt_error_set(PT_ERR_IO, "%s/state.json: %s", stepdir, strerror(ENOENT));
-    unsigned char lenb[8];
-    uint64_t hlen = 0;
-    pt_status st = PT_OK;
-    char *header = NULL;
-    cJSON *root = NULL;
-    if (fread(lenb, 1, 8, f) != 8) {
-        st = pt_error_set(PT_ERR_FORMAT, "%s: truncated: not a safetensors file", path);
-        goto done;
+    FILE *f = NULL;
+    pt_st_header h;
+    pt_status st = read_header(path, &f, &h);
+    if (st != PT_OK) {
+        if (st != PT_ERR_IO) return st;
+        char why[512]; /* the message names model.safetensors: add why it was opened */
+        snprintf(why, sizeof why, "%s", pt_error_message());
+        return pt_error_set(PT_ERR_IO, "%s (and no state.json beside it)", why);
     }
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)lenb[i] << (8 * i);
-    if (hlen < 2 || hlen > MAX_HEADER || !(header = malloc(hlen + 1)) ||
-        fread(header, 1, hlen, f) != hlen || !(root = cJSON_ParseWithLength(header, hlen)) ||
-        !cJSON_IsObject(root)) {
-        st = pt_error_set(PT_ERR_FORMAT, "%s: corrupt header: not a safetensors file", path);
-        goto done;
-    }
-    int64_t wte[2] = {0, 0}, wpe[2] = {0, 0};
-    int L = 0;
-    for (cJSON *e = root->child; e; e = e->next) {
-        const char *name = e->string;
-        if (!strncmp(name, "transformer.", 12)) name += 12;
-        cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        int64_t *dst = !strcmp(name, "wte.weight") ? wte : !strcmp(name, "wpe.weight") ? wpe : NULL;
-        if (dst && cJSON_GetArraySize(shape) == 2) {
-            dst[0] = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
-            dst[1] = (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
-        }
-        int layer = -1;
-        if (sscanf(name, "h.%d.", &layer) == 1 && layer + 1 > L) L = layer + 1;
-    }
-    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 || wte[0] > 65536 ||
-        wte[1] > 65536 || wpe[0] > (1 << 20) || L > 1000) {
-        st = pt_error_set(PT_ERR_FORMAT,
-                          "%s: no state.json, and no GPT-2 model (wte, wpe, h.0...) in %s", stepdir,
-                          path);
-        goto done;
-    }
-    pt_config_defaults(cfg);
-    cfg->model.vocab_size = (int)wte[0];
-    cfg->model.n_embd = (int)wte[1];
-    cfg->model.seq_len = (int)wpe[0];
-    cfg->model.n_layer = L;
-    cfg->model.n_head = wte[1] % 64 == 0 ? (int)(wte[1] / 64) : 1;
-    PT_INFO("%s: no state.json; GPT-2 shapes: n_layer %d, n_embd %d, n_head %d, vocab %d, seq %d",
-            stepdir, L, cfg->model.n_embd, cfg->model.n_head, cfg->model.vocab_size,
-            cfg->model.seq_len);
-done:
-    cJSON_Delete(root);
-    free(header);
     fclose(f);
-    return st;
+    pt_config_defaults(cfg);
+    st = pt_st_model_config(path, &h, &cfg->model);
+    pt_st_header_deinit(&h);
+    if (st != PT_OK) return st;
+    PT_INFO("%s: no state.json; GPT-2 shapes: n_layer %d, n_embd %d, n_head %d, vocab %d, seq %d",
+            stepdir, cfg->model.n_layer, cfg->model.n_embd, cfg->model.n_head,
+            cfg->model.vocab_size, cfg->model.seq_len);
+    return PT_OK;
 }
 
 pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg) {

@@ -4,7 +4,7 @@
  * the table in pt_config_validate.
  *
  * Not here: what the keys do (trainer, model). */
-#include "partrain/train.h"
+#include "parse_impl.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -38,7 +38,7 @@ static const key_def keys[] = {
     {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
      "sequence length (T), also the number of learned positions"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
-     "training data: UTF-8 text (bytes) or llm.c .bin tokens"},
+     "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
      "validation data (same formats); empty: no validation"},
     {"train.steps", K_INT, OFF(train.steps), "300", 1, 1e9, NULL, "optimizer steps"},
@@ -208,13 +208,23 @@ pt_status pt_config_set(pt_config *c, const char *assignment) {
     return set_text(c, k, eq + 1, "--set");
 }
 
-static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, const char *what) {
+/* seen[i]: keys[i] was already given in this document. A key may be
+ * spelled nested ({"train": {"lr": ..}}) or dotted ("train.lr") at any
+ * level; every spelling counts, so that no value silently replaces
+ * another. */
+static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, const char *what,
+                            unsigned char *seen) {
     for (const cJSON *it = obj->child; it; it = it->next) {
         char name[160];
         if (!it->string) return pt_error_set(PT_ERR_FORMAT, "%s: expected an object of keys", what);
         if (snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", it->string) >=
             (int)sizeof name)
-            return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, it->string);
+            return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%.100s'", what, it->string);
+        /* the same name twice in one object (a section too: its keys would
+         * merge silently) */
+        for (const cJSON *prev = obj->child; prev != it; prev = prev->next)
+            if (!strcmp(prev->string, it->string))
+                return pt_error_set(PT_ERR_INVALID, "%s: duplicate key '%s'", what, name);
         const key_def *k = find_key(name);
         if (!k) {
             /* a section: its keys must exist under it */
@@ -225,9 +235,14 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
             if (!section) return pt_error_set(PT_ERR_INVALID, "%s: unknown key '%s'", what, name);
             if (!cJSON_IsObject(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be an object of keys", what, name);
-            PT_CHECK(apply_json(c, it, name, what));
+            PT_CHECK(apply_json(c, it, name, what, seen));
             continue;
         }
+        if (seen[k - keys])
+            return pt_error_set(PT_ERR_INVALID,
+                                "%s: duplicate key '%s' (given twice, nested or dotted)", what,
+                                name);
+        seen[k - keys] = 1;
         if (k->type == K_STRING) {
             if (!cJSON_IsString(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);
@@ -246,20 +261,42 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
     return PT_OK;
 }
 
+/* 1-based line of json + at. */
+static size_t line_of(const char *json, size_t at) {
+    size_t line = 1;
+    for (size_t i = 0; i < at && json[i]; i++) line += json[i] == '\n';
+    return line;
+}
+
 pt_status pt_config_load_string(pt_config *c, const char *json, const char *what) {
-    cJSON *root = cJSON_Parse(json);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
-        size_t line = 1;
-        if (at)
-            for (const char *p = json; p < at && *p; p++) line += *p == '\n';
+        size_t line = at ? line_of(json, (size_t)(at - json)) : 1;
         return pt_error_set(PT_ERR_FORMAT, "%s: invalid JSON near line %zu", what, line);
     }
     pt_status st = PT_OK;
-    if (!cJSON_IsObject(root))
+    /* one document: after it, only whitespace */
+    size_t tail = (size_t)(end - json);
+    while (json[tail] && strchr(" \t\r\n", json[tail])) tail++;
+    size_t esc = pt_json_first_nul_escape(json, tail);
+    if (esc < tail) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: a \\u0000 escape (a NUL inside a string) at line %zu (byte offset "
+                          "%zu)",
+                          what, line_of(json, esc), esc);
+    } else if (json[tail]) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: content after the top-level JSON object at line %zu (byte offset "
+                          "%zu)",
+                          what, line_of(json, tail), tail);
+    } else if (!cJSON_IsObject(root)) {
         st = pt_error_set(PT_ERR_FORMAT, "%s: expected a JSON object at the top", what);
-    else
-        st = apply_json(c, root, "", what);
+    } else {
+        unsigned char seen[NKEYS] = {0};
+        st = apply_json(c, root, "", what, seen);
+    }
     cJSON_Delete(root);
     return st;
 }

@@ -4,9 +4,15 @@
  * RNG state is the data position saved in checkpoints) and consecutive
  * non-overlapping windows (validation and eval).
  *
+ * Which format a file is (checked, since a wrong guess trains on garbage):
+ * a file that starts with llm.c's magic is a token file whatever its name;
+ * a file whose name ends in ".bin" must start with it; anything else is
+ * text and must be valid UTF-8 without NUL bytes. The rest is refused with
+ * the offset of the first bad byte.
+ *
  * Not here: sharding by data-parallel rank (a rank will draw the global batch
  * and take its slice, so that every layout sees the same data). */
-#include "partrain/train.h"
+#include "parse_impl.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -59,6 +65,17 @@ pt_status pt_data_open(pt_data **out, const char *path, int vocab_size) {
     unsigned char *raw = NULL;
     size_t len = 0;
     PT_CHECK(read_all(path, &raw, &len));
+    return pt_data_parse(out, path, raw, len, vocab_size);
+}
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+pt_status pt_data_parse(pt_data **out, const char *path, unsigned char *raw, size_t len,
+                        int vocab_size) {
+    *out = NULL;
     pt_status st = PT_OK;
     pt_data *d = calloc(1, sizeof *d);
     if (!d) {
@@ -75,6 +92,16 @@ pt_status pt_data_open(pt_data **out, const char *path, int vocab_size) {
     if (len >= sizeof header) {
         memcpy(header, raw, sizeof header);
         is_bin = header[0] == BIN_MAGIC;
+    }
+    if (!is_bin && has_suffix(path, ".bin")) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: a .bin file must be llm.c tokens, but %s (bytes 0-3 must hold the "
+                          "magic %d)",
+                          path,
+                          len < sizeof header ? "it is shorter than the 1024-byte header"
+                                              : "it lacks llm.c's magic",
+                          BIN_MAGIC);
+        goto fail;
     }
     if (is_bin) {
         if (header[1] != 1) {
@@ -110,6 +137,15 @@ pt_status pt_data_open(pt_data **out, const char *path, int vocab_size) {
                 goto fail;
             }
     } else {
+        size_t bad = pt_text_first_bad(raw, len);
+        if (bad < len) {
+            st = pt_error_set(PT_ERR_FORMAT,
+                              "%s: byte %zu (0x%02x) is %s: not UTF-8 text, and not llm.c tokens "
+                              "(no magic %d)",
+                              path, bad, raw[bad], raw[bad] ? "not valid UTF-8" : "a NUL",
+                              BIN_MAGIC);
+            goto fail;
+        }
         d->n = len;
         d->tokens = pt_mem_alloc(PT_MEM_SCRATCH, len * sizeof(uint16_t));
         if (!d->tokens) {
