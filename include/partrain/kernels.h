@@ -21,8 +21,10 @@
  * Threads: BLAS threads and the kernels' own threads are both set by
  * pt_kernels_set_threads; work is split by (index, count). Call the kernels
  * from one thread at a time (the pool runs one loop at a time). Our own
- * kernels give the same bits at any thread count (every reduction has a
- * fixed order); sgemm is OpenBLAS's. The pool survives fork().
+ * kernels, the own GEMM and attention give the same bits at any thread count
+ * (every reduction has a fixed order); products that go to OpenBLAS do not,
+ * only within float32 rounding (docs/architecture.md, "Bitwise
+ * guarantees"). The pool survives fork().
  *
  * Reference versions of every kernel (plain loops, the tests' oracle) live in
  * src/kernels/reference.c; nothing on the training path uses them. */
