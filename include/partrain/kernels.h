@@ -37,6 +37,26 @@
 extern "C" {
 #endif
 
+/* ---- OpenBLAS's CPU kernels (blas_core.c) -----------------------------------
+ * OpenBLAS picks its kernels by CPU model when it initialises and falls back
+ * to an old core (Prescott, SSE3) on models it does not know; only the
+ * environment variable OPENBLAS_CORETYPE, read at that moment, changes the
+ * choice. The CLI asks pt_blas_coretype_advice at start-up and re-executes
+ * itself with the advice set (docs/architecture.md). */
+typedef struct {
+    int avx2, fma, avx512f, avx512bw, avx512vl, avx512dq; /* 1: the CPU (and OS) has it */
+} pt_cpu_features;
+/* This CPU's features (all 0 off x86). */
+void pt_cpu_features_detect(pt_cpu_features *f);
+/* The kernel set OpenBLAS runs (openblas_get_corename: "Prescott", "Haswell",
+ * "SkylakeX", ...). */
+const char *pt_blas_corename(void);
+/* What OPENBLAS_CORETYPE to run with when the core OpenBLAS chose (corename)
+ * is below what the CPU supports: "SkylakeX" for AVX-512 F+BW+VL+DQ, "Haswell"
+ * for AVX2+FMA; NULL when the choice is already that good (or better), or
+ * the CPU has neither. Pure: no environment, no CPUID. */
+const char *pt_blas_coretype_advice(const char *corename, const pt_cpu_features *f);
+
 /* Number of threads the kernels (and BLAS) use; n >= 1. Default 1. */
 void pt_kernels_set_threads(int n);
 int pt_kernels_threads(void);

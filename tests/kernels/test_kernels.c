@@ -710,7 +710,52 @@ static void test_fork_after_threads(void) {
     free(x), free(a), free(b);
 }
 
+/* The OpenBLAS core advice (blas_core.c) on both kinds of CPU, with fake
+ * feature sets: only a core below what the CPU supports gets advice. */
+static void test_blas_coretype_advice(void) {
+    const pt_cpu_features none = {0};
+    const pt_cpu_features avx2 = {.avx2 = 1, .fma = 1};
+    const pt_cpu_features avx512 = {
+        .avx2 = 1, .fma = 1, .avx512f = 1, .avx512bw = 1, .avx512vl = 1, .avx512dq = 1};
+    pt_cpu_features knl = avx512; /* AVX-512F without BW/VL/DQ (Knights Landing) */
+    knl.avx512bw = knl.avx512vl = knl.avx512dq = 0;
+    pt_cpu_features avx2_nofma = {.avx2 = 1};
+    const struct {
+        const char *core;
+        const pt_cpu_features *f;
+        const char *want; /* NULL: nothing to do */
+    } cases[] = {
+        {"Prescott", &avx2, "Haswell"},   {"Prescott", &avx512, "SkylakeX"},
+        {"SkylakeX", &avx512, NULL},      {"Haswell", &avx2, NULL},
+        {"Prescott", &none, NULL},        {"Sandybridge", &avx512, "SkylakeX"},
+        {"Haswell", &avx512, "SkylakeX"}, {"Zen", &avx2, NULL},
+        {"Cooperlake", &avx512, NULL},    {"SapphireRapids", &avx512, NULL},
+        {"SKYLAKEX", &avx512, NULL},      {"SkylakeX", &avx2, NULL},
+        {"Nehalem", &knl, "Haswell"},     {"Prescott", &avx2_nofma, NULL},
+        {NULL, &avx512, "SkylakeX"},      {"", &avx2, "Haswell"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *got = pt_blas_coretype_advice(cases[i].core, cases[i].f);
+        int ok = cases[i].want ? got && !strcmp(got, cases[i].want) : got == NULL;
+        if (!ok)
+            fprintf(stderr, "  advice for core %s: got %s, want %s\n",
+                    cases[i].core ? cases[i].core : "(null)", got ? got : "none",
+                    cases[i].want ? cases[i].want : "none");
+        CHECK(ok);
+    }
+    /* this machine, for the log */
+    pt_cpu_features f;
+    pt_cpu_features_detect(&f);
+    const char *core = pt_blas_corename(), *adv = pt_blas_coretype_advice(core, &f);
+    fprintf(stderr,
+            "  this CPU: avx2 %d fma %d avx512 f/bw/vl/dq %d%d%d%d; OpenBLAS core %s; advice %s\n",
+            f.avx2, f.fma, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, core ? core : "?",
+            adv ? adv : "none");
+    CHECK(core != NULL);
+}
+
 int main(void) {
+    RUN(test_blas_coretype_advice);
     RUN(test_fast_exp);
     RUN(test_encoder);
     RUN(test_layernorm);
