@@ -111,8 +111,8 @@ void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, cons
                                  const float *inp, const float *weight, const float *pre, int N,
                                  int C, int OC);
 /* Linear + GELU, the MLP's c_fc: pre (N,OC) = inp @ weight + bias (saved for
- * backward), out (N,OC) = gelu(pre), both written as each output tile is
- * finished. bias may be NULL. */
+ * backward), out (N,OC) = gelu(pre) (GPT-2's tanh approximation), both written as each output tile
+ * is finished. bias may be NULL. */
 void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 
@@ -125,17 +125,6 @@ void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, con
  * column sums of dout. dinp or dbias may be NULL. */
 void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC);
-
-/* ---- GELU, tanh approximation ------------------------------------------------
- * out (N) = gelu(inp (N)). */
-void pt_gelu_forward(float *out, const float *inp, long N);
-/* dinp (N) += gelu'(inp) * dout */
-void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
-
-/* ---- residual: out = a + b ------------------------------------------------------ */
-void pt_residual_forward(float *out, const float *a, const float *b, long N);
-/* da += dout; db += dout */
-void pt_residual_backward(float *da, float *db, const float *dout, long N);
 
 /* ---- causal multi-head self-attention -----------------------------------------
  * qkv (B,T,3C): q, k, v side by side along the last dim, head h at columns
