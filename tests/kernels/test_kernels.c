@@ -376,6 +376,9 @@ static void test_attention(void) {
     attention_case(2, 7, 128, 2);
     attention_case(1, 65, 64, 1);
     attention_case(2, 150, 192, 3);
+    /* one (batch, head) pair, hs != 64: OpenBLAS products large enough for
+     * OpenBLAS to thread them, were it allowed to */
+    attention_case(1, 256, 96, 1);
 }
 
 /* The fused and overwriting variants against the reference kernels composed
