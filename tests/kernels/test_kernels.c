@@ -149,6 +149,7 @@ static void test_encoder(void) {
     float *dwter = dupf(dwte, V * C), *dwper = dupf(dwpe, T * C);
     pt_ref_encoder_forward(outr, inp, wte, wpe, B, T, C);
     pt_ref_encoder_backward(dwter, dwper, dout, inp, B, T, C);
+    float *first[3] = {NULL, NULL, NULL};
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
         float *dw = dupf(dwte, V * C), *dp = dupf(dwpe, T * C);
@@ -157,9 +158,17 @@ static void test_encoder(void) {
         close_all("enc out", out, outr, B * T * C);
         close_all("enc dwte", dw, dwter, V * C);
         close_all("enc dwpe", dp, dwper, T * C);
+        float *got[3] = {out, dw, dp};
+        long len[3] = {B * T * C, V * C, T * C};
+        for (int j = 0; j < 3; j++)
+            if (k == 0)
+                first[j] = dupf(got[j], len[j]);
+            else
+                threads_agree("encoder", got[j], first[j], len[j], NULL);
         free(dw), free(dp);
     }
     pt_kernels_set_threads(1);
+    for (int j = 0; j < 3; j++) free(first[j]);
     free(wte), free(wpe), free(dout), free(out), free(outr), free(dwte), free(dwpe), free(dwter);
     free(dwper);
 }
@@ -557,6 +566,7 @@ static void xent_case(int N, int V) {
     int *tg = malloc(sizeof(int) * N);
     for (int n = 0; n < N; n++) tg[n] = (n * 7919) % V;
     pt_ref_softmax_xent_forward_backward(lossr, dr, l, tg, N, V, 1.0f / N);
+    float *first_loss = NULL, *first_d = NULL;
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
         float *loss = rnd(N, 1), *loss2 = rnd(N, 1), *d = dupf(l, (long)N * V);
@@ -569,9 +579,17 @@ static void xent_case(int N, int V) {
         for (long i = 0; i < (long)N * V; i++)
             if (fabs(d[i] - dr[i]) > 1e-7 / N + 1e-5 * fabs(dr[i])) bad++;
         CHECK(bad == 0);
-        free(loss), free(loss2), free(d);
+        if (k == 0) {
+            first_loss = loss, first_d = d;
+        } else {
+            threads_agree("xent loss", loss, first_loss, N, NULL);
+            threads_agree("xent dlogits", d, first_d, (long)N * V, NULL);
+            free(loss), free(d);
+        }
+        free(loss2);
     }
     pt_kernels_set_threads(1);
+    free(first_loss), free(first_d);
     free(l), free(lossr), free(dr), free(tg);
 }
 static void test_softmax_xent(void) {
@@ -591,6 +609,16 @@ static void test_adamw(void) {
         const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
         const int t = 3;
         pt_adamw_update(p, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+        { /* the same bits as one thread on the same inputs */
+            float *p1 = dupf(p0, n), *m1 = dupf(m0, n), *v1 = dupf(v0, n);
+            pt_kernels_set_threads(1);
+            pt_adamw_update(p1, g, m1, v1, n, lr, b1, b2, eps, wd, t, gs);
+            pt_kernels_set_threads(THREADS[k]);
+            threads_agree("adamw param", p, p1, n, NULL);
+            threads_agree("adamw m", m, m1, n, NULL);
+            threads_agree("adamw v", v, v1, n, NULL);
+            free(p1), free(m1), free(v1);
+        }
         int bad = 0;
         for (long i = 0; i < n; i++) {
             double gi = (double)g[i] * gs;
