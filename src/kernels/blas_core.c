@@ -20,10 +20,10 @@
 
 #include "kernels_impl.h"
 
-/* OpenBLAS's x86-64 core names (openblas_get_corename) by the widest
- * vector code their sgemm uses; every name not listed is older than AVX2
- * (Prescott, Nehalem, Sandybridge, ...). Cooperlake and SapphireRapids run
- * SkylakeX's AVX-512 sgemm. */
+/* OpenBLAS's x86-64 core names (openblas_get_corename) by level: 2 for its
+ * AVX-512 cores, 1 for the cores it picks for AVX2 CPUs it knows (Haswell's
+ * kernels, Zen's, and Excavator's own FMA kernels: AMD's tuning, left
+ * alone), 0 for everything older (Prescott, Nehalem, Sandybridge, ...). */
 static int core_level(const char *corename) {
     static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
     static const char *const avx2[] = {"Haswell", "Zen", "Excavator"};
