@@ -21,9 +21,8 @@ import collections, re, sys
 KERNELS = ("pt_matmul_forward_wt", "pt_matmul_backward_wt", "pt_matmul_forward",
            "pt_matmul_forward_res", "pt_matmul_gelu_forward", "pt_matmul_backward",
            "pt_matmul_backward_set", "pt_attention_forward", "pt_attention_backward",
-           "pt_attention_backward_set", "pt_gelu_forward", "pt_gelu_backward",
-           "pt_gelu_backward_bias", "pt_layernorm_forward", "pt_layernorm_backward",
-           "pt_layernorm_backward_res", "pt_residual_forward", "pt_residual_backward",
+           "pt_attention_backward_set", "pt_matmul_backward_gelu_set",
+           "pt_layernorm_forward", "pt_layernorm_backward", "pt_layernorm_backward_res",
            "pt_softmax_xent_forward_backward", "pt_encoder_forward", "pt_encoder_backward",
            "pt_adamw_update", "pt_adamw_update_sumsq", "pt_sum_squares", "pt_model_zero_grads")
 counts, total, in_step = collections.Counter(), 0, 0

@@ -1,5 +1,5 @@
 /* partrain core: status codes and error messages, assertions, the counting
- * allocator (memory by category), tensors, the counter-based RNG, logging and
+ * allocator (memory by category), the counter-based RNG, logging and
  * clocks. Depends on libc only. Every other layer includes this header.
  *
  * Not here: anything that knows about models, kernels or ranks. */
@@ -124,30 +124,6 @@ void pt_mem_reset_peak(void);
 /* Testing: make the n-th pt_mem_alloc call from now on fail (1 = the next
  * one); 0 disables. */
 void pt_mem_fail_after(long n);
-
-/* ---- tensors -------------------------------------------------------------
- * A tensor is a shape plus a float32 buffer. It either owns its buffer
- * (pt_tensor_new) or views someone else's (pt_tensor_view: a slice of a flat
- * parameter region, say). Shapes have at most PT_MAX_DIMS dimensions. */
-#define PT_MAX_DIMS 4
-
-typedef struct {
-    float *data;
-    int ndim;
-    int64_t shape[PT_MAX_DIMS];
-    int64_t numel;
-    pt_mem_cat cat; /* category the buffer is counted in (owned tensors) */
-    int owns;       /* 1 if pt_tensor_free frees data */
-} pt_tensor;
-
-/* New zero-filled tensor of the given shape, counted in category c. */
-pt_status pt_tensor_new(pt_tensor **out, pt_mem_cat c, int ndim, const int64_t *shape);
-/* Tensor header over a caller-owned buffer (lent, not freed). */
-pt_status pt_tensor_view(pt_tensor **out, float *data, int ndim, const int64_t *shape);
-/* Free the header and, when owned, the buffer. NULL is a no-op. */
-void pt_tensor_free(pt_tensor *t);
-/* Product of the dimensions; -1 if any is negative or it overflows. */
-int64_t pt_shape_numel(int ndim, const int64_t *shape);
 
 /* ---- counter-based RNG -----------------------------------------------------
  * Philox-4x32-10 (Salmon et al., SC'11): the output is a pure function of a

@@ -21,8 +21,10 @@
  * Threads: BLAS threads and the kernels' own threads are both set by
  * pt_kernels_set_threads; work is split by (index, count). Call the kernels
  * from one thread at a time (the pool runs one loop at a time). Our own
- * kernels give the same bits at any thread count (every reduction has a
- * fixed order); sgemm is OpenBLAS's. The pool survives fork().
+ * kernels, the own GEMM and attention give the same bits at any thread count
+ * (every reduction has a fixed order); products that go to OpenBLAS do not,
+ * only within float32 rounding (docs/architecture.md, "Bitwise
+ * guarantees"). The pool survives fork().
  *
  * Reference versions of every kernel (plain loops, the tests' oracle) live in
  * src/kernels/reference.c; nothing on the training path uses them. */
@@ -34,6 +36,26 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- OpenBLAS's CPU kernels (blas_core.c) -----------------------------------
+ * OpenBLAS picks its kernels by CPU model when it initialises and falls back
+ * to an old core (Prescott, SSE3) on models it does not know; only the
+ * environment variable OPENBLAS_CORETYPE, read at that moment, changes the
+ * choice. The CLI asks pt_blas_coretype_advice at start-up and re-executes
+ * itself with the advice set (docs/architecture.md). */
+typedef struct {
+    int avx2, fma, avx512f, avx512bw, avx512vl, avx512dq; /* 1: the CPU (and OS) has it */
+} pt_cpu_features;
+/* This CPU's features (all 0 off x86). */
+void pt_cpu_features_detect(pt_cpu_features *f);
+/* The kernel set OpenBLAS runs (openblas_get_corename: "Prescott", "Haswell",
+ * "SkylakeX", ...). */
+const char *pt_blas_corename(void);
+/* What OPENBLAS_CORETYPE to run with when the core OpenBLAS chose (corename)
+ * is below what the CPU supports: "SkylakeX" for AVX-512 F+BW+VL+DQ, "Haswell"
+ * for AVX2+FMA; NULL when the choice is already that good (or better), or
+ * the CPU has neither. Pure: no environment, no CPUID. */
+const char *pt_blas_coretype_advice(const char *corename, const pt_cpu_features *f);
 
 /* Number of threads the kernels (and BLAS) use; n >= 1. Default 1. */
 void pt_kernels_set_threads(int n);
@@ -89,8 +111,8 @@ void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, cons
                                  const float *inp, const float *weight, const float *pre, int N,
                                  int C, int OC);
 /* Linear + GELU, the MLP's c_fc: pre (N,OC) = inp @ weight + bias (saved for
- * backward), out (N,OC) = gelu(pre), both written as each output tile is
- * finished. bias may be NULL. */
+ * backward), out (N,OC) = gelu(pre) (GPT-2's tanh approximation), both written as each output tile
+ * is finished. bias may be NULL. */
 void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 
@@ -103,17 +125,6 @@ void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, con
  * column sums of dout. dinp or dbias may be NULL. */
 void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC);
-
-/* ---- GELU, tanh approximation ------------------------------------------------
- * out (N) = gelu(inp (N)). */
-void pt_gelu_forward(float *out, const float *inp, long N);
-/* dinp (N) += gelu'(inp) * dout */
-void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
-
-/* ---- residual: out = a + b ------------------------------------------------------ */
-void pt_residual_forward(float *out, const float *a, const float *b, long N);
-/* da += dout; db += dout */
-void pt_residual_backward(float *da, float *db, const float *dout, long N);
 
 /* ---- causal multi-head self-attention -----------------------------------------
  * qkv (B,T,3C): q, k, v side by side along the last dim, head h at columns

@@ -1,9 +1,15 @@
 /* partrain: the command-line tool. Dispatches to one subcommand; each lives
- * in its own cli_<name>.c. */
+ * in its own cli_<name>.c. Before that, makes sure OpenBLAS runs the best
+ * kernels this CPU has (blas_coretype_fix). */
 #include "cli_impl.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "partrain/kernels.h"
 
 static const struct {
     const char *name;
@@ -22,7 +28,46 @@ static void usage(FILE *f) {
         fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
 }
 
+/* Set by the re-executed process's parent: the value it chose. */
+#define REEXEC_MARK "PT_BLAS_REEXEC"
+
+/* OpenBLAS reads OPENBLAS_CORETYPE only when it initialises (before main),
+ * and falls back to its SSE3 `Prescott` kernels on CPU models it does not
+ * know (Debian's 0.3.21 on Emerald Rapids: sgemm 4x slower). When its choice
+ * is below what the CPU supports, set the variable and run this program
+ * again, once: the marker stops a second try. A value the user set is their
+ * choice and is left alone. Under mpirun every rank re-executes itself and
+ * only rank 0 says so. */
+static void blas_coretype_fix(char **argv) {
+    pt_cpu_features f;
+    pt_cpu_features_detect(&f);
+    const char *core = pt_blas_corename();
+    const char *want = pt_blas_coretype_advice(core, &f);
+    const char *mark = getenv(REEXEC_MARK), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    int speak = !rank || !strcmp(rank, "0");
+    if (mark) {
+        if (want && speak)
+            PT_WARN("OpenBLAS runs its %s kernels although OPENBLAS_CORETYPE=%s was set: "
+                    "matrix products are slower than this CPU allows",
+                    core, mark);
+        return;
+    }
+    if (!want || getenv("OPENBLAS_CORETYPE")) return;
+    if (speak)
+        PT_INFO("OpenBLAS chose its %s kernels on this CPU; re-running with "
+                "OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE yourself to choose)",
+                core, want);
+    fflush(stderr);
+    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0 && setenv(REEXEC_MARK, want, 1) == 0)
+        execv("/proc/self/exe", argv);
+    /* still here: the exec failed; run on with the slower kernels */
+    if (speak)
+        PT_WARN("could not re-run partrain (%s): OpenBLAS keeps its %s kernels", strerror(errno),
+                core);
+}
+
 int main(int argc, char **argv) {
+    blas_coretype_fix(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

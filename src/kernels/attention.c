@@ -25,7 +25,8 @@
  * and BLAS runs single-threaded inside each (small products parallelize badly;
  * one pair per worker keeps the cores busy). Each worker owns its own scratch
  * slot; every output element is written by exactly one pair, so no races, and
- * the result does not depend on the thread count. */
+ * the result does not depend on the thread count (BLAS stays single-threaded
+ * even for a single pair: see run_pairs). */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -168,12 +169,15 @@ static void backward_part(void *p, int index, int count) {
     }
 }
 
-/* Runs fn over the pool; with several workers BLAS is single-threaded inside. */
+/* Runs fn over the pool with BLAS single-threaded inside, also when there is
+ * only one pair to run: OpenBLAS's bits depend on its thread count (its
+ * partition of a product changes which edge kernels run), ours must not, so
+ * every (b, h) pair is computed the same way at any thread count. */
 static void run_pairs(pt_pool_fn fn, att_ctx *c) {
     int pairs = c->B * c->NH;
     int n = pt_kernels_threads();
     if (n > pairs) n = pairs;
-    if (n > 1) {
+    if (pt_kernels_threads() > 1) {
         openblas_set_num_threads(1);
         pt_pool_run(fn, c, n);
         openblas_set_num_threads(pt_kernels_threads());

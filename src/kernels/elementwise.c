@@ -1,6 +1,5 @@
-/* Row-wise and element-wise kernels: token + position embedding, LayerNorm,
- * GELU, residual add. Each splits its loop over the kernels' thread pool by
- * (index, count), and every reduction runs in a fixed order that does not
+/* Row-wise kernels: token + position embedding and LayerNorm. Each splits its loop over the
+ * kernels' thread pool by (index, count), and every reduction runs in a fixed order that does not
  * depend on the thread count, so results are bitwise the same at 1 or N
  * threads.
  *
@@ -9,11 +8,13 @@
  * owns whole output columns, so there are no races and no per-thread partial
  * buffers to allocate or combine.
  *
- * Not here: the reference versions (reference.c). */
+ * Not here: the reference versions (reference.c); GELU and the residual
+ * adds, which are fused into the linears' GEMM epilogues (matmul.c, gemm.c)
+ * and have no separate kernel. */
 #include <math.h>
 #include <string.h>
 
-#include "gelu.h"
+#include "fastmath.h"
 #include "kernels_impl.h"
 
 /* Below this many elements a parallel split costs more than it saves. */
@@ -340,89 +341,4 @@ void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, f
                 .N = N,
                 .C = C};
     ln_backward_run(&c);
-}
-
-/* ---- GELU (formula in gelu.h) --------------------------------------------- */
-
-typedef struct {
-    float *out;
-    const float *inp, *dout;
-    long N;
-} gelu_ctx;
-
-static void gelu_forward_part(void *p, int index, int count) {
-    gelu_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    float *restrict o = c->out;
-    const float *restrict x = c->inp;
-    long i = lo;
-    for (; i + PT_VW <= hi; i += PT_VW) pt_v8_store(o + i, pt_v8_gelu(pt_v8_load(x + i)));
-    for (; i < hi; i++) o[i] = pt_gelu(x[i]);
-}
-
-void pt_gelu_forward(float *out, const float *inp, long N) {
-    gelu_ctx c = {.out = out, .inp = inp, .N = N};
-    pt_pool_run(gelu_forward_part, &c, workers_for(N));
-}
-
-static void gelu_backward_part(void *p, int index, int count) {
-    gelu_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    float *restrict dx = c->out;
-    const float *restrict x = c->inp;
-    const float *restrict d = c->dout;
-    long i = lo;
-    for (; i + PT_VW <= hi; i += PT_VW)
-        pt_v8_store(dx + i,
-                    pt_v8_load(dx + i) + pt_v8_gelu_grad(pt_v8_load(x + i)) * pt_v8_load(d + i));
-    for (; i < hi; i++) dx[i] += pt_gelu_grad(x[i]) * d[i];
-}
-
-void pt_gelu_backward(float *dinp, const float *inp, const float *dout, long N) {
-    gelu_ctx c = {.out = dinp, .inp = inp, .dout = dout, .N = N};
-    pt_pool_run(gelu_backward_part, &c, workers_for(N));
-}
-
-/* ---- residual ------------------------------------------------------------------ */
-
-typedef struct {
-    float *out, *db;
-    const float *a, *b;
-    long N;
-} res_ctx;
-
-static void residual_forward_part(void *p, int index, int count) {
-    res_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    float *o = c->out; /* may alias a or b (in-place add) */
-    const float *a = c->a;
-    const float *b = c->b;
-    for (long i = lo; i < hi; i++) o[i] = a[i] + b[i];
-}
-
-void pt_residual_forward(float *out, const float *a, const float *b, long N) {
-    res_ctx c = {.out = out, .a = a, .b = b, .N = N};
-    pt_pool_run(residual_forward_part, &c, workers_for(N));
-}
-
-static void residual_backward_part(void *p, int index, int count) {
-    res_ctx *c = p;
-    long lo, hi;
-    pt_split_range(c->N, index, count, &lo, &hi);
-    /* No restrict: callers may pass overlapping buffers here. */
-    float *da = c->out;
-    float *db = c->db;
-    const float *d = c->a;
-    for (long i = lo; i < hi; i++) {
-        da[i] += d[i];
-        db[i] += d[i];
-    }
-}
-
-void pt_residual_backward(float *da, float *db, const float *dout, long N) {
-    res_ctx c = {.out = da, .db = db, .a = dout, .N = N};
-    pt_pool_run(residual_backward_part, &c, workers_for(N));
 }

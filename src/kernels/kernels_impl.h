@@ -87,10 +87,11 @@ void pt_ref_matmul_forward_wt(float *out, const float *inp, const float *weight,
                               int N, int C, int OC);
 void pt_ref_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, int N, int C, int OC);
+/* GELU has no public kernel (it is fused into pt_matmul_gelu_forward and
+ * pt_matmul_backward_gelu_set): out (N) = gelu(inp), dinp (N) += gelu'(inp)
+ * * dout, the oracle of those epilogues. */
 void pt_ref_gelu_forward(float *out, const float *inp, long N);
 void pt_ref_gelu_backward(float *dinp, const float *inp, const float *dout, long N);
-void pt_ref_residual_forward(float *out, const float *a, const float *b, long N);
-void pt_ref_residual_backward(float *da, float *db, const float *dout, long N);
 /* scratch: at least T floats. */
 void pt_ref_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH);
@@ -101,6 +102,5 @@ void pt_ref_softmax_xent_forward_backward(float *losses, float *dlogits, const f
 void pt_ref_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t,
                          float grad_scale);
-double pt_ref_sum_squares(const float *x, long n);
 
 #endif

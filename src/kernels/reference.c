@@ -177,17 +177,6 @@ void pt_ref_gelu_backward(float *dinp, const float *inp, const float *dout, long
     }
 }
 
-void pt_ref_residual_forward(float *out, const float *a, const float *b, long N) {
-    for (long i = 0; i < N; i++) out[i] = a[i] + b[i];
-}
-
-void pt_ref_residual_backward(float *da, float *db, const float *dout, long N) {
-    for (long i = 0; i < N; i++) {
-        da[i] += dout[i];
-        db[i] += dout[i];
-    }
-}
-
 void pt_ref_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                               int NH) {
     int hs = C / NH;
@@ -301,10 +290,4 @@ void pt_ref_adamw_update(float *param, const float *grad, float *m, float *v, lo
         float vhat = v[i] / bc2;
         param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
     }
-}
-
-double pt_ref_sum_squares(const float *x, long n) {
-    double s = 0.0;
-    for (long i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
 }

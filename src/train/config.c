@@ -79,8 +79,9 @@ static const key_def keys[] = {
      "ZeRO-3: keep a unit's gathered parameters from its forward to its backward"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
-    {"parallel.schedule", K_STRING, OFF(parallel.schedule), "1f1b", 0, 0, "gpipe|1f1b",
-     "pipeline schedule"},
+    {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
+     "none|gpipe|1f1b|interleaved|zb1|zbv",
+     "pipeline schedule (none: no pipeline; the pipeline schedules are not supported yet)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
     {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
@@ -357,6 +358,13 @@ pt_status pt_config_validate(const pt_config *c) {
             return pt_error_set(PT_ERR_UNSUPPORTED,
                                 "%s = %d is not supported yet (data parallel only: %d)",
                                 single[i].name, single[i].v, single[i].want);
+    /* The names DESIGN.md reserves parse, so that configs can be written for
+     * them; none runs until pipelines exist. */
+    if (strcmp(c->parallel.schedule, "none") != 0)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "parallel.schedule = %s is not supported yet (no pipeline "
+                            "parallelism: leave it at none)",
+                            c->parallel.schedule);
     if (c->parallel.zero > 0 && c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.zero = %d needs parallel.sync = sync (got %s): sharded "

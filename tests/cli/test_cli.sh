@@ -21,7 +21,9 @@ expect_fail() {
     shift 2
     "$@" >"$T/out" 2>"$T/err"
     local rc=$? lines
-    lines=$(wc -l <"$T/err")
+    # On CPUs where OpenBLAS picks kernels below the CPU's, partrain says once
+    # that it re-runs itself (test_blas_reexec.sh): not part of the error.
+    lines=$(grep -vc '^partrain info: OpenBLAS chose its' "$T/err")
     if [ $rc -eq 0 ]; then
         bad "$name" "exit 0"
     elif [ $rc -ge 128 ]; then

@@ -1,6 +1,6 @@
 /* Core: status messages, the counting allocator (categories, peaks, injected
- * failure), input files (regular files only, never blocking on a FIFO),
- * tensors and the counter-based RNG (reference vector, layout independence,
+ * failure), input files (regular files only, never blocking on a FIFO)
+ * and the counter-based RNG (reference vector, layout independence,
  * distribution moments). */
 #include "partrain/core.h"
 #include "pt_test.h"
@@ -156,19 +156,6 @@ static void test_open_regular(void) {
     CHECK(system(cmd) == 0);
 }
 
-static void test_tensor(void) {
-    pt_tensor *t = NULL;
-    int64_t shape[2] = {3, 5};
-    CHECK_OK(pt_tensor_new(&t, PT_MEM_ACTS, 2, shape));
-    CHECK_EQ(t->numel, 15);
-    CHECK(t->data[14] == 0.0f);
-    pt_tensor_free(t);
-    int64_t bad[2] = {3, -1};
-    CHECK_EQ(pt_tensor_new(&t, PT_MEM_ACTS, 2, bad), PT_ERR_INVALID);
-    CHECK(t == NULL);
-    pt_tensor_free(NULL);
-}
-
 static void test_philox_known_answer(void) {
     /* Random123's known-answer test for philox4x32_10 with counter and key
      * all ones (kat_vectors: ffffffff... -> 408f276d 41c83b0e a20bc7c6 6d5451fd). */
@@ -220,7 +207,6 @@ int main(void) {
     RUN(test_mem_large);
     RUN(test_read_text_file);
     RUN(test_open_regular);
-    RUN(test_tensor);
     RUN(test_philox_known_answer);
     RUN(test_rng_layout_independent);
     RUN(test_rng_moments);

@@ -12,9 +12,11 @@
 
 #include "partrain/kernels.h"
 
-enum { K_ENC, K_LN, K_MM, K_ATT, K_GELU, K_RES, K_HEAD, K_XENT, K_ADAM, K_ZERO, K_N };
-static const char *KNAMES[K_N] = {"encoder",  "layernorm", "matmul", "attention", "gelu",
-                                  "residual", "lm head",   "xent",   "adamw",     "zero grad"};
+/* GELU and the residual adds are fused into the linears (matmul.c), as in
+ * the model (src/model/modules.c): they count under matmul. */
+enum { K_ENC, K_LN, K_MM, K_ATT, K_HEAD, K_XENT, K_ADAM, K_ZERO, K_N };
+static const char *KNAMES[K_N] = {"encoder", "layernorm", "matmul", "attention",
+                                  "lm head", "xent",      "adamw",  "zero grad"};
 static double g_t[K_N];
 #define TIMED(k, call)                                                                             \
     do {                                                                                           \
@@ -96,14 +98,13 @@ int main(int argc, char **argv) {
     long NC = (long)N * C;
     float *enc = malloc(NC * 4), *ln1 = malloc(L * NC * 4), *ln1m = malloc(L * N * 4),
           *ln1r = malloc(L * N * 4), *qkv = malloc(L * NC * 3 * 4), *atty = malloc(L * NC * 4),
-          *att = malloc((size_t)L * B * NH * T * T * 4), *attp = malloc(L * NC * 4),
-          *res2 = malloc(L * NC * 4), *ln2 = malloc(L * NC * 4), *ln2m = malloc(L * N * 4),
-          *ln2r = malloc(L * N * 4), *fch = malloc(L * NC * 4 * 4), *fcg = malloc(L * NC * 4 * 4),
-          *fcp = malloc(L * NC * 4), *res3 = malloc(L * NC * 4), *lnf = malloc(NC * 4),
-          *lnfm = malloc(N * 4), *lnfr = malloc(N * 4), *logits = malloc((size_t)N * V * 4),
-          *losses = malloc(N * 4);
-    float *dres = calloc(NC, 4), *dtmp = calloc(NC, 4), *dbig = calloc(NC * 4, 4),
-          *dbig2 = calloc(NC * 4, 4), *dqkv = calloc(NC * 3, 4), *dattp = calloc(NC, 4);
+          *att = malloc((size_t)L * B * NH * T * T * 4), *res2 = malloc(L * NC * 4),
+          *ln2 = malloc(L * NC * 4), *ln2m = malloc(L * N * 4), *ln2r = malloc(L * N * 4),
+          *fch = malloc(L * NC * 4 * 4), *fcg = malloc(L * NC * 4 * 4), *res3 = malloc(L * NC * 4),
+          *lnf = malloc(NC * 4), *lnfm = malloc(N * 4), *lnfr = malloc(N * 4),
+          *logits = malloc((size_t)N * V * 4), *losses = malloc(N * 4);
+    float *dres = calloc(NC, 4), *dres2 = calloc(NC, 4), *dtmp = calloc(NC, 4),
+          *dbig = calloc(NC * 4, 4), *dqkv = calloc(NC * 3, 4), *dattp = calloc(NC, 4);
     float *scratch = malloc(pt_attention_scratch_floats(B, T, C, NH) * 4);
     int *inp = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) inp[i] = (i * 31) % V, tgt[i] = (i * 17 + 3) % V;
@@ -122,19 +123,16 @@ int main(int argc, char **argv) {
                                     P.qkvb + l * 3 * C, N, C, 3 * C));
             TIMED(K_ATT, pt_attention_forward(atty + l * NC, att + (long)l * B * NH * T * T,
                                               qkv + l * NC * 3, B, T, C, NH));
-            TIMED(K_MM, pt_matmul_forward(attp + l * NC, atty + l * NC, P.projw + (long)l * C * C,
-                                          P.projb + l * C, N, C, C));
-            TIMED(K_RES, pt_residual_forward(res2 + l * NC, x, attp + l * NC, NC));
+            TIMED(K_MM, pt_matmul_forward_res(res2 + l * NC, x, atty + l * NC,
+                                              P.projw + (long)l * C * C, P.projb + l * C, N, C, C));
             TIMED(K_LN, pt_layernorm_forward(ln2 + l * NC, ln2m + l * N, ln2r + l * N,
                                              res2 + l * NC, P.ln2w + l * C, P.ln2b + l * C, N, C));
+            TIMED(K_MM, pt_matmul_gelu_forward(fch + l * NC * 4, fcg + l * NC * 4, ln2 + l * NC,
+                                               P.fcw + (long)l * C * 4 * C, P.fcb + l * 4 * C, N, C,
+                                               4 * C));
             TIMED(K_MM,
-                  pt_matmul_forward(fch + l * NC * 4, ln2 + l * NC, P.fcw + (long)l * C * 4 * C,
-                                    P.fcb + l * 4 * C, N, C, 4 * C));
-            TIMED(K_GELU, pt_gelu_forward(fcg + l * NC * 4, fch + l * NC * 4, NC * 4));
-            TIMED(K_MM,
-                  pt_matmul_forward(fcp + l * NC, fcg + l * NC * 4, P.fcpw + (long)l * 4 * C * C,
-                                    P.fcpb + l * C, N, 4 * C, C));
-            TIMED(K_RES, pt_residual_forward(res3 + l * NC, res2 + l * NC, fcp + l * NC, NC));
+                  pt_matmul_forward_res(res3 + l * NC, res2 + l * NC, fcg + l * NC * 4,
+                                        P.fcpw + (long)l * 4 * C * C, P.fcpb + l * C, N, 4 * C, C));
         }
         TIMED(K_LN,
               pt_layernorm_forward(lnf, lnfm, lnfr, res3 + (L - 1) * NC, P.lnfw, P.lnfb, N, C));
@@ -148,32 +146,30 @@ int main(int argc, char **argv) {
                                           lnfm, lnfr, N, C));
         for (int l = L - 1; l >= 0; l--) {
             float *x = l == 0 ? enc : res3 + (l - 1) * NC;
-            /* dres holds d(res3[l]); it flows to res2 and x unchanged: keep it
-             * in dres, add the branch gradients into it. */
-            memset(dbig, 0, NC * 4 * 4), memset(dbig2, 0, NC * 4 * 4);
+            /* dres holds d(res3[l]); the _set kernels overwrite their input
+             * gradient and the _res LayerNorm adds the residual's, as in
+             * the model's block backward: nothing is zeroed first */
             TIMED(K_MM,
-                  pt_matmul_backward(dbig, G.fcpw + (long)l * 4 * C * C, G.fcpb + l * C, dres,
-                                     fcg + l * NC * 4, P.fcpw + (long)l * 4 * C * C, N, 4 * C, C));
-            TIMED(K_GELU, pt_gelu_backward(dbig2, fch + l * NC * 4, dbig, NC * 4));
-            memset(dtmp, 0, NC * 4);
+                  pt_matmul_backward_gelu_set(dbig, G.fcpw + (long)l * 4 * C * C, G.fcpb + l * C,
+                                              dres, fcg + l * NC * 4, P.fcpw + (long)l * 4 * C * C,
+                                              fch + l * NC * 4, N, 4 * C, C));
             TIMED(K_MM,
-                  pt_matmul_backward(dtmp, G.fcw + (long)l * C * 4 * C, G.fcb + l * 4 * C, dbig2,
-                                     ln2 + l * NC, P.fcw + (long)l * C * 4 * C, N, C, 4 * C));
+                  pt_matmul_backward_set(dtmp, G.fcw + (long)l * C * 4 * C, G.fcb + l * 4 * C, dbig,
+                                         ln2 + l * NC, P.fcw + (long)l * C * 4 * C, N, C, 4 * C));
+            TIMED(K_LN, pt_layernorm_backward_res(dres2, dres, G.ln2w + l * C, G.ln2b + l * C, dtmp,
+                                                  res2 + l * NC, P.ln2w + l * C, ln2m + l * N,
+                                                  ln2r + l * N, N, C));
+            TIMED(K_MM,
+                  pt_matmul_backward_set(dattp, G.projw + (long)l * C * C, G.projb + l * C, dres2,
+                                         atty + l * NC, P.projw + (long)l * C * C, N, C, C));
+            TIMED(K_ATT, pt_attention_backward_set(dqkv, scratch, dattp, qkv + l * NC * 3,
+                                                   att + (long)l * B * NH * T * T, B, T, C, NH));
+            TIMED(K_MM, pt_matmul_backward_set(dtmp, G.qkvw + (long)l * C * 3 * C,
+                                               G.qkvb + l * 3 * C, dqkv, ln1 + l * NC,
+                                               P.qkvw + (long)l * C * 3 * C, N, C, 3 * C));
             TIMED(K_LN,
-                  pt_layernorm_backward(dres, G.ln2w + l * C, G.ln2b + l * C, dtmp, res2 + l * NC,
-                                        P.ln2w + l * C, ln2m + l * N, ln2r + l * N, N, C));
-            memset(dattp, 0, NC * 4);
-            TIMED(K_MM, pt_matmul_backward(dattp, G.projw + (long)l * C * C, G.projb + l * C, dres,
-                                           atty + l * NC, P.projw + (long)l * C * C, N, C, C));
-            memset(dqkv, 0, NC * 3 * 4);
-            TIMED(K_ATT, pt_attention_backward(dqkv, scratch, dattp, qkv + l * NC * 3,
-                                               att + (long)l * B * NH * T * T, B, T, C, NH));
-            memset(dtmp, 0, NC * 4);
-            TIMED(K_MM,
-                  pt_matmul_backward(dtmp, G.qkvw + (long)l * C * 3 * C, G.qkvb + l * 3 * C, dqkv,
-                                     ln1 + l * NC, P.qkvw + (long)l * C * 3 * C, N, C, 3 * C));
-            TIMED(K_LN, pt_layernorm_backward(dres, G.ln1w + l * C, G.ln1b + l * C, dtmp, x,
-                                              P.ln1w + l * C, ln1m + l * N, ln1r + l * N, N, C));
+                  pt_layernorm_backward_res(dres, dres2, G.ln1w + l * C, G.ln1b + l * C, dtmp, x,
+                                            P.ln1w + l * C, ln1m + l * N, ln1r + l * N, N, C));
             (void)x;
         }
         TIMED(K_ENC, pt_encoder_backward(G.wte, G.wpe, dres, inp, B, T, C));

@@ -122,6 +122,16 @@ static void test_config(void) {
     CHECK_OK(pt_config_set(&c, "parallel.tp=2"));
     CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.tp") &&
           msg_has("not supported yet"));
+    /* no pipelines yet: the default schedule is none, and the names DESIGN.md
+     * reserves parse but do not validate */
+    pt_config_defaults(&c);
+    CHECK(!strcmp(c.parallel.schedule, "none"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=1f1b"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.schedule = 1f1b") &&
+          msg_has("not supported yet"));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=zbv"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED);
     pt_config_defaults(&c);
     c.train.batch_size = 6;
     c.parallel.microbatches = 4;
