@@ -145,14 +145,14 @@ int pt_cli_train(int argc, char **argv) {
                      cfg.parallel.dp, nproc, nproc);
             return fail(msg);
         }
-        run_args a = {&cfg, resume, {"shm", 0}};
+        run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};
         int code = 0;
         if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
             return fail(pt_error_message());
         return code == 0 ? 0 : 1;
     }
     if (backend) {
-        pt_comm_options o = {backend, 0};
+        pt_comm_options o = {backend, cfg.comm.timeout};
         return run_with_world(&cfg, resume, &o);
     }
     return run(&cfg, resume, NULL);

@@ -99,6 +99,9 @@ static const key_def keys[] = {
      "checkpoint directory (empty: no checkpoints)"},
     {"checkpoint.every", K_INT, OFF(checkpoint.every), "0", 0, 1e9, NULL,
      "save every N steps (0: only at the end)"},
+    {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
+     "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
+     "naming it; saves wait for rank 0's writes as long as it is alive"},
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,

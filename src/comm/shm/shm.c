@@ -60,6 +60,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -98,7 +99,12 @@ static size_t ring_bytes_for(int n) {
 #define OP_SPLIT  PT_OP_COUNT /* op code of split, for messages */
 
 enum { RANK_NONE = 0, RANK_RUNNING, RANK_EXITED, RANK_FAILED };
-enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED };
+enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED, ABORT_FAULT };
+/* shm_rank_info.beat of a rank that has no heartbeat any more (its world was
+ * freed): never stale. 0: not started yet, not checked either. */
+#define BEAT_OFF UINT64_MAX
+/* Free extents of the sub-communicator pool (reused by later splits). */
+#define PT_SHM_FREE_MAX 256
 
 typedef struct {
     _Atomic int state;
@@ -107,8 +113,17 @@ typedef struct {
     _Atomic int cur_op;
     _Atomic int last_op;
     _Atomic long step;
-    char err[224]; /* the rank's first comm error, for the launcher's summary */
+    /* Liveness, separate from progress: the rank's heartbeat thread stores
+     * pt_time_ns() here every beat period, whatever its main thread does
+     * (a slow disk write is alive, a SIGSTOPped process is not). */
+    _Atomic uint64_t beat;
+    _Atomic int waiting_on; /* world rank one of its threads waits for, -1 none */
+    char err[224];          /* the rank's first comm error, for the launcher's summary */
 } shm_rank_info;
+
+typedef struct {
+    uint64_t off, bytes;
+} shm_extent;
 
 struct pt_shm_job {
     uint32_t magic;
@@ -118,8 +133,17 @@ struct pt_shm_job {
     uint64_t stage_bytes; /* staging half of every region */
     uint64_t world_off;
     _Atomic uint64_t next_off; /* bump pointer for sub-communicator regions */
+    _Atomic int pool_lock;     /* spin lock of the free extents below */
+    int nfree;
+    shm_extent free_ext[PT_SHM_FREE_MAX]; /* freed regions, reused by split */
     _Atomic int aborted;
     _Atomic int dead_rank;
+    /* The job's verdict on a fault a rank noticed (a stalled or silent
+     * rank): the first to notice writes it (verdict_lock) and then sets
+     * aborted = ABORT_FAULT, so that every wait of every rank returns it. */
+    _Atomic int verdict_lock;
+    int culprit, noticed_by, verdict_st;
+    char verdict[200];
     char pad1[64];
     _Atomic uint32_t futex; /* bumped and woken when a sleeper may care */
     _Atomic int sleepers;
@@ -178,7 +202,8 @@ typedef struct {
     char *stage;
     char *rings;
     int rank, n, wrank;
-    double timeout_s;
+    double timeout_s; /* progress: a live peer that does not take part (pt_comm_set_timeout) */
+    double live_s;    /* liveness: a peer without a heartbeat (the job's comm timeout) */
     uint64_t spin_ns;          /* most spinning per wait */
     _Atomic uint64_t spin_cur; /* current spin budget (adaptive) */
     uint64_t epoch;            /* syncs done */
@@ -253,7 +278,9 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     job->world_off = round_up(sizeof(pt_shm_job), 4096);
     job->stage_bytes = stage_bytes_default();
     atomic_store(&job->next_off, job->world_off + region_size(nranks, job->stage_bytes));
+    job->culprit = -1;
     for (int r = 0; r < PT_SHM_MAX_RANKS; r++) {
+        atomic_store(&job->ranks[r].waiting_on, -1);
         atomic_store(&job->ranks[r].cur_op, -1);
         atomic_store(&job->ranks[r].last_op, -1);
         atomic_store(&job->ranks[r].step, -1);
@@ -381,6 +408,9 @@ static pt_status check_abort(shm_ctx *x, int op) {
     if (a == ABORT_NONE) return PT_OK;
     if (a == ABORT_INTERRUPTED)
         return pt_error_set(PT_ERR_INTERRUPTED, "%s: job interrupted", op_name(op));
+    if (a == ABORT_FAULT)
+        return pt_error_set(x->job->verdict_st, "%s: %s (noticed by rank %d); job stopped",
+                            op_name(op), x->job->verdict, x->job->noticed_by);
     int d = atomic_load(&x->job->dead_rank);
     char why[96];
     describe_status(atomic_load(&x->job->ranks[d].wstatus), why, sizeof why);
@@ -404,6 +434,56 @@ static pt_status check_peer(shm_ctx *x, int m, int op) {
     return PT_OK;
 }
 
+/* Make `reason` (about world rank culprit) the job's verdict unless another
+ * rank was first, and return the job's verdict as this rank's error: every
+ * rank then fails with the same line, and the launcher's summary names the
+ * culprit (not the rank that happened to exit first). */
+static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
+                                 const char *reason) {
+    pt_shm_job *job = x->job;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&job->verdict_lock, &expected, 1)) {
+        job->culprit = culprit;
+        job->noticed_by = x->wrank;
+        job->verdict_st = st;
+        snprintf(job->verdict, sizeof job->verdict, "%s", reason);
+        expected = ABORT_NONE;
+        atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_FAULT);
+        wake_all(job);
+    }
+    pt_status e = check_abort(x, op);
+    /* Another abort (a death the launcher saw, Ctrl-C) came first: that one. */
+    return e != PT_OK ? e : pt_error_set(st, "%s: %s", op_name(op), reason);
+}
+
+/* A rank whose heartbeat stopped more than live_s ago (SIGSTOP, a frozen
+ * host process): -1 if none. *age_s gets its silence. */
+static int stale_rank(shm_ctx *x, uint64_t now, double *age_s) {
+    uint64_t live_ns = (uint64_t)(x->live_s * 1e9);
+    for (int r = 0; r < x->job->nranks; r++) {
+        if (r == x->wrank) continue;
+        shm_rank_info *ri = &x->job->ranks[r];
+        if (atomic_load_explicit(&ri->state, memory_order_acquire) != RANK_RUNNING) continue;
+        uint64_t b = atomic_load_explicit(&ri->beat, memory_order_acquire);
+        if (b == 0 || b == BEAT_OFF || now <= b + live_ns) continue;
+        *age_s = (double)(now - b) * 1e-9;
+        return r;
+    }
+    return -1;
+}
+
+/* Whom to blame when world rank w did not take part in time: follow what
+ * each rank waits for (w may itself wait for another) to a rank that waits
+ * for nobody, the one holding everyone up. */
+static int blame_chain(shm_ctx *x, int w) {
+    for (int hops = 0; hops < x->job->nranks; hops++) {
+        int next = atomic_load_explicit(&x->job->ranks[w].waiting_on, memory_order_acquire);
+        if (next < 0 || next == x->wrank || next == w) break;
+        w = next;
+    }
+    return w;
+}
+
 typedef int (*pending_fn)(shm_ctx *x, const void *arg);
 
 /* Wait until pending() returns -1; it otherwise returns the member being
@@ -414,6 +494,8 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
     uint64_t t0 = pt_time_ns(), now = t0;
     uint64_t timeout_ns = (uint64_t)(x->timeout_s * 1e9);
     uint64_t next_peer_check = t0 + 50000000ull;
+    _Atomic int *my_wait = &x->job->ranks[x->wrank].waiting_on;
+    int waiting_on = -1; /* what this wait published in my_wait */
     /* Adaptive spin: a wait that ends within the spin budget grows it (up to
      * spin_ns), one that has to yield halves it. On a loaded machine the
      * peer often needs the very core we would spin on (measured, 2 ranks on
@@ -423,6 +505,7 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
     for (unsigned i = 1;; i++) {
         who = pending(x, arg);
         if (who < 0) {
+            if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
             uint64_t grown = spin + spin / 4 + 500, halved = spin / 2 > 500 ? spin / 2 : 500;
             if (now - t0 < spin)
                 atomic_store_explicit(&x->spin_cur, grown < x->spin_ns ? grown : x->spin_ns,
@@ -432,7 +515,11 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
             return PT_OK;
         }
         if ((i & 63) == 0 || now - t0 >= spin) {
-            PT_CHECK(check_abort(x, op));
+            pt_status a = check_abort(x, op);
+            if (a != PT_OK) {
+                if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
+                return a;
+            }
             now = pt_time_ns();
         }
         if (now - t0 < spin) {
@@ -441,19 +528,45 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
 #endif
             continue;
         }
+        int ww = x->reg->world_rank[who];
+        if (ww != waiting_on) { /* for blame_chain in the other ranks */
+            atomic_store_explicit(my_wait, ww, memory_order_release);
+            waiting_on = ww;
+        }
+        pt_status fault = PT_OK;
         if (now >= next_peer_check) {
             next_peer_check = now + 50000000ull;
             if (check_peer(x, who, op) != PT_OK) {
                 /* It may have finished its part and then exited. */
-                if (pending(x, arg) < 0) return PT_OK;
-                return check_peer(x, who, op);
+                if (pending(x, arg) < 0) continue;
+                fault = check_peer(x, who, op);
+                char reason[200];
+                snprintf(reason, sizeof reason, "%s", pt_error_message());
+                /* check_peer's message starts with "op: ": the reason is the rest */
+                const char *r = strstr(reason, ": ");
+                fault = publish_verdict(x, ww, fault, op, r ? r + 2 : reason);
+            }
+            double age = 0;
+            int st = fault == PT_OK ? stale_rank(x, now, &age) : -1;
+            if (st >= 0) {
+                char reason[200];
+                snprintf(reason, sizeof reason,
+                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
+                         "or overloaded; comm.timeout %.3g s)",
+                         st, age, x->live_s);
+                fault = publish_verdict(x, st, PT_ERR_TIMEOUT, op, reason);
             }
         }
-        if (now - t0 > timeout_ns) {
-            char w[64];
-            name_member(x, who, w, sizeof w);
-            return pt_error_set(PT_ERR_TIMEOUT, "%s: %s did not take part within %.3g s",
-                                op_name(op), w, x->timeout_s);
+        if (fault == PT_OK && now - t0 > timeout_ns) {
+            int c = blame_chain(x, ww);
+            char reason[200];
+            snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", c,
+                     x->timeout_s);
+            fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, reason);
+        }
+        if (fault != PT_OK) {
+            if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
+            return fault;
         }
         if (now - t0 < spin + 1000000ull) {
             sched_yield();
@@ -1195,8 +1308,8 @@ static void cma_shape(shm_ctx *x) {
     if (x->cma_c == 0) x->cma_c = 16;
 }
 
-static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, int is_world,
-                         shm_ctx **out) {
+static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, double live_s,
+                         int is_world, shm_ctx **out) {
     shm_ctx *x = calloc(1, sizeof *x);
     if (!x) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a context");
     x->map = map;
@@ -1209,7 +1322,8 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     x->rings = (char *)x->reg + ring_off(x->n, x->reg->stage_bytes);
     x->rank = rank;
     x->wrank = x->reg->world_rank[rank];
-    x->timeout_s = map->job->timeout_s > 0 ? map->job->timeout_s : timeout_s;
+    x->timeout_s = timeout_s;
+    x->live_s = live_s;
     x->spin_ns = spin_ns_for(map->job->nranks);
     atomic_store(&x->spin_cur, x->spin_ns);
     pipe_shape(x);
@@ -1219,6 +1333,137 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     atomic_fetch_add(&map->refs, 1);
     *out = x;
     return PT_OK;
+}
+
+/* ---- heartbeat: one thread per rank process with a world of several ----
+ * Stores pt_time_ns() into the rank's beat every period (live_s / 20, from
+ * 5 to 200 ms), independently of the main and progress threads. Waiters
+ * compare it with their clock (one host: one monotonic clock). The thread
+ * starts with every signal blocked, like the progress threads. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int running, stop;
+    shm_rank_info *ri;
+    uint64_t period_ns;
+} hb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *hb_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&hb.mu);
+    while (!hb.stop) {
+        atomic_store_explicit(&hb.ri->beat, pt_time_ns(), memory_order_release);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&hb.cv, &hb.mu, &ts);
+    }
+    pthread_mutex_unlock(&hb.mu);
+    return NULL;
+}
+
+/* A child forked while a heartbeat ran has no such thread. */
+static void hb_after_fork(void) {
+    pthread_mutex_init(&hb.mu, NULL);
+    pthread_cond_init(&hb.cv, NULL);
+    hb.running = 0;
+}
+
+static pt_status hb_start(pt_shm_job *job, int wrank, double live_s) {
+    if (job->nranks < 2 || hb.running) return PT_OK;
+    static int atfork_set;
+    if (!atfork_set) atfork_set = pthread_atfork(NULL, NULL, hb_after_fork) == 0;
+    double p = live_s / 20;
+    p = p < 0.005 ? 0.005 : p > 0.2 ? 0.2 : p;
+    hb.ri = &job->ranks[wrank];
+    hb.period_ns = (uint64_t)(p * 1e9);
+    hb.stop = 0;
+    atomic_store(&hb.ri->beat, pt_time_ns());
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) return pt_error_set(PT_ERR_INTERNAL, "shm: cannot start the heartbeat thread (%d)", e);
+    hb.running = 1;
+    return PT_OK;
+}
+
+/* The world is freed: no heartbeat from here on, and none is expected. */
+static void hb_stop(void) {
+    if (!hb.running) return;
+    pthread_mutex_lock(&hb.mu);
+    hb.stop = 1;
+    pthread_cond_signal(&hb.cv);
+    pthread_mutex_unlock(&hb.mu);
+    pthread_join(hb.thread, NULL);
+    atomic_store(&hb.ri->beat, BEAT_OFF);
+    hb.running = 0;
+}
+
+/* ---- the sub-communicator pool: freed regions are reused ---- */
+
+static void pool_lock(pt_shm_job *job) {
+    int expected = 0;
+    while (!atomic_compare_exchange_weak(&job->pool_lock, &expected, 1)) {
+        expected = 0;
+        sched_yield();
+    }
+}
+static void pool_unlock(pt_shm_job *job) {
+    atomic_store_explicit(&job->pool_lock, 0, memory_order_release);
+}
+
+/* Offset of `need` bytes for a new region (first fit among freed extents,
+ * else from the bump pointer), 0 when the arena is full. */
+static uint64_t pool_take(pt_shm_job *job, uint64_t need) {
+    pool_lock(job);
+    uint64_t off = 0;
+    for (int i = 0; i < job->nfree && !off; i++) {
+        shm_extent *e = &job->free_ext[i];
+        if (e->bytes < need) continue;
+        off = e->off;
+        e->off += need;
+        e->bytes -= need;
+        if (e->bytes == 0) job->free_ext[i] = job->free_ext[--job->nfree];
+    }
+    if (!off) {
+        uint64_t o = atomic_load(&job->next_off);
+        if (o + need <= job->total) {
+            off = o;
+            atomic_store(&job->next_off, o + need);
+        }
+    }
+    pool_unlock(job);
+    return off;
+}
+
+/* Give [off, off + bytes) back, merged with free neighbours; the extent at
+ * the bump pointer lowers it instead. A full table drops the extent (its
+ * address space is lost to this job, nothing else). */
+static void pool_give(pt_shm_job *job, uint64_t off, uint64_t bytes) {
+    pool_lock(job);
+    for (int merged = 1; merged;) {
+        merged = 0;
+        for (int i = 0; i < job->nfree; i++) {
+            shm_extent *e = &job->free_ext[i];
+            if (e->off + e->bytes == off || off + bytes == e->off) {
+                if (e->off < off) off = e->off;
+                bytes += e->bytes;
+                job->free_ext[i] = job->free_ext[--job->nfree];
+                merged = 1;
+                break;
+            }
+        }
+    }
+    if (off + bytes == atomic_load(&job->next_off))
+        atomic_store(&job->next_off, off);
+    else if (job->nfree < PT_SHM_FREE_MAX)
+        job->free_ext[job->nfree++] = (shm_extent){off, bytes};
+    pool_unlock(job);
 }
 
 static void map_release(shm_map *map) {
@@ -1231,9 +1476,14 @@ static void map_release(shm_map *map) {
 static void shm_free(void *ctx) {
     shm_ctx *x = ctx;
     if (!x) return;
-    if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1)
-        madvise(x->reg, region_size(x->n, x->reg->stage_bytes),
-                MADV_REMOVE); /* give the pages back */
+    if (x->is_world && hb.running && hb.ri == &x->job->ranks[x->wrank]) hb_stop();
+    if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1) {
+        /* The last member: give the pages back (they read as zeros when
+         * reused, as a fresh region's flags must) and the range to the pool. */
+        size_t bytes = region_size(x->n, x->reg->stage_bytes);
+        if (madvise(x->reg, bytes, MADV_REMOVE) != 0) memset(x->reg, 0, bytes);
+        pool_give(x->job, x->reg_off, bytes);
+    }
     for (int p = 0; p < x->n; p++)
         while (x->unexpected[p]) {
             shm_unexpected *u = x->unexpected[p];
@@ -1290,8 +1540,8 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
     PT_ASSERT(me >= 0);
     if (leader == x->rank) {
         uint64_t need = region_size(m, x->job->stage_bytes);
-        uint64_t off = atomic_fetch_add(&x->job->next_off, need);
-        if (off + need > x->job->total) {
+        uint64_t off = pool_take(x->job, need);
+        if (off == 0) {
             x->ctl[x->rank].split_off = 0;
         } else {
             shm_region *r = (shm_region *)((char *)x->job + off);
@@ -1313,7 +1563,7 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
                                    "sub-communicator (%llu bytes reserved)",
                                    (unsigned long long)x->job->total));
     shm_ctx *y;
-    st = ctx_new(x->map, off, me, x->timeout_s, 0, &y);
+    st = ctx_new(x->map, off, me, x->timeout_s, x->live_s, 0, &y);
     if (st != PT_OK) return op_end(x, OP_SPLIT, st);
     *out_ctx = y;
     *rank = me;
@@ -1364,9 +1614,16 @@ static pt_status world_from(pt_shm_job *job, size_t total, int rank, double time
     map->total = total;
     atomic_store(&map->refs, 1); /* held until the world context is made */
     shm_ctx *x;
-    pt_status st = ctx_new(map, job->world_off, rank, timeout_s, 1, &x);
+    /* The launcher's (or creator's) timeout wins: every rank then agrees. */
+    double t = job->timeout_s > 0 ? job->timeout_s : timeout_s > 0 ? timeout_s : 10.0;
+    pt_status st = ctx_new(map, job->world_off, rank, t, t, 1, &x);
     map_release(map); /* the context holds it now (or, on failure, nobody) */
     if (st != PT_OK) return st;
+    st = hb_start(job, rank, t);
+    if (st != PT_OK) {
+        shm_free(x);
+        return st;
+    }
     *be = &shm_backend;
     *ctx = x;
     *out_rank = rank;
@@ -1451,6 +1708,15 @@ void pt_shm_job_interrupt(pt_shm_job *job) {
     int expected = ABORT_NONE;
     atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_INTERRUPTED);
     wake_all(job);
+}
+
+int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason) {
+    pt_shm_job *j = (pt_shm_job *)job;
+    if (atomic_load_explicit(&j->aborted, memory_order_acquire) != ABORT_FAULT) return 0;
+    *culprit = j->culprit;
+    *noticed_by = j->noticed_by;
+    *reason = j->verdict;
+    return 1;
 }
 
 void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,
