@@ -204,7 +204,7 @@ typedef struct {
     int rank, n, wrank;
     double timeout_s; /* progress: a live peer that does not take part (pt_comm_set_timeout) */
     double live_s;    /* liveness: a peer without a heartbeat (the job's comm timeout) */
-    uint64_t spin_ns;          /* most spinning per wait */
+    uint64_t spin_ns; /* most spinning per wait */
     _Atomic uint64_t spin_cur; /* current spin budget (adaptive) */
     uint64_t epoch;            /* syncs done */
     uint64_t round;            /* rounds done: selects the staging half */
@@ -560,8 +560,18 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
         if (fault == PT_OK && now - t0 > timeout_ns) {
             int c = blame_chain(x, ww);
             char reason[200];
-            snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", c,
-                     x->timeout_s);
+            /* Silent for over half the liveness timeout (ten beat periods): it
+             * is frozen, not merely elsewhere. */
+            uint64_t b = atomic_load(&x->job->ranks[c].beat);
+            double age = b && b != BEAT_OFF && now > b ? (double)(now - b) * 1e-9 : 0;
+            if (age > x->live_s / 2)
+                snprintf(reason, sizeof reason,
+                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
+                         "or overloaded; comm.timeout %.3g s)",
+                         c, age, x->live_s);
+            else
+                snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", c,
+                         x->timeout_s);
             fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, reason);
         }
         if (fault != PT_OK) {
@@ -923,6 +933,9 @@ static int pid_dead(int pid) {
 static pt_status cma_error(shm_ctx *x, int m, int err, size_t bytes, int op) {
     char who[64];
     name_member(x, m, who, sizeof who);
+    /* A peer that left the operation because the job stopped (its buffer
+     * may be gone: EFAULT): the job's reason, not the copy's. */
+    PT_CHECK(check_abort(x, op));
     if (err == ESRCH || pid_dead(x->cma_pid[m])) {
         /* Give the launcher a moment to reap it: its verdict names the
          * signal or exit code (as every other wait does). */
@@ -1387,7 +1400,8 @@ static pt_status hb_start(pt_shm_job *job, int wrank, double live_s) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e != 0) return pt_error_set(PT_ERR_INTERNAL, "shm: cannot start the heartbeat thread (%d)", e);
+    if (e != 0)
+        return pt_error_set(PT_ERR_INTERNAL, "shm: cannot start the heartbeat thread (%d)", e);
     hb.running = 1;
     return PT_OK;
 }
