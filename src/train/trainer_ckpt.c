@@ -137,6 +137,9 @@ static pt_status save(pt_trainer *t) {
         zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         if (!zp || !zm || !zv) st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+        /* all or none enter the all-gathers: a rank out of memory must not
+         * leave the others waiting in them */
+        if (t->aux) st = pt_comm_agree(t->aux, st);
         if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
         if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
     }

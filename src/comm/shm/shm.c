@@ -213,6 +213,7 @@ typedef struct {
     uint64_t want;             /* epoch being waited for */
     int scan;                  /* first member not yet seen at `want` */
     int is_world;
+    int launched;   /* under pt_launch: its summary line reports job faults */
     int cma;        /* single-copy collectives: 0 not probed yet, 1 on, -1 off */
     size_t cma_min; /* bytes from which collectives go single-copy */
     size_t cma_c;   /* floats per chunk */
@@ -1521,6 +1522,13 @@ static double shm_set_timeout(void *ctx, double seconds) {
     return old;
 }
 
+static int shm_fault_reported(void *ctx, pt_status st) {
+    shm_ctx *x = ctx;
+    if (!x->launched || x->job->nranks < 2) return 0;
+    if (st != PT_ERR_COMM && st != PT_ERR_TIMEOUT && st != PT_ERR_INTERRUPTED) return 0;
+    return atomic_load(&x->job->aborted) != ABORT_NONE;
+}
+
 static void shm_note_step(void *ctx, long step) {
     shm_ctx *x = ctx;
     atomic_store_explicit(&x->job->ranks[x->wrank].step, step, memory_order_relaxed);
@@ -1579,6 +1587,7 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
     shm_ctx *y;
     st = ctx_new(x->map, off, me, x->timeout_s, x->live_s, 0, &y);
     if (st != PT_OK) return op_end(x, OP_SPLIT, st);
+    y->launched = x->launched;
     *out_ctx = y;
     *rank = me;
     *size = m;
@@ -1598,6 +1607,7 @@ static const pt_comm_backend shm_backend = {
     .free = shm_free,
     .note_step = shm_note_step,
     .set_timeout = shm_set_timeout,
+    .fault_reported = shm_fault_reported,
     .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 
@@ -1620,7 +1630,7 @@ void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid) {
     mark_running(job, rank, pid);
 }
 
-static pt_status world_from(pt_shm_job *job, size_t total, int rank, double timeout_s,
+static pt_status world_from(pt_shm_job *job, size_t total, int rank, double timeout_s, int launched,
                             const pt_comm_backend **be, void **ctx, int *out_rank, int *size) {
     shm_map *map = calloc(1, sizeof *map);
     if (!map) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a mapping");
@@ -1639,6 +1649,7 @@ static pt_status world_from(pt_shm_job *job, size_t total, int rank, double time
         return st;
     }
     *be = &shm_backend;
+    x->launched = launched;
     *ctx = x;
     *out_rank = rank;
     *size = job->nranks;
@@ -1651,7 +1662,7 @@ pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **
         return pt_error_set(PT_ERR_UNSUPPORTED, "shm: this process was not started by pt_launch");
     pt_shm_job *job = adopted.job;
     adopted.job = NULL; /* one world per launched rank */
-    return world_from(job, job->total, adopted.rank, opt->timeout_s, be, ctx, rank, size);
+    return world_from(job, job->total, adopted.rank, opt->timeout_s, 1, be, ctx, rank, size);
 }
 
 pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
@@ -1660,7 +1671,7 @@ pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **b
     PT_CHECK(pt_shm_job_map_anon(1, 0, &job));
     pt_shm_job_adopt(job, 0, (int)getpid());
     adopted.job = NULL;
-    return world_from(job, job->total, 0, opt->timeout_s, be, ctx, rank, size);
+    return world_from(job, job->total, 0, opt->timeout_s, 0, be, ctx, rank, size);
 }
 
 pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm_options *opt,
@@ -1700,7 +1711,8 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
     const pt_comm_backend *be;
     void *ctx;
     int r, s;
-    PT_CHECK(world_from(job, total, rank, o.timeout_s, &be, &ctx, &r, &s)); /* unmaps on failure */
+    PT_CHECK(
+        world_from(job, total, rank, o.timeout_s, 0, &be, &ctx, &r, &s)); /* unmaps on failure */
     return pt_comm_wrap(be, ctx, r, s, out);
 }
 
