@@ -126,11 +126,19 @@ static pt_status mpi_fail(mpi_ctx *c, int rc, const char *op, int peer) {
                         c ? c->size : -1, s);
 }
 
+static int hb_has_verdict(void);
+static pt_status verdict_error(mpi_ctx *c, const char *op);
+
+/* After a failure anywhere in this process nothing enters MPI again: a
+ * request left pending by a timeout cannot be cancelled, and MPI's progress
+ * engine would go on moving its (by then maybe freed) buffer. */
 static pt_status check_usable(mpi_ctx *c, const char *op) {
-    if (c->failed)
-        return pt_error_set(
-            PT_ERR_COMM, "mpi %s on rank %d: the communicator failed earlier; only free is allowed",
-            op, c->rank);
+    if (hb_has_verdict()) return verdict_error(c, op);
+    if (c->failed || pt_mpi_g.failed)
+        return pt_error_set(PT_ERR_COMM,
+                            "mpi %s on rank %d: an operation failed earlier in this process; only "
+                            "free is allowed",
+                            op, c->rank);
     return PT_OK;
 }
 
@@ -189,12 +197,14 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    int final_sent; /* after a failure: the verdict went out, no more MPI calls */
     MPI_Request *sreq, *rreq;
     hb_msg *sbuf, *rbuf;
     _Atomic uint64_t *heard; /* per peer: pt_time_ns of its last beat; UINT64_MAX: it left */
     _Atomic int *peer_wait;  /* per peer: the waiting_on of its last beat */
     _Atomic int my_wait;
     _Atomic uint64_t last_round; /* pt_time_ns of the heartbeat thread's last round */
+    _Atomic uint64_t thawed_at;  /* when it last found this process back from a freeze */
     _Atomic int verdict;         /* 0 none, 1 being written, 2 set */
     int culprit, noticed_by;
     pt_status vst;
@@ -277,10 +287,27 @@ static void hb_check_stale(void) {
 }
 
 static void hb_round(void) {
+    if (pt_mpi_g.failed) {
+        /* One last round that carries the verdict out, then no MPI call
+         * (check_usable says why). */
+        if (hb.final_sent) return;
+        hb.final_sent = 1;
+        if (!hb_has_verdict()) return;
+        for (int p = 0; p < hb.size; p++) {
+            if (p == hb.rank || hb.sreq[p] != MPI_REQUEST_NULL) continue;
+            hb_fill(&hb.sbuf[p], 0);
+            pt_mpi_lock();
+            MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
+            pt_mpi_unlock();
+        }
+        return;
+    }
     uint64_t now = pt_time_ns();
-    if ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4)
+    if ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4) {
+        atomic_store(&hb.thawed_at, now);
         for (int p = 0; p < hb.size; p++) /* back from a freeze of its own: start afresh */
             if (atomic_load(&hb.heard[p]) != UINT64_MAX) atomic_store(&hb.heard[p], now);
+    }
     atomic_store(&hb.last_round, now);
     for (int p = 0; p < hb.size; p++) {
         if (p == hb.rank) continue;
@@ -394,6 +421,7 @@ static void hb_stop(void) {
     pthread_mutex_unlock(&hb.mu);
     pthread_join(hb.thread, NULL);
     hb.on = 0;
+    if (pt_mpi_g.failed) return; /* no MPI call after a failure (check_usable) */
     uint64_t t0 = pt_time_ns();
     for (int p = 0; p < hb.size; p++) {
         if (p == hb.rank) continue;
@@ -501,6 +529,17 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
                 atomic_store(&hb.my_wait, HB_IDLE);
                 return verdict_error(c, op);
             }
+        }
+        if (waited > limit && hb.on &&
+            ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4 ||
+             atomic_load(&hb.thawed_at) > t0)) {
+            /* This process was itself stopped (the deadline passed while it
+             * was frozen) or starved: not the peers' fault. The deadline
+             * counts again from the thaw, and meanwhile its heartbeat thread
+             * catches up (and brings in the verdict about it, if any). */
+            uint64_t thaw = atomic_load(&hb.thawed_at);
+            limit = (thaw > t0 ? thaw - t0 : waited) + (uint64_t)(c->timeout_s * 1e9);
+            if (limit > waited) continue;
         }
         if (waited > limit) {
             int who = blame(c, peer);
