@@ -348,9 +348,11 @@ static pt_status resume(pt_trainer *t) {
 }
 
 /* While rank 0 writes (or a slow disk reads) a checkpoint the other ranks
- * wait on aux, for as long as a large model's files take: the comm timeout
- * is for silent peers, seconds, and would fail a healthy save (gpt2: 1.5 GB
- * of files). A rank that dies meanwhile is still reported at once. */
+ * wait on aux, for as long as a large model's files take: the progress
+ * timeout (comm.timeout, seconds) would fail a healthy save (gpt2: 1.5 GB of
+ * files). Only progress is relaxed: a rank that dies meanwhile is reported
+ * at once, and one that stalls (no heartbeat: SIGSTOP, a frozen host)
+ * within comm.timeout, as everywhere (docs/comm.md). */
 #define CKPT_TIMEOUT_S 1800.0
 
 static pt_status with_ckpt_timeout(pt_trainer *t, pt_status (*fn)(pt_trainer *)) {
