@@ -160,8 +160,9 @@ void pt_comm_reset_stats(pt_comm *c);
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world
  * prepared so that pt_comm_init in the child finds it. The parent supervises:
  * when a rank exits non-zero or is killed, it stops the others, prints one
- * summary line (rank, signal or exit code, last operation), and removes the
- * shared memory. Ctrl-C stops every rank. *exit_code is 0 when all ranks
+ * summary line (rank, signal or exit code, last operation; for a fault a rank
+ * noticed, such as a stalled or silent rank, the rank at fault, which it
+ * kills), and removes the shared memory. Ctrl-C stops every rank. *exit_code is 0 when all ranks
  * exited 0. Called from a single-threaded parent. */
 typedef int (*pt_rank_main)(void *arg);
 pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,

@@ -3,12 +3,14 @@
  * Arena (one mapping per job: anonymous MAP_SHARED made by the launcher
  * before fork, or a named 0600 segment for pt_comm_shm_attach):
  *
- *   [job header: per-rank state, pid, current op, step, first error; abort
- *    word; futex word; bump pointer] [world region] [regions of sub-communicators ...]
+ *   [job header: per-rank state, pid, current op, step, heartbeat, whom it
+ *    waits for, first error; abort word and verdict; futex word; bump
+ *    pointer and free extents] [world region] [regions of sub-communicators ...]
  *
  * A region (one per communicator, made by the lowest member at split time
- * from the bump pointer; pages are given back with MADV_REMOVE when the last
- * member frees it) holds, for its n members:
+ * from the pool: a freed extent that fits, else the bump pointer; when the
+ * last member frees it, its pages go back with MADV_REMOVE and its range to
+ * the pool) holds, for its n members:
  *   ctl[n]          384 bytes per member: its sync flag (an epoch
  *                   counter), the pipelined all-reduce's counters, the
  *                   split fields, the single-copy buffer address
@@ -49,8 +51,13 @@
  * Waiting: spin (an adaptive budget, see wait_until), then
  * sched_yield, then sleep on a futex word shared by the job (posters wake
  * only when someone sleeps). Every wait checks the job's abort word (set by
- * the launcher when a rank dies or on Ctrl-C), the awaited peer's state
- * (exited, or its pid gone when there is no launcher), and the timeout.
+ * the launcher when a rank dies or on Ctrl-C, or by a rank's verdict), the
+ * awaited peer's state (exited, or its pid gone when there is no launcher),
+ * every rank's heartbeat (liveness: a thread per rank process beats, so a
+ * busy rank is alive and a SIGSTOPped one is not), and the progress
+ * timeout. The first rank to notice a fault publishes the verdict naming
+ * the culprit (blame_chain: the rank the waits lead to), and every wait of
+ * every rank returns it at once.
  *
  * Not here: the launcher (shm_launch.c), argument checks and counters
  * (comm.c). */

@@ -11,6 +11,11 @@
  * (every waiting rank returns PT_ERR_COMM at once, naming the dead rank),
  * gives the ranks PT_LAUNCH_GRACE_S to return their errors and exit, then
  * SIGTERM, then SIGKILL after another grace, and prints one summary line.
+ * A fault a rank noticed (a rank stalled: no heartbeat; or one that did
+ * not take part in time) comes as the job's verdict in the arena: the
+ * launcher SIGKILLs the culprit at once (a stopped process ignores
+ * SIGTERM) and its summary names the culprit, not the rank that noticed
+ * and exited first.
  * SIGINT/SIGTERM to the launcher: same, with PT_ERR_INTERRUPTED in the
  * ranks and SIGTERM at once. Ranks ask for SIGKILL when the launcher dies
  * (PR_SET_PDEATHSIG), so there are never orphans.
