@@ -827,8 +827,9 @@ static void mpi_free(void *ctx) {
     if (!c) return;
     /* A failed communicator may still have a request in flight that MPI
      * cannot cancel: leave its MPI_Comm alone rather than free it under the
-     * request. */
-    if (!c->failed) {
+     * request (and after a failure anywhere in the process, every one:
+     * check_usable). */
+    if (!c->failed && !pt_mpi_g.failed) {
         pt_mpi_lock();
         MPI_Comm_free(&c->comm);
         pt_mpi_unlock();
