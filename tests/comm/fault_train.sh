@@ -5,6 +5,7 @@
 #                                                      saves a checkpoint every step
 #   fault_train.sh shm|mpi stop-step PARTRAIN [MPIRUN]  rank 1 SIGSTOPped (no saves)
 #   fault_train.sh shm|mpi kill      PARTRAIN [MPIRUN]  rank 1 SIGKILLed
+#   fault_train.sh shm|mpi kill-save PARTRAIN [MPIRUN]  rank 0 SIGKILLed while saving
 # The fault is sent from outside once the job has logged 3 steps. Asserts:
 # the job exits non-zero within comm.timeout + 5 s of the fault; exactly one
 # "partrain: " line on stderr, naming the rank at fault (under mpirun, a
@@ -28,6 +29,7 @@ case $mode in
 stop-save) culprit=0 sig=STOP every=1 embd=128 ;; # 5 MB per save: saving dominates
 stop-step) culprit=1 sig=STOP ;;
 kill) culprit=1 sig=KILL ;;
+kill-save) culprit=0 sig=KILL every=1 embd=128 ;;
 *) echo "fault_train.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
 cat >cfg.json <<EOF
@@ -74,8 +76,9 @@ if [ -z "$pid" ]; then
     echo "FAIL: no process for rank $culprit (job not started?)"; cat err.txt; exit 1
 fi
 t0=$(date +%s.%N)
-kill -"$sig" "$pid"
-if [ "$mode" = stop-save ]; then
+[ "$mode" = kill-save ] && kill -STOP "$pid" # caught in a save first, killed below
+[ "$mode" = kill-save ] || kill -"$sig" "$pid"
+if [ "$mode" = stop-save ] || [ "$mode" = kill-save ]; then
     # Stopped while writing (its temporary step directory exists)? Else let
     # it go on (stopped for far less than the timeout) and try again.
     tries=1
@@ -90,6 +93,10 @@ if [ "$mode" = stop-save ]; then
         echo "rank 0 stopped while saving ($(ls -A ck | grep tmp), try $tries)"
     else
         echo "FAIL: rank 0 was not caught in a save in $tries tries"; fail=1
+    fi
+    if [ "$mode" = kill-save ]; then
+        t0=$(date +%s.%N)
+        kill -KILL "$pid"
     fi
 fi
 # The job must end by itself; after limit + 20 s it is killed (a failure).
@@ -113,7 +120,7 @@ if [ "$(echo "$elapsed > $limit" | bc)" -eq 1 ]; then
     echo "FAIL: took ${elapsed}s, limit ${limit}s"; fail=1
 fi
 lines=$(grep -c '^partrain: ' err.txt)
-if [ "$backend" = mpi ] && [ "$mode" = kill ]; then
+if [ "$backend" = mpi ] && [ "$sig" = KILL ]; then
     if [ "$lines" -gt 1 ]; then echo "FAIL: $lines 'partrain: ' lines, at most 1"; fail=1; fi
     if ! grep -q "rank $culprit" err.txt; then echo "FAIL: nothing names rank $culprit"; fail=1; fi
 else
