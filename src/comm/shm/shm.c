@@ -492,6 +492,22 @@ static int blame_chain(shm_ctx *x, int w) {
     return w;
 }
 
+/* check_peer's finding about world rank w, as a verdict names it (world
+ * ranks, so that the launcher's line names the process). */
+static const char *gone_reason(shm_ctx *x, int w) {
+    static _Thread_local char out[160];
+    shm_rank_info *ri = &x->job->ranks[w];
+    int state = atomic_load_explicit(&ri->state, memory_order_acquire);
+    if (state == RANK_EXITED || state == RANK_FAILED) {
+        char why[96];
+        describe_status(atomic_load(&ri->wstatus), why, sizeof why);
+        snprintf(out, sizeof out, "rank %d %s before taking part", w, why);
+    } else {
+        snprintf(out, sizeof out, "rank %d (pid %d) is gone", w, atomic_load(&ri->pid));
+    }
+    return out;
+}
+
 typedef int (*pending_fn)(shm_ctx *x, const void *arg);
 
 /* Wait until pending() returns -1; it otherwise returns the member being
@@ -548,11 +564,7 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
                 /* It may have finished its part and then exited. */
                 if (pending(x, arg) < 0) continue;
                 fault = check_peer(x, who, op);
-                char reason[200];
-                snprintf(reason, sizeof reason, "%s", pt_error_message());
-                /* check_peer's message starts with "op: ": the reason is the rest */
-                const char *r = strstr(reason, ": ");
-                fault = publish_verdict(x, ww, fault, op, r ? r + 2 : reason);
+                fault = publish_verdict(x, ww, fault, op, gone_reason(x, ww));
             }
             double age = 0;
             int st = fault == PT_OK ? stale_rank(x, now, &age) : -1;
