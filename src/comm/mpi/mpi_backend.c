@@ -354,8 +354,8 @@ static void *hb_main(void *arg) {
         hb_round();
         pthread_mutex_lock(&hb.mu);
         if (hb.stop) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
@@ -400,6 +400,12 @@ static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
         pt_mpi_unlock();
     }
     hb.stop = 0;
+    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb.cv, &ca);
+    pthread_condattr_destroy(&ca);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -1387,8 +1387,8 @@ static void *hb_main(void *arg) {
     pthread_mutex_lock(&hb.mu);
     while (!hb.stop) {
         atomic_store_explicit(&hb.ri->beat, pt_time_ns(), memory_order_release);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
@@ -1415,6 +1415,12 @@ static pt_status hb_start(pt_shm_job *job, int wrank, double live_s) {
     hb.period_ns = (uint64_t)(p * 1e9);
     hb.stop = 0;
     atomic_store(&hb.ri->beat, pt_time_ns());
+    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb.cv, &ca);
+    pthread_condattr_destroy(&ca);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
