@@ -20,10 +20,14 @@
  * for other queued operations. Elsewhere (mpi) exchange large messages in
  * an order that cannot deadlock (even ranks send first).
  *
- * Failure: no call waits forever. When a peer dies or stops answering for
- * longer than the timeout, the call returns PT_ERR_COMM or PT_ERR_TIMEOUT and
- * the last-error message names the peer rank and the operation. After an
- * error the communicator is unusable except for pt_comm_free. */
+ * Failure: no call waits forever. When a peer dies, stalls (no heartbeat:
+ * every rank process beats from a thread of its own, so a slow disk write
+ * is alive and a SIGSTOPped process is not) or stops taking part for longer
+ * than the timeout, the call returns PT_ERR_COMM or PT_ERR_TIMEOUT and the
+ * last-error message names the rank at fault and the operation. The first
+ * rank to notice a fault decides the verdict for the whole job: the others'
+ * waits return at once with the same message. After an error the
+ * communicator is unusable except for pt_comm_free. */
 #ifndef PARTRAIN_COMM_H
 #define PARTRAIN_COMM_H
 
@@ -58,14 +62,24 @@ void pt_comm_free(pt_comm *c);
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
 const char *pt_comm_backend_name(const pt_comm *c);
+/* 1 when st, which an operation of this process returned, is a job fault (a
+ * peer died, stalled or stopped taking part, or the job was interrupted)
+ * that another party reports in one line naming the rank at fault: the shm
+ * launcher's summary, or under mpi the rank that noticed it first. The
+ * caller then prints nothing of its own, so that the job shows one line.
+ * 0: print the error as usual. */
+int pt_comm_fault_reported(const pt_comm *c, pt_status st);
 /* Tell the communicator the caller's current training step (any value); a
  * failure report (the launcher's summary line) then names it. Cheap. */
 void pt_comm_note_step(pt_comm *c, long step);
-/* Seconds before a silent peer is an error on c (and only c), from the next
- * operation on; waits for c's queued operations first; *old (may be NULL)
- * gets the previous value. For phases where one rank legitimately keeps the
- * others waiting, such as rank 0 writing a checkpoint; a dead rank is still
- * reported at once. seconds <= 0: PT_ERR_INVALID. */
+/* Seconds before a live peer that does not take part is an error on c (and
+ * only c), from the next operation on; waits for c's queued operations
+ * first; *old (may be NULL) gets the previous value. For phases where one
+ * rank legitimately keeps the others waiting, such as rank 0 writing a
+ * checkpoint. Liveness is separate and keeps the world's timeout: a dead
+ * rank is reported at once, and a stalled one (its heartbeat stopped:
+ * SIGSTOP, a frozen host) within pt_comm_options.timeout_s, whatever this
+ * is set to. seconds <= 0: PT_ERR_INVALID. */
 pt_status pt_comm_set_timeout(pt_comm *c, double seconds, double *old);
 
 /* Shard of a count-element buffer held by `rank` of `size`: [*offset, *offset + *n). */
@@ -86,6 +100,15 @@ pt_status pt_comm_broadcast(pt_comm *c, void *buf, size_t bytes, int root);
 pt_status pt_comm_send(pt_comm *c, const void *buf, size_t bytes, int peer, int tag);
 pt_status pt_comm_recv(pt_comm *c, void *buf, size_t bytes, int peer, int tag);
 pt_status pt_comm_barrier(pt_comm *c);
+/* Collective over c: every rank passes its own status and all return the
+ * same one: PT_OK when every rank's was PT_OK, else the status of the
+ * lowest rank that failed with that rank's message, marked shared
+ * (pt_error_is_shared: print it once). Put one before and after a sequence
+ * of collectives that a rank may fail to enter (an allocation that failed
+ * on one rank), so that nobody waits in a collective the others skipped.
+ * When the agreement itself cannot complete (a peer is gone), the comm
+ * error, or this rank's own failure if it had one. */
+pt_status pt_comm_agree(pt_comm *c, pt_status local);
 
 /* ---- non-blocking operations -------------------------------------------------------
  * Same meaning as the blocking ones. The operation owns its buffer until
@@ -137,8 +160,9 @@ void pt_comm_reset_stats(pt_comm *c);
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world
  * prepared so that pt_comm_init in the child finds it. The parent supervises:
  * when a rank exits non-zero or is killed, it stops the others, prints one
- * summary line (rank, signal or exit code, last operation), and removes the
- * shared memory. Ctrl-C stops every rank. *exit_code is 0 when all ranks
+ * summary line (rank, signal or exit code, last operation; for a fault a rank
+ * noticed, such as a stalled or silent rank, the rank at fault, which it
+ * kills), and removes the shared memory. Ctrl-C stops every rank. *exit_code is 0 when all ranks
  * exited 0. Called from a single-threaded parent. */
 typedef int (*pt_rank_main)(void *arg);
 pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,

@@ -66,6 +66,9 @@ typedef struct {
         int keep; /* newest step directories kept (0: all) */
     } checkpoint;
     struct {
+        double timeout; /* comm.timeout: seconds before a silent or stalled rank ends the job */
+    } comm;
+    struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
         int every;
     } log;

@@ -44,10 +44,13 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
     if (st != PT_OK) {
-        /* An error the ranks agreed on is printed once, by rank 0. */
-        if (world && pt_comm_size(world) > 1 && !pt_error_is_shared())
+        /* An error the ranks agreed on is printed once, by rank 0; a job
+         * fault (a rank died, stalled or stopped taking part) once, by the
+         * launcher or the rank that noticed it, naming the rank at fault. */
+        int quiet = pt_comm_fault_reported(world, st);
+        if (!quiet && world && pt_comm_size(world) > 1 && !pt_error_is_shared())
             fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
-        else if (rank == 0)
+        else if (!quiet && rank == 0)
             fprintf(stderr, "partrain: %s\n", pt_error_message());
         rc = 1;
     }
@@ -145,14 +148,14 @@ int pt_cli_train(int argc, char **argv) {
                      cfg.parallel.dp, nproc, nproc);
             return fail(msg);
         }
-        run_args a = {&cfg, resume, {"shm", 0}};
+        run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};
         int code = 0;
         if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
             return fail(pt_error_message());
         return code == 0 ? 0 : 1;
     }
     if (backend) {
-        pt_comm_options o = {backend, 0};
+        pt_comm_options o = {backend, cfg.comm.timeout};
         return run_with_world(&cfg, resume, &o);
     }
     return run(&cfg, resume, NULL);

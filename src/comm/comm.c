@@ -508,7 +508,8 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
                                     .recv = be->recv,
                                     .split = be->split,
                                     .free = be->free,
-                                    .set_timeout = be->set_timeout};
+                                    .set_timeout = be->set_timeout,
+                                    .fault_reported = be->fault_reported};
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     *out = c;
@@ -625,6 +626,43 @@ const char *pt_comm_backend_name(const pt_comm *c) {
 }
 void pt_comm_note_step(pt_comm *c, long step) {
     if (c && c->be->note_step) c->be->note_step(c->ctx, step);
+}
+
+int pt_comm_fault_reported(const pt_comm *c, pt_status st) {
+    if (!c || st == PT_OK || !c->be->fault_reported) return 0;
+    return c->be->fault_reported(c->ctx, st);
+}
+
+pt_status pt_comm_agree(pt_comm *c, pt_status local) {
+    if (!c) return pt_error_set(PT_ERR_INVALID, "agree: communicator is NULL");
+    int n = c->size, me = c->rank;
+    if (n == 1) return local;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", local != PT_OK ? pt_error_message() : "");
+    /* One slot per rank: the failed ranks and their statuses in one
+     * all-reduce (statuses are small negative integers, exact in float). */
+    float stack[64], *bad = n <= 64 ? stack : pt_mem_alloc(PT_MEM_COMM, (size_t)n * sizeof(float));
+    pt_status e = bad ? PT_OK : pt_error_set(PT_ERR_NOMEM, "agree: %d statuses", n);
+    if (bad) {
+        memset(bad, 0, (size_t)n * sizeof(float));
+        bad[me] = (float)-local;
+        e = pt_comm_allreduce(c, bad, (size_t)n, PT_REDUCE_SUM);
+    }
+    int first = -1;
+    for (int r = 0; e == PT_OK && r < n && first < 0; r++)
+        if (bad[r] != 0.0f) first = r;
+    pt_status code = first >= 0 ? (pt_status)(-(int)bad[first]) : PT_OK;
+    if (bad != stack) pt_mem_free(bad);
+    if (e == PT_OK && first >= 0) e = pt_comm_broadcast(c, msg, sizeof msg, first);
+    if (e != PT_OK) {
+        if (local == PT_OK) return e;
+        return pt_error_set(local, "%s", msg); /* my own failure says more */
+    }
+    if (first < 0) return PT_OK;
+    msg[sizeof msg - 1] = '\0';
+    pt_error_set(code, "%s", msg);
+    pt_error_mark_shared(); /* every rank returns this message */
+    return code;
 }
 
 pt_status pt_comm_set_timeout(pt_comm *c, double seconds, double *old) {

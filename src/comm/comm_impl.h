@@ -57,6 +57,9 @@ typedef struct pt_comm_backend {
      * operation on (the communicator is idle); returns the previous value. */
     double (*set_timeout)(void *ctx, double seconds);
 
+    /* Optional (NULL: 0). pt_comm_fault_reported's answer for status st. */
+    int (*fault_reported)(void *ctx, pt_status st);
+
     /* 1: recv may run on a context while another thread runs send or a
      * collective on it (shm: separate rings per direction). The wrappers
      * then run queued receives on a second progress thread, so an

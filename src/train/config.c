@@ -108,6 +108,9 @@ static const key_def keys[] = {
     {"checkpoint.keep", K_INT, OFF(checkpoint.keep), "3", 0, 1e9, NULL,
      "keep the newest K step directories, delete older ones (0: keep all; the one 'latest' "
      "names is always kept)"},
+    {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
+     "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
+     "naming it; saves wait for rank 0's writes as long as it is alive"},
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,

@@ -99,6 +99,19 @@ pt_status pt_ckpt_gather_rank_files(pt_comm *aux, const char *tmp, const pt_mode
     PT_ASSERT(ng >= 0 && ng <= PT_CKPT_GROUP_MAX);
     int rank = pt_comm_rank(aux), nranks = pt_comm_size(aux);
     size_t n = pt_model_num_params(m);
+    /* Rank 0's scratch first, and everyone learns whether it has one: a
+     * rank 0 without it would leave the others blocked in their sends. */
+    float *scratch = NULL;
+    pt_status have = PT_OK;
+    if (rank == 0) {
+        scratch = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!scratch) have = pt_error_set(PT_ERR_NOMEM, "checkpoint: per-rank state buffer");
+    }
+    have = pt_comm_agree(aux, have);
+    if (have != PT_OK) {
+        pt_mem_free(scratch);
+        return have;
+    }
     if (rank != 0) {
         wire_header h;
         memset(&h, 0, sizeof h);
@@ -111,8 +124,6 @@ pt_status pt_ckpt_gather_rank_files(pt_comm *aux, const char *tmp, const pt_mode
         return PT_OK;
     }
     pt_status st = tmp ? write_rank_file(tmp, m, 0, nranks, step, mine, ng, NULL, NULL) : PT_OK;
-    float *scratch = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-    if (!scratch) return pt_error_set(PT_ERR_NOMEM, "checkpoint: per-rank state buffer");
     for (int r = 1; r < nranks; r++) {
         pt_status ws = PT_OK;
         pt_status e = receive_rank_file(aux, st == PT_OK ? tmp : NULL, m, r, step, scratch, &ws);
@@ -138,24 +149,5 @@ pt_status pt_ckpt_read_rank_file(const char *stepdir, const pt_model *m, int ran
 
 pt_status pt_ckpt_agree(pt_comm *aux, pt_status st) {
     if (!aux) return st;
-    int rank = pt_comm_rank(aux), nranks = pt_comm_size(aux);
-    float *bad = calloc((size_t)nranks, sizeof *bad);
-    if (!bad) return pt_error_set(PT_ERR_NOMEM, "checkpoint: agreement");
-    bad[rank] = (float)-st; /* statuses are small negative integers */
-    pt_status e = pt_comm_allreduce(aux, bad, (size_t)nranks, PT_REDUCE_SUM);
-    int first = -1;
-    for (int r = 0; e == PT_OK && r < nranks && first < 0; r++)
-        if (bad[r] != 0.0f) first = r;
-    pt_status code = first >= 0 ? (pt_status)(-(int)bad[first]) : PT_OK;
-    free(bad);
-    if (e != PT_OK) return e;
-    if (first < 0) return PT_OK;
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", rank == first ? pt_error_message() : "");
-    e = pt_comm_broadcast(aux, msg, sizeof msg, first);
-    if (e != PT_OK) return e;
-    msg[sizeof msg - 1] = '\0';
-    pt_error_set(code, "%s", msg);
-    pt_error_mark_shared(); /* every rank returns this message */
-    return code;
+    return pt_comm_agree(aux, st);
 }

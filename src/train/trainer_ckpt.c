@@ -150,6 +150,9 @@ static pt_status save(pt_trainer *t) {
         if (nstate >= 2) zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         if (!zp || (nstate >= 1 && !zm) || (nstate >= 2 && !zv))
             st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+        /* all or none enter the all-gathers: a rank out of memory must not
+         * leave the others waiting in them */
+        if (t->aux) st = pt_comm_agree(t->aux, st);
         if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
         if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
     }
@@ -373,9 +376,11 @@ static pt_status resume(pt_trainer *t) {
 }
 
 /* While rank 0 writes (or a slow disk reads) a checkpoint the other ranks
- * wait on aux, for as long as a large model's files take: the comm timeout
- * is for silent peers, seconds, and would fail a healthy save (gpt2: 1.5 GB
- * of files). A rank that dies meanwhile is still reported at once. */
+ * wait on aux, for as long as a large model's files take: the progress
+ * timeout (comm.timeout, seconds) would fail a healthy save (gpt2: 1.5 GB of
+ * files). Only progress is relaxed: a rank that dies meanwhile is reported
+ * at once, and one that stalls (no heartbeat: SIGSTOP, a frozen host)
+ * within comm.timeout, as everywhere (docs/comm.md). */
 #define CKPT_TIMEOUT_S 1800.0
 
 static pt_status with_ckpt_timeout(pt_trainer *t, pt_status (*fn)(pt_trainer *)) {

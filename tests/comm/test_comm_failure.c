@@ -28,13 +28,19 @@
 #define TIMEOUT_S 2.0
 #define COUNT     (256 * 1024)
 
-enum { KILL, EARLY, NONZERO, HANG, SIGINT_LAUNCHER };
-static const char *case_names[] = {"kill", "early", "nonzero", "hang", "sigint"};
+enum { KILL, EARLY, NONZERO, HANG, SIGINT_LAUNCHER, STOP_STEP, STOP_SAVE, CHAIN };
+static const char *case_names[] = {"kill",   "early",     "nonzero",   "hang",
+                                   "sigint", "stop-step", "stop-save", "chain"};
+/* The rank each case breaks (-1: none) and the operation the others are in. */
+static const int case_broken[] = {2, 3, 1, 1, -1, 2, 0, 3};
+static const char *case_op[] = {"allreduce", "allreduce", "allreduce", "allreduce",
+                                "allreduce", "allreduce", "barrier",   "recv"};
 
 typedef struct {
     int pid;
-    int status; /* first error, 0 if none */
-    int again;  /* status of a barrier after that error */
+    int status;  /* first error, 0 if none */
+    int again;   /* status of a barrier after that error */
+    int slow_ok; /* stop-save: the slow (alive) save passed */
     double t_err;
     char msg[256];
 } rank_result;
@@ -81,6 +87,40 @@ static int rank_main(void *arg) {
             sh->t_break = pt_time_s();
             kill(getppid(), SIGINT);
         }
+        if (which == STOP_STEP && me == 2 && it == 5) { /* frozen mid-step: no heartbeat */
+            sh->t_break = pt_time_s();
+            raise(SIGSTOP);
+        }
+        if (which == STOP_SAVE && it == 3) {
+            /* A save as the trainer does it: a long deadline while rank 0
+             * writes. First a slow but alive write (3 timeouts long: must
+             * not fail), then rank 0 frozen in the next save: found within
+             * the timeout all the same. */
+            double old = 0;
+            for (int save = 0; save < 2 && st == PT_OK; save++) {
+                st = pt_comm_set_timeout(w, 600, &old);
+                if (st == PT_OK && me == 0 && save == 0) usleep((useconds_t)(3 * TIMEOUT_S * 1e6));
+                if (st == PT_OK && me == 0 && save == 1) {
+                    sh->t_break = pt_time_s();
+                    raise(SIGSTOP);
+                }
+                if (st == PT_OK) st = pt_comm_barrier(w);
+                if (st == PT_OK) st = pt_comm_set_timeout(w, old, NULL);
+                if (st == PT_OK && save == 0) sh->r[me].slow_ok = 1;
+            }
+            break;
+        }
+        if (which == CHAIN && it == 3) {
+            /* 0 waits for 1, 1 for 2, 2 for 3, and 3 is frozen: every rank
+             * must blame 3, not the peer it happens to wait for. */
+            char byte = 0;
+            if (me == 3) {
+                sh->t_break = pt_time_s();
+                raise(SIGSTOP);
+            }
+            if (me < 3) st = pt_comm_recv(w, &byte, 1, me + 1, 0);
+            break;
+        }
         st = pt_comm_allreduce(w, buf, COUNT, PT_REDUCE_SUM);
     }
     if (st != PT_OK) {
@@ -122,7 +162,7 @@ static void run_case(int which) {
     double t0 = pt_time_s();
     pt_comm_options opt = {"shm", TIMEOUT_S};
     pt_status st = pt_launch(NPROC, rank_main, &which, &opt, &code);
-    double elapsed = pt_time_s() - t0;
+    double t_end = pt_time_s(), elapsed = t_end - t0;
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
@@ -141,16 +181,21 @@ static void run_case(int which) {
         fprintf(stderr, "  summary: %.*s\n", end ? (int)(end - summary) : 200, summary);
         CHECK(strstr(summary + 1, "partrain: ") == NULL); /* exactly one line */
     }
-    int broken = which == KILL      ? 2
-                 : which == EARLY   ? 3
-                 : which == NONZERO ? 1
-                 : which == HANG    ? 1
-                                    : -1;
+    int broken = case_broken[which];
     char want[32];
     snprintf(want, sizeof want, "rank %d", broken);
-    if (summary && broken >= 0) CHECK(strstr(summary, want) != NULL);
+    if (summary && broken >= 0) {
+        /* The line is about the broken rank (not the first to notice). */
+        char subject[48];
+        snprintf(subject, sizeof subject, "partrain: %s ", want);
+        CHECK(strncmp(summary, subject, strlen(subject)) == 0);
+    }
+    if (summary && (which == STOP_STEP || which == STOP_SAVE || which == CHAIN))
+        CHECK(strstr(summary, "stopped responding") != NULL);
     if (summary && which == KILL) CHECK(strstr(summary, "SIGKILL") != NULL);
-    if (summary && which == KILL) CHECK(strstr(summary, "during allreduce at step") != NULL);
+    /* "during" or, killed between two all-reduces (a slow sanitizer build),
+     * "after": either way the operation and the step */
+    if (summary && which == KILL) CHECK(strstr(summary, "allreduce at step") != NULL);
     if (summary && which == NONZERO) CHECK(strstr(summary, "exited with code 7") != NULL);
     if (summary && which == SIGINT_LAUNCHER) CHECK(strstr(summary, "interrupted") != NULL);
     if (which == KILL) CHECK_EQ(code, 128 + SIGKILL);
@@ -162,25 +207,27 @@ static void run_case(int which) {
         if (r == broken) continue;
         rank_result *rr = &sh->r[r];
         if (which == SIGINT_LAUNCHER && rr->status == 0) continue; /* SIGTERM may beat it */
-        int want_st = which == HANG              ? PT_ERR_TIMEOUT
-                      : which == SIGINT_LAUNCHER ? PT_ERR_INTERRUPTED
-                                                 : PT_ERR_COMM;
-        /* early, hang: the first rank to notice exits 1 and the job abort
-         * that follows may reach the others first (PT_ERR_COMM naming that
-         * rank); at least one rank names the broken one (checked below). */
-        if ((which == EARLY || which == HANG) && rr->status == PT_ERR_COMM) want_st = rr->status;
-        if (which == EARLY && rr->status == PT_ERR_TIMEOUT) want_st = rr->status;
+        int want_st = which == HANG || which >= STOP_STEP ? PT_ERR_TIMEOUT
+                      : which == SIGINT_LAUNCHER          ? PT_ERR_INTERRUPTED
+                                                          : PT_ERR_COMM;
         if (strstr(rr->msg, want)) named++;
         CHECK_EQ(rr->status, want_st);
-        if (broken >= 0 && which != EARLY && which != HANG) {
+        /* One verdict: every rank names the broken one, whichever rank it
+         * waited for and whichever noticed first. */
+        if (broken >= 0) {
             if (!strstr(rr->msg, want)) fprintf(stderr, "  rank %d: %s\n", r, rr->msg);
             CHECK(strstr(rr->msg, want) != NULL);
         }
-        CHECK(strstr(rr->msg, "allreduce") != NULL);
-        if (rr->status != 0) CHECK_EQ(rr->again, PT_ERR_COMM);
-        double dt = rr->t_err - sh->t_break;
-        if (!(dt < TIMEOUT_S + 0.5)) fprintf(stderr, "  rank %d noticed after %.2f s\n", r, dt);
-        CHECK(dt < TIMEOUT_S + 0.5);
+        if (which == STOP_SAVE) CHECK_EQ(rr->slow_ok, 1);
+        CHECK(strstr(rr->msg, case_op[which]) != NULL);
+        /* sigint: the launcher's SIGTERM may end a rank before it stores again */
+        if (rr->status != 0 && !(which == SIGINT_LAUNCHER && rr->again == 0))
+            CHECK_EQ(rr->again, PT_ERR_COMM);
+        /* A frozen rank is found by its missing heartbeat: the timeout plus
+         * a beat period (timeout / 20) and a check interval (50 ms). */
+        double dt = rr->t_err - sh->t_break, limit = TIMEOUT_S + (which >= STOP_STEP ? 1.0 : 0.5);
+        if (!(dt < limit)) fprintf(stderr, "  rank %d noticed after %.2f s\n", r, dt);
+        CHECK(dt < limit);
     }
     if (broken >= 0) CHECK(named > 0);
     /* Nothing left behind. */
@@ -203,7 +250,10 @@ static void run_case(int which) {
         }
     }
     CHECK_EQ(leftover, 0);
-    CHECK(elapsed < TIMEOUT_S + 4);
+    /* The job ends within the timeout + 5 s of the fault (the acceptance
+     * bound), and the whole case stays short. */
+    if (broken >= 0) CHECK(t_end - sh->t_break < TIMEOUT_S + 5);
+    if (which != STOP_SAVE) CHECK(elapsed < TIMEOUT_S + 4);
 }
 
 static void test_kill(void) {
@@ -220,6 +270,15 @@ static void test_hang(void) {
 }
 static void test_sigint(void) {
     run_case(SIGINT_LAUNCHER);
+}
+static void test_stop_step(void) {
+    run_case(STOP_STEP);
+}
+static void test_stop_save(void) {
+    run_case(STOP_SAVE);
+}
+static void test_chain(void) {
+    run_case(CHAIN);
 }
 
 /* A clean job: exit code 0, no summary line. */
@@ -297,17 +356,25 @@ static int slow_main(void *arg) {
     if (me == 0) usleep(800000);
     if (pt_comm_barrier(w) != PT_OK) return 5;
     if (pt_comm_set_timeout(w, old, NULL) != PT_OK) return 6;
+    sh->r[me].slow_ok = 1; /* the late rank within 5 s passed */
     if (me == 0) usleep(800000);
     pt_status st = pt_comm_barrier(w);
+    sh->r[me].status = st;
     pt_comm_free(w);
-    return me == 0 ? 0 : st == PT_ERR_TIMEOUT ? 0 : 7;
+    return st == PT_OK ? 0 : 1;
 }
 
 static void test_set_timeout(void) {
+    memset(sh, 0, sizeof *sh);
     pt_comm_options opt = {.backend = "shm", .timeout_s = 0.5};
     int code = -1;
     CHECK_OK(pt_launch(2, slow_main, NULL, &opt, &code));
-    CHECK_EQ(code, 0);
+    /* The second lateness is a timeout: rank 1 fails, the launcher ends the
+     * job (rank 0, the culprit, is killed while it sleeps). */
+    CHECK(code != 0);
+    CHECK_EQ(sh->r[0].slow_ok, 1);
+    CHECK_EQ(sh->r[1].slow_ok, 1);
+    CHECK_EQ(sh->r[1].status, PT_ERR_TIMEOUT);
 }
 
 /* The launcher itself SIGKILLed: its ranks die with it (PR_SET_PDEATHSIG). */
@@ -374,6 +441,9 @@ int main(void) {
     RUN(test_nonzero_exit);
     RUN(test_hang);
     RUN(test_sigint);
+    RUN(test_stop_step);
+    RUN(test_stop_save);
+    RUN(test_chain);
     RUN(test_set_timeout);
     RUN(test_launcher_killed);
     munmap(sh, sizeof *sh);

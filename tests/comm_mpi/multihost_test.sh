@@ -10,9 +10,10 @@
 #    with --backend mpi when its binary is given.
 # 2. A long all-reduce loop; once it runs, host 2's link is cut
 #    (ip -n pt-h2 link set pt-h2-e down). Asserts that mpirun exits non-zero
-#    within the comm timeout plus a margin, with a clear error (a rank's
-#    "allreduce ... timed out" or Open MPI's "lost communication with a
-#    remote daemon"), and that no process is left in any namespace.
+#    within the comm timeout plus a margin, with a clear error (the
+#    heartbeat verdict "rank 2 stopped responding", a rank's "allreduce ...
+#    timed out" or Open MPI's "lost communication with a remote daemon"),
+#    and that no process is left in any namespace.
 #
 # Open MPI notices a dead host only through TCP keepalive on its control
 # connections (oob_tcp_keepalive_*: default 300 s); without it mpirun hangs
@@ -159,7 +160,7 @@ if [ -s "$out.cut" ]; then
 else
   echo "FAIL: the loop never reached 200 all-reduces: the link was not cut mid-run"; fail=1
 fi
-if ! grep -q -E "allreduce of .* timed out after|lost communication with a remote daemon" "$out"; then
+if ! grep -q -E "allreduce of .* timed out after|rank 2 stopped responding|lost communication with a remote daemon" "$out"; then
   echo "FAIL: no clear error (timeout naming the operation, or the lost host)"; fail=1
 fi
 sleep 1

@@ -9,6 +9,12 @@
  *   test_mpi_backend --max-count N      largest element count (default 1M + 3)
  *   test_mpi_backend --kill R [--after K]    rank R SIGKILLs itself in the K-th all-reduce
  *   test_mpi_backend --stall R          rank R never joins the all-reduce loop
+ *   test_mpi_backend --stop R [--after K]   rank R SIGSTOPs itself in the K-th all-reduce
+ *   test_mpi_backend --stop-save        a save as the trainer does it (a long progress
+ *                                       timeout while rank 0 writes): a slow save of 3
+ *                                       timeouts passes, then rank 0 SIGSTOPs in the next
+ * A fault prints one line: the rank that notices it (the backend's verdict), the
+ * others nothing (fault_reported).
  *   test_mpi_backend --loop S           all-reduce of 1 MiB for S seconds (link-cut test)
  *   ... --tag WORD                      ignored; lets a test script find its processes
  *
@@ -205,8 +211,41 @@ static void test_split(void) {
     be->free(col);
 }
 
+/* An error line unless the backend's verdict is the job's one line. */
+static void report(void *w, pt_status s) {
+    if (be->fault_reported && be->fault_reported(w, s)) return;
+    fprintf(stderr, "rank %d: error: %s: %s\n", me, pt_status_name(s), pt_error_message());
+}
+
+/* Two saves: rank 0 writes for 3 timeouts (alive) while the others wait
+ * under a long progress timeout, which must pass; in the second rank 0
+ * stops, which must be noticed within the (liveness) timeout. */
+static int stop_save(void *w) {
+    const char *e = getenv("PT_COMM_TIMEOUT");
+    double timeout = e && atof(e) > 0 ? atof(e) : 10;
+    for (int save = 0; save < 2; save++) {
+        double old = be->set_timeout(w, 600);
+        if (me == 0 && save == 0) usleep((useconds_t)(3 * timeout * 1e6));
+        if (me == 0 && save == 1) {
+            fprintf(stderr, "rank 0: SIGSTOP while saving\n");
+            raise(SIGSTOP);
+        }
+        pt_status s = be->barrier(w);
+        if (s != PT_OK) {
+            report(w, s);
+            be->free(w);
+            return 3;
+        }
+        be->set_timeout(w, old);
+        if (save == 0) fprintf(stderr, "rank %d: slow save passed\n", me);
+    }
+    be->free(w);
+    return 4; /* must not finish */
+}
+
 /* Fault modes: all-reduce 1 MiB in a loop. Returns the process exit code. */
-static int fault_loop(void *w, int kill_rank, int after, int stall_rank, double seconds) {
+static int fault_loop(void *w, int kill_rank, int after, int stall_rank, int stop_rank,
+                      double seconds) {
     size_t n = (1u << 20) / sizeof(float);
     float *buf = pt_mem_alloc(PT_MEM_COMM, n * sizeof(float));
     PT_ASSERT(buf);
@@ -222,9 +261,13 @@ static int fault_loop(void *w, int kill_rank, int after, int stall_rank, double 
             fprintf(stderr, "rank %d: SIGKILL in all-reduce %ld\n", me, it);
             raise(SIGKILL);
         }
+        if (me == stop_rank && it == after) {
+            fprintf(stderr, "rank %d: SIGSTOP in all-reduce %ld\n", me, it);
+            raise(SIGSTOP);
+        }
         pt_status s = be->allreduce(w, buf, n, PT_REDUCE_AVG);
         if (s != PT_OK) {
-            fprintf(stderr, "rank %d: error: %s: %s\n", me, pt_status_name(s), pt_error_message());
+            report(w, s);
             be->free(w);
             return 3;
         }
@@ -233,11 +276,12 @@ static int fault_loop(void *w, int kill_rank, int after, int stall_rank, double 
     }
     pt_mem_free(buf);
     be->free(w);
-    return (kill_rank >= 0 || stall_rank >= 0) ? 4 : 0; /* a fault mode must not finish */
+    /* a fault mode must not finish */
+    return (kill_rank >= 0 || stall_rank >= 0 || stop_rank >= 0) ? 4 : 0;
 }
 
 int main(int argc, char **argv) {
-    int kill_rank = -1, after = 20, stall_rank = -1;
+    int kill_rank = -1, after = 20, stall_rank = -1, stop_rank = -1, stop_in_save = 0;
     double seconds = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-count") && i + 1 < argc)
@@ -248,13 +292,18 @@ int main(int argc, char **argv) {
             after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--stall") && i + 1 < argc)
             stall_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stop") && i + 1 < argc)
+            stop_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--stop-save"))
+            stop_in_save = 1;
         else if (!strcmp(argv[i], "--loop") && i + 1 < argc)
             seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tag") && i + 1 < argc)
             i++; /* ignored: marks the processes of one test run for pgrep */
         else {
             fprintf(stderr,
-                    "usage: %s [--max-count N] [--kill R [--after K]] [--stall R] [--loop S]\n",
+                    "usage: %s [--max-count N] [--kill R [--after K]] [--stall R] [--stop R] "
+                    "[--stop-save] [--loop S]\n",
                     argv[0]);
             return 2;
         }
@@ -266,8 +315,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpi world: %s: %s\n", pt_status_name(s), pt_error_message());
         return s == PT_ERR_UNSUPPORTED ? 77 : 1;
     }
-    if (kill_rank >= 0 || stall_rank >= 0 || seconds > 0)
-        return fault_loop(w, kill_rank, after, stall_rank, seconds);
+    if (stop_in_save) return stop_save(w);
+    if (kill_rank >= 0 || stall_rank >= 0 || stop_rank >= 0 || seconds > 0)
+        return fault_loop(w, kill_rank, after, stall_rank, stop_rank, seconds);
 
     world = w;
     RUN(test_world);

@@ -45,6 +45,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,6 +57,7 @@
 typedef struct {
     MPI_Comm comm;
     int rank, size;
+    int *world;       /* size entries: each member's rank in the world (for verdicts) */
     int is_world;     /* the world context: its free finalizes MPI */
     double timeout_s; /* deadline of every wait */
     int *counts;      /* size entries: per-rank element counts (reduce-scatter, all-gather) */
@@ -122,11 +126,19 @@ static pt_status mpi_fail(mpi_ctx *c, int rc, const char *op, int peer) {
                         c ? c->size : -1, s);
 }
 
+static int hb_has_verdict(void);
+static pt_status verdict_error(mpi_ctx *c, const char *op);
+
+/* After a failure anywhere in this process nothing enters MPI again: a
+ * request left pending by a timeout cannot be cancelled, and MPI's progress
+ * engine would go on moving its (by then maybe freed) buffer. */
 static pt_status check_usable(mpi_ctx *c, const char *op) {
-    if (c->failed)
-        return pt_error_set(
-            PT_ERR_COMM, "mpi %s on rank %d: the communicator failed earlier; only free is allowed",
-            op, c->rank);
+    if (hb_has_verdict()) return verdict_error(c, op);
+    if (c->failed || pt_mpi_g.failed)
+        return pt_error_set(PT_ERR_COMM,
+                            "mpi %s on rank %d: an operation failed earlier in this process; only "
+                            "free is allowed",
+                            op, c->rank);
     return PT_OK;
 }
 
@@ -143,12 +155,362 @@ static void sleep_us(long us) {
     nanosleep(&ts, NULL);
 }
 
+/* ---- liveness: heartbeats between the world's processes --------------------------------
+ * MPI cannot tell a SIGSTOPped or frozen peer from a slow one: its requests
+ * just stay pending. So every process of a world of several runs a
+ * heartbeat thread that, every period (live_s / 20, 5 to 200 ms), sends
+ * each peer a small message on a communicator of its own (a dup of the
+ * world) and receives theirs, independently of what the main thread does:
+ * a rank busy writing a checkpoint beats, a stopped one does not. A wait
+ * then tells a stalled peer (no beat for live_s: the world's timeout, not
+ * raised by pt_comm_set_timeout) from a live one that has not arrived (the
+ * communicator's progress timeout).
+ *
+ * The beat also carries what the sender waits for (whom errors blame: the
+ * rank that holds the others up, not the peer one happens to wait for) and
+ * the job's verdict: the first process to notice a fault decides it, prints
+ * the one line naming the rank at fault, and sends it in its next beats;
+ * the others adopt it (their waits return it at once) and print nothing
+ * (pt_comm_fault_reported). Of the ranks that see a peer's beats stop, the
+ * lowest healthy one notices; the others wait a little longer for its
+ * verdict, so that the job shows one line.
+ *
+ * Cost: 2 (n - 1) messages of 192 bytes per period per process. */
+enum { HB_IDLE = -1, HB_COLL = -2, HB_LEFT = -3 };
+#define HB_REASON 176
+
+typedef struct {
+    int32_t waiting_on; /* world rank the sender waits for, or HB_IDLE / HB_COLL / HB_LEFT */
+    int32_t culprit;    /* the verdict: world rank at fault, -1 none */
+    int32_t noticed_by;
+    int32_t st;
+    char reason[HB_REASON];
+} hb_msg;
+
+static struct {
+    int on;
+    MPI_Comm comm;
+    int rank, size;
+    double live_s;
+    uint64_t period_ns;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    int final_sent; /* after a failure: the verdict went out, no more MPI calls */
+    MPI_Request *sreq, *rreq;
+    hb_msg *sbuf, *rbuf;
+    _Atomic uint64_t *heard; /* per peer: pt_time_ns of its last beat; UINT64_MAX: it left */
+    _Atomic int *peer_wait;  /* per peer: the waiting_on of its last beat */
+    _Atomic int my_wait;
+    _Atomic uint64_t last_round; /* pt_time_ns of the heartbeat thread's last round */
+    _Atomic uint64_t thawed_at;  /* when it last found this process back from a freeze */
+    _Atomic int verdict;         /* 0 none, 1 being written, 2 set */
+    int culprit, noticed_by;
+    pt_status vst;
+    char reason[HB_REASON];
+} hb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* Record the job's verdict unless there is one; the noticer (this process)
+ * prints the job's one line. */
+static void hb_set_verdict(int culprit, int noticed_by, pt_status st, const char *reason) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&hb.verdict, &expected, 1)) return;
+    hb.culprit = culprit;
+    hb.noticed_by = noticed_by;
+    hb.vst = st;
+    snprintf(hb.reason, sizeof hb.reason, "%s", reason);
+    atomic_store(&hb.verdict, 2);
+    pt_mpi_g.failed = 1; /* MPI_Finalize would wait for the culprit */
+    if (noticed_by == hb.rank) {
+        fprintf(stderr, "partrain: %s (noticed by rank %d); job stopped\n", reason, noticed_by);
+        fflush(stderr);
+    }
+    pthread_mutex_lock(&hb.mu); /* send it now, not at the next beat */
+    pthread_cond_signal(&hb.cv);
+    pthread_mutex_unlock(&hb.mu);
+}
+
+static int hb_has_verdict(void) {
+    return atomic_load_explicit(&hb.verdict, memory_order_acquire) == 2;
+}
+
+static void hb_fill(hb_msg *m, int left) {
+    memset(m, 0, sizeof *m);
+    m->waiting_on = left ? HB_LEFT : atomic_load(&hb.my_wait);
+    m->culprit = -1;
+    if (hb_has_verdict()) {
+        m->culprit = hb.culprit;
+        m->noticed_by = hb.noticed_by;
+        m->st = hb.vst;
+        snprintf(m->reason, sizeof m->reason, "%s", hb.reason);
+    }
+}
+
+static double hb_silence(int p, uint64_t now) {
+    uint64_t h = atomic_load_explicit(&hb.heard[p], memory_order_acquire);
+    return h == UINT64_MAX || now <= h ? 0 : (double)(now - h) * 1e-9;
+}
+
+/* A peer whose beats stopped for more than live_s (+ slack, when a lower
+ * healthy rank is there to notice first); -1 if none. */
+static int hb_stale(uint64_t now, double *age) {
+    for (int p = 0; p < hb.size; p++) {
+        if (p == hb.rank) continue;
+        double a = hb_silence(p, now);
+        if (a <= hb.live_s) continue;
+        int lower = 0; /* a healthy rank below me notices it */
+        for (int q = 0; q < hb.rank && !lower; q++)
+            lower = q != p && hb_silence(q, now) < hb.live_s / 2;
+        double slack = 1.0 + 4.0 * (double)hb.period_ns * 1e-9;
+        if (lower && a <= hb.live_s + slack) continue;
+        *age = a;
+        return p;
+    }
+    return -1;
+}
+
+static void hb_check_stale(void) {
+    double age = 0;
+    uint64_t now = pt_time_ns();
+    /* This process was itself frozen (SIGSTOP then SIGCONT) or starved: the
+     * silence is its own; the next rounds bring the peers' beats in. */
+    if ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4) return;
+    int p = hb_stale(now, &age);
+    if (p < 0) return;
+    char reason[HB_REASON];
+    snprintf(reason, sizeof reason,
+             "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen, unreachable "
+             "or dead; comm.timeout %.3g s)",
+             p, age, hb.live_s);
+    hb_set_verdict(p, hb.rank, PT_ERR_TIMEOUT, reason);
+}
+
+static void hb_round(void) {
+    if (pt_mpi_g.failed) {
+        /* One last round that carries the verdict out, then no MPI call
+         * (check_usable says why). */
+        if (hb.final_sent) return;
+        hb.final_sent = 1;
+        if (!hb_has_verdict()) return;
+        for (int p = 0; p < hb.size; p++) {
+            if (p == hb.rank || hb.sreq[p] != MPI_REQUEST_NULL) continue;
+            hb_fill(&hb.sbuf[p], 0);
+            pt_mpi_lock();
+            MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
+            pt_mpi_unlock();
+        }
+        return;
+    }
+    uint64_t now = pt_time_ns();
+    if ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4) {
+        atomic_store(&hb.thawed_at, now);
+        for (int p = 0; p < hb.size; p++) /* back from a freeze of its own: start afresh */
+            if (atomic_load(&hb.heard[p]) != UINT64_MAX) atomic_store(&hb.heard[p], now);
+    }
+    atomic_store(&hb.last_round, now);
+    for (int p = 0; p < hb.size; p++) {
+        if (p == hb.rank) continue;
+        for (int k = 0; k < 64 && hb.rreq[p] != MPI_REQUEST_NULL; k++) {
+            int flag = 0;
+            pt_mpi_lock();
+            MPI_Test(&hb.rreq[p], &flag, MPI_STATUS_IGNORE);
+            pt_mpi_unlock();
+            if (!flag) break;
+            const hb_msg *m = &hb.rbuf[p];
+            atomic_store(&hb.peer_wait[p], m->waiting_on);
+            atomic_store(&hb.heard[p], m->waiting_on == HB_LEFT ? UINT64_MAX : now);
+            if (m->culprit >= 0 && m->culprit < hb.size) {
+                char r[HB_REASON];
+                memcpy(r, m->reason, sizeof r);
+                r[sizeof r - 1] = '\0';
+                hb_set_verdict(m->culprit, m->noticed_by, m->st, r);
+            }
+            if (m->waiting_on == HB_LEFT) break; /* nothing more comes */
+            pt_mpi_lock();
+            MPI_Irecv(&hb.rbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.rreq[p]);
+            pt_mpi_unlock();
+        }
+        int done = 1;
+        if (hb.sreq[p] != MPI_REQUEST_NULL) {
+            pt_mpi_lock();
+            MPI_Test(&hb.sreq[p], &done, MPI_STATUS_IGNORE);
+            pt_mpi_unlock();
+        }
+        if (!done) continue; /* the peer does not take them: it may be stopped */
+        hb_fill(&hb.sbuf[p], 0);
+        pt_mpi_lock();
+        MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
+        pt_mpi_unlock();
+    }
+    hb_check_stale();
+}
+
+static void *hb_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&hb.mu);
+    while (!hb.stop) {
+        pthread_mutex_unlock(&hb.mu);
+        hb_round();
+        pthread_mutex_lock(&hb.mu);
+        if (hb.stop) break;
+        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&hb.cv, &hb.mu, &ts);
+    }
+    pthread_mutex_unlock(&hb.mu);
+    return NULL;
+}
+
+/* Start the heartbeat of a world of `size` (collective: dups the world). */
+static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
+    if (size < 2 || hb.on || pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED) return PT_OK;
+    size_t n = (size_t)size;
+    hb.sreq = malloc(n * sizeof *hb.sreq);
+    hb.rreq = malloc(n * sizeof *hb.rreq);
+    hb.sbuf = calloc(n, sizeof *hb.sbuf);
+    hb.rbuf = calloc(n, sizeof *hb.rbuf);
+    hb.heard = calloc(n, sizeof *hb.heard);
+    hb.peer_wait = calloc(n, sizeof *hb.peer_wait);
+    if (!hb.sreq || !hb.rreq || !hb.sbuf || !hb.rbuf || !hb.heard || !hb.peer_wait)
+        return pt_error_set(PT_ERR_NOMEM, "mpi: heartbeat state for %d ranks", size);
+    pt_mpi_lock();
+    int rc = MPI_Comm_dup(world, &hb.comm);
+    pt_mpi_unlock();
+    if (rc != MPI_SUCCESS) return pt_error_set(PT_ERR_COMM, "mpi: heartbeat communicator (%d)", rc);
+    hb.rank = rank;
+    hb.size = size;
+    hb.live_s = live_s;
+    double p = live_s / 20;
+    p = p < 0.005 ? 0.005 : p > 0.2 ? 0.2 : p;
+    hb.period_ns = (uint64_t)(p * 1e9);
+    atomic_store(&hb.my_wait, HB_IDLE);
+    uint64_t now = pt_time_ns();
+    atomic_store(&hb.last_round, now);
+    for (int q = 0; q < size; q++) {
+        hb.sreq[q] = hb.rreq[q] = MPI_REQUEST_NULL;
+        atomic_store(&hb.heard[q], now);
+        atomic_store(&hb.peer_wait[q], HB_IDLE);
+        if (q == rank) continue;
+        pt_mpi_lock();
+        MPI_Irecv(&hb.rbuf[q], sizeof(hb_msg), MPI_BYTE, q, 0, hb.comm, &hb.rreq[q]);
+        pt_mpi_unlock();
+    }
+    hb.stop = 0;
+    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0)
+        return pt_error_set(PT_ERR_INTERNAL, "mpi: cannot start the heartbeat thread (%d)", e);
+    hb.on = 1;
+    return PT_OK;
+}
+
+/* Stop beating; tell the peers this process left (so that its silence is
+ * not taken for a stall) and release the requests. */
+static void hb_stop(void) {
+    if (!hb.on) return;
+    pthread_mutex_lock(&hb.mu);
+    hb.stop = 1;
+    pthread_cond_signal(&hb.cv);
+    pthread_mutex_unlock(&hb.mu);
+    pthread_join(hb.thread, NULL);
+    hb.on = 0;
+    if (pt_mpi_g.failed) return; /* no MPI call after a failure (check_usable) */
+    uint64_t t0 = pt_time_ns();
+    for (int p = 0; p < hb.size; p++) {
+        if (p == hb.rank) continue;
+        int done = hb.sreq[p] == MPI_REQUEST_NULL;
+        while (!done && pt_time_ns() - t0 < 200000000ull) {
+            pt_mpi_lock();
+            MPI_Test(&hb.sreq[p], &done, MPI_STATUS_IGNORE);
+            pt_mpi_unlock();
+        }
+        pt_mpi_lock();
+        if (!done) MPI_Request_free(&hb.sreq[p]);
+        hb_fill(&hb.sbuf[p], 1);
+        MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
+        if (hb.rreq[p] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&hb.rreq[p]);
+            MPI_Wait(&hb.rreq[p], MPI_STATUS_IGNORE);
+        }
+        pt_mpi_unlock();
+    }
+    for (int p = 0; p < hb.size; p++) {
+        int done = hb.sreq[p] == MPI_REQUEST_NULL;
+        while (!done && pt_time_ns() - t0 < 400000000ull) {
+            pt_mpi_lock();
+            MPI_Test(&hb.sreq[p], &done, MPI_STATUS_IGNORE);
+            pt_mpi_unlock();
+        }
+        pt_mpi_lock();
+        if (!done) MPI_Request_free(&hb.sreq[p]);
+        pt_mpi_unlock();
+    }
+    if (!pt_mpi_g.failed) {
+        pt_mpi_lock();
+        MPI_Comm_free(&hb.comm);
+        pt_mpi_unlock();
+    }
+    /* The buffers stay: a request freed above may still read its buffer. */
+}
+
+/* The verdict as this process's error, naming the operation. */
+static pt_status verdict_error(mpi_ctx *c, const char *op) {
+    c->failed = 1;
+    return pt_error_set(hb.vst, "mpi %s: %s (noticed by rank %d); job stopped", op, hb.reason,
+                        hb.noticed_by);
+}
+
+/* Whom to blame when a wait on c timed out: for point-to-point, follow
+ * what each rank waits for from the peer on; for a collective, the first
+ * member that waits for nothing (it has not arrived), else the end of the
+ * chain from the first member that waits for a particular rank. -1: none
+ * found (every member waits in a collective: operations out of order?). */
+static int blame(mpi_ctx *c, int peer) {
+    if (!hb.on) return peer >= 0 ? c->world[peer] : -1;
+    int me = c->world[c->rank], w = -1;
+    uint64_t now = pt_time_ns();
+    for (int m = 0; m < c->size && w < 0; m++) /* a member gone silent explains it all */
+        if (m != c->rank && hb_silence(c->world[m], now) > hb.live_s / 2) w = c->world[m];
+    if (w >= 0) return w;
+    if (peer >= 0) {
+        w = c->world[peer];
+    } else {
+        for (int m = 0; m < c->size && w < 0; m++)
+            if (m != c->rank && atomic_load(&hb.peer_wait[c->world[m]]) == HB_IDLE) w = c->world[m];
+        for (int m = 0; m < c->size && w < 0; m++)
+            if (m != c->rank && atomic_load(&hb.peer_wait[c->world[m]]) >= 0) w = c->world[m];
+        if (w < 0) return -1;
+    }
+    for (int hops = 0; hops < hb.size; hops++) {
+        int next = atomic_load(&hb.peer_wait[w]);
+        if (next < 0 || next == me || next == w) break;
+        w = next;
+    }
+    return w;
+}
+
 /* Wait for *req with the context's deadline. peer < 0 for collectives. */
 static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer, size_t bytes,
                           MPI_Status *st_out) {
     uint64_t t0 = pt_time_ns();
     uint64_t limit = (uint64_t)(c->timeout_s * 1e9);
+    uint64_t next_check = 0;
     MPI_Status st;
+    int published = 0; /* this wait set hb.my_wait */
+    int deferred = 0;  /* the deadline was extended once for another rank's verdict */
     for (unsigned spin = 0;; spin++) {
         int flag = 0;
         pt_mpi_lock();
@@ -156,14 +518,68 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
         pt_mpi_unlock();
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, peer);
         if (flag) {
+            if (published) atomic_store(&hb.my_wait, HB_IDLE);
             if (st_out) *st_out = st;
             return PT_OK;
         }
         if (spin < 256) continue;
-        uint64_t waited = pt_time_ns() - t0;
+        uint64_t now = pt_time_ns(), waited = now - t0;
+        if (hb.on && now >= next_check) { /* every 20 ms: the job's verdict, stalled peers */
+            next_check = now + 20000000ull;
+            if (!published) {
+                atomic_store(&hb.my_wait, peer >= 0 ? c->world[peer] : HB_COLL);
+                published = 1;
+            }
+            hb_check_stale();
+            if (hb_has_verdict()) {
+                atomic_store(&hb.my_wait, HB_IDLE);
+                return verdict_error(c, op);
+            }
+        }
+        if (waited > limit && hb.on &&
+            ((double)(now - atomic_load(&hb.last_round)) * 1e-9 > hb.live_s / 4 ||
+             atomic_load(&hb.thawed_at) > t0)) {
+            /* This process was itself stopped (the deadline passed while it
+             * was frozen) or starved: not the peers' fault. The deadline
+             * counts again from the thaw, and meanwhile its heartbeat thread
+             * catches up (and brings in the verdict about it, if any). */
+            uint64_t thaw = atomic_load(&hb.thawed_at);
+            limit = (thaw > t0 ? thaw - t0 : waited) + (uint64_t)(c->timeout_s * 1e9);
+            if (limit > waited) continue;
+        }
         if (waited > limit) {
+            int who = blame(c, peer);
+            if (hb.on && who >= 0 && !deferred) {
+                /* The lowest healthy member notices; the others give its
+                 * verdict a moment to arrive, so that the job shows one line. */
+                deferred = 1;
+                int first = -1;
+                for (int m = 0; m < c->size && first < 0; m++)
+                    if (c->world[m] != who &&
+                        (m == c->rank || hb_silence(c->world[m], now) < hb.live_s / 2))
+                        first = m;
+                if (first != c->rank) {
+                    limit += 1000000000ull + 4 * hb.period_ns;
+                    continue;
+                }
+            }
             c->failed = 1;
             pt_mpi_g.failed = 1;
+            if (published) atomic_store(&hb.my_wait, HB_IDLE);
+            if (hb.on && who >= 0) {
+                char reason[HB_REASON];
+                double age = hb_silence(who, pt_time_ns());
+                if (age > hb.live_s / 2)
+                    snprintf(reason, sizeof reason,
+                             "rank %d stopped responding: no heartbeat for %.1f s (stopped, "
+                             "frozen, unreachable or dead; comm.timeout %.3g s)",
+                             who, age, hb.live_s);
+                else
+                    snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", who,
+                             c->timeout_s);
+                hb_set_verdict(who, hb.rank, PT_ERR_TIMEOUT, reason);
+                return verdict_error(c, op);
+            }
             if (peer >= 0)
                 return pt_error_set(PT_ERR_TIMEOUT,
                                     "mpi %s of %zu bytes with peer rank %d timed out after %.1f s "
@@ -355,10 +771,24 @@ static pt_status ctx_new(MPI_Comm comm, int is_world, double timeout_s, mpi_ctx 
     pt_mpi_unlock();
     c->counts = calloc((size_t)c->size, sizeof(int));
     c->displs = calloc((size_t)c->size, sizeof(int));
-    if (!c->counts || !c->displs) {
+    c->world = calloc((size_t)c->size, sizeof(int));
+    if (c->counts && c->displs && c->world) {
+        /* members' world ranks: counts serves as the list 0..size-1 here */
+        for (int i = 0; i < c->size; i++) c->counts[i] = i;
+        MPI_Group g, wg;
+        pt_mpi_lock();
+        MPI_Comm_group(comm, &g);
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        MPI_Group_translate_ranks(g, c->size, c->counts, wg, c->world);
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        pt_mpi_unlock();
+    }
+    if (!c->counts || !c->displs || !c->world) {
         int n = c->size;
         free(c->counts);
         free(c->displs);
+        free(c->world);
         free(c);
         return pt_error_set(PT_ERR_NOMEM, "mpi: communicator context of size %d", n);
     }
@@ -403,15 +833,18 @@ static void mpi_free(void *ctx) {
     if (!c) return;
     /* A failed communicator may still have a request in flight that MPI
      * cannot cancel: leave its MPI_Comm alone rather than free it under the
-     * request. */
-    if (!c->failed) {
+     * request (and after a failure anywhere in the process, every one:
+     * check_usable). */
+    if (!c->failed && !pt_mpi_g.failed) {
         pt_mpi_lock();
         MPI_Comm_free(&c->comm);
         pt_mpi_unlock();
     }
     int is_world = c->is_world;
+    if (is_world) hb_stop();
     free(c->counts);
     free(c->displs);
+    free(c->world);
     free(c);
     pt_mpi_g.live--;
     if (!is_world) return;
@@ -425,6 +858,12 @@ static void mpi_free(void *ctx) {
     }
     MPI_Finalize();
     pt_mpi_g.finalized = 1;
+}
+
+/* The noticer printed the verdict (hb_set_verdict); everyone else is quiet. */
+static int mpi_fault_reported(void *ctx, pt_status st) {
+    (void)ctx;
+    return (st == PT_ERR_TIMEOUT || st == PT_ERR_COMM) && hb_has_verdict();
 }
 
 static double mpi_set_timeout(void *ctx, double seconds) {
@@ -446,6 +885,7 @@ static const pt_comm_backend mpi_backend = {
     .split = mpi_split,
     .free = mpi_free,
     .set_timeout = mpi_set_timeout,
+    .fault_reported = mpi_fault_reported,
 };
 
 /* Seconds of the deadline: the option, else PT_COMM_TIMEOUT, else 10. */
@@ -491,6 +931,11 @@ pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **
     mpi_ctx *c;
     pt_status s = ctx_new(w, 1, timeout_s, &c);
     if (s != PT_OK) return s;
+    s = hb_start(w, c->rank, c->size, timeout_s);
+    if (s != PT_OK) {
+        mpi_free(c);
+        return s;
+    }
     PT_INFO("mpi: rank %d of %d, thread level %s, timeout %.1f s", c->rank, c->size,
             pt_mpi_g.serialize ? "serialized (mutex)" : "MPI_THREAD_MULTIPLE", timeout_s);
     *be = &mpi_backend;

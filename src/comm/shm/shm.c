@@ -3,12 +3,14 @@
  * Arena (one mapping per job: anonymous MAP_SHARED made by the launcher
  * before fork, or a named 0600 segment for pt_comm_shm_attach):
  *
- *   [job header: per-rank state, pid, current op, step, first error; abort
- *    word; futex word; bump pointer] [world region] [regions of sub-communicators ...]
+ *   [job header: per-rank state, pid, current op, step, heartbeat, whom it
+ *    waits for, first error; abort word and verdict; futex word; bump
+ *    pointer and free extents] [world region] [regions of sub-communicators ...]
  *
  * A region (one per communicator, made by the lowest member at split time
- * from the bump pointer; pages are given back with MADV_REMOVE when the last
- * member frees it) holds, for its n members:
+ * from the pool: a freed extent that fits, else the bump pointer; when the
+ * last member frees it, its pages go back with MADV_REMOVE and its range to
+ * the pool) holds, for its n members:
  *   ctl[n]          384 bytes per member: its sync flag (an epoch
  *                   counter), the pipelined all-reduce's counters, the
  *                   split fields, the single-copy buffer address
@@ -49,8 +51,13 @@
  * Waiting: spin (an adaptive budget, see wait_until), then
  * sched_yield, then sleep on a futex word shared by the job (posters wake
  * only when someone sleeps). Every wait checks the job's abort word (set by
- * the launcher when a rank dies or on Ctrl-C), the awaited peer's state
- * (exited, or its pid gone when there is no launcher), and the timeout.
+ * the launcher when a rank dies or on Ctrl-C, or by a rank's verdict), the
+ * awaited peer's state (exited, or its pid gone when there is no launcher),
+ * every rank's heartbeat (liveness: a thread per rank process beats, so a
+ * busy rank is alive and a SIGSTOPped one is not), and the progress
+ * timeout. The first rank to notice a fault publishes the verdict naming
+ * the culprit (blame_chain: the rank the waits lead to), and every wait of
+ * every rank returns it at once.
  *
  * Not here: the launcher (shm_launch.c), argument checks and counters
  * (comm.c). */
@@ -60,6 +67,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -98,7 +106,12 @@ static size_t ring_bytes_for(int n) {
 #define OP_SPLIT  PT_OP_COUNT /* op code of split, for messages */
 
 enum { RANK_NONE = 0, RANK_RUNNING, RANK_EXITED, RANK_FAILED };
-enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED };
+enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED, ABORT_FAULT };
+/* shm_rank_info.beat of a rank that has no heartbeat any more (its world was
+ * freed): never stale. 0: not started yet, not checked either. */
+#define BEAT_OFF UINT64_MAX
+/* Free extents of the sub-communicator pool (reused by later splits). */
+#define PT_SHM_FREE_MAX 256
 
 typedef struct {
     _Atomic int state;
@@ -107,8 +120,17 @@ typedef struct {
     _Atomic int cur_op;
     _Atomic int last_op;
     _Atomic long step;
-    char err[224]; /* the rank's first comm error, for the launcher's summary */
+    /* Liveness, separate from progress: the rank's heartbeat thread stores
+     * pt_time_ns() here every beat period, whatever its main thread does
+     * (a slow disk write is alive, a SIGSTOPped process is not). */
+    _Atomic uint64_t beat;
+    _Atomic int waiting_on; /* world rank one of its threads waits for, -1 none */
+    char err[224];          /* the rank's first comm error, for the launcher's summary */
 } shm_rank_info;
+
+typedef struct {
+    uint64_t off, bytes;
+} shm_extent;
 
 struct pt_shm_job {
     uint32_t magic;
@@ -118,8 +140,17 @@ struct pt_shm_job {
     uint64_t stage_bytes; /* staging half of every region */
     uint64_t world_off;
     _Atomic uint64_t next_off; /* bump pointer for sub-communicator regions */
+    _Atomic int pool_lock;     /* spin lock of the free extents below */
+    int nfree;
+    shm_extent free_ext[PT_SHM_FREE_MAX]; /* freed regions, reused by split */
     _Atomic int aborted;
     _Atomic int dead_rank;
+    /* The job's verdict on a fault a rank noticed (a stalled or silent
+     * rank): the first to notice writes it (verdict_lock) and then sets
+     * aborted = ABORT_FAULT, so that every wait of every rank returns it. */
+    _Atomic int verdict_lock;
+    int culprit, noticed_by, verdict_st;
+    char verdict[200];
     char pad1[64];
     _Atomic uint32_t futex; /* bumped and woken when a sleeper may care */
     _Atomic int sleepers;
@@ -178,8 +209,9 @@ typedef struct {
     char *stage;
     char *rings;
     int rank, n, wrank;
-    double timeout_s;
-    uint64_t spin_ns;          /* most spinning per wait */
+    double timeout_s; /* progress: a live peer that does not take part (pt_comm_set_timeout) */
+    double live_s;    /* liveness: a peer without a heartbeat (the job's comm timeout) */
+    uint64_t spin_ns; /* most spinning per wait */
     _Atomic uint64_t spin_cur; /* current spin budget (adaptive) */
     uint64_t epoch;            /* syncs done */
     uint64_t round;            /* rounds done: selects the staging half */
@@ -188,6 +220,7 @@ typedef struct {
     uint64_t want;             /* epoch being waited for */
     int scan;                  /* first member not yet seen at `want` */
     int is_world;
+    int launched;   /* under pt_launch: its summary line reports job faults */
     int cma;        /* single-copy collectives: 0 not probed yet, 1 on, -1 off */
     size_t cma_min; /* bytes from which collectives go single-copy */
     size_t cma_c;   /* floats per chunk */
@@ -253,7 +286,9 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     job->world_off = round_up(sizeof(pt_shm_job), 4096);
     job->stage_bytes = stage_bytes_default();
     atomic_store(&job->next_off, job->world_off + region_size(nranks, job->stage_bytes));
+    job->culprit = -1;
     for (int r = 0; r < PT_SHM_MAX_RANKS; r++) {
+        atomic_store(&job->ranks[r].waiting_on, -1);
         atomic_store(&job->ranks[r].cur_op, -1);
         atomic_store(&job->ranks[r].last_op, -1);
         atomic_store(&job->ranks[r].step, -1);
@@ -381,6 +416,9 @@ static pt_status check_abort(shm_ctx *x, int op) {
     if (a == ABORT_NONE) return PT_OK;
     if (a == ABORT_INTERRUPTED)
         return pt_error_set(PT_ERR_INTERRUPTED, "%s: job interrupted", op_name(op));
+    if (a == ABORT_FAULT)
+        return pt_error_set(x->job->verdict_st, "%s: %s (noticed by rank %d); job stopped",
+                            op_name(op), x->job->verdict, x->job->noticed_by);
     int d = atomic_load(&x->job->dead_rank);
     char why[96];
     describe_status(atomic_load(&x->job->ranks[d].wstatus), why, sizeof why);
@@ -404,6 +442,72 @@ static pt_status check_peer(shm_ctx *x, int m, int op) {
     return PT_OK;
 }
 
+/* Make `reason` (about world rank culprit) the job's verdict unless another
+ * rank was first, and return the job's verdict as this rank's error: every
+ * rank then fails with the same line, and the launcher's summary names the
+ * culprit (not the rank that happened to exit first). */
+static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
+                                 const char *reason) {
+    pt_shm_job *job = x->job;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&job->verdict_lock, &expected, 1)) {
+        job->culprit = culprit;
+        job->noticed_by = x->wrank;
+        job->verdict_st = st;
+        snprintf(job->verdict, sizeof job->verdict, "%s", reason);
+        expected = ABORT_NONE;
+        atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_FAULT);
+        wake_all(job);
+    }
+    pt_status e = check_abort(x, op);
+    /* Another abort (a death the launcher saw, Ctrl-C) came first: that one. */
+    return e != PT_OK ? e : pt_error_set(st, "%s: %s", op_name(op), reason);
+}
+
+/* A rank whose heartbeat stopped more than live_s ago (SIGSTOP, a frozen
+ * host process): -1 if none. *age_s gets its silence. */
+static int stale_rank(shm_ctx *x, uint64_t now, double *age_s) {
+    uint64_t live_ns = (uint64_t)(x->live_s * 1e9);
+    for (int r = 0; r < x->job->nranks; r++) {
+        if (r == x->wrank) continue;
+        shm_rank_info *ri = &x->job->ranks[r];
+        if (atomic_load_explicit(&ri->state, memory_order_acquire) != RANK_RUNNING) continue;
+        uint64_t b = atomic_load_explicit(&ri->beat, memory_order_acquire);
+        if (b == 0 || b == BEAT_OFF || now <= b + live_ns) continue;
+        *age_s = (double)(now - b) * 1e-9;
+        return r;
+    }
+    return -1;
+}
+
+/* Whom to blame when world rank w did not take part in time: follow what
+ * each rank waits for (w may itself wait for another) to a rank that waits
+ * for nobody, the one holding everyone up. */
+static int blame_chain(shm_ctx *x, int w) {
+    for (int hops = 0; hops < x->job->nranks; hops++) {
+        int next = atomic_load_explicit(&x->job->ranks[w].waiting_on, memory_order_acquire);
+        if (next < 0 || next == x->wrank || next == w) break;
+        w = next;
+    }
+    return w;
+}
+
+/* check_peer's finding about world rank w, as a verdict names it (world
+ * ranks, so that the launcher's line names the process). */
+static const char *gone_reason(shm_ctx *x, int w) {
+    static _Thread_local char out[160];
+    shm_rank_info *ri = &x->job->ranks[w];
+    int state = atomic_load_explicit(&ri->state, memory_order_acquire);
+    if (state == RANK_EXITED || state == RANK_FAILED) {
+        char why[96];
+        describe_status(atomic_load(&ri->wstatus), why, sizeof why);
+        snprintf(out, sizeof out, "rank %d %s before taking part", w, why);
+    } else {
+        snprintf(out, sizeof out, "rank %d (pid %d) is gone", w, atomic_load(&ri->pid));
+    }
+    return out;
+}
+
 typedef int (*pending_fn)(shm_ctx *x, const void *arg);
 
 /* Wait until pending() returns -1; it otherwise returns the member being
@@ -414,6 +518,8 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
     uint64_t t0 = pt_time_ns(), now = t0;
     uint64_t timeout_ns = (uint64_t)(x->timeout_s * 1e9);
     uint64_t next_peer_check = t0 + 50000000ull;
+    _Atomic int *my_wait = &x->job->ranks[x->wrank].waiting_on;
+    int waiting_on = -1; /* what this wait published in my_wait */
     /* Adaptive spin: a wait that ends within the spin budget grows it (up to
      * spin_ns), one that has to yield halves it. On a loaded machine the
      * peer often needs the very core we would spin on (measured, 2 ranks on
@@ -423,6 +529,7 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
     for (unsigned i = 1;; i++) {
         who = pending(x, arg);
         if (who < 0) {
+            if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
             uint64_t grown = spin + spin / 4 + 500, halved = spin / 2 > 500 ? spin / 2 : 500;
             if (now - t0 < spin)
                 atomic_store_explicit(&x->spin_cur, grown < x->spin_ns ? grown : x->spin_ns,
@@ -432,7 +539,11 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
             return PT_OK;
         }
         if ((i & 63) == 0 || now - t0 >= spin) {
-            PT_CHECK(check_abort(x, op));
+            pt_status a = check_abort(x, op);
+            if (a != PT_OK) {
+                if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
+                return a;
+            }
             now = pt_time_ns();
         }
         if (now - t0 < spin) {
@@ -441,19 +552,51 @@ static pt_status wait_until(shm_ctx *x, pending_fn pending, const void *arg, int
 #endif
             continue;
         }
+        int ww = x->reg->world_rank[who];
+        if (ww != waiting_on) { /* for blame_chain in the other ranks */
+            atomic_store_explicit(my_wait, ww, memory_order_release);
+            waiting_on = ww;
+        }
+        pt_status fault = PT_OK;
         if (now >= next_peer_check) {
             next_peer_check = now + 50000000ull;
             if (check_peer(x, who, op) != PT_OK) {
                 /* It may have finished its part and then exited. */
-                if (pending(x, arg) < 0) return PT_OK;
-                return check_peer(x, who, op);
+                if (pending(x, arg) < 0) continue;
+                fault = check_peer(x, who, op);
+                fault = publish_verdict(x, ww, fault, op, gone_reason(x, ww));
+            }
+            double age = 0;
+            int st = fault == PT_OK ? stale_rank(x, now, &age) : -1;
+            if (st >= 0) {
+                char reason[200];
+                snprintf(reason, sizeof reason,
+                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
+                         "or overloaded; comm.timeout %.3g s)",
+                         st, age, x->live_s);
+                fault = publish_verdict(x, st, PT_ERR_TIMEOUT, op, reason);
             }
         }
-        if (now - t0 > timeout_ns) {
-            char w[64];
-            name_member(x, who, w, sizeof w);
-            return pt_error_set(PT_ERR_TIMEOUT, "%s: %s did not take part within %.3g s",
-                                op_name(op), w, x->timeout_s);
+        if (fault == PT_OK && now - t0 > timeout_ns) {
+            int c = blame_chain(x, ww);
+            char reason[200];
+            /* Silent for over half the liveness timeout (ten beat periods): it
+             * is frozen, not merely elsewhere. */
+            uint64_t b = atomic_load(&x->job->ranks[c].beat);
+            double age = b && b != BEAT_OFF && now > b ? (double)(now - b) * 1e-9 : 0;
+            if (age > x->live_s / 2)
+                snprintf(reason, sizeof reason,
+                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
+                         "or overloaded; comm.timeout %.3g s)",
+                         c, age, x->live_s);
+            else
+                snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", c,
+                         x->timeout_s);
+            fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, reason);
+        }
+        if (fault != PT_OK) {
+            if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
+            return fault;
         }
         if (now - t0 < spin + 1000000ull) {
             sched_yield();
@@ -810,6 +953,9 @@ static int pid_dead(int pid) {
 static pt_status cma_error(shm_ctx *x, int m, int err, size_t bytes, int op) {
     char who[64];
     name_member(x, m, who, sizeof who);
+    /* A peer that left the operation because the job stopped (its buffer
+     * may be gone: EFAULT): the job's reason, not the copy's. */
+    PT_CHECK(check_abort(x, op));
     if (err == ESRCH || pid_dead(x->cma_pid[m])) {
         /* Give the launcher a moment to reap it: its verdict names the
          * signal or exit code (as every other wait does). */
@@ -1195,8 +1341,8 @@ static void cma_shape(shm_ctx *x) {
     if (x->cma_c == 0) x->cma_c = 16;
 }
 
-static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, int is_world,
-                         shm_ctx **out) {
+static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeout_s, double live_s,
+                         int is_world, shm_ctx **out) {
     shm_ctx *x = calloc(1, sizeof *x);
     if (!x) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a context");
     x->map = map;
@@ -1209,7 +1355,8 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     x->rings = (char *)x->reg + ring_off(x->n, x->reg->stage_bytes);
     x->rank = rank;
     x->wrank = x->reg->world_rank[rank];
-    x->timeout_s = map->job->timeout_s > 0 ? map->job->timeout_s : timeout_s;
+    x->timeout_s = timeout_s;
+    x->live_s = live_s;
     x->spin_ns = spin_ns_for(map->job->nranks);
     atomic_store(&x->spin_cur, x->spin_ns);
     pipe_shape(x);
@@ -1219,6 +1366,144 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
     atomic_fetch_add(&map->refs, 1);
     *out = x;
     return PT_OK;
+}
+
+/* ---- heartbeat: one thread per rank process with a world of several ----
+ * Stores pt_time_ns() into the rank's beat every period (live_s / 20, from
+ * 5 to 200 ms), independently of the main and progress threads. Waiters
+ * compare it with their clock (one host: one monotonic clock). The thread
+ * starts with every signal blocked, like the progress threads. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int running, stop;
+    shm_rank_info *ri;
+    uint64_t period_ns;
+} hb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *hb_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&hb.mu);
+    while (!hb.stop) {
+        atomic_store_explicit(&hb.ri->beat, pt_time_ns(), memory_order_release);
+        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&hb.cv, &hb.mu, &ts);
+    }
+    pthread_mutex_unlock(&hb.mu);
+    return NULL;
+}
+
+/* A child forked while a heartbeat ran has no such thread. */
+static void hb_after_fork(void) {
+    pthread_mutex_init(&hb.mu, NULL);
+    pthread_cond_init(&hb.cv, NULL);
+    hb.running = 0;
+}
+
+static pt_status hb_start(pt_shm_job *job, int wrank, double live_s) {
+    if (job->nranks < 2 || hb.running) return PT_OK;
+    static int atfork_set;
+    if (!atfork_set) atfork_set = pthread_atfork(NULL, NULL, hb_after_fork) == 0;
+    double p = live_s / 20;
+    p = p < 0.005 ? 0.005 : p > 0.2 ? 0.2 : p;
+    hb.ri = &job->ranks[wrank];
+    hb.period_ns = (uint64_t)(p * 1e9);
+    hb.stop = 0;
+    atomic_store(&hb.ri->beat, pt_time_ns());
+    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0)
+        return pt_error_set(PT_ERR_INTERNAL, "shm: cannot start the heartbeat thread (%d)", e);
+    hb.running = 1;
+    return PT_OK;
+}
+
+/* The world is freed: no heartbeat from here on, and none is expected. */
+static void hb_stop(void) {
+    if (!hb.running) return;
+    pthread_mutex_lock(&hb.mu);
+    hb.stop = 1;
+    pthread_cond_signal(&hb.cv);
+    pthread_mutex_unlock(&hb.mu);
+    pthread_join(hb.thread, NULL);
+    atomic_store(&hb.ri->beat, BEAT_OFF);
+    hb.running = 0;
+}
+
+/* ---- the sub-communicator pool: freed regions are reused ---- */
+
+static void pool_lock(pt_shm_job *job) {
+    int expected = 0;
+    while (!atomic_compare_exchange_weak(&job->pool_lock, &expected, 1)) {
+        expected = 0;
+        sched_yield();
+    }
+}
+static void pool_unlock(pt_shm_job *job) {
+    atomic_store_explicit(&job->pool_lock, 0, memory_order_release);
+}
+
+/* Offset of `need` bytes for a new region (first fit among freed extents,
+ * else from the bump pointer), 0 when the arena is full. */
+static uint64_t pool_take(pt_shm_job *job, uint64_t need) {
+    pool_lock(job);
+    uint64_t off = 0;
+    for (int i = 0; i < job->nfree && !off; i++) {
+        shm_extent *e = &job->free_ext[i];
+        if (e->bytes < need) continue;
+        off = e->off;
+        e->off += need;
+        e->bytes -= need;
+        if (e->bytes == 0) job->free_ext[i] = job->free_ext[--job->nfree];
+    }
+    if (!off) {
+        uint64_t o = atomic_load(&job->next_off);
+        if (o + need <= job->total) {
+            off = o;
+            atomic_store(&job->next_off, o + need);
+        }
+    }
+    pool_unlock(job);
+    return off;
+}
+
+/* Give [off, off + bytes) back, merged with free neighbours; the extent at
+ * the bump pointer lowers it instead. A full table drops the extent (its
+ * address space is lost to this job, nothing else). */
+static void pool_give(pt_shm_job *job, uint64_t off, uint64_t bytes) {
+    pool_lock(job);
+    for (int merged = 1; merged;) {
+        merged = 0;
+        for (int i = 0; i < job->nfree; i++) {
+            shm_extent *e = &job->free_ext[i];
+            if (e->off + e->bytes == off || off + bytes == e->off) {
+                if (e->off < off) off = e->off;
+                bytes += e->bytes;
+                job->free_ext[i] = job->free_ext[--job->nfree];
+                merged = 1;
+                break;
+            }
+        }
+    }
+    if (off + bytes == atomic_load(&job->next_off))
+        atomic_store(&job->next_off, off);
+    else if (job->nfree < PT_SHM_FREE_MAX)
+        job->free_ext[job->nfree++] = (shm_extent){off, bytes};
+    pool_unlock(job);
 }
 
 static void map_release(shm_map *map) {
@@ -1231,9 +1516,14 @@ static void map_release(shm_map *map) {
 static void shm_free(void *ctx) {
     shm_ctx *x = ctx;
     if (!x) return;
-    if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1)
-        madvise(x->reg, region_size(x->n, x->reg->stage_bytes),
-                MADV_REMOVE); /* give the pages back */
+    if (x->is_world && hb.running && hb.ri == &x->job->ranks[x->wrank]) hb_stop();
+    if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1) {
+        /* The last member: give the pages back (they read as zeros when
+         * reused, as a fresh region's flags must) and the range to the pool. */
+        size_t bytes = region_size(x->n, x->reg->stage_bytes);
+        if (madvise(x->reg, bytes, MADV_REMOVE) != 0) memset(x->reg, 0, bytes);
+        pool_give(x->job, x->reg_off, bytes);
+    }
     for (int p = 0; p < x->n; p++)
         while (x->unexpected[p]) {
             shm_unexpected *u = x->unexpected[p];
@@ -1255,6 +1545,13 @@ static double shm_set_timeout(void *ctx, double seconds) {
     double old = x->timeout_s;
     x->timeout_s = seconds;
     return old;
+}
+
+static int shm_fault_reported(void *ctx, pt_status st) {
+    shm_ctx *x = ctx;
+    if (!x->launched || x->job->nranks < 2) return 0;
+    if (st != PT_ERR_COMM && st != PT_ERR_TIMEOUT && st != PT_ERR_INTERRUPTED) return 0;
+    return atomic_load(&x->job->aborted) != ABORT_NONE;
 }
 
 static void shm_note_step(void *ctx, long step) {
@@ -1290,8 +1587,8 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
     PT_ASSERT(me >= 0);
     if (leader == x->rank) {
         uint64_t need = region_size(m, x->job->stage_bytes);
-        uint64_t off = atomic_fetch_add(&x->job->next_off, need);
-        if (off + need > x->job->total) {
+        uint64_t off = pool_take(x->job, need);
+        if (off == 0) {
             x->ctl[x->rank].split_off = 0;
         } else {
             shm_region *r = (shm_region *)((char *)x->job + off);
@@ -1313,8 +1610,9 @@ static pt_status shm_split(void *ctx, int color, int key, void **out_ctx, int *r
                                    "sub-communicator (%llu bytes reserved)",
                                    (unsigned long long)x->job->total));
     shm_ctx *y;
-    st = ctx_new(x->map, off, me, x->timeout_s, 0, &y);
+    st = ctx_new(x->map, off, me, x->timeout_s, x->live_s, 0, &y);
     if (st != PT_OK) return op_end(x, OP_SPLIT, st);
+    y->launched = x->launched;
     *out_ctx = y;
     *rank = me;
     *size = m;
@@ -1334,6 +1632,7 @@ static const pt_comm_backend shm_backend = {
     .free = shm_free,
     .note_step = shm_note_step,
     .set_timeout = shm_set_timeout,
+    .fault_reported = shm_fault_reported,
     .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 
@@ -1356,7 +1655,7 @@ void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid) {
     mark_running(job, rank, pid);
 }
 
-static pt_status world_from(pt_shm_job *job, size_t total, int rank, double timeout_s,
+static pt_status world_from(pt_shm_job *job, size_t total, int rank, double timeout_s, int launched,
                             const pt_comm_backend **be, void **ctx, int *out_rank, int *size) {
     shm_map *map = calloc(1, sizeof *map);
     if (!map) return pt_error_set(PT_ERR_NOMEM, "shm: out of memory for a mapping");
@@ -1364,10 +1663,18 @@ static pt_status world_from(pt_shm_job *job, size_t total, int rank, double time
     map->total = total;
     atomic_store(&map->refs, 1); /* held until the world context is made */
     shm_ctx *x;
-    pt_status st = ctx_new(map, job->world_off, rank, timeout_s, 1, &x);
+    /* The launcher's (or creator's) timeout wins: every rank then agrees. */
+    double t = job->timeout_s > 0 ? job->timeout_s : timeout_s > 0 ? timeout_s : 10.0;
+    pt_status st = ctx_new(map, job->world_off, rank, t, t, 1, &x);
     map_release(map); /* the context holds it now (or, on failure, nobody) */
     if (st != PT_OK) return st;
+    st = hb_start(job, rank, t);
+    if (st != PT_OK) {
+        shm_free(x);
+        return st;
+    }
     *be = &shm_backend;
+    x->launched = launched;
     *ctx = x;
     *out_rank = rank;
     *size = job->nranks;
@@ -1380,7 +1687,7 @@ pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **
         return pt_error_set(PT_ERR_UNSUPPORTED, "shm: this process was not started by pt_launch");
     pt_shm_job *job = adopted.job;
     adopted.job = NULL; /* one world per launched rank */
-    return world_from(job, job->total, adopted.rank, opt->timeout_s, be, ctx, rank, size);
+    return world_from(job, job->total, adopted.rank, opt->timeout_s, 1, be, ctx, rank, size);
 }
 
 pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
@@ -1389,7 +1696,7 @@ pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **b
     PT_CHECK(pt_shm_job_map_anon(1, 0, &job));
     pt_shm_job_adopt(job, 0, (int)getpid());
     adopted.job = NULL;
-    return world_from(job, job->total, 0, opt->timeout_s, be, ctx, rank, size);
+    return world_from(job, job->total, 0, opt->timeout_s, 0, be, ctx, rank, size);
 }
 
 pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm_options *opt,
@@ -1429,7 +1736,8 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
     const pt_comm_backend *be;
     void *ctx;
     int r, s;
-    PT_CHECK(world_from(job, total, rank, o.timeout_s, &be, &ctx, &r, &s)); /* unmaps on failure */
+    PT_CHECK(
+        world_from(job, total, rank, o.timeout_s, 0, &be, &ctx, &r, &s)); /* unmaps on failure */
     return pt_comm_wrap(be, ctx, r, s, out);
 }
 
@@ -1451,6 +1759,15 @@ void pt_shm_job_interrupt(pt_shm_job *job) {
     int expected = ABORT_NONE;
     atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_INTERRUPTED);
     wake_all(job);
+}
+
+int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason) {
+    pt_shm_job *j = (pt_shm_job *)job;
+    if (atomic_load_explicit(&j->aborted, memory_order_acquire) != ABORT_FAULT) return 0;
+    *culprit = j->culprit;
+    *noticed_by = j->noticed_by;
+    *reason = j->verdict;
+    return 1;
 }
 
 void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,

@@ -57,6 +57,10 @@ void pt_shm_job_interrupt(pt_shm_job *job);
  * ("" if none), for the summary line. */
 void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,
                           const char **err);
+/* Launcher: 1 when a rank published the job's verdict on a fault it
+ * noticed (a rank stalled, silent, or gone): *culprit is the world rank at
+ * fault, *reason one sentence naming it. 0 otherwise. */
+int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason);
 /* In a forked rank: make pt_comm_shm_world find this job as `rank`. */
 void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
 /* A world of one in this process (no launcher, nothing shared). */

@@ -11,6 +11,11 @@
  * (every waiting rank returns PT_ERR_COMM at once, naming the dead rank),
  * gives the ranks PT_LAUNCH_GRACE_S to return their errors and exit, then
  * SIGTERM, then SIGKILL after another grace, and prints one summary line.
+ * A fault a rank noticed (a rank stalled: no heartbeat; or one that did
+ * not take part in time) comes as the job's verdict in the arena: the
+ * launcher SIGKILLs the culprit at once (a stopped process ignores
+ * SIGTERM) and its summary names the culprit, not the rank that noticed
+ * and exited first.
  * SIGINT/SIGTERM to the launcher: same, with PT_ERR_INTERRUPTED in the
  * ranks and SIGTERM at once. Ranks ask for SIGKILL when the launcher dies
  * (PR_SET_PDEATHSIG), so there are never orphans.
@@ -120,6 +125,11 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
 
     int first_fail = -1, fail_ws = 0, interrupted = 0, early_exit = -1;
     char fail_where[512] = "";
+    /* A fault a rank noticed (stalled or silent rank): its verdict names the
+     * culprit, which the launcher kills at once (a stopped process ignores
+     * SIGTERM), so that the job ends within the timeout plus the grace. */
+    int culprit = -1, noticed_by = -1, culprit_killed = 0;
+    char verdict[256] = "", culprit_where[512] = "";
     double stop_at = 0, term_at = 0;
     if (st != PT_OK) { /* could not start them all: stop the ones we have */
         pt_shm_job_interrupt(job);
@@ -144,7 +154,8 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
             pids[r] = 0;
             alive--;
             int failed = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-            int first = failed && first_fail < 0 && !interrupted && st == PT_OK;
+            int first = failed && first_fail < 0 && !interrupted && st == PT_OK &&
+                        !(r == culprit && culprit_killed);
             if (first) {
                 first_fail = r;
                 fail_ws = ws;
@@ -154,8 +165,21 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
             if (!failed && first_fail < 0 && early_exit < 0) early_exit = r;
             pt_shm_job_mark_exit(job, r, ws, first);
         }
+        const char *reason = NULL;
+        if (culprit < 0 && !interrupted && st == PT_OK &&
+            pt_shm_job_verdict(job, &culprit, &noticed_by, &reason)) {
+            snprintf(verdict, sizeof verdict, "%s", reason);
+            if (culprit >= 0 && culprit < nproc) {
+                where(job, culprit, culprit_where, sizeof culprit_where);
+                if (pids[culprit] > 0 && first_fail != culprit) {
+                    kill(pids[culprit], SIGKILL);
+                    culprit_killed = 1;
+                }
+            }
+            if (first_fail < 0) stop_at = pt_time_s();
+        }
         if (alive == 0) break;
-        if (!(first_fail >= 0 || interrupted || st != PT_OK)) continue;
+        if (!(first_fail >= 0 || interrupted || st != PT_OK || culprit >= 0)) continue;
         double now = pt_time_s();
         if (term_at == 0 && now > stop_at + PT_LAUNCH_GRACE_S) {
             signal_all(pids, nproc, SIGTERM);
@@ -177,6 +201,11 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
         fprintf(stderr, "partrain: interrupted by SIG%s; stopped %d ranks\n", abbr ? abbr : "?",
                 nproc);
         *exit_code = 128 + interrupted;
+    } else if (culprit >= 0 && first_fail != culprit) {
+        /* The culprit, not whichever rank noticed first and exited. */
+        fprintf(stderr, "partrain: %s%s (noticed by rank %d); job stopped\n", verdict,
+                culprit_where, noticed_by);
+        *exit_code = first_fail >= 0 ? exit_code_of(fail_ws) : 1;
     } else if (first_fail >= 0) {
         char why[96], extra[96] = "";
         describe(fail_ws, why, sizeof why);
