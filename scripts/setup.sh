@@ -3,11 +3,14 @@
 # the release tree in build/. Run as root on Debian 12.
 #   bash scripts/setup.sh            # packages + build
 #   PT_SKIP_APT=1 bash scripts/setup.sh   # build only
+#   PT_FULL=1 bash scripts/setup.sh       # also clang, for the full tier's fuzzing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev
           libopenmpi-dev openmpi-bin fortunes iproute2)
+# The full tier fuzzes the parsers with clang's libFuzzer (scripts/fuzz.sh).
+[ "${PT_FULL:-0}" = 1 ] && packages+=(clang)
 
 if [ "${PT_SKIP_APT:-0}" != 1 ]; then
   missing=()

@@ -5,12 +5,12 @@
 #   bash scripts/test.sh             # release + sanitizers (what CI runs)
 #   bash scripts/test.sh --quick     # release only
 #   bash scripts/test.sh --full      # also the slow "full" tier (with 20 s a target of
-#                                    # fuzzing, scripts/fuzz.sh, when clang is installed)
+#                                    # fuzzing, scripts/fuzz.sh; installs clang for it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-}
-bash scripts/setup.sh
+if [ "$mode" = --full ]; then PT_FULL=1 bash scripts/setup.sh; else bash scripts/setup.sh; fi
 
 # Open MPI refuses to run as root unless told; CI runs as root.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
