@@ -403,8 +403,9 @@ static void test_ckpt_t4(void) {
     check_ckpt(4);
 }
 
-/* A slice saved from initialized slice models loads back into slices of
- * another degree: save at t = 4, read at t = 2, equal to t = 2's init. */
+/* Initialized slices saved at t = 4 make the whole init's file, and it
+ * loads back into slices of another degree: read at t = 2, equal to
+ * t = 2's init. */
 static void test_ckpt_across_degrees(void) {
     const uint64_t seed = 99;
     pt_model *s4[4] = {NULL}, *s2 = NULL, *m2 = NULL;
@@ -417,6 +418,19 @@ static void test_ckpt_across_degrees(void) {
     }
     const char *path = tmp_path("t4-init.safetensors");
     CHECK_OK(pt_safetensors_save_slices(path, s4[0], bufs));
+    /* the file of four initialized slices is the file of the whole init */
+    CHECK_OK(pt_model_new(&m2, &cfg, 1));
+    if (!m2) goto done;
+    pt_model_init(m2, seed);
+    const char *path1 = tmp_path("t1-init.safetensors");
+    CHECK_OK(pt_safetensors_save(path1, m2, pt_model_params(m2)));
+    pt_model_free(m2);
+    m2 = NULL;
+    size_t n4 = 0, n1 = 0;
+    unsigned char *b4 = read_all(path, &n4), *b1 = read_all(path1, &n1);
+    CHECK(b4 && b1 && n4 == n1 && memcmp(b4, b1, n1) == 0);
+    free(b4);
+    free(b1);
     for (int r = 0; r < 2; r++) {
         CHECK_OK(pt_model_new_slice(&s2, &cfg, 1, 2, r));
         CHECK_OK(pt_model_new_slice(&m2, &cfg, 1, 2, r));
