@@ -380,8 +380,8 @@ void pt_model_init(pt_model *m, uint64_t seed) {
         }
         float std = ends_with(t->name, ".c_proj.weight") ? proj_std : 0.02f;
         uint64_t key = pt_rng_key(seed, t->name);
-        /* by GLOBAL element index, run by run of the slice (t = 1: one run,
-         * global = local) */
+        /* by GLOBAL element index, run by run of the slice (t = 1: every
+         * run has global = local) */
         size_t nruns = pt_shard_num_runs(&t->shard);
         for (size_t k = 0; k < nruns; k++) {
             size_t g, l, len;
