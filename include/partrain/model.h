@@ -22,6 +22,9 @@
  * whole-model passes; a pipeline schedule can create more (one per in-flight
  * micro-batch).
  *
+ * Sharded tensors (pt_shard, pt_model_new_slice): the model of one tensor-
+ * parallel rank holds slices of the global tensors; shard.c describes them.
+ *
  * Not here: the optimizer, data, communication (tensor-parallel linears will
  * take a communicator later), checkpoint files. */
 #ifndef PARTRAIN_MODEL_H
@@ -48,16 +51,67 @@ pt_status pt_model_config_validate(const pt_model_config *c);
 /* Number of parameters (floats) of the architecture. */
 size_t pt_model_config_num_params(const pt_model_config *c);
 
+/* ---- sharded tensors ----
+ * Under t-way tensor parallelism (Megatron's split) every parameter keeps
+ * its GLOBAL shape, GPT-2's, and tp rank r holds a SLICE of it: the pieces
+ * [offset, offset + extent) of one split dimension, concatenated in order;
+ * the other dimension is whole. The split, for rank r of t:
+ *   column-parallel c_attn, c_fc: the output dimension (weight dim 1, bias
+ *     dim 0). c_attn's (C, 3C) holds q, k and v side by side, so its slice is
+ *     THREE pieces, rank r's heads of each: [b*C + r*C/t, C/t) for b = q, k, v;
+ *   row-parallel attn.c_proj, mlp.c_proj: the input dimension (weight dim
+ *     0); their biases are whole (added once, after the all-reduce);
+ *   wte (V, C): vocabulary rows [r*V/t, V/t) (vocabulary-parallel embedding
+ *     and LM head);
+ *   wpe and the LayerNorms: whole on every rank.
+ * t must divide n_head (each rank holds whole heads; then it divides C and
+ * 4C too) and vocab_size: a vocabulary that t does not divide is refused
+ * (padding wte to a multiple of t is for the tensor-parallel compute, not
+ * done yet). With t = 1 every slice is the whole tensor. The description is
+ * a pure function of (config, tensor name, t, r): every rank can compute
+ * every other rank's slice. */
+#define PT_SHARD_MAX_PIECES 3
+typedef struct {
+    int ndim;         /* 1 or 2 */
+    int64_t shape[2]; /* the global tensor's shape (shape[1] 0 for a vector) */
+    int split_dim;    /* -1: whole on every rank (npieces 0); else 0 or 1 */
+    int npieces;      /* along split_dim, increasing, not overlapping */
+    struct {
+        int64_t offset, extent; /* global indices along split_dim */
+    } piece[PT_SHARD_MAX_PIECES];
+} pt_shard;
+
+/* Whether t-way tensor parallelism can split cfg's model: one line naming
+ * the value that t does not divide. */
+pt_status pt_shard_check(const pt_model_config *c, int t);
+/* The slice of tensor `name` (a GPT-2 parameter name of cfg's model) held by
+ * tp rank r of t. Errors: an unknown name, pt_shard_check's, r outside
+ * [0, t). */
+pt_status pt_shard_describe(pt_shard *out, const pt_model_config *c, const char *name, int t,
+                            int r);
+/* The slice's shape: the global shape with split_dim's extent the sum of
+ * the pieces' (shape[1] 0 for a vector); and its element count. */
+void pt_shard_local_shape(const pt_shard *s, int64_t shape[2]);
+size_t pt_shard_local_numel(const pt_shard *s);
+/* The slice as runs of consecutive elements of both row-major layouts: run
+ * k (0 <= k < pt_shard_num_runs) is the len elements at index *global of
+ * the full tensor and at *local of the slice. Runs go in increasing order of
+ * both and cover the slice once: one per piece for a row split, one per
+ * (row, piece) for a column split, one for a whole tensor. */
+size_t pt_shard_num_runs(const pt_shard *s);
+void pt_shard_run(const pt_shard *s, size_t k, size_t *global, size_t *local, size_t *len);
+
 /* A named parameter tensor: a slice of the flat buffers. */
 #define PT_PARAM_NAME_MAX 48
 typedef struct {
     char name[PT_PARAM_NAME_MAX]; /* GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
     int ndim;                     /* 1 or 2 */
-    int64_t shape[2];
-    size_t offset; /* in floats, into pt_model_params / pt_model_grads */
-    size_t numel;
-    int decay;  /* 1 for matrices (weight decay applies), 0 for biases and LN */
-    int module; /* index of the owning module */
+    int64_t shape[2];             /* of the slice this model holds (t = 1: GPT-2's) */
+    size_t offset;                /* in floats, into pt_model_params / pt_model_grads */
+    size_t numel;                 /* of the slice */
+    int decay;                    /* 1 for matrices (weight decay applies), 0 for biases and LN */
+    int module;                   /* index of the owning module */
+    pt_shard shard;               /* the global tensor and which part of it this is */
 } pt_param_info;
 
 typedef enum { PT_MODULE_EMBEDDING, PT_MODULE_BLOCK, PT_MODULE_HEAD } pt_module_kind;
@@ -79,14 +133,30 @@ typedef struct pt_module_ctx pt_module_ctx;
 /* Allocate a model for batches of up to max_B sequences of up to seq_len
  * tokens. Parameters are zero until pt_model_init or a checkpoint load. */
 pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
+/* The model of tp rank tp_rank of tp (pt_shard_check'd): the same modules
+ * and tensors as pt_model_new's, each of its slice's shape (pt_param_info's
+ * shape and numel; .shard has the global one), laid out module by module in
+ * flat buffers of the slices' total size. tp = 1 is exactly pt_model_new.
+ * No tensor-parallel compute exists yet: with tp > 1, forward and backward
+ * refuse to run (an assert); init and checkpoints work by slice. max_B 0
+ * builds the tensor table only, without any buffer (pt_model_params and
+ * pt_model_grads NULL, as after pt_model_drop_flat; no pass can run): what
+ * a checkpoint reader or writer needs. */
+pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                             int tp_rank);
 void pt_model_free(pt_model *m);
+/* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
+ * pt_model_new's). */
+void pt_model_tp(const pt_model *m, int *size, int *rank);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);
 
 /* GPT-2 init: normal(0, 0.02), *.c_proj.weight normal(0, 0.02/sqrt(2L)),
  * LayerNorm weights 1, biases 0. Element j of tensor `name` is
- * 0.02 * pt_rng_normal_at(pt_rng_key(seed, name), j): independent of layout. */
+ * 0.02 * pt_rng_normal_at(pt_rng_key(seed, name), j): independent of layout.
+ * j is the index in the GLOBAL tensor: a slice model's elements are bitwise
+ * those of the whole tensor at their places (pt_shard_run). */
 void pt_model_init(pt_model *m, uint64_t seed);
 
 /* Flat buffers (lent; NULL after pt_model_drop_flat dropped them). */

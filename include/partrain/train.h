@@ -153,6 +153,24 @@ pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *
  * attn.masked_bias) are ignored, any other extra tensor is an error. */
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf);
 
+/* By tensor-parallel slice (pt_model_new_slice; model.h "sharded tensors").
+ * pt_safetensors_save / _load on a slice model would store the slices' own
+ * shapes; these read and write the FULL tensors, GPT-2's file, instead.
+ *
+ * Write the full tensors of all t slices as pt_safetensors_save writes the
+ * whole model's (the same bytes as the t = 1 file of the same values). m is
+ * any slice model of the layout (its config and t); bufs[r], for every tp
+ * rank r < t, is laid out like rank r's flat parameters (lent). A tensor
+ * that every rank holds whole is taken from rank 0. Assembles the full
+ * buffer in PT_MEM_SCRATCH while writing. */
+pt_status pt_safetensors_save_slices(const char *path, const pt_model *m, const float *const *bufs);
+/* Read m's slice of every tensor from a full-tensor safetensors file into
+ * buf (laid out like m's flat parameters): the file is validated as by
+ * pt_safetensors_load against the full model's names and shapes, then only
+ * the slice's rows and columns are read (one seek per run of consecutive
+ * elements). */
+pt_status pt_safetensors_load_slice(const char *path, const pt_model *m, float *buf);
+
 /* Resolve a checkpoint argument: DIR with a `latest` file -> DIR/<latest>
  * (or the copy a save that died moved aside, when <latest> is missing); a
  * step directory as is; DIR without `latest` -> its newest step_*. out gets

@@ -1,7 +1,9 @@
 /* The GPT-2 model as a list of modules: config validation, the tensor table
  * (GPT-2 names and shapes, flat layout module by module), allocation of
  * parameters, gradients and activations up front, layout-independent init,
- * and the whole-model forward/backward that chains the modules.
+ * and the whole-model forward/backward that chains the modules. A model
+ * can hold one tensor-parallel rank's slices (pt_model_new_slice, split as
+ * shard.c describes); its passes then refuse to run.
  *
  * Not here: the modules' own math (modules.c), the optimizer, files. */
 #include "model_impl.h"
@@ -44,14 +46,21 @@ size_t pt_model_config_num_params(const pt_model_config *c) {
 
 /* ---- tensor table ---- */
 
+/* Tensor `name` of global shape (d0, d1) (d1 0: a vector): its slice of
+ * this model's tp rank takes the next numel floats. */
 static void add_tensor(pt_model *m, int module, const char *name, int64_t d0, int64_t d1,
                        int decay) {
     pt_param_info *p = &m->tensors[m->ntensors++];
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = d1 > 0 ? 2 : 1;
-    p->shape[0] = d0;
-    p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    /* pt_model_new_slice checked the split: describing cannot fail, and the
+     * description's shape must be the table's */
+    pt_status st = pt_shard_describe(&p->shard, &m->cfg, name, m->tp, m->tp_rank);
+    PT_ASSERT(st == PT_OK);
+    PT_ASSERT_EQ(p->shard.shape[0], d0);
+    PT_ASSERT_EQ(p->shard.shape[1], d1 > 0 ? d1 : 0);
+    p->ndim = p->shard.ndim;
+    pt_shard_local_shape(&p->shard, p->shape);
+    p->numel = pt_shard_local_numel(&p->shard);
     p->offset = m->nparams;
     p->decay = decay;
     p->module = module;
@@ -183,13 +192,30 @@ void pt_model_free(pt_model *m) {
 
 pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
     *out = NULL;
+    if (max_B <= 0) {
+        PT_CHECK(pt_model_config_validate(cfg));
+        return pt_error_set(PT_ERR_INVALID, "batch size must be > 0 (got %d)", max_B);
+    }
+    return pt_model_new_slice(out, cfg, max_B, 1, 0);
+}
+
+pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                             int tp_rank) {
+    *out = NULL;
     PT_CHECK(pt_model_config_validate(cfg));
-    if (max_B <= 0) return pt_error_set(PT_ERR_INVALID, "batch size must be > 0 (got %d)", max_B);
+    if (max_B < 0)
+        return pt_error_set(PT_ERR_INVALID, "batch size must be >= 0 (got %d; 0: the table only)",
+                            max_B);
+    PT_CHECK(pt_shard_check(cfg, tp));
+    if (tp_rank < 0 || tp_rank >= tp)
+        return pt_error_set(PT_ERR_INVALID, "tensor-parallel rank %d outside [0, %d)", tp_rank, tp);
     pt_status st = PT_OK;
     pt_model *m = calloc(1, sizeof *m);
     if (!m) return pt_error_set(PT_ERR_NOMEM, "model");
     m->cfg = *cfg;
     m->max_B = max_B;
+    m->tp = tp;
+    m->tp_rank = tp_rank;
     int L = cfg->n_layer, nmod = L + 2;
     m->tensors =
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
@@ -205,7 +231,11 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
         goto fail;
     }
     build_table(m);
-    PT_ASSERT(m->nparams == pt_model_config_num_params(cfg));
+    PT_ASSERT(tp > 1 || m->nparams == pt_model_config_num_params(cfg));
+    if (max_B == 0) { /* the table only */
+        *out = m;
+        return PT_OK;
+    }
 
     m->params = pt_mem_alloc(PT_MEM_PARAMS, m->nparams * sizeof(float));
     m->grads = pt_mem_alloc(PT_MEM_GRADS, m->nparams * sizeof(float));
@@ -251,6 +281,10 @@ fail:
     return st;
 }
 
+void pt_model_tp(const pt_model *m, int *size, int *rank) {
+    *size = m->tp;
+    *rank = m->tp_rank;
+}
 const pt_model_config *pt_model_config_of(const pt_model *m) {
     return &m->cfg;
 }
@@ -330,6 +364,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 void pt_model_init(pt_model *m, uint64_t seed) {
+    PT_ASSERT(m->params);
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const pt_param_info *t = &m->tensors[i];
@@ -345,7 +380,14 @@ void pt_model_init(pt_model *m, uint64_t seed) {
         }
         float std = ends_with(t->name, ".c_proj.weight") ? proj_std : 0.02f;
         uint64_t key = pt_rng_key(seed, t->name);
-        for (size_t j = 0; j < t->numel; j++) w[j] = std * pt_rng_normal_at(key, j);
+        /* by GLOBAL element index, run by run of the slice (t = 1: every
+         * run has global = local) */
+        size_t nruns = pt_shard_num_runs(&t->shard);
+        for (size_t k = 0; k < nruns; k++) {
+            size_t g, l, len;
+            pt_shard_run(&t->shard, k, &g, &l, &len);
+            for (size_t j = 0; j < len; j++) w[l + j] = std * pt_rng_normal_at(key, g + j);
+        }
     }
 }
 
@@ -371,6 +413,7 @@ static void bwd(pt_model *m, int i, const pt_batch *b, const float *dout, float 
 }
 
 void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
+    PT_ASSERT(m->tp == 1); /* no tensor-parallel compute yet: a slice cannot run */
     PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     int L = m->cfg.n_layer;
     m->last = *b;

@@ -31,7 +31,8 @@ struct pt_module_ctx {
 
 struct pt_model {
     pt_model_config cfg;
-    int max_B;
+    int max_B;       /* 0: a tensor table only (pt_model_new_slice), no buffers */
+    int tp, tp_rank; /* the tensor-parallel slice held (1, 0: the whole model) */
     int ntensors;
     pt_param_info *tensors;
     size_t nparams;

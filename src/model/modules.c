@@ -110,6 +110,7 @@ static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
+    PT_ASSERT(m->tp == 1); /* no tensor-parallel compute yet: a slice cannot run */
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     ctx->B = b->B;
@@ -133,6 +134,7 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->tp == 1);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
               (ctx->kind != PT_MODULE_HEAD || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {

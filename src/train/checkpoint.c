@@ -143,8 +143,7 @@ pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
     return pt_st_read_groups(path, m, NULL, &g, 1);
 }
 
-/* Open path and parse its header into h; *fp stays open on success. */
-static pt_status read_header(const char *path, FILE **fp, pt_st_header *h) {
+pt_status pt_st_read_header(const char *path, FILE **fp, pt_st_header *h) {
     memset(h, 0, sizeof *h);
     *fp = NULL;
     FILE *f = NULL;
@@ -183,7 +182,7 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
                             const pt_ckpt_group *groups, int ng) {
     FILE *f = NULL;
     pt_st_header h;
-    PT_CHECK(read_header(path, &f, &h));
+    PT_CHECK(pt_st_read_header(path, &f, &h));
     pt_status st = pt_st_match(path, &h, m, meta_want, groups, ng);
     /* entries are sorted by offset: one forward pass over the file */
     for (int i = 0; st == PT_OK && i < h.n; i++) {
@@ -224,7 +223,7 @@ static pt_status infer_config(const char *stepdir, pt_config *cfg) {
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
     FILE *f = NULL;
     pt_st_header h;
-    pt_status st = read_header(path, &f, &h);
+    pt_status st = pt_st_read_header(path, &f, &h);
     if (st != PT_OK) {
         if (st != PT_ERR_IO) return st;
         char why[512]; /* the message names model.safetensors: add why it was opened */

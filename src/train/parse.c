@@ -360,6 +360,7 @@ pt_status pt_st_match(const char *what, pt_st_header *h, const pt_model *m,
         pt_st_entry *e = &h->entries[j];
         const char *name = e->name;
         e->dst = NULL;
+        e->tensor = -1;
         int g = 0, idx = find_tensor(m, groups, ng, name, &g);
         if (idx < 0) {
             if (!strncmp(name, "transformer.", 12)) name += 12;
@@ -393,7 +394,8 @@ pt_status pt_st_match(const char *what, pt_st_header *h, const pt_model *m,
                               what, name, a, b);
             goto done;
         }
-        e->dst = groups[g].buf + t->offset;
+        e->tensor = idx;
+        e->dst = groups[g].buf ? groups[g].buf + t->offset : NULL;
     }
     for (size_t i = 0; i < (size_t)n * (size_t)ng; i++)
         if (!seen[i]) {

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "partrain/model.h"
 #include "partrain/train.h"
@@ -42,6 +43,7 @@ typedef struct {
     int64_t shape[PT_ST_MAX_DIMS];
     uint64_t begin, end; /* byte offsets into the data section */
     float *dst;          /* pt_st_match: where its data go (NULL: skipped) */
+    int tensor;          /* pt_st_match: the model tensor it holds (-1: a skipped buffer) */
 } pt_st_entry;
 
 typedef struct {
@@ -72,10 +74,17 @@ void pt_st_header_deinit(pt_st_header *h);
 /* Match the header against ng groups of the model's tensors: every model
  * tensor of every group present once, as F32 of its shape; GPT-2's
  * "transformer." prefix and attention-mask buffers accepted; anything else
- * an error. Sets each entry's dst (NULL for a skipped buffer). __metadata__
- * must hold meta_want's key, value pairs (NULL-terminated; NULL: none). */
+ * an error. Sets each entry's dst (NULL for a skipped buffer, and for every
+ * entry of a group whose buf is NULL: matched, not placed) and tensor.
+ * __metadata__ must hold meta_want's key, value pairs (NULL-terminated;
+ * NULL: none). */
 pt_status pt_st_match(const char *what, pt_st_header *h, const pt_model *m,
                       const char *const *meta_want, const pt_ckpt_group *groups, int ng);
+
+/* Open path and parse its header into h (pt_st_header_len, then
+ * pt_st_header_parse); *fp stays open, positioned after the header, on
+ * success (the caller closes it and deinits h). */
+pt_status pt_st_read_header(const char *path, FILE **fp, pt_st_header *h);
 
 /* The model shape of a bare GPT-2-style file (no state.json): V and C from
  * wte, T from wpe, L from the highest h.<i>., and NH from __metadata__
