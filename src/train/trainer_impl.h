@@ -1,5 +1,7 @@
-/* Private to the trainer's files (trainer.c: building, stepping, the loop;
- * trainer_ckpt.c: saving and resuming): the trainer's state. */
+/* Private to the trainer's files (trainer_new.c: building and freeing;
+ * trainer_step.c: one optimizer step; trainer_run.c: the loop, metrics,
+ * validation and the trace; trainer_ckpt.c: saving and resuming): the
+ * trainer's state and the few helpers they share. */
 #ifndef PT_TRAINER_IMPL_H
 #define PT_TRAINER_IMPL_H
 
@@ -46,5 +48,9 @@ struct pt_trainer {
     uint64_t hook_t0;
     char (*mod_name)[16];
 };
+
+/* Prefix the last error message with prefix ("prefix: message"); returns st
+ * (trainer_new.c). */
+pt_status pt_trainer_prefix_error(pt_status st, const char *prefix);
 
 #endif
