@@ -18,7 +18,8 @@ static void usage(FILE *f) {
                "  --config FILE    JSON config (see configs/default.json)\n"
                "  --set key=value  override one key (repeatable, applied after --config)\n"
                "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
-               "  --nproc N        fork N ranks on this machine (shm); parallel.dp must be N\n"
+               "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
+               "                   must be N\n"
                "  --backend B      communication backend of this process's world (mpi: under\n"
                "                   mpirun -np N, each process a rank)\n\n");
     pt_config_print_help(f);
@@ -140,12 +141,19 @@ int pt_cli_train(int argc, char **argv) {
         if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
             return fail("--nproc forks ranks with the shm backend; for mpi run under "
                         "mpirun -np N without --nproc");
-        if (cfg.parallel.dp != nproc) {
-            char msg[160];
+        /* the mesh dp x tp x pp is the world (trainer_new.c checks it too,
+         * for mpirun): said here once, before any rank is forked */
+        long long mesh_n = (long long)cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
+        if (mesh_n != nproc) {
+            char msg[256];
             snprintf(msg, sizeof msg,
-                     "parallel.dp = %d but --nproc %d: data parallelism must use every rank "
-                     "(set parallel.dp=%d)",
-                     cfg.parallel.dp, nproc, nproc);
+                     "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x parallel.pp "
+                     "(%d x %d x %d = %lld) must be the number of ranks (set parallel.dp=%d)",
+                     cfg.parallel.dp, nproc, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
+                     mesh_n,
+                     nproc / (cfg.parallel.tp * cfg.parallel.pp) > 0
+                         ? nproc / (cfg.parallel.tp * cfg.parallel.pp)
+                         : 1);
             return fail(msg);
         }
         run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};

@@ -29,10 +29,14 @@ struct pt_trainer {
     int metrics_errno; /* the first failed metrics write's errno (0: none) */
     int ckpt_lock;     /* rank 0 with checkpoint.dir: fd of DIR/.lock, flocked (else -1) */
     /* data parallel */
-    pt_comm *world; /* lent; NULL: one worker */
-    pt_comm *aux;   /* split of world for metrics / validation / trace (owned), so that
-                       the world's byte counters hold gradient traffic only */
-    int rank, nranks;
+    pt_comm *world;       /* lent; NULL: one worker. Job-level only: the strategies run on dp */
+    pt_mesh *mesh;        /* dp x tp x pp over world (owned; parallel.h) */
+    pt_comm *dp;          /* the mesh's dp group (the mesh's; NULL: dp = 1): gradients, ZeRO,
+                             local_sgd's averaging */
+    int dp_rank, dp_size; /* this rank's index in dp, and dp: its share of the batch */
+    pt_comm *aux;         /* split of world for metrics / validation / trace (owned), so that
+                             the dp group's byte counters hold gradient traffic only */
+    int rank, nranks;     /* in the world */
     sync_mode mode;
     pt_ddp *ddp;
     pt_local_sgd *lsgd;

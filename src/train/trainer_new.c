@@ -4,9 +4,11 @@
  * bucket launches, ZeRO's gathers), and frees it all; plus the small
  * accessors.
  *
- * A second communicator split from the world (aux) carries the per-step
+ * The strategies run on the dp group of the device mesh (pt_mesh,
+ * parallel.h), never on the world, which stays for job-level things. A
+ * second communicator split from the world (aux) carries the per-step
  * statistics to rank 0, the validation sums and the trace merge, so that the
- * world's byte counters hold gradient and parameter traffic only.
+ * dp group's byte counters hold gradient and parameter traffic only.
  *
  * Not here: the step (trainer_step.c), the loop with metrics, validation and
  * the trace file (trainer_run.c), checkpoints (trainer_ckpt.c), the bucket
@@ -51,6 +53,7 @@ void pt_trainer_free(pt_trainer *t) {
     pt_trace_free(t->trace);
     free(t->mod_name);
     pt_comm_free(t->aux);
+    pt_mesh_free(t->mesh); /* after the strategies that run on its groups */
     pt_mem_free(t->targets);
     pt_mem_free(t->inputs);
     pt_data_free(t->val);
@@ -137,12 +140,16 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     *out = NULL;
     PT_CHECK(pt_config_validate(cfg));
     int nranks = world ? pt_comm_size(world) : 1;
-    if (cfg->parallel.dp != nranks)
+    /* the mesh: dp x tp x pp is the world (validation bounds each by 2^20) */
+    long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
+    if (mesh_n != nranks)
         return pt_error_set(PT_ERR_INVALID,
-                            "parallel.dp = %d but there %s %d rank%s (run with --nproc %d, or "
-                            "mpirun -np %d ... --backend mpi)",
-                            cfg->parallel.dp, nranks == 1 ? "is" : "are", nranks,
-                            nranks == 1 ? "" : "s", cfg->parallel.dp, cfg->parallel.dp);
+                            "parallel.dp = %d, parallel.tp = %d, parallel.pp = %d: their product "
+                            "%lld must be the world size, but there %s %d rank%s (run with "
+                            "--nproc %lld, or mpirun -np %lld ... --backend mpi)",
+                            cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
+                            nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
+                            mesh_n);
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");
@@ -156,8 +163,16 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                                                          : MODE_SYNC;
     if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
     PT_CHECK_GOTO(st, read_plant(&t->plant), fail);
+    /* first, while every rank is sure to get here: the groups are
+     * collectives over the world */
+    PT_CHECK_GOTO(
+        st, pt_mesh_new(&t->mesh, world, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp),
+        fail);
+    t->dp = pt_mesh_comm(t->mesh, PT_MESH_DP);
+    t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
+    t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
     const pt_model_config *mc = &cfg->model;
-    t->local_B = cfg->train.batch_size / nranks;
+    t->local_B = cfg->train.batch_size / t->dp_size;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
     pt_config_layout(cfg, t->layout, sizeof t->layout);
     pt_kernels_set_threads(t->cfg.train.threads);
@@ -190,14 +205,14 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                            !strcmp(cfg->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
                            (float)cfg->train.momentum};
     /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
-    int sharded = t->world && cfg->parallel.zero > 0;
+    int sharded = t->dp && cfg->parallel.zero > 0;
     st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
     free(segs);
     if (st != PT_OK) goto fail;
     if (sharded) {
         pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap,
                               cfg->parallel.zero_keep_params};
-        PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->world, &zo, &hp), fail);
+        PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp), fail);
     }
 
     size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;
@@ -225,13 +240,15 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     }
     if (t->world) {
         PT_CHECK_GOTO(st, pt_comm_split(t->world, 0, t->rank, &t->aux), fail);
+    }
+    if (t->dp) {
         if (t->zero && cfg->parallel.zero >= 2) {
             /* stage 2: pt_zero reduce-scatters; no all-reduce buckets */
         } else if (t->mode != MODE_LOCAL) {
             pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
                                 t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
                                 t->mode == MODE_SYNC, t->plant};
-            PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->world, &o), fail);
+            PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->dp, &o), fail);
             t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
             if (t->dga) {
                 t->dga_local = pt_mem_alloc(

@@ -21,10 +21,11 @@
 
 #include "partrain/parallel.h"
 
-static uint64_t world_bytes(const pt_trainer *t) {
-    if (!t->world) return 0;
+/* Bytes this rank has sent on the dp group (gradient and parameter traffic). */
+static uint64_t dp_bytes(const pt_trainer *t) {
+    if (!t->dp) return 0;
     pt_comm_stats s;
-    pt_comm_get_stats(t->world, &s);
+    pt_comm_get_stats(t->dp, &s);
     uint64_t b = 0;
     for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
     return b;
@@ -60,7 +61,7 @@ static float apply_update(pt_trainer *t, const float *grads, float lr) {
  * uses the global norm of g_eff, like the other modes. */
 static pt_status dga_step(pt_trainer *t, int slot, int k, float *norm, float lr) {
     size_t n = pt_model_num_params(t->model);
-    float N = (float)t->nranks;
+    float N = (float)t->dp_size;
     float *g = pt_model_grads(t->model);
     float *mine = t->dga_local + (size_t)slot * n;
     memcpy(mine, g, n * sizeof(float));
@@ -81,7 +82,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     const pt_config *c = &t->cfg;
     int T = c->model.seq_len, M = c->parallel.microbatches, mB = t->micro_B;
     uint64_t t0 = pt_time_ns();
-    uint64_t bytes0 = world_bytes(t);
+    uint64_t bytes0 = dp_bytes(t);
     uint64_t zero_bytes = 0, zero_ns = 0;
     if (t->zero) pt_zero_note_step(t->zero, t->step + 1);
     uint64_t local_comm_ns = 0, local_wait_ns = 0, local_a = 0, local_z = 0;
@@ -93,7 +94,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     float dloss = t->mode == MODE_LOCAL || t->plant == PT_PLANT_NO_AVG
                       ? 1.0f / ((float)t->local_B * (float)T)
                       : 1.0f / ((float)c->train.batch_size * (float)T);
-    size_t base = (size_t)t->rank * (size_t)t->local_B * (size_t)T;
+    size_t base = (size_t)t->dp_rank * (size_t)t->local_B * (size_t)T;
     int slot = t->mode == MODE_STALE ? t->step % (c->parallel.staleness + 1) : 0;
     double loss_sum = 0;
     for (int mb = 0; mb < M; mb++) {
@@ -112,7 +113,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     float norm = 0;
     int applied = 1;
     pt_status st = PT_OK;
-    if (!t->world) {
+    if (!t->dp) {
         norm = apply_update(t, pt_model_grads(t->model), lr);
     } else if (t->zero) {
         if (t->ddp) PT_CHECK(pt_ddp_wait(t->ddp, 0));
@@ -141,7 +142,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         norm = apply_update(t, pt_model_grads(t->model), lr);
         if ((t->step + 1) % c->parallel.sync_every == 0 || t->step + 1 == c->train.steps) {
             uint64_t a = pt_time_ns();
-            st = pt_local_sgd_sync(t->lsgd, t->world, pt_model_params(t->model));
+            st = pt_local_sgd_sync(t->lsgd, t->dp, pt_model_params(t->model));
             uint64_t z = pt_time_ns();
             if (st != PT_OK) return pt_trainer_prefix_error(st, "local_sgd parameter averaging");
             local_comm_ns = local_wait_ns = z - a;
@@ -229,7 +230,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         }
         /* gradient modes: the rounds waited for this step (deterministic);
          * local_sgd: the blocking averaging */
-        info->comm_bytes = (t->ddp ? ds.bytes : world_bytes(t) - bytes0) + zero_bytes;
+        info->comm_bytes = (t->ddp ? ds.bytes : dp_bytes(t) - bytes0) + zero_bytes;
         info->applied = applied;
     }
     if (!isfinite(loss))
