@@ -15,6 +15,10 @@
  *                ranks, reduce-scatter and all-gather per module.
  *   pt_trace     a recorder of timed events (Chrome trace), filled by the
  *                trainer's hooks and by pt_ddp's and pt_zero's waits.
+ *   pt_mesh      the device mesh dp x tp x pp over the world: this rank's
+ *                coordinates and the communicator of every group it belongs
+ *                to (tp, dp, pp, model-parallel), each made once by split.
+ *                The strategies above run on the dp group, never the world.
  *
  * Lifecycle of a synchronous data-parallel step (one slot, in place):
  *   pt_ddp_new(&d, model, comm, {bucket_bytes, 1 slot, in_place = 1})
@@ -179,8 +183,10 @@ typedef struct {
     int keep_params; /* stage 3: keep gathered parameters from forward to backward */
 } pt_zero_options;
 
-/* Over model m and communicator world (both lent, must outlive z). Splits
- * the group (and cross-group) communicators, collective over world; drops
+/* Over model m and communicator world (both lent, must outlive z): the
+ * mesh's dp group in the trainer (pt_mesh), so that HSDP's shard and
+ * replicate groups are split inside it. Splits the group (and cross-group)
+ * communicators, collective over world; drops
  * the model's flat buffers as the stage allows. */
 pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
                       const pt_adamw_hparams *hp);
@@ -216,6 +222,54 @@ size_t pt_zero_optim_bytes(const pt_zero *z);
  * (main track) in t (lent; NULL: none), labelled with the step last noted. */
 void pt_zero_set_trace(pt_zero *z, pt_trace *t);
 void pt_zero_note_step(pt_zero *z, long step);
+
+/* ---- device mesh -------------------------------------------------------------------
+ * The world's ranks as a 3-D grid dp x tp x pp (Megatron's order): rank r
+ * has coordinates (pp_i, dp_i, tp_i) with tp varying fastest, then dp, then
+ * pp,
+ *     r = (pp_i * dp + dp_i) * tp + tp_i,
+ * so that a tensor-parallel group is tp consecutive ranks (one host). Groups
+ * of this rank, each ordered by the coordinate that varies inside it:
+ *   PT_MESH_TP  same (pp_i, dp_i): tp ranks, index tp_i
+ *   PT_MESH_DP  same (pp_i, tp_i): dp ranks, index dp_i (data parallel, ZeRO
+ *               and HSDP's shard / replicate groups live inside it)
+ *   PT_MESH_PP  same (dp_i, tp_i): pp ranks, index pp_i (pipeline stages)
+ *   PT_MESH_MP  same dp_i: tp x pp ranks, index pp_i * tp + tp_i (the model
+ *               replica: what a global norm or a checkpoint gather spans)
+ * A group of one rank has NO communicator (pt_mesh_comm returns NULL, its
+ * index is 0): a size-1 group needs no communication, and NULL is the
+ * trainer's convention for "one worker" already; callers test for it rather
+ * than pay a split, an arena region and (per-group progress) a thread for
+ * nothing. Every group of more than one rank is a communicator of its own,
+ * made once by pt_comm_split in pt_mesh_new, even when it spans the whole
+ * world: the world itself stays for job-level things (agreement on errors,
+ * rank-0 logging, the heartbeat), and its counters do not mix with a group's.
+ *
+ * Lifecycle: pt_mesh_new (collective over world) -> pt_mesh_comm per group
+ * -> pt_mesh_free (before the world). */
+typedef struct pt_mesh pt_mesh;
+
+typedef enum { PT_MESH_TP = 0, PT_MESH_DP, PT_MESH_PP, PT_MESH_MP, PT_MESH_NGROUPS } pt_mesh_group;
+
+/* world rank <-> coordinates of a dp x tp x pp mesh (pure functions). */
+int pt_mesh_rank_at(int dp, int tp, int pp, int pp_i, int dp_i, int tp_i);
+void pt_mesh_coords_of(int rank, int dp, int tp, int pp, int *pp_i, int *dp_i, int *tp_i);
+
+/* The mesh over world (lent, must outlive the mesh; NULL: a world of one).
+ * dp, tp, pp >= 1 and dp x tp x pp must equal the world's size (else
+ * PT_ERR_INVALID naming the three values and the world size). Collective
+ * over world: every rank calls it with the same dp, tp, pp. */
+pt_status pt_mesh_new(pt_mesh **out, pt_comm *world, int dp, int tp, int pp);
+/* Frees the group communicators. NULL is a no-op. */
+void pt_mesh_free(pt_mesh *m);
+/* The group's communicator (owned by the mesh), NULL for a group of one. */
+pt_comm *pt_mesh_comm(const pt_mesh *m, pt_mesh_group g);
+/* Ranks in the group, and this rank's index in it (its rank in pt_mesh_comm). */
+int pt_mesh_size(const pt_mesh *m, pt_mesh_group g);
+int pt_mesh_index(const pt_mesh *m, pt_mesh_group g);
+/* This rank's world rank and world size. */
+int pt_mesh_world_rank(const pt_mesh *m);
+int pt_mesh_world_size(const pt_mesh *m);
 
 /* ---- local SGD with an outer optimizer ---------------------------------------- */
 typedef struct pt_local_sgd pt_local_sgd;

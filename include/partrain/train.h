@@ -215,7 +215,9 @@ typedef struct {
  * train.threads. */
 pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
 /* Same, as one rank of data parallelism over world (lent; must outlive the
- * trainer; NULL: one worker). parallel.dp must equal the world's size. */
+ * trainer; NULL: one worker). parallel.dp x parallel.tp x parallel.pp must
+ * equal the world's size; the trainer builds the device mesh over world
+ * (parallel.h, pt_mesh) and runs its strategies on the dp group. */
 pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world);
 void pt_trainer_free(pt_trainer *t);
 

@@ -20,59 +20,42 @@ static void usage(FILE *f) {
                "tokens.\n");
 }
 
-static int parse_int(const char *opt, const char *s, int min, int *out) {
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < min || v > 1000000) {
-        fprintf(stderr, "partrain: %s must be an integer >= %d (got '%s')\n", opt, min, s);
-        return 0;
-    }
-    *out = (int)v;
-    return 1;
-}
-
 int pt_cli_eval(int argc, char **argv) {
     const char *ckpt = NULL, *data = NULL;
     int batch = 8, threads = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr,
-                    "partrain: unknown option or missing value '%s' (see partrain eval --help)\n",
-                    a);
-            return 2;
-        }
-        if (!strcmp(a, "--checkpoint"))
-            ckpt = argv[++i];
-        else if (!strcmp(a, "--data"))
-            data = argv[++i];
-        else if (!strcmp(a, "--batch")) {
-            if (!parse_int(a, argv[++i], 1, &batch)) return 2;
-        } else if (!strcmp(a, "--threads")) {
-            if (!parse_int(a, argv[++i], 1, &threads)) return 2;
+        if ((r = pt_cli_option(argc, argv, &i, "--checkpoint", "eval", &v)) != 0)
+            ckpt = v;
+        else if ((r = pt_cli_option(argc, argv, &i, "--data", "eval", &v)) != 0)
+            data = v;
+        else if ((r = pt_cli_option(argc, argv, &i, "--batch", "eval", &v)) != 0) {
+            if (r > 0 && !pt_cli_parse_int(a, v, 1, 1000000, &batch)) return 2;
+        } else if ((r = pt_cli_option(argc, argv, &i, "--threads", "eval", &v)) != 0) {
+            if (r > 0 && !pt_cli_parse_int(a, v, 1, 1024, &threads)) return 2;
         } else {
             fprintf(stderr, "partrain: unknown option '%s' (see partrain eval --help)\n", a);
             return 2;
         }
+        if (r < 0) return 2;
     }
     if (!ckpt || !data) {
         fprintf(stderr, "partrain: eval needs --checkpoint DIR and --data FILE\n");
         return 2;
     }
     pt_kernels_set_threads(threads);
-    char stepdir[PT_CONFIG_STR_MAX + 64], path[PT_CONFIG_STR_MAX + 128];
+    char stepdir[PT_CONFIG_STR_MAX + 64];
     pt_config cfg;
     pt_model *m = NULL;
     pt_data *d = NULL;
     int *inp = NULL, *tgt = NULL;
     int rc = 1;
-    if (pt_checkpoint_resolve(ckpt, stepdir, sizeof stepdir) != PT_OK ||
-        pt_checkpoint_read_config(stepdir, &cfg) != PT_OK)
-        goto err;
+    if (pt_cli_checkpoint_open(ckpt, stepdir, sizeof stepdir, &cfg) != PT_OK) goto err;
     int T = cfg.model.seq_len;
     if (pt_data_open(&d, data, cfg.model.vocab_size) != PT_OK) goto err;
     size_t nwin = pt_data_num_windows(d, T);
@@ -82,9 +65,7 @@ int pt_cli_eval(int argc, char **argv) {
         goto err;
     }
     if ((size_t)batch > nwin) batch = (int)nwin;
-    if (pt_model_new(&m, &cfg.model, batch) != PT_OK) goto err;
-    snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    if (pt_safetensors_load(path, m, pt_model_params(m)) != PT_OK) goto err;
+    if (pt_cli_checkpoint_model(stepdir, &cfg, batch, &m) != PT_OK) goto err;
     inp = pt_mem_alloc(PT_MEM_ACTS, (size_t)batch * T * sizeof(int));
     tgt = pt_mem_alloc(PT_MEM_ACTS, (size_t)batch * T * sizeof(int));
     if (!inp || !tgt) goto err;
@@ -103,7 +84,7 @@ int pt_cli_eval(int argc, char **argv) {
     rc = 0;
     goto done;
 err:
-    fprintf(stderr, "partrain: %s\n", pt_error_message());
+    pt_cli_fail(pt_error_message());
 done:
     pt_mem_free(tgt);
     pt_mem_free(inp);

@@ -1,11 +1,62 @@
-/* Private to the CLI: one entry point per subcommand. Each returns the
- * process exit status and prints its own --help. argv[0] is the subcommand. */
+/* Private to the CLI: one entry point per subcommand, and the helpers they
+ * share (cli_common.c). Each entry point returns the process exit status and
+ * prints its own --help. argv[0] is the subcommand. */
 #ifndef PT_CLI_IMPL_H
 #define PT_CLI_IMPL_H
+
+#include <stddef.h>
+
+#include "partrain/model.h"
+#include "partrain/train.h"
 
 int pt_cli_train(int argc, char **argv);
 int pt_cli_eval(int argc, char **argv);
 int pt_cli_sample(int argc, char **argv);
 int pt_cli_bench(int argc, char **argv);
+
+/* ---- shared helpers (cli_common.c) ---- */
+
+/* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status. */
+int pt_cli_fail(const char *msg);
+
+/* Whether argv[*i] is the option `name` with a value, given as
+ * "name VALUE" or "name=VALUE": 1 with *value set (argv's string, lent) and
+ * *i moved onto the value; 0 when argv[*i] is something else; -1 when the
+ * value is missing (a line naming the option and `cmd`'s --help printed:
+ * exit 2). */
+int pt_cli_option(int argc, char **argv, int *i, const char *name, const char *cmd,
+                  const char **value);
+/* Parse s as a whole integer / number in [min, max] for option opt: 1 with
+ * *out set, else 0 after one line naming the option, the range and s. */
+int pt_cli_parse_int(const char *opt, const char *s, long min, long max, int *out);
+int pt_cli_parse_num(const char *opt, const char *s, double min, double max, double *out);
+
+/* --config FILE and --set key=value, gathered while a subcommand walks its
+ * arguments and applied afterwards in one order whatever the command line's:
+ * defaults < the file (the last --config given) < each --set, in turn. */
+typedef struct {
+    const char *config; /* lent from argv; NULL: none */
+    const char **sets;  /* lent from argv, in order (malloc'd array of the pointers) */
+    int nsets;
+} pt_cli_config_args;
+
+/* Room for every --set of an argc-argument command line; 0, or 1 after a
+ * message when out of memory. */
+int pt_cli_config_args_init(pt_cli_config_args *a, int argc);
+void pt_cli_config_args_deinit(pt_cli_config_args *a);
+/* pt_cli_option for --config and --set: 1 when argv[*i] was one of them
+ * (kept in a), 0 when not, -1 when its value is missing (exit 2). */
+int pt_cli_config_arg(pt_cli_config_args *a, int argc, char **argv, int *i, const char *cmd);
+/* The config they make, validated. Errors name the file or the key. */
+pt_status pt_cli_config_build(const pt_cli_config_args *a, pt_config *cfg);
+
+/* A --checkpoint argument (a checkpoint directory with `latest`, or one step
+ * directory): the step directory into stepdir (n bytes) and the config it
+ * was saved with into *cfg. Reads only. */
+pt_status pt_cli_checkpoint_open(const char *arg, char *stepdir, size_t n, pt_config *cfg);
+/* A model of cfg's shape for micro-batches of B sequences, holding the
+ * parameters of stepdir/model.safetensors (*out: the caller frees it; NULL
+ * on failure). */
+pt_status pt_cli_checkpoint_model(const char *stepdir, const pt_config *cfg, int B, pt_model **out);
 
 #endif

@@ -25,17 +25,6 @@ static void usage(FILE *f) {
                "  --threads N       kernel threads (default 1)\n");
 }
 
-static int parse_num(const char *opt, const char *s, double min, double max, double *out) {
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= min && v <= max)) {
-        fprintf(stderr, "partrain: %s must be a number in [%g, %g] (got '%s')\n", opt, min, max, s);
-        return 0;
-    }
-    *out = v;
-    return 1;
-}
-
 static int cmp_desc(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x < y) - (x > y);
@@ -71,53 +60,44 @@ int pt_cli_sample(int argc, char **argv) {
     const char *ckpt = NULL, *prompt = NULL;
     double ntok = 200, temp = 1.0, topk = 0, seed = 1337, threads = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        int r, ok = 1;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr,
-                    "partrain: unknown option or missing value '%s' (see partrain sample --help)\n",
-                    a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int ok = 1;
-        if (!strcmp(a, "--checkpoint"))
+        if ((r = pt_cli_option(argc, argv, &i, "--checkpoint", "sample", &v)) != 0)
             ckpt = v;
-        else if (!strcmp(a, "--prompt"))
+        else if ((r = pt_cli_option(argc, argv, &i, "--prompt", "sample", &v)) != 0)
             prompt = v;
-        else if (!strcmp(a, "--tokens"))
-            ok = parse_num(a, v, 0, 1e7, &ntok);
-        else if (!strcmp(a, "--temperature"))
-            ok = parse_num(a, v, 0, 1e3, &temp);
-        else if (!strcmp(a, "--top-k"))
-            ok = parse_num(a, v, 0, 1e6, &topk);
-        else if (!strcmp(a, "--seed"))
-            ok = parse_num(a, v, 0, 4294967295.0, &seed);
-        else if (!strcmp(a, "--threads"))
-            ok = parse_num(a, v, 1, 1024, &threads);
+        else if ((r = pt_cli_option(argc, argv, &i, "--tokens", "sample", &v)) != 0)
+            ok = r < 0 || pt_cli_parse_num(a, v, 0, 1e7, &ntok);
+        else if ((r = pt_cli_option(argc, argv, &i, "--temperature", "sample", &v)) != 0)
+            ok = r < 0 || pt_cli_parse_num(a, v, 0, 1e3, &temp);
+        else if ((r = pt_cli_option(argc, argv, &i, "--top-k", "sample", &v)) != 0)
+            ok = r < 0 || pt_cli_parse_num(a, v, 0, 1e6, &topk);
+        else if ((r = pt_cli_option(argc, argv, &i, "--seed", "sample", &v)) != 0)
+            ok = r < 0 || pt_cli_parse_num(a, v, 0, 4294967295.0, &seed);
+        else if ((r = pt_cli_option(argc, argv, &i, "--threads", "sample", &v)) != 0)
+            ok = r < 0 || pt_cli_parse_num(a, v, 1, 1024, &threads);
         else {
             fprintf(stderr, "partrain: unknown option '%s' (see partrain sample --help)\n", a);
             return 2;
         }
-        if (!ok) return 2;
+        if (r < 0 || !ok) return 2;
     }
     if (!ckpt || !prompt) {
         fprintf(stderr, "partrain: sample needs --checkpoint DIR and --prompt TEXT\n");
         return 2;
     }
     pt_kernels_set_threads((int)threads);
-    char stepdir[PT_CONFIG_STR_MAX + 64], path[PT_CONFIG_STR_MAX + 128];
+    char stepdir[PT_CONFIG_STR_MAX + 64];
     pt_config cfg;
     pt_model *m = NULL;
     int *ctx = NULL;
     float *work = NULL;
     int rc = 1;
-    if (pt_checkpoint_resolve(ckpt, stepdir, sizeof stepdir) != PT_OK ||
-        pt_checkpoint_read_config(stepdir, &cfg) != PT_OK)
-        goto err;
+    if (pt_cli_checkpoint_open(ckpt, stepdir, sizeof stepdir, &cfg) != PT_OK) goto err;
     int T = cfg.model.seq_len, V = cfg.model.vocab_size;
     if (V > 256) {
         pt_error_set(PT_ERR_UNSUPPORTED,
@@ -131,9 +111,7 @@ int pt_cli_sample(int argc, char **argv) {
                          (unsigned char)prompt[i], i, V);
             goto err;
         }
-    if (pt_model_new(&m, &cfg.model, 1) != PT_OK) goto err;
-    snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    if (pt_safetensors_load(path, m, pt_model_params(m)) != PT_OK) goto err;
+    if (pt_cli_checkpoint_model(stepdir, &cfg, 1, &m) != PT_OK) goto err;
     size_t cap = plen + (size_t)ntok + 1;
     ctx = malloc(cap * sizeof(int));
     work = malloc((size_t)V * sizeof(float));
@@ -161,7 +139,7 @@ int pt_cli_sample(int argc, char **argv) {
     rc = 0;
     goto done;
 err:
-    fprintf(stderr, "partrain: %s\n", pt_error_message());
+    pt_cli_fail(pt_error_message());
 done:
     free(work);
     free(ctx);

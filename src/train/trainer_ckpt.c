@@ -1,6 +1,6 @@
 /* The trainer's checkpoints: rank 0 writes the main files (GPT-2 names) and
  * the per-rank files of the asynchronous modes it gathers; every rank
- * resumes from them, bitwise at the same layout (see trainer.c's opening
+ * resumes from them, bitwise at the same layout (see trainer_run.c's opening
  * comment for what makes that hold, docs/parallel.md for the files).
  *
  * Not here: the file formats and the directory protocol (checkpoint.c,

@@ -1,5 +1,7 @@
-/* Private to the trainer's files (trainer.c: building, stepping, the loop;
- * trainer_ckpt.c: saving and resuming): the trainer's state. */
+/* Private to the trainer's files (trainer_new.c: building and freeing;
+ * trainer_step.c: one optimizer step; trainer_run.c: the loop, metrics,
+ * validation and the trace; trainer_ckpt.c: saving and resuming): the
+ * trainer's state and the few helpers they share. */
 #ifndef PT_TRAINER_IMPL_H
 #define PT_TRAINER_IMPL_H
 
@@ -27,10 +29,14 @@ struct pt_trainer {
     int metrics_errno; /* the first failed metrics write's errno (0: none) */
     int ckpt_lock;     /* rank 0 with checkpoint.dir: fd of DIR/.lock, flocked (else -1) */
     /* data parallel */
-    pt_comm *world; /* lent; NULL: one worker */
-    pt_comm *aux;   /* split of world for metrics / validation / trace (owned), so that
-                       the world's byte counters hold gradient traffic only */
-    int rank, nranks;
+    pt_comm *world;       /* lent; NULL: one worker. Job-level only: the strategies run on dp */
+    pt_mesh *mesh;        /* dp x tp x pp over world (owned; parallel.h) */
+    pt_comm *dp;          /* the mesh's dp group (the mesh's; NULL: dp = 1): gradients, ZeRO,
+                             local_sgd's averaging */
+    int dp_rank, dp_size; /* this rank's index in dp, and dp: its share of the batch */
+    pt_comm *aux;         /* split of world for metrics / validation / trace (owned), so that
+                             the dp group's byte counters hold gradient traffic only */
+    int rank, nranks;     /* in the world */
     sync_mode mode;
     pt_ddp *ddp;
     pt_local_sgd *lsgd;
@@ -46,5 +52,9 @@ struct pt_trainer {
     uint64_t hook_t0;
     char (*mod_name)[16];
 };
+
+/* Prefix the last error message with prefix ("prefix: message"); returns st
+ * (trainer_new.c). */
+pt_status pt_trainer_prefix_error(pt_status st, const char *prefix);
 
 #endif

@@ -180,6 +180,14 @@ cp ck/step_00000008/optim_m.safetensors ck/m.bak
 truncate -s 5 ck/step_00000008/optim_m.safetensors
 expect_fail "resume: truncated optimizer state" "optim_m.safetensors" "$P" train --config tiny.json --set train.steps=10 --resume
 expect_fail "sample: bad --tokens" "--tokens" "$P" sample --checkpoint ck --prompt x --tokens -1
+# options with a value, parsed alike by every subcommand (cli_common.c):
+# "--x V" or "--x=V", a missing value named
+expect_ok "eval: --opt=value forms" "$P" eval --checkpoint=ck --data=val.txt --batch=2 --threads=1
+grep -q '^loss [0-9]' out || bad "eval --opt=value" "no loss line: $(cat out)"
+expect_fail "eval: --batch without a value" "--batch needs a value" "$P" eval --checkpoint ck --data val.txt --batch
+expect_fail "sample: --seed without a value" "--seed needs a value" "$P" sample --checkpoint ck --prompt x --seed
+expect_fail "train: --set without a value" "--set needs a value" "$P" train --config tiny.json --set
+expect_fail "train: bad --nproc" "--nproc must be an integer in [1, 1024]" "$P" train --config tiny.json --nproc 0
 
 # ---- inputs that are not regular files: refused at once, never waited on ----
 # (timeout: a regression that blocks on the FIFO fails instead of hanging)

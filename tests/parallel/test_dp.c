@@ -212,7 +212,7 @@ static void test_dga_uses_previous_average(void) {
 /* ---- validation ---- */
 
 /* Validation loss is the same float under every layout for the same
- * parameters (trainer.c, pt_trainer_validate): one window per forward,
+ * parameters (trainer_run.c, pt_trainer_validate): one window per forward,
  * ranks' sums in double. Before the first step every layout holds the same
  * initial parameters, so the loss must be bitwise one worker's, for each of
  * several initializations (train.seed: a float sum across ranks rounds the

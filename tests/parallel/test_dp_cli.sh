@@ -23,6 +23,9 @@ steps=$(grep -c '"loss"' "$dir/m.jsonl")
 for k in compute_ms comm_ms exposed_comm_ms comm_bytes '"world":2' 'dp2-tp1-pp1-zero0' '"mem"'; do
   grep -q "$k" "$dir/m.jsonl" || fail "metrics lack $k"
 done
+# every step line names the whole mesh (DESIGN's metrics contract)
+[ "$(grep -c '"loss".*"layout":"dp2-tp1-pp1-zero0"' "$dir/m.jsonl")" = 6 ] ||
+  fail "step lines without the layout dp2-tp1-pp1-zero0"
 [ -f "$dir/trace.json" ] || fail "no trace"
 ls "$dir"/trace.json.rank* > /dev/null 2>&1 && fail "trace parts left behind"
 if command -v python3 > /dev/null; then

@@ -1,0 +1,323 @@
+/* The trainer's construction: builds model, optimizer, data, the
+ * data-parallel machinery (pt_ddp buckets, pt_local_sgd, pt_zero) and the
+ * trace from a config, installs the model's hooks (trace events per module,
+ * bucket launches, ZeRO's gathers), and frees it all; plus the small
+ * accessors.
+ *
+ * The strategies run on the dp group of the device mesh (pt_mesh,
+ * parallel.h), never on the world, which stays for job-level things. A
+ * second communicator split from the world (aux) carries the per-step
+ * statistics to rank 0, the validation sums and the trace merge, so that the
+ * dp group's byte counters hold gradient and parameter traffic only.
+ *
+ * Not here: the step (trainer_step.c), the loop with metrics, validation and
+ * the trace file (trainer_run.c), checkpoints (trainer_ckpt.c), the bucket
+ * and averaging machinery (parallel/), tensor and pipeline parallelism. */
+#include "trainer_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "partrain/kernels.h"
+#include "partrain/parallel.h"
+
+/* Prefix the last error message (copied first: it is the buffer being set). */
+pt_status pt_trainer_prefix_error(pt_status st, const char *prefix) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set(st, "%s: %s", prefix, msg);
+}
+
+static pt_status open_data(pt_data **out, const char *key, const char *path, int V, int T) {
+    pt_status st = pt_data_open(out, path, V);
+    if (st != PT_OK) return pt_trainer_prefix_error(st, key);
+    if (pt_data_num_tokens(*out) < (size_t)T + 1) {
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: %s is shorter than one sequence (%zu tokens, need seq_len+1 = %d)",
+                          key, path, pt_data_num_tokens(*out), T + 1);
+        pt_data_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void pt_trainer_free(pt_trainer *t) {
+    if (!t) return;
+    if (t->metrics) fclose(t->metrics);
+    pt_ckpt_dir_close(t->ckpt_lock);
+    pt_ddp_free(t->ddp);
+    pt_zero_free(t->zero);
+    pt_mem_free(t->dga_local);
+    pt_local_sgd_free(t->lsgd);
+    pt_trace_free(t->trace);
+    free(t->mod_name);
+    pt_comm_free(t->aux);
+    pt_mesh_free(t->mesh); /* after the strategies that run on its groups */
+    pt_mem_free(t->targets);
+    pt_mem_free(t->inputs);
+    pt_data_free(t->val);
+    pt_data_free(t->train);
+    pt_adamw_free(t->opt);
+    pt_model_free(t->model);
+    free(t);
+}
+
+/* ---- hooks: trace events per module, bucket launches ---- */
+
+static void hook_before(void *arg, int i) {
+    (void)i;
+    pt_trainer *t = arg;
+    if (t->trace) t->hook_t0 = pt_time_ns();
+}
+/* ZeRO-3 gathers a module's parameters before it runs (not timed as the
+ * module's compute), releases them after */
+static void hook_before_forward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->zero) pt_zero_before_forward(t->zero, i);
+    hook_before(arg, i);
+}
+static void hook_before_backward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->zero) pt_zero_before_backward(t->zero, i);
+    hook_before(arg, i);
+}
+static void hook_after_forward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->zero) pt_zero_after_forward(t->zero, i);
+    if (!t->trace) return;
+    char name[24];
+    snprintf(name, sizeof name, "fwd %s", t->mod_name[i]);
+    pt_trace_add(t->trace, name, "forward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
+}
+static void hook_after_backward(void *arg, int i) {
+    pt_trainer *t = arg;
+    if (t->trace) {
+        char name[24];
+        snprintf(name, sizeof name, "bwd %s", t->mod_name[i]);
+        pt_trace_add(t->trace, name, "backward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(),
+                     t->step + 1);
+    }
+    if (t->ddp) pt_ddp_module_done(t->ddp, i);
+    if (t->zero) pt_zero_module_done(t->zero, i);
+}
+
+/* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
+ * purpose so that the parity tests can show they catch it. Unset or empty:
+ * none; an unknown name is an error, so that a typo cannot make a self-check
+ * pass. */
+static pt_status read_plant(pt_plant *out) {
+    static const struct {
+        const char *name;
+        pt_plant plant;
+    } names[] = {{"double_bucket", PT_PLANT_DOUBLE_BUCKET},
+                 {"no_avg", PT_PLANT_NO_AVG},
+                 {"skip_module", PT_PLANT_SKIP_MODULE}};
+    *out = PT_PLANT_NONE;
+    const char *e = getenv("PT_TEST_PLANT");
+    if (!e || !*e) return PT_OK;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(e, names[i].name)) {
+            *out = names[i].plant;
+            PT_WARN("PT_TEST_PLANT=%s: a bug is planted on purpose (test hook)", e);
+            return PT_OK;
+        }
+    return pt_error_set(PT_ERR_INVALID,
+                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg or skip_module)", e);
+}
+
+static int default_threads(int nranks) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cores > 0 ? cores / (nranks > 0 ? nranks : 1) : 1;
+    return n < 1 ? 1 : (int)n;
+}
+
+pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
+    return pt_trainer_new_dist(out, cfg, NULL);
+}
+
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
+    *out = NULL;
+    PT_CHECK(pt_config_validate(cfg));
+    int nranks = world ? pt_comm_size(world) : 1;
+    /* the mesh: dp x tp x pp is the world (validation bounds each by 2^20) */
+    long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
+    if (mesh_n != nranks)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.dp = %d, parallel.tp = %d, parallel.pp = %d: their product "
+                            "%lld must be the world size, but there %s %d rank%s (run with "
+                            "--nproc %lld, or mpirun -np %lld ... --backend mpi)",
+                            cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
+                            nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
+                            mesh_n);
+    pt_status st = PT_OK;
+    pt_trainer *t = calloc(1, sizeof *t);
+    if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");
+    t->ckpt_lock = -1;
+    t->cfg = *cfg;
+    t->world = nranks > 1 ? world : NULL;
+    t->rank = world ? pt_comm_rank(world) : 0;
+    t->nranks = nranks;
+    t->mode = !strcmp(cfg->parallel.sync, "stale")       ? MODE_STALE
+              : !strcmp(cfg->parallel.sync, "local_sgd") ? MODE_LOCAL
+                                                         : MODE_SYNC;
+    if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
+    PT_CHECK_GOTO(st, read_plant(&t->plant), fail);
+    /* first, while every rank is sure to get here: the groups are
+     * collectives over the world */
+    PT_CHECK_GOTO(
+        st, pt_mesh_new(&t->mesh, world, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp),
+        fail);
+    t->dp = pt_mesh_comm(t->mesh, PT_MESH_DP);
+    t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
+    t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
+    const pt_model_config *mc = &cfg->model;
+    t->local_B = cfg->train.batch_size / t->dp_size;
+    t->micro_B = t->local_B / cfg->parallel.microbatches;
+    pt_config_layout(cfg, t->layout, sizeof t->layout);
+    pt_kernels_set_threads(t->cfg.train.threads);
+
+    if (cfg->data.train[0])
+        PT_CHECK_GOTO(
+            st, open_data(&t->train, "data.train", cfg->data.train, mc->vocab_size, mc->seq_len),
+            fail);
+    if (cfg->data.val[0])
+        PT_CHECK_GOTO(
+            st, open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len), fail);
+
+    PT_CHECK_GOTO(st, pt_model_new(&t->model, mc, t->micro_B), fail);
+    pt_model_init(t->model, (uint64_t)cfg->train.seed);
+
+    int ntens = pt_model_num_tensors(t->model);
+    pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
+    if (!segs) {
+        st = pt_error_set(PT_ERR_NOMEM, "optimizer segments");
+        goto fail;
+    }
+    for (int i = 0; i < ntens; i++) {
+        const pt_param_info *p = pt_model_tensor(t->model, i);
+        segs[i] = (pt_optim_segment){p->offset, p->numel, p->decay};
+    }
+    pt_adamw_hparams hp = {(float)cfg->train.beta1,
+                           (float)cfg->train.beta2,
+                           1e-8f,
+                           (float)cfg->train.weight_decay,
+                           !strcmp(cfg->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
+                           (float)cfg->train.momentum};
+    /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
+    int sharded = t->dp && cfg->parallel.zero > 0;
+    st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
+    free(segs);
+    if (st != PT_OK) goto fail;
+    if (sharded) {
+        pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap,
+                              cfg->parallel.zero_keep_params};
+        PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp), fail);
+    }
+
+    size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;
+    t->inputs = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
+    t->targets = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
+    if (!t->inputs || !t->targets) {
+        st = PT_ERR_NOMEM;
+        goto fail;
+    }
+    pt_rng_init(&t->data_rng, (uint64_t)cfg->train.seed, "data.train");
+
+    int nmod = pt_model_num_modules(t->model);
+    t->mod_name = calloc((size_t)nmod, sizeof *t->mod_name);
+    if (!t->mod_name) {
+        st = pt_error_set(PT_ERR_NOMEM, "module names");
+        goto fail;
+    }
+    for (int i = 0; i < nmod; i++) {
+        if (i == 0)
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "embedding");
+        else if (i == nmod - 1)
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "head");
+        else
+            snprintf(t->mod_name[i], sizeof t->mod_name[i], "h.%d", i - 1);
+    }
+    if (t->world) {
+        PT_CHECK_GOTO(st, pt_comm_split(t->world, 0, t->rank, &t->aux), fail);
+    }
+    if (t->dp) {
+        if (t->zero && cfg->parallel.zero >= 2) {
+            /* stage 2: pt_zero reduce-scatters; no all-reduce buckets */
+        } else if (t->mode != MODE_LOCAL) {
+            pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
+                                t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
+                                t->mode == MODE_SYNC, t->plant};
+            PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->dp, &o), fail);
+            t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
+            if (t->dga) {
+                t->dga_local = pt_mem_alloc(
+                    PT_MEM_COMM, (size_t)o.nslots * pt_model_num_params(t->model) * sizeof(float));
+                if (!t->dga_local) {
+                    st = pt_error_set(PT_ERR_NOMEM, "dga local gradients");
+                    goto fail;
+                }
+            }
+        } else {
+            PT_CHECK_GOTO(st,
+                          pt_local_sgd_new(
+                              &t->lsgd, pt_model_params(t->model), pt_model_num_params(t->model),
+                              !strcmp(cfg->parallel.outer, "nesterov"),
+                              (float)cfg->parallel.outer_lr, (float)cfg->parallel.outer_momentum),
+                          fail);
+        }
+    }
+    if (cfg->checkpoint.dir[0]) {
+        /* before step 1, not at the first save after the whole run: a
+         * checkpoint.dir that cannot be written, or that another job holds;
+         * rank 0 (the writer) keeps its lock until the trainer is freed */
+        pt_status ck = PT_OK;
+        if (t->rank == 0 && (ck = pt_ckpt_dir_open(cfg->checkpoint.dir, &t->ckpt_lock)) != PT_OK)
+            ck = pt_trainer_prefix_error(ck, "checkpoint.dir");
+        PT_CHECK_GOTO(st, pt_ckpt_agree(t->aux, ck), fail);
+    }
+    if (cfg->log.trace[0]) {
+        size_t per_step = (size_t)(2 * nmod * cfg->parallel.microbatches + 8) +
+                          (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0) +
+                          (t->zero ? (size_t)(8 * nmod * cfg->parallel.microbatches) : 0);
+        size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
+        if (max_ev > 2000000) max_ev = 2000000;
+        PT_CHECK_GOTO(st, pt_trace_new(&t->trace, max_ev), fail);
+        t->trace_t0 = pt_time_ns();
+        if (t->aux) /* one time origin: rank 0's (same host: one monotonic clock) */
+            PT_CHECK_GOTO(st, pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0), fail);
+        if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
+        if (t->zero) pt_zero_set_trace(t->zero, t->trace);
+    }
+    pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
+                            hook_after_backward, t};
+    pt_model_set_hooks(t->model, &hooks);
+    if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
+        st = pt_error_set(PT_ERR_INVALID,
+                          "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");
+        goto fail;
+    }
+    *out = t;
+    return PT_OK;
+fail:
+    pt_trainer_free(t);
+    return st;
+}
+
+pt_model *pt_trainer_model(pt_trainer *t) {
+    return t->model;
+}
+pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
+    if (t->zero) return pt_zero_gather_params(t->zero, out);
+    memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
+    return PT_OK;
+}
+pt_adamw *pt_trainer_optim(pt_trainer *t) {
+    return t->opt;
+}
+const pt_config *pt_trainer_config(const pt_trainer *t) {
+    return &t->cfg;
+}
+int pt_trainer_step_count(const pt_trainer *t) {
+    return t->step;
+}

@@ -1,0 +1,326 @@
+/* The trainer's loop: from the current step to train.steps, with the
+ * progress line on stderr, the JSON-lines metrics whose every write is
+ * checked, validation (the same bits under every layout), checkpoints every
+ * checkpoint.every steps and at the end, the merged Chrome trace, and SIGINT
+ * (save, then stop).
+ *
+ * What makes resume bitwise: everything a step depends on is either in the
+ * checkpoint (parameters, the optimizer's state (AdamW moments and update
+ * count, or SGD's momentum buffer), step count, the
+ * data RNG's key and counter; under stale and local_sgd also each rank's
+ * own parameters and moments, the stale rounds in flight and dga's local
+ * gradients, the outer Nesterov state: rank<r>.safetensors) or a pure
+ * function of the step (learning rate, which slot a step uses). Validation
+ * reads fixed windows and touches no state.
+ *
+ * Not here: construction (trainer_new.c), the step (trainer_step.c),
+ * checkpoints (trainer_ckpt.c). */
+#include "trainer_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Validation gives the same bits under every layout (for the same
+ * parameters), so that a layout's val_loss is comparable with one worker's
+ * exactly:
+ *   - one window per forward: a window's loss (its mean over T positions)
+ *     is then the same float whatever the layout; a batched forward's mean
+ *     depends on which windows share the batch;
+ *   - each rank sums its contiguous share in window order in DOUBLE, and
+ *     the ranks' sums travel as doubles, bit for bit (an all-gather of
+ *     their bytes; a float all-reduce rounded them to 24 bits, differently
+ *     per layout), added in rank order: the single worker's sequential
+ *     double sum up to double rounding, ~1e-16 relative, far below the one
+ *     float rounding of the result.
+ * ZeRO-3's forward hooks are collectives: every rank runs as many passes as
+ * the rank with the most windows (extra ones on window 0, not counted). */
+pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
+    if (!t->val) return pt_error_set(PT_ERR_INVALID, "data.val is not set");
+    int T = t->cfg.model.seq_len;
+    size_t nwin = pt_data_num_windows(t->val, T);
+    /* the same windows in every layout: val_batches x batch_size
+     * sequences (global batches; micro-batches do not change it), each rank
+     * its contiguous share */
+    size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size;
+    if (nwin > want) nwin = want;
+    size_t first = 0, mine = nwin;
+    pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
+    double sum = 0;
+    size_t most = (nwin + (size_t)t->nranks - 1) / (size_t)t->nranks;
+    size_t upto = t->zero ? most : mine;
+    for (size_t w = 0; w < upto; w++) {
+        pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
+        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
+        float loss = 0;
+        pt_model_forward(t->model, &batch, &loss);
+        if (w < mine) sum += (double)loss;
+    }
+    if (t->zero) pt_zero_release_params(t->zero);
+    if (t->aux) {
+        /* two floats' room per rank for its double's bytes (pt_comm_shard of
+         * 2 x ranks floats: rank r's are [2r, 2r + 2)) */
+        _Static_assert(sizeof(double) == 2 * sizeof(float), "a double in two floats");
+        float *all = calloc(2 * (size_t)t->nranks, sizeof(float));
+        if (!all) return pt_error_set(PT_ERR_NOMEM, "validation sums");
+        memcpy(all + 2 * (size_t)t->rank, &sum, sizeof sum);
+        pt_status st = pt_comm_allgather(t->aux, all, 2 * (size_t)t->nranks);
+        sum = 0;
+        for (int r = 0; st == PT_OK && r < t->nranks; r++) {
+            double part;
+            memcpy(&part, all + 2 * (size_t)r, sizeof part);
+            sum += part;
+        }
+        free(all);
+        PT_CHECK(st);
+    }
+    *val_loss = (float)(sum / (double)nwin);
+    return PT_OK;
+}
+
+/* ---- the loop ---- */
+
+static volatile sig_atomic_t interrupted;
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Metrics lines go through here, so that the first failed write (a full
+ * disk, a file over its size limit) is remembered with its errno: buffered
+ * stdio reports it only at some later write or flush. */
+static void metrics_printf(pt_trainer *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void metrics_printf(pt_trainer *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (vfprintf(t->metrics, fmt, ap) < 0 && !t->metrics_errno)
+        t->metrics_errno = errno ? errno : EIO;
+    va_end(ap);
+}
+
+/* Flush the line written: a failure is an error naming the file, so that
+ * a run whose metrics were lost does not exit 0 (rank 0 stops; the other
+ * ranks are stopped as for any failed rank). */
+static pt_status metrics_flush(pt_trainer *t) {
+    errno = 0;
+    if (fflush(t->metrics) != 0 && !t->metrics_errno) t->metrics_errno = errno ? errno : EIO;
+    if (ferror(t->metrics) && !t->metrics_errno) t->metrics_errno = EIO;
+    if (!t->metrics_errno) return PT_OK;
+    return pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed at step %d: %s",
+                        t->cfg.log.metrics, t->step, strerror(t->metrics_errno));
+}
+
+static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
+    if (!t->metrics) return PT_OK;
+    metrics_printf(
+        t,
+        "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
+        "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
+        "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
+        "llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+        "\"mem\":{",
+        info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm, info->step_ms,
+        info->tokens_per_s, info->compute_ms, info->comm_ms, info->exposed_comm_ms, info->skew_ms,
+        info->local_lag_ms, info->exposed_transfer_ms, (unsigned long long)info->comm_bytes,
+        t->cfg.parallel.sync, t->nranks, t->layout);
+    static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
+                                      PT_MEM_COMM};
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_peak[cats[i]]);
+    /* mem_current: bytes held at the end of the step (what stays between steps) */
+    metrics_printf(t, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
+    metrics_printf(t, "\"total\":%zu}}\n", t->mem_cur_total);
+    return metrics_flush(t);
+}
+
+static pt_status run_validation(pt_trainer *t, double t_start) {
+    float vl = 0;
+    PT_CHECK(pt_trainer_validate(t, &vl));
+    if (t->rank != 0) return PT_OK;
+    fprintf(stderr, "step %d: val loss %.4f\n", t->step, (double)vl);
+    if (!t->metrics) return PT_OK;
+    metrics_printf(
+        t, "{\"step\":%d,\"val_loss\":%.9g,\"elapsed_s\":%.3f,\"world\":%d,\"layout\":\"%s\"}\n",
+        t->step, (double)vl, pt_time_s() - t_start, t->nranks, t->layout);
+    return metrics_flush(t);
+}
+
+/* "log.trace: PATH: write failed: reason" (err: an errno, 0: EIO). */
+static pt_status trace_write_error(const char *path, int err) {
+    return pt_error_set(PT_ERR_IO, "log.trace: %s: write failed: %s", path,
+                        strerror(err ? err : EIO));
+}
+
+/* Copy the part file `part` to out; errors name the file that failed. */
+static pt_status append_part(FILE *out, const char *tmp, const char *part) {
+    FILE *in = NULL;
+    pt_status st = pt_file_open_regular(part, &in, NULL);
+    if (st != PT_OK) return pt_trainer_prefix_error(st, "log.trace");
+    char buf[65536];
+    size_t n;
+    errno = 0;
+    while (st == PT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) st = trace_write_error(tmp, errno);
+    if (st == PT_OK && ferror(in)) st = pt_error_set(PT_ERR_IO, "log.trace: %s: read error", part);
+    fclose(in);
+    return st;
+}
+
+/* Every rank writes its events to PATH.rank<r>; rank 0 merges them into
+ * PATH (temporary + rename) and removes the parts. Every write is checked:
+ * a trace cut short by a full disk is an error naming the file, not a
+ * silently truncated JSON. */
+static pt_status write_trace(pt_trainer *t) {
+    const char *path = t->cfg.log.trace;
+    char part[PT_CONFIG_STR_MAX + 32], tmp[PT_CONFIG_STR_MAX + 32];
+    snprintf(part, sizeof part, "%s.rank%d", path, t->rank);
+    pt_status st = PT_OK;
+    FILE *f = fopen(part, "w");
+    if (!f) {
+        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
+    } else {
+        errno = 0;
+        st = pt_trace_write_events(t->trace, f, t->rank, t->trace_t0);
+        int err = errno;
+        if (st != PT_OK) st = trace_write_error(part, err);
+        if (fclose(f) != 0 && st == PT_OK) st = trace_write_error(part, errno);
+        if (st != PT_OK) remove(part);
+    }
+    if (pt_trace_dropped(t->trace))
+        PT_WARN("log.trace: %zu events dropped (buffer full)", pt_trace_dropped(t->trace));
+    if (t->aux) {
+        float bad[1] = {st == PT_OK ? 0.0f : 1.0f};
+        pt_status e = pt_comm_allreduce(t->aux, bad, 1, PT_REDUCE_SUM);
+        if (e != PT_OK) return e;
+        if (st == PT_OK && bad[0] != 0.0f)
+            st = pt_error_set(PT_ERR_IO, "log.trace: a rank could not write its part");
+    }
+    if (st != PT_OK || t->rank != 0) return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) return pt_error_set(PT_ERR_IO, "log.trace: %s: %s", tmp, strerror(errno));
+    errno = 0;
+    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out) < 0)
+        st = trace_write_error(tmp, errno);
+    for (int r = 0; r < t->nranks && st == PT_OK; r++) {
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
+        if (r > 0 && fputs(",\n", out) < 0) st = trace_write_error(tmp, errno);
+        if (st == PT_OK) st = append_part(out, tmp, part);
+    }
+    if (st == PT_OK && fputs("\n]}\n", out) < 0) st = trace_write_error(tmp, errno);
+    if (st == PT_OK && (fflush(out) != 0 || ferror(out))) st = trace_write_error(tmp, errno);
+    if (fclose(out) != 0 && st == PT_OK) st = trace_write_error(tmp, errno);
+    for (int r = 0; r < t->nranks; r++) { /* the parts go, merged or not */
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
+        remove(part);
+    }
+    if (st == PT_OK && rename(tmp, path) != 0)
+        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", path, strerror(errno));
+    if (st != PT_OK) {
+        remove(tmp);
+        return st;
+    }
+    PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
+    return st;
+}
+
+static void format_eta(char *buf, size_t n, double s) {
+    if (s < 0 || !isfinite(s)) s = 0;
+    int sec = (int)(s + 0.5);
+    if (sec >= 3600)
+        snprintf(buf, n, "%dh%02dm", sec / 3600, sec / 60 % 60);
+    else
+        snprintf(buf, n, "%dm%02ds", sec / 60, sec % 60);
+}
+
+pt_status pt_trainer_run(pt_trainer *t) {
+    const pt_config *c = &t->cfg;
+    if (!t->train) return pt_error_set(PT_ERR_INVALID, "data.train is not set");
+    pt_status st = PT_OK;
+    if (c->log.metrics[0] && !t->metrics && t->rank == 0) {
+        char parent[PT_CONFIG_STR_MAX];
+        snprintf(parent, sizeof parent, "%s", c->log.metrics);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) {
+            *slash = '\0';
+            if (pt_mkdir_p(parent) != PT_OK)
+                return pt_trainer_prefix_error(PT_ERR_IO, "log.metrics");
+        }
+        t->metrics = fopen(c->log.metrics, t->step > 0 ? "a" : "w");
+        t->metrics_errno = 0;
+        if (!t->metrics)
+            return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
+    }
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old);
+
+    if (t->rank == 0)
+        PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)",
+                t->nranks, t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
+                c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
+    if (t->ddp && t->rank == 0) {
+        size_t o, n;
+        pt_ddp_bucket(t->ddp, 0, &o, &n, NULL);
+        PT_INFO("gradient buckets: %d (largest %.2f MiB), overlap %s", pt_ddp_num_buckets(t->ddp),
+                (double)n * 4 / 1048576.0, c->parallel.overlap ? "on" : "off");
+    }
+    PT_INFO("model: %zu parameters, %d layers, n_embd %d, %d heads, seq_len %d, vocab %d",
+            pt_model_num_params(t->model), c->model.n_layer, c->model.n_embd, c->model.n_head,
+            c->model.seq_len, c->model.vocab_size);
+    int last_val = -1, last_save = -1, start = t->step;
+    double t_start = pt_time_s();
+    if (t->val) {
+        PT_CHECK_GOTO(st, run_validation(t, t_start), done);
+        last_val = t->step;
+    }
+    while (t->step < c->train.steps && !interrupted) {
+        pt_step_info info;
+        PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
+        PT_CHECK_GOTO(st, write_metrics(t, &info), done);
+        if (t->rank == 0 &&
+            (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1)) {
+            double elapsed = pt_time_s() - t_start;
+            char eta[32];
+            format_eta(eta, sizeof eta, elapsed / (t->step - start) * (c->train.steps - t->step));
+            fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  %.0f tok/s  %.1f ms  ETA %s\n",
+                    t->step, c->train.steps, (double)info.loss, (double)info.lr, info.tokens_per_s,
+                    info.step_ms, eta);
+        }
+        if (t->val && c->train.val_every > 0 && t->step % c->train.val_every == 0) {
+            PT_CHECK_GOTO(st, run_validation(t, t_start), done);
+            last_val = t->step;
+        }
+        if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->step % c->checkpoint.every == 0) {
+            PT_CHECK_GOTO(st, pt_trainer_save(t), done);
+            last_save = t->step;
+        }
+    }
+    if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, t_start), done);
+    if (c->checkpoint.dir[0] && last_save != t->step) {
+        PT_CHECK_GOTO(st, pt_trainer_save(t), done);
+        if (t->rank == 0)
+            fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
+    }
+    if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
+    if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
+done:
+    sigaction(SIGINT, &old, NULL);
+    if (t->metrics) { /* closed here, where a failed last write can still be reported */
+        int bad = fclose(t->metrics) != 0, err = errno;
+        t->metrics = NULL;
+        if (bad && st == PT_OK)
+            st = pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed: %s", c->log.metrics,
+                              strerror(err));
+    }
+    return st;
+}
