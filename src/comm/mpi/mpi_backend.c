@@ -41,6 +41,7 @@
  * collectives, launching processes (mpirun does it). */
 #include "comm_impl.h"
 #include "mpi_impl.h"
+#include "ticker.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -193,10 +194,7 @@ static struct {
     int rank, size;
     double live_s;
     uint64_t period_ns;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
+    pt_ticker tick; /* the heartbeat thread (ticker.h): hb_round every period */
     int final_sent; /* after a failure: the verdict went out, no more MPI calls */
     MPI_Request *sreq, *rreq;
     hb_msg *sbuf, *rbuf;
@@ -209,7 +207,7 @@ static struct {
     int culprit, noticed_by;
     pt_status vst;
     char reason[HB_REASON];
-} hb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+} hb;
 
 /* Record the job's verdict unless there is one; the noticer (this process)
  * prints the job's one line. */
@@ -226,9 +224,7 @@ static void hb_set_verdict(int culprit, int noticed_by, pt_status st, const char
         fprintf(stderr, "partrain: %s (noticed by rank %d); job stopped\n", reason, noticed_by);
         fflush(stderr);
     }
-    pthread_mutex_lock(&hb.mu); /* send it now, not at the next beat */
-    pthread_cond_signal(&hb.cv);
-    pthread_mutex_unlock(&hb.mu);
+    pt_ticker_kick(&hb.tick); /* send it now, not at the next beat */
 }
 
 static int hb_has_verdict(void) {
@@ -346,23 +342,9 @@ static void hb_round(void) {
     hb_check_stale();
 }
 
-static void *hb_main(void *arg) {
+static void hb_tick(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&hb.mu);
-    while (!hb.stop) {
-        pthread_mutex_unlock(&hb.mu);
-        hb_round();
-        pthread_mutex_lock(&hb.mu);
-        if (hb.stop) break;
-        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&hb.cv, &hb.mu, &ts);
-    }
-    pthread_mutex_unlock(&hb.mu);
-    return NULL;
+    hb_round();
 }
 
 /* Start the heartbeat of a world of `size` (collective: dups the world). */
@@ -399,20 +381,7 @@ static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
         MPI_Irecv(&hb.rbuf[q], sizeof(hb_msg), MPI_BYTE, q, 0, hb.comm, &hb.rreq[q]);
         pt_mpi_unlock();
     }
-    hb.stop = 0;
-    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&hb.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e != 0)
-        return pt_error_set(PT_ERR_INTERNAL, "mpi: cannot start the heartbeat thread (%d)", e);
+    PT_CHECK(pt_ticker_start(&hb.tick, hb.period_ns, hb_tick, NULL, "mpi heartbeat"));
     hb.on = 1;
     return PT_OK;
 }
@@ -421,11 +390,7 @@ static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
  * not taken for a stall) and release the requests. */
 static void hb_stop(void) {
     if (!hb.on) return;
-    pthread_mutex_lock(&hb.mu);
-    hb.stop = 1;
-    pthread_cond_signal(&hb.cv);
-    pthread_mutex_unlock(&hb.mu);
-    pthread_join(hb.thread, NULL);
+    pt_ticker_stop(&hb.tick);
     hb.on = 0;
     if (pt_mpi_g.failed) return; /* no MPI call after a failure (check_usable) */
     uint64_t t0 = pt_time_ns();
