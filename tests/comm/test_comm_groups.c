@@ -6,7 +6,8 @@
  *   mpirun -np N test_comm_groups --backend mpi  each process is a rank
  *   ... --case a|b                               only (a) or only (b)
  *
- * Groups: A, a split of the world (all ranks), and B, the world itself.
+ * Groups: a split of the world (all ranks) and the world itself; each case
+ * runs with A = the split, B = the world, then the other way round.
  *
  * (a) Opposite orders. Even ranks queue a large all-reduce on A, then a
  *     small one on B; odd ranks queue the small one on B, wait for it, and
@@ -126,11 +127,15 @@ static void test_large_does_not_delay_small(pt_comm *a, pt_comm *b) {
 
 static pt_comm *group_a, *group_b;
 
+/* Both ways round: the large operation on the split, then on the world
+ * (backends may treat the world apart: mpi's blocking path). */
 static void test_opposite(void) {
     test_opposite_orders(group_a, group_b);
+    test_opposite_orders(group_b, group_a);
 }
 static void test_no_delay(void) {
     test_large_does_not_delay_small(group_a, group_b);
+    test_large_does_not_delay_small(group_b, group_a);
 }
 
 typedef struct {

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PT_MPI_DEFAULT_TIMEOUT_S 10.0
 
@@ -342,9 +343,12 @@ static void hb_round(void) {
     hb_check_stale();
 }
 
+static void watch_check(void);
+
 static void hb_tick(void *arg) {
     (void)arg;
     hb_round();
+    watch_check();
 }
 
 /* Start the heartbeat of a world of `size` (collective: dups the world). */
@@ -562,6 +566,184 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
     }
 }
 
+/* ---- watchdog: blocking collectives ----------------------------------------------------
+ * Open MPI's blocking collectives (coll/tuned) are 2-3x faster than its
+ * non-blocking ones (coll/libnbc) polled with MPI_Test at 1-16 MiB (see
+ * docs/mpi.md), but they never return when a peer dies or stalls. So where
+ * it is asked for (PT_MPI_BLOCKING, below), the heartbeat runs and MPI
+ * allows calls from several threads at once (MPI_THREAD_MULTIPLE), a
+ * collective is the blocking call, and the heartbeat thread watches it: every period it applies to
+ * the collective in flight the rules of wait_req (the job's verdict; a stalled peer; the progress
+ * deadline with the thaw and the lowest-healthy-rank-notices rules). A call that can no longer
+ * complete ends the process: the noticer prints the job's one line (hb_set_verdict), its last beat
+ * carries the verdict out, and the process exits with status 3 (what a caller does with a comm
+ * error), so that mpirun ends the job. Elsewhere (the default, serialized MPI, a world of one)
+ * collectives keep the MPI_Test loop. */
+#define WATCH_SLOTS 64
+
+typedef struct {
+    _Atomic int claimed;  /* taken by a thread (filling, in flight or ending) */
+    _Atomic uint64_t gen; /* odd: a collective is in flight, the fields are set */
+    mpi_ctx *c;
+    const char *op;
+    size_t bytes;
+    uint64_t t0, limit; /* limit: ns from t0; the watchdog may extend it */
+    int deferred;       /* extended once for another rank's verdict */
+} watch_slot;
+
+/* One slot per collective in flight in this process (one per lane at most:
+ * communicators run their collectives one at a time). Whether a collective
+ * takes the blocking path must not depend on timing: every member of a
+ * communicator has to make the same choice (a blocking collective does not
+ * match a non-blocking one in MPI). */
+static watch_slot watch[WATCH_SLOTS];
+
+/* Which communicators take the blocking path (PT_MPI_BLOCKING): none by
+ * default, "world" the world only, "all" every one. Opt-in because Open MPI
+ * 4.1.4 hangs now and then when a thread waits in a blocking collective
+ * while another thread of the process moves data of another communicator
+ * (test_comm_groups: 3 runs in 20 with the 64 MiB all-reduce blocking on
+ * the world beside a small one on a split; both ranks stuck in
+ * mca_pml_ob1_send -> ompi_sync_wait_mt inside MPI_Allreduce; 0 in 20 with
+ * the MPI_Test path; cf. open-mpi/ompi#11428). Safe for jobs whose
+ * collectives run on one communicator at a time. The same on every rank,
+ * as the choice must be. */
+static int watch_enabled(const mpi_ctx *c) {
+    static int mode = -1; /* 0 none, 1 world, 2 all */
+    if (mode < 0) {
+        const char *e = getenv("PT_MPI_BLOCKING");
+        mode = !e ? 0 : !strcmp(e, "world") ? 1 : !strcmp(e, "all") ? 2 : 0;
+    }
+    return hb.on && !pt_mpi_g.serialize && (mode == 2 || (mode == 1 && c->is_world));
+}
+
+/* Claim a slot for a blocking collective on c. With more collectives in
+ * flight than slots (not possible with fewer than WATCH_SLOTS communicators
+ * in use at once), wait for one: the choice of path must be the same on
+ * every rank. */
+static int watch_begin(mpi_ctx *c, const char *op, size_t bytes) {
+    for (;;) {
+        for (int i = 0; i < WATCH_SLOTS; i++) {
+            int idle = 0;
+            if (atomic_load_explicit(&watch[i].claimed, memory_order_relaxed) ||
+                !atomic_compare_exchange_strong(&watch[i].claimed, &idle, 1))
+                continue;
+            watch_slot *w = &watch[i];
+            w->c = c;
+            w->op = op;
+            w->bytes = bytes;
+            w->t0 = pt_time_ns();
+            w->limit = (uint64_t)(c->timeout_s * 1e9);
+            w->deferred = 0;
+            /* odd, after the fields: the watchdog reads them only now */
+            atomic_fetch_add_explicit(&w->gen, 1, memory_order_release);
+            atomic_store(&hb.my_wait, HB_COLL);
+            return i;
+        }
+        sleep_us(100);
+    }
+}
+
+static void watch_end(int i) {
+    atomic_store(&hb.my_wait, HB_IDLE);
+    atomic_fetch_add_explicit(&watch[i].gen, 1, memory_order_release);
+    atomic_store_explicit(&watch[i].claimed, 0, memory_order_release);
+}
+
+/* Wait until `until` (pt_time_ns) at most for the heartbeat send to p. */
+static int hb_send_done(int p, uint64_t until) {
+    int done = hb.sreq[p] == MPI_REQUEST_NULL;
+    while (!done && pt_time_ns() < until) {
+        MPI_Test(&hb.sreq[p], &done, MPI_STATUS_IGNORE);
+        if (!done) sleep_us(1000);
+    }
+    return done;
+}
+
+/* The process cannot go on (a collective of it will never return): send
+ * every peer the verdict (hb_stop's messages would have carried it), give
+ * them a moment to leave, and exit. On the heartbeat thread only. */
+static _Noreturn void watch_end_job(void) {
+    fflush(stdout);
+    fflush(stderr);
+    pt_mpi_g.failed = 1;
+    hb.final_sent = 1; /* no more rounds: this is the last message */
+    if (hb_has_verdict()) {
+        uint64_t until = pt_time_ns() + 200000000ull;
+        for (int p = 0; p < hb.size; p++) {
+            if (p == hb.rank || !hb_send_done(p, until)) continue;
+            hb_fill(&hb.sbuf[p], 0);
+            MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
+        }
+        until = pt_time_ns() + 200000000ull;
+        for (int p = 0; p < hb.size; p++)
+            if (p != hb.rank) hb_send_done(p, until);
+    }
+    _exit(3);
+}
+
+/* One collective in flight: 1 when the process must end. */
+static int watch_slot_check(watch_slot *w, uint64_t now) {
+    mpi_ctx *c = w->c;
+    uint64_t waited = now - w->t0;
+    if (hb_has_verdict()) return 1;
+    if (waited <= w->limit) return 0;
+    uint64_t thaw = atomic_load(&hb.thawed_at);
+    if (thaw > w->t0) {
+        /* This process was itself stopped or starved: the deadline counts
+         * again from the thaw (as in wait_req). */
+        uint64_t l = thaw - w->t0 + (uint64_t)(c->timeout_s * 1e9);
+        if (l > w->limit) w->limit = l;
+        if (waited <= w->limit) return 0;
+    }
+    int who = blame(c, -1);
+    if (who >= 0 && !w->deferred) {
+        w->deferred = 1;
+        int first = -1;
+        for (int m = 0; m < c->size && first < 0; m++)
+            if (c->world[m] != who &&
+                (m == c->rank || hb_silence(c->world[m], now) < hb.live_s / 2))
+                first = m;
+        if (first != c->rank) {
+            w->limit += 1000000000ull + 4 * hb.period_ns;
+            return 0;
+        }
+    }
+    char reason[HB_REASON];
+    if (who >= 0) {
+        double age = hb_silence(who, now);
+        if (age > hb.live_s / 2)
+            snprintf(reason, sizeof reason,
+                     "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen, "
+                     "unreachable or dead; comm.timeout %.3g s)",
+                     who, age, hb.live_s);
+        else
+            snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", who,
+                     c->timeout_s);
+        hb_set_verdict(who, hb.rank, PT_ERR_TIMEOUT, reason);
+    } else {
+        fprintf(stderr,
+                "partrain: mpi %s of %zu bytes timed out after %.1f s on rank %d of %d (a rank "
+                "died, is unreachable or never joined); job stopped\n",
+                w->op, w->bytes, c->timeout_s, c->rank, c->size);
+    }
+    return 1;
+}
+
+/* On the heartbeat thread, after each round. */
+static void watch_check(void) {
+    uint64_t now = pt_time_ns();
+    for (int i = 0; i < WATCH_SLOTS; i++) {
+        watch_slot *w = &watch[i];
+        uint64_t g = atomic_load_explicit(&w->gen, memory_order_acquire);
+        if (!(g & 1)) continue;
+        int end = watch_slot_check(w, now);
+        /* The collective returned meanwhile: nothing to end. */
+        if (atomic_load_explicit(&w->gen, memory_order_acquire) != g) continue;
+        if (end) watch_end_job();
+    }
+}
+
 static void scale(float *p, size_t n, float s) {
     for (size_t i = 0; i < n; i++) p[i] *= s;
 }
@@ -629,12 +811,19 @@ static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op
     PT_CHECK(check_usable(c, "allreduce"));
     PT_CHECK(check_count(c, count, "allreduce"));
     if (count == 0) return PT_OK;
-    MPI_Request req;
-    pt_mpi_lock();
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
-    pt_mpi_unlock();
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
-    PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
+    int w = watch_enabled(c) ? watch_begin(c, "allreduce", count * sizeof(float)) : -1;
+    if (w >= 0) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
+        watch_end(w);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    } else {
+        MPI_Request req;
+        pt_mpi_lock();
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
+        pt_mpi_unlock();
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+        PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
+    }
     if (op == PT_REDUCE_AVG && c->size > 1) scale(buf, count, 1.0f / (float)c->size);
     return PT_OK;
 }
@@ -663,13 +852,26 @@ static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_redu
     PT_CHECK(check_count(c, count, "reduce_scatter"));
     if (count == 0) return PT_OK;
     fill_shards(c, count);
-    MPI_Request req;
-    pt_mpi_lock();
     /* In place: the input is all of buf, the result lands at buf[0..n). */
-    int rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
-    pt_mpi_unlock();
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
-    PT_CHECK(wait_req(c, &req, "reduce_scatter", -1, count * sizeof(float), NULL));
+    int w = watch_enabled(c) ? watch_begin(c, "reduce_scatter", count * sizeof(float)) : -1;
+    if (w >= 0) {
+        /* Even shards: the _block form, as Open MPI's own benchmarks use. */
+        int rc =
+            count % (size_t)c->size == 0
+                ? MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, c->counts[0], MPI_FLOAT, MPI_SUM,
+                                           c->comm)
+                : MPI_Reduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm);
+        watch_end(w);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
+    } else {
+        MPI_Request req;
+        pt_mpi_lock();
+        int rc =
+            MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm, &req);
+        pt_mpi_unlock();
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
+        PT_CHECK(wait_req(c, &req, "reduce_scatter", -1, count * sizeof(float), NULL));
+    }
     size_t off = (size_t)c->displs[c->rank], n = (size_t)c->counts[c->rank];
     if (off != 0 && n) memmove(buf + off, buf, n * sizeof(float));
     if (op == PT_REDUCE_AVG && c->size > 1) scale(buf + off, n, 1.0f / (float)c->size);
@@ -682,6 +884,16 @@ static pt_status mpi_allgather(void *ctx, float *buf, size_t count) {
     PT_CHECK(check_count(c, count, "allgather"));
     if (count == 0) return PT_OK;
     fill_shards(c, count);
+    int w = watch_enabled(c) ? watch_begin(c, "allgather", count * sizeof(float)) : -1;
+    if (w >= 0) {
+        int rc = count % (size_t)c->size == 0
+                     ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts[0],
+                                     MPI_FLOAT, c->comm)
+                     : MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
+                                      MPI_FLOAT, c->comm);
+        watch_end(w);
+        return rc == MPI_SUCCESS ? PT_OK : mpi_fail(c, rc, "allgather", -1);
+    }
     MPI_Request req;
     pt_mpi_lock();
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
@@ -699,6 +911,12 @@ static pt_status mpi_broadcast(void *ctx, void *buf, size_t bytes, int root) {
         return pt_error_set(PT_ERR_INVALID, "mpi broadcast: root %d is not a rank (size %d)", root,
                             c->size);
     if (bytes == 0) return PT_OK;
+    int w = watch_enabled(c) ? watch_begin(c, "broadcast", bytes) : -1;
+    if (w >= 0) {
+        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm);
+        watch_end(w);
+        return rc == MPI_SUCCESS ? PT_OK : mpi_fail(c, rc, "broadcast", -1);
+    }
     MPI_Request req;
     pt_mpi_lock();
     int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, c->comm, &req);
@@ -710,6 +928,12 @@ static pt_status mpi_broadcast(void *ctx, void *buf, size_t bytes, int root) {
 static pt_status mpi_barrier(void *ctx) {
     mpi_ctx *c = ctx;
     PT_CHECK(check_usable(c, "barrier"));
+    int w = watch_enabled(c) ? watch_begin(c, "barrier", 0) : -1;
+    if (w >= 0) {
+        int rc = MPI_Barrier(c->comm);
+        watch_end(w);
+        return rc == MPI_SUCCESS ? PT_OK : mpi_fail(c, rc, "barrier", -1);
+    }
     MPI_Request req;
     pt_mpi_lock();
     int rc = MPI_Ibarrier(c->comm, &req);
