@@ -11,7 +11,8 @@
  *  - never waits forever: MPI itself blocks indefinitely when a peer dies or
  *    its host becomes unreachable (TCP just retransmits), so every blocking
  *    operation is the non-blocking MPI call plus an MPI_Test loop with a
- *    deadline (pt_comm_options.timeout_s, else env PT_COMM_TIMEOUT, else
+ *    deadline (or, opt-in, the blocking collective under a watchdog: see
+ *    "watchdog" below) (pt_comm_options.timeout_s, else env PT_COMM_TIMEOUT, else
  *    10 s). On expiry it returns PT_ERR_TIMEOUT naming the operation (and the
  *    peer for point-to-point); the caller exits non-zero and mpirun tears the
  *    job down. The communicator is then unusable (the MPI request cannot be
@@ -568,17 +569,19 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
 
 /* ---- watchdog: blocking collectives ----------------------------------------------------
  * Open MPI's blocking collectives (coll/tuned) are 2-3x faster than its
- * non-blocking ones (coll/libnbc) polled with MPI_Test at 1-16 MiB (see
- * docs/mpi.md), but they never return when a peer dies or stalls. So where
- * it is asked for (PT_MPI_BLOCKING, below), the heartbeat runs and MPI
- * allows calls from several threads at once (MPI_THREAD_MULTIPLE), a
- * collective is the blocking call, and the heartbeat thread watches it: every period it applies to
- * the collective in flight the rules of wait_req (the job's verdict; a stalled peer; the progress
- * deadline with the thaw and the lowest-healthy-rank-notices rules). A call that can no longer
- * complete ends the process: the noticer prints the job's one line (hb_set_verdict), its last beat
- * carries the verdict out, and the process exits with status 3 (what a caller does with a comm
- * error), so that mpirun ends the job. Elsewhere (the default, serialized MPI, a world of one)
- * collectives keep the MPI_Test loop. */
+ * non-blocking ones (coll/libnbc) polled with MPI_Test at 1-16 MiB on a
+ * quiet machine (docs/mpi.md), but they never return when a peer dies or
+ * stalls. So where it is asked for (PT_MPI_BLOCKING, below), the heartbeat
+ * runs and MPI allows calls from several threads at once
+ * (MPI_THREAD_MULTIPLE), a collective is the blocking call, and the
+ * heartbeat thread watches it: every period it applies to each collective
+ * in flight the rules of wait_req (the job's verdict; a stalled peer; the
+ * progress deadline with the thaw and the lowest-healthy-rank-notices
+ * rules). A call that can no longer complete ends the process: the noticer
+ * prints the job's one line (hb_set_verdict), sends every peer the verdict,
+ * and the process exits with status 3 (what a caller does with a comm
+ * error), so that mpirun ends the job. Elsewhere (the default, serialized
+ * MPI, a world of one) collectives keep the MPI_Test loop. */
 #define WATCH_SLOTS 64
 
 typedef struct {
