@@ -67,6 +67,8 @@ typedef struct {
     int *displs;      /* size entries: per-rank offsets (all-gather) */
     int failed;       /* an operation failed: only free is allowed */
     int tag_ub;       /* largest tag (MPI_TAG_UB, at least 32767) */
+    float *ring_tmp;  /* ring all-reduce: one shard received, ring_cap floats */
+    size_t ring_cap;
 } mpi_ctx;
 
 pt_mpi_state pt_mpi_g;
@@ -809,6 +811,21 @@ static pt_status mpi_recv(void *ctx, void *buf, size_t bytes, int peer, int tag)
 
 /* ---- collectives ------------------------------------------------------------------------ */
 
+/* Ring all-reduce from this many bytes on (and count >= size): see
+ * allreduce_ring. PT_MPI_RING_MIN_KB overrides (0: always; a huge value:
+ * never, to compare with libnbc's); every rank must see the same value. */
+#define PT_MPI_RING_MIN (256u << 10)
+static size_t ring_min(void) {
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("PT_MPI_RING_MIN_KB");
+        v = e && *e ? atol(e) * 1024 : (long)PT_MPI_RING_MIN;
+        if (v < 0) v = PT_MPI_RING_MIN;
+    }
+    return (size_t)v;
+}
+static pt_status allreduce_ring(mpi_ctx *c, float *buf, size_t count);
+
 static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
     mpi_ctx *c = ctx;
     PT_CHECK(check_usable(c, "allreduce"));
@@ -819,6 +836,8 @@ static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op
         int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
         watch_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    } else if (c->size > 1 && count >= (size_t)c->size && count * sizeof(float) >= ring_min()) {
+        PT_CHECK(allreduce_ring(c, buf, count));
     } else {
         MPI_Request req;
         pt_mpi_lock();
@@ -847,6 +866,98 @@ static void fill_shards(mpi_ctx *c, size_t count) {
         c->counts[r] = (int)n;
         c->displs[r] = (int)off;
     }
+}
+
+/* One step of a ring: send n_s floats at s to the right neighbour and
+ * receive n_r floats at r from the left one, both posted before either is
+ * waited for (so the ring cannot deadlock). */
+static pt_status ring_step(mpi_ctx *c, const float *s, size_t n_s, float *r, size_t n_r) {
+    int right = (c->rank + 1) % c->size, left = (c->rank + c->size - 1) % c->size;
+    MPI_Request rq[2];
+    pt_mpi_lock();
+    int rc = MPI_Irecv(r, (int)n_r, MPI_FLOAT, left, c->tag_ub, c->comm, &rq[0]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(s, (int)n_s, MPI_FLOAT, right, c->tag_ub, c->comm, &rq[1]);
+    pt_mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    PT_CHECK(wait_req(c, &rq[0], "allreduce", left, n_r * sizeof(float), NULL));
+    return wait_req(c, &rq[1], "allreduce", right, n_s * sizeof(float), NULL);
+}
+
+/* A reduce-scatter step of the ring: like ring_step, but the shard travels
+ * in segments (at most RING_SEGS, of at least RING_SEG floats; both sides
+ * cut the same count the same way, and messages of one tag arrive in
+ * order), so that summing segment i overlaps receiving the next ones and
+ * reads it while it is still in cache (measured: 16 MiB all-reduce 0.86x
+ * Open MPI's own unsegmented, see docs/comm.md). */
+#define RING_SEG  (256u << 10) /* floats: 1 MiB */
+#define RING_SEGS 64
+static size_t ring_seg(size_t n) {
+    return n > (size_t)RING_SEG * RING_SEGS ? (n + RING_SEGS - 1) / RING_SEGS : RING_SEG;
+}
+
+static pt_status ring_reduce_step(mpi_ctx *c, const float *s, size_t n_s, float *dst, size_t n_r) {
+    int right = (c->rank + 1) % c->size, left = (c->rank + c->size - 1) % c->size;
+    MPI_Request rq[RING_SEGS], sq[RING_SEGS];
+    size_t gr = ring_seg(n_r), gs = ring_seg(n_s);
+    int kr = (int)((n_r + gr - 1) / gr), ks = (int)((n_s + gs - 1) / gs), rc = MPI_SUCCESS;
+    float *tmp = c->ring_tmp;
+    pt_mpi_lock();
+    for (int i = 0; i < kr && rc == MPI_SUCCESS; i++) {
+        size_t o = (size_t)i * gr, m = n_r - o < gr ? n_r - o : gr;
+        rc = MPI_Irecv(tmp + o, (int)m, MPI_FLOAT, left, c->tag_ub, c->comm, &rq[i]);
+    }
+    for (int i = 0; i < ks && rc == MPI_SUCCESS; i++) {
+        size_t o = (size_t)i * gs, m = n_s - o < gs ? n_s - o : gs;
+        rc = MPI_Isend(s + o, (int)m, MPI_FLOAT, right, c->tag_ub, c->comm, &sq[i]);
+    }
+    pt_mpi_unlock();
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    for (int i = 0; i < kr; i++) {
+        size_t o = (size_t)i * gr, m = n_r - o < gr ? n_r - o : gr;
+        PT_CHECK(wait_req(c, &rq[i], "allreduce", left, m * sizeof(float), NULL));
+        float *d = dst + o;
+        const float *t = tmp + o;
+        for (size_t j = 0; j < m; j++) d[j] += t[j];
+    }
+    for (int i = 0; i < ks; i++)
+        PT_CHECK(wait_req(c, &sq[i], "allreduce", right, gs * sizeof(float), NULL));
+    return PT_OK;
+}
+
+/* All-reduce as a ring reduce-scatter then a ring all-gather over the shard
+ * layout, on point-to-point with the MPI_Test deadline: every rank sends
+ * and receives 2 (n-1)/n of the buffer, as Open MPI's blocking
+ * MPI_Allreduce does (redscat_allgather), where its non-blocking one
+ * (libnbc, in place) moves the whole buffer to one rank and back. Measured,
+ * 2 ranks, 1-16 MiB: see docs/comm.md. In reduce-scatter step k rank r
+ * sends shard r-k-1 and adds shard r-k-2 from its left neighbour, so that
+ * after n-1 steps it holds shard r reduced; the all-gather then passes the
+ * shards on. Each shard is summed once, by one chain, and copied to all:
+ * every rank gets the bitwise same result. The tag is the top of the
+ * reserved range (the generic collectives' -1), never in use at the same
+ * time on this communicator: its operations run one at a time. */
+static pt_status allreduce_ring(mpi_ctx *c, float *buf, size_t count) {
+    int n = c->size, r = c->rank;
+    fill_shards(c, count);
+    size_t most = (size_t)c->counts[0]; /* the first shards are the largest */
+    if (most > c->ring_cap) {
+        float *t = realloc(c->ring_tmp, most * sizeof(float)); /* grows once, then reused */
+        if (!t) return pt_error_set(PT_ERR_NOMEM, "mpi allreduce: %zu floats of scratch", most);
+        c->ring_tmp = t;
+        c->ring_cap = most;
+    }
+    for (int k = 0; k < n - 1; k++) {
+        int si = (r - k - 1 + 2 * n) % n, ri = (r - k - 2 + 2 * n) % n;
+        PT_CHECK(ring_reduce_step(c, buf + c->displs[si], (size_t)c->counts[si],
+                                  buf + c->displs[ri], (size_t)c->counts[ri]));
+    }
+    for (int k = 0; k < n - 1; k++) {
+        int si = (r - k + n) % n, ri = (r - k - 1 + n) % n;
+        PT_CHECK(ring_step(c, buf + c->displs[si], (size_t)c->counts[si], buf + c->displs[ri],
+                           (size_t)c->counts[ri]));
+    }
+    return PT_OK;
 }
 
 static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_reduce_op op) {
@@ -1037,6 +1148,7 @@ static void mpi_free(void *ctx) {
     free(c->counts);
     free(c->displs);
     free(c->world);
+    free(c->ring_tmp);
     free(c);
     pt_mpi_g.live--;
     if (!is_world) return;
