@@ -12,8 +12,11 @@
  *
  * Ordering: like MPI and NCCL, every rank of a communicator must issue that
  * communicator's operations in the same order. Non-blocking operations are
- * queued and run in order by the process's progress thread; a blocking call
- * on a communicator first lets that communicator's queued operations finish.
+ * queued and run in order by the communicator's own progress thread:
+ * operations of different communicators never wait behind each other, and
+ * ranks may interleave the operations of different communicators in any
+ * order without deadlock. A blocking call on a communicator first lets that
+ * communicator's queued operations finish.
  * Where the backend allows it (shm), queued receives run on a second
  * progress thread: an isend/irecv exchange of any size then progresses, a
  * blocking send does not wait for queued receives, nor a blocking receive

@@ -1,16 +1,17 @@
 /* The communicator: the backend registry, the thin wrappers that every
  * strategy calls (argument checks, byte and time counters, the generic
- * fallback for NULL collective slots), and the per-process progress thread
- * that runs non-blocking operations in order.
+ * fallback for NULL collective slots), and the progress lanes: threads of
+ * each communicator that run its non-blocking operations in order.
  *
  * Not here: any algorithm (backends, comm_generic.c) or any knowledge of
  * which backend is which beyond the registry in pt_comm_init, the only place
  * with an #ifdef.
  *
- * Threading: the caller's thread and the progress threads may all use a
+ * Threading: the caller's thread and the communicator's lanes may all use a
  * communicator, never at the same time, except a send and a receive on a
  * backend with concurrent_p2p: a blocking call first waits until the
- * communicator's queue is empty (see comm_impl.h). */
+ * communicator's queue is empty (see comm_impl.h). Lanes of different
+ * communicators run at the same time. */
 #include "comm_impl.h"
 #include "shm/shm.h"
 
@@ -20,12 +21,24 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Progress lanes: lane 0 runs every queued operation in order; lane 1 runs
- * queued receives of backends that allow a send and a receive at once on a
- * context (pt_comm_backend.concurrent_p2p), so that an isend/irecv exchange
- * of messages larger than the backend buffers cannot deadlock. */
+/* Progress lanes, per communicator: lane 0 runs the communicator's queued
+ * operations in order; lane 1 runs its queued receives on backends that
+ * allow a send and a receive at once on a context
+ * (pt_comm_backend.concurrent_p2p), so that an isend/irecv exchange of
+ * messages larger than the backend buffers cannot deadlock. Each lane is a
+ * thread of its own communicator, started on its first non-blocking
+ * operation and joined by pt_comm_free: operations of different
+ * communicators never queue behind each other (a pipeline's activation
+ * send does not wait for a 4 MiB gradient bucket of another group), and no
+ * order in which two ranks queue operations of two groups can deadlock. */
 enum { LANE_MAIN, LANE_RECV, NLANES };
+
+typedef struct {
+    pt_comm *c;
+    int idx;
+} lane_arg;
 
 struct pt_comm {
     const pt_comm_backend *be;
@@ -39,6 +52,15 @@ struct pt_comm {
     int generic;              /* PT_COMM_GENERIC=1: collectives via comm_generic.c */
     atomic_int broken;        /* an operation failed: only pt_comm_free is allowed */
     pt_comm_backend p2p_only; /* be without its collective slots */
+    /* The lanes (under mu): queue, wake-up, thread, and the process that
+     * started the threads (a forked child has none of them). */
+    pthread_cond_t work[NLANES];
+    pt_comm_req *head[NLANES], *tail[NLANES];
+    pthread_t thread[NLANES];
+    int started[NLANES];
+    int stop; /* pt_comm_free: lanes exit once their queue is empty */
+    pid_t lane_pid;
+    lane_arg lane[NLANES];
 };
 
 typedef enum { REQ_QUEUED, REQ_DONE } req_state;
@@ -53,95 +75,110 @@ struct pt_comm_req {
     int lane;
     pt_status st;
     char msg[256];
-    req_state state;         /* under the progress mutex */
+    req_state state;         /* under req_mu */
     uint64_t t_start, t_end; /* pt_time_ns when the progress thread began / ended it */
     pt_comm_req *next;
 };
 
-/* ---- progress threads: one per lane and process, started on first use ---- */
+/* ---- progress lanes: threads per communicator, started on first use ---- */
 
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t work[NLANES], done;
-    pt_comm_req *head[NLANES], *tail[NLANES];
-    int started[NLANES];
-} prog = {PTHREAD_MUTEX_INITIALIZER,
-          {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER},
-          PTHREAD_COND_INITIALIZER,
-          {NULL, NULL},
-          {NULL, NULL},
-          {0, 0}};
-
-/* Requests are recycled through a free list (under prog.mu), so that a
- * training step's non-blocking operations allocate nothing after warm-up
- * (STYLE rule 10). */
+/* Completion of requests and their free list, process-wide (a request stays
+ * valid for pt_comm_wait even if its communicator went first). Held only
+ * for a few stores, never across an operation. Requests are recycled, so
+ * that a training step's non-blocking operations allocate nothing after
+ * warm-up (STYLE rule 10). */
+static pthread_mutex_t req_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t req_done = PTHREAD_COND_INITIALIZER;
 static pt_comm_req *req_free_list;
 
 static pt_status run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag);
 
-static void *progress_main(void *lane_arg) {
-    int lane = (int)(intptr_t)lane_arg;
-    pthread_mutex_lock(&prog.mu);
+static void *progress_main(void *p) {
+    lane_arg *la = p;
+    pt_comm *c = la->c;
+    int lane = la->idx;
+    pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!prog.head[lane]) pthread_cond_wait(&prog.work[lane], &prog.mu);
-        pt_comm_req *r = prog.head[lane];
-        pthread_mutex_unlock(&prog.mu);
+        while (!c->head[lane] && !c->stop) pthread_cond_wait(&c->work[lane], &c->mu);
+        pt_comm_req *r = c->head[lane];
+        if (!r) break; /* stopped and drained */
+        pthread_mutex_unlock(&c->mu);
 
         pt_error_clear();
         r->t_start = pt_time_ns();
-        r->st = run_op(r->c, r->op, r->buf, r->n, r->arg, r->tag);
+        r->st = run_op(c, r->op, r->buf, r->n, r->arg, r->tag);
         r->t_end = pt_time_ns();
         if (r->st != PT_OK) snprintf(r->msg, sizeof r->msg, "%s", pt_error_message());
 
-        /* Release the communicator first (its owner may free it once
-         * drained), then the request (its owner frees it once done). */
-        pt_comm *c = r->c;
+        /* The communicator first (its owner may free it once drained: the
+         * free joins this thread, so c stays valid here), then the request
+         * (its owner recycles it once done). */
         pthread_mutex_lock(&c->mu);
+        c->head[lane] = r->next;
+        if (!c->head[lane]) c->tail[lane] = NULL;
         if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
         pthread_mutex_unlock(&c->mu);
 
-        pthread_mutex_lock(&prog.mu);
-        prog.head[lane] = r->next;
-        if (!prog.head[lane]) prog.tail[lane] = NULL;
+        pthread_mutex_lock(&req_mu);
         r->state = REQ_DONE;
-        pthread_cond_broadcast(&prog.done);
+        pthread_cond_broadcast(&req_done);
+        pthread_mutex_unlock(&req_mu);
+        pthread_mutex_lock(&c->mu);
     }
+    pthread_mutex_unlock(&c->mu);
     return NULL;
 }
 
-/* A child forked after the progress threads started (pt_launch from a
- * process that already used non-blocking operations) has none: start
- * afresh there. Its parent's communicators are not usable in the child. */
+/* A child forked while a lane thread held req_mu would find it locked: make
+ * it afresh there. (The parent's communicators are not usable in a child:
+ * their lanes are threads of the parent; pt_comm_free knows by lane_pid.) */
 static void prog_after_fork(void) {
-    pthread_mutex_init(&prog.mu, NULL);
-    pthread_cond_init(&prog.done, NULL);
-    for (int l = 0; l < NLANES; l++) {
-        pthread_cond_init(&prog.work[l], NULL);
-        prog.head[l] = prog.tail[l] = NULL;
-        prog.started[l] = 0;
-    }
+    pthread_mutex_init(&req_mu, NULL);
+    pthread_cond_init(&req_done, NULL);
+}
+
+static void prog_atfork_once(void) {
+    pthread_atfork(NULL, NULL, prog_after_fork);
 }
 
 static pt_comm_req *req_get(void) {
-    pthread_mutex_lock(&prog.mu);
+    pthread_mutex_lock(&req_mu);
     pt_comm_req *r = req_free_list;
     if (r) req_free_list = r->next;
-    pthread_mutex_unlock(&prog.mu);
+    pthread_mutex_unlock(&req_mu);
     return r ? r : malloc(sizeof *r);
 }
 
 static void req_put(pt_comm_req *r) {
-    pthread_mutex_lock(&prog.mu);
+    pthread_mutex_lock(&req_mu);
     r->next = req_free_list;
     req_free_list = r;
-    pthread_mutex_unlock(&prog.mu);
+    pthread_mutex_unlock(&req_mu);
 }
 
 static int lane_of(const pt_comm *c, pt_comm_op op) {
     return op == PT_OP_RECV && c->be->concurrent_p2p ? LANE_RECV : LANE_MAIN;
 }
 
-/* Queue an operation; the request is freed by pt_comm_wait. */
+/* Start c's lane thread (under c->mu). It starts with every signal blocked,
+ * so that signals meant for the process (SIGINT, SIGCHLD for pt_launch)
+ * reach the threads that wait for them. */
+static pt_status lane_start(pt_comm *c, int lane) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, prog_atfork_once);
+    c->lane[lane] = (lane_arg){c, lane};
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&c->thread[lane], NULL, progress_main, &c->lane[lane]);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) return pt_error_set(PT_ERR_INTERNAL, "cannot start a comm progress thread (%d)", e);
+    c->started[lane] = 1;
+    c->lane_pid = getpid();
+    return PT_OK;
+}
+
+/* Queue an operation on c's lane; the request is freed by pt_comm_wait. */
 static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
                          pt_comm_req **req) {
     pt_comm_req *r = req_get();
@@ -150,42 +187,22 @@ static pt_status enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg
     int lane = lane_of(c, op);
     *r = (pt_comm_req){.c = c, .op = op, .buf = buf, .n = n, .arg = arg, .tag = tag, .lane = lane};
     pthread_mutex_lock(&c->mu);
-    c->pending[lane]++;
-    pthread_mutex_unlock(&c->mu);
-    pthread_mutex_lock(&prog.mu);
-    if (!prog.started[lane]) {
-        static int atfork_set;
-        if (!atfork_set) atfork_set = pthread_atfork(NULL, NULL, prog_after_fork) == 0;
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        /* The thread starts with every signal blocked, so that signals meant
-         * for the process (SIGINT, SIGCHLD for pt_launch) reach the threads
-         * that wait for them. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int e = pthread_create(&t, &a, progress_main, (void *)(intptr_t)lane);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        pthread_attr_destroy(&a);
-        if (e != 0) {
-            pthread_mutex_unlock(&prog.mu);
-            pthread_mutex_lock(&c->mu);
-            if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
+    if (!c->started[lane]) {
+        pt_status st = lane_start(c, lane);
+        if (st != PT_OK) {
             pthread_mutex_unlock(&c->mu);
             req_put(r);
-            return pt_error_set(PT_ERR_INTERNAL, "cannot start the comm progress thread (%d)", e);
+            return st;
         }
-        prog.started[lane] = 1;
     }
-    if (prog.tail[lane])
-        prog.tail[lane]->next = r;
+    c->pending[lane]++;
+    if (c->tail[lane])
+        c->tail[lane]->next = r;
     else
-        prog.head[lane] = r;
-    prog.tail[lane] = r;
-    pthread_cond_signal(&prog.work[lane]);
-    pthread_mutex_unlock(&prog.mu);
+        c->head[lane] = r;
+    c->tail[lane] = r;
+    pthread_cond_signal(&c->work[lane]);
+    pthread_mutex_unlock(&c->mu);
     *req = r;
     return PT_OK;
 }
@@ -219,9 +236,9 @@ pt_status pt_comm_wait(pt_comm_req *req) {
 
 pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
-    pthread_mutex_lock(&prog.mu);
-    while (req->state != REQ_DONE) pthread_cond_wait(&prog.done, &prog.mu);
-    pthread_mutex_unlock(&prog.mu);
+    pthread_mutex_lock(&req_mu);
+    while (req->state != REQ_DONE) pthread_cond_wait(&req_done, &req_mu);
+    pthread_mutex_unlock(&req_mu);
     if (start_ns) *start_ns = req->t_start;
     if (end_ns) *end_ns = req->t_end;
     pt_status st = req->st;
@@ -233,9 +250,9 @@ pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end
 pt_status pt_comm_test(pt_comm_req *req, int *done) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: req is NULL");
     if (!done) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: done is NULL");
-    pthread_mutex_lock(&prog.mu);
+    pthread_mutex_lock(&req_mu);
     *done = req->state == REQ_DONE;
-    pthread_mutex_unlock(&prog.mu);
+    pthread_mutex_unlock(&req_mu);
     return PT_OK;
 }
 
@@ -512,6 +529,7 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
                                     .fault_reported = be->fault_reported};
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
+    for (int l = 0; l < NLANES; l++) pthread_cond_init(&c->work[l], NULL);
     *out = c;
     return PT_OK;
 }
@@ -600,8 +618,21 @@ pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out) {
 
 void pt_comm_free(pt_comm *c) {
     if (!c) return;
-    drain(c);
+    int any = 0;
+    for (int l = 0; l < NLANES; l++) any |= c->started[l];
+    if (!any || c->lane_pid == getpid()) {
+        /* Let the queue finish, then stop and join the lanes. (In a forked
+         * child the lanes are the parent's threads: nothing to join.) */
+        drain(c);
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        for (int l = 0; l < NLANES; l++) pthread_cond_signal(&c->work[l]);
+        pthread_mutex_unlock(&c->mu);
+        for (int l = 0; l < NLANES; l++)
+            if (c->started[l]) pthread_join(c->thread[l], NULL);
+    }
     c->be->free(c->ctx);
+    for (int l = 0; l < NLANES; l++) pthread_cond_destroy(&c->work[l]);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
     pt_mem_free(c->scratch);

@@ -1,7 +1,7 @@
 /* Private to the comm layer: a backend is a static const table of functions
  * plus an opaque context (STYLE rule 3). Only the wrappers in comm.c call the
  * table: they check arguments, count bytes and time, queue non-blocking
- * operations on the progress thread, and supply the generic fallback
+ * operations on the communicator's progress lanes, and supply the generic fallback
  * (comm_generic.c, built on send/recv) for every NULL collective slot.
  *
  * A backend is correct as soon as send/recv are: every collective slot is
@@ -9,16 +9,18 @@
  * peer); it reports them as PT_ERR_TIMEOUT/PT_ERR_COMM with a message that
  * names the peer and the operation.
  *
- * Threading contract: a context may be used by two threads of its process,
- * the caller's thread and the progress thread, but never by both at once on
- * the SAME communicator: the wrappers drain a communicator's queue before a
- * blocking call and run queued operations one at a time. (Exception, opt-in:
- * a backend with concurrent_p2p = 1 also gets recv calls from a second
- * progress thread while send or a collective runs on the context.) Two different
- * communicators (world and a split of it, say) may be in operations at the
- * same moment from the two threads, so a backend must keep per-communicator
- * state per context and make shared process state thread-safe (the mpi
- * backend asks for MPI_THREAD_MULTIPLE, or serializes).
+ * Threading contract: a context may be used by several threads of its
+ * process, the caller's thread and its communicator's progress lanes (each
+ * communicator has its own, comm.c), but never by two at once on the SAME
+ * communicator: the wrappers drain a communicator's queue before a blocking
+ * call and run its queued operations one at a time. (Exception, opt-in: a
+ * backend with concurrent_p2p = 1 also gets recv calls from the
+ * communicator's second lane while send or a collective runs on the
+ * context.) Different communicators (the world and any number of splits)
+ * may all be in operations at the same moment from different threads, so a
+ * backend must keep per-communicator state per context and make shared
+ * process state thread-safe (the mpi backend asks for MPI_THREAD_MULTIPLE,
+ * or serializes without ever holding its lock across a wait).
  *
  * Tags: user tags are >= 0; the generic collectives use negative tags. */
 #ifndef PT_COMM_IMPL_H

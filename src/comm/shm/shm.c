@@ -62,6 +62,7 @@
  * Not here: the launcher (shm_launch.c), argument checks and counters
  * (comm.c). */
 #include "shm.h"
+#include "ticker.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1370,78 +1371,40 @@ static pt_status ctx_new(shm_map *map, uint64_t reg_off, int rank, double timeou
 
 /* ---- heartbeat: one thread per rank process with a world of several ----
  * Stores pt_time_ns() into the rank's beat every period (live_s / 20, from
- * 5 to 200 ms), independently of the main and progress threads. Waiters
- * compare it with their clock (one host: one monotonic clock). The thread
- * starts with every signal blocked, like the progress threads. */
+ * 5 to 200 ms), independently of the main and progress threads, on the comm
+ * layer's ticker (ticker.h). Waiters compare it with their clock (one
+ * host: one monotonic clock). */
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    int running, stop;
+    pt_ticker tick;
     shm_rank_info *ri;
-    uint64_t period_ns;
-} hb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+} hb;
 
-static void *hb_main(void *arg) {
+static void hb_beat(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&hb.mu);
-    while (!hb.stop) {
-        atomic_store_explicit(&hb.ri->beat, pt_time_ns(), memory_order_release);
-        struct timespec ts; /* the condition variable runs on CLOCK_MONOTONIC */
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + hb.period_ns;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&hb.cv, &hb.mu, &ts);
-    }
-    pthread_mutex_unlock(&hb.mu);
-    return NULL;
+    atomic_store_explicit(&hb.ri->beat, pt_time_ns(), memory_order_release);
 }
 
 /* A child forked while a heartbeat ran has no such thread. */
 static void hb_after_fork(void) {
-    pthread_mutex_init(&hb.mu, NULL);
-    pthread_cond_init(&hb.cv, NULL);
-    hb.running = 0;
+    pt_ticker_forget(&hb.tick);
 }
 
 static pt_status hb_start(pt_shm_job *job, int wrank, double live_s) {
-    if (job->nranks < 2 || hb.running) return PT_OK;
+    if (job->nranks < 2 || hb.tick.running) return PT_OK;
     static int atfork_set;
     if (!atfork_set) atfork_set = pthread_atfork(NULL, NULL, hb_after_fork) == 0;
     double p = live_s / 20;
     p = p < 0.005 ? 0.005 : p > 0.2 ? 0.2 : p;
     hb.ri = &job->ranks[wrank];
-    hb.period_ns = (uint64_t)(p * 1e9);
-    hb.stop = 0;
     atomic_store(&hb.ri->beat, pt_time_ns());
-    /* Beats on the monotonic clock: a wall-clock step must not stall them. */
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&hb.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&hb.thread, NULL, hb_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e != 0)
-        return pt_error_set(PT_ERR_INTERNAL, "shm: cannot start the heartbeat thread (%d)", e);
-    hb.running = 1;
-    return PT_OK;
+    return pt_ticker_start(&hb.tick, (uint64_t)(p * 1e9), hb_beat, NULL, "shm heartbeat");
 }
 
 /* The world is freed: no heartbeat from here on, and none is expected. */
 static void hb_stop(void) {
-    if (!hb.running) return;
-    pthread_mutex_lock(&hb.mu);
-    hb.stop = 1;
-    pthread_cond_signal(&hb.cv);
-    pthread_mutex_unlock(&hb.mu);
-    pthread_join(hb.thread, NULL);
+    if (!hb.tick.running) return;
+    pt_ticker_stop(&hb.tick);
     atomic_store(&hb.ri->beat, BEAT_OFF);
-    hb.running = 0;
 }
 
 /* ---- the sub-communicator pool: freed regions are reused ---- */
@@ -1516,7 +1479,7 @@ static void map_release(shm_map *map) {
 static void shm_free(void *ctx) {
     shm_ctx *x = ctx;
     if (!x) return;
-    if (x->is_world && hb.running && hb.ri == &x->job->ranks[x->wrank]) hb_stop();
+    if (x->is_world && hb.tick.running && hb.ri == &x->job->ranks[x->wrank]) hb_stop();
     if (!x->is_world && atomic_fetch_sub(&x->reg->refs, 1) == 1) {
         /* The last member: give the pages back (they read as zeros when
          * reused, as a fresh region's flags must) and the range to the pool. */
