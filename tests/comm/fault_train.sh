@@ -81,8 +81,12 @@ t0=$(date +%s.%N)
 if [ "$mode" = stop-save ] || [ "$mode" = kill-save ]; then
     # Stopped while writing (its temporary step directory exists)? Else let
     # it go on (stopped for far less than the timeout) and try again.
-    tries=1
-    while ! ls -A ck 2>/dev/null | grep -q tmp && [ $tries -lt 50 ]; do
+    # Bounded by tries and by time: under ASan the step's compute grows ten
+    # times and the save's share of it shrinks, so 50 tries were not always
+    # enough (seen once in CI's sanitizer tree).
+    tries=1 tstart=$(date +%s)
+    while ! ls -A ck 2>/dev/null | grep -q tmp && [ $tries -lt 600 ] &&
+        [ $(($(date +%s) - tstart)) -lt 40 ]; do
         kill -CONT "$pid"
         sleep 0.0$((tries % 7 + 1))
         t0=$(date +%s.%N)
