@@ -39,18 +39,10 @@
 #include "partrain/comm.h"
 #include "partrain/train.h"
 #include "pt_test.h"
+#include "pt_test_files.h"
 
-static char tmpdir[256];
 static int use_mpi;
 static pt_comm *mpi_world;
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
 
 /* Learnable text: sentences of words picked by a fixed generator. */
 static void write_text(const char *path, size_t n, uint32_t seed) {

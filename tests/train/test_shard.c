@@ -17,18 +17,10 @@
 #include "partrain/model.h"
 #include "partrain/train.h"
 #include "pt_test.h"
+#include "pt_test_files.h"
 
 /* L, C, NH, V, T: n_head and vocab_size divisible by 2 and 4 */
 static const pt_model_config cfg = {2, 16, 4, 12, 6};
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
 
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);

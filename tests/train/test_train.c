@@ -17,26 +17,7 @@
 #include "../../src/train/train_impl.h" /* pt_ckpt_test_hooks, pt_ckpt_read_state */
 #include "partrain/train.h"
 #include "pt_test.h"
-
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
+#include "pt_test_files.h"
 
 static void write_text(const char *path, size_t n) {
     static const char pattern[] = "the quick brown fox jumps over the lazy dog. ";

@@ -16,26 +16,7 @@
 
 #include "partrain/train.h"
 #include "pt_test.h"
-
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    if (n) fwrite(p, 1, n, f);
-    fclose(f);
-}
+#include "pt_test_files.h"
 
 static int msg_has(const char *s) {
     int ok = strstr(pt_error_message(), s) != NULL;
