@@ -252,6 +252,19 @@ static double hb_silence(int p, uint64_t now) {
     return h == UINT64_MAX || now <= h ? 0 : (double)(now - h) * 1e-9;
 }
 
+/* The verdict's words for `who`, the rank the others wait on: silent (its
+ * heartbeat is old: stopped or dead) or alive but not taking part. */
+static void stall_reason(char reason[HB_REASON], int who, uint64_t now, double timeout_s) {
+    double age = hb_silence(who, now);
+    if (age > hb.live_s / 2)
+        snprintf(reason, HB_REASON,
+                 "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen, "
+                 "unreachable or dead; comm.timeout %.3g s)",
+                 who, age, hb.live_s);
+    else
+        snprintf(reason, HB_REASON, "rank %d did not take part within %.3g s", who, timeout_s);
+}
+
 /* A peer whose beats stopped for more than live_s (+ slack, when a lower
  * healthy rank is there to notice first); -1 if none. */
 static int hb_stale(uint64_t now, double *age) {
@@ -540,15 +553,7 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
             if (published) atomic_store(&hb.my_wait, HB_IDLE);
             if (hb.on && who >= 0) {
                 char reason[HB_REASON];
-                double age = hb_silence(who, pt_time_ns());
-                if (age > hb.live_s / 2)
-                    snprintf(reason, sizeof reason,
-                             "rank %d stopped responding: no heartbeat for %.1f s (stopped, "
-                             "frozen, unreachable or dead; comm.timeout %.3g s)",
-                             who, age, hb.live_s);
-                else
-                    snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", who,
-                             c->timeout_s);
+                stall_reason(reason, who, pt_time_ns(), c->timeout_s);
                 hb_set_verdict(who, hb.rank, PT_ERR_TIMEOUT, reason);
                 return verdict_error(c, op);
             }
@@ -716,15 +721,7 @@ static int watch_slot_check(watch_slot *w, uint64_t now) {
     }
     char reason[HB_REASON];
     if (who >= 0) {
-        double age = hb_silence(who, now);
-        if (age > hb.live_s / 2)
-            snprintf(reason, sizeof reason,
-                     "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen, "
-                     "unreachable or dead; comm.timeout %.3g s)",
-                     who, age, hb.live_s);
-        else
-            snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", who,
-                     c->timeout_s);
+        stall_reason(reason, who, now, c->timeout_s);
         hb_set_verdict(who, hb.rank, PT_ERR_TIMEOUT, reason);
     } else {
         fprintf(stderr,
