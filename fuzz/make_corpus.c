@@ -46,7 +46,7 @@ static void safetensors_seeds(void) {
     static const pt_model_config tiny = {1, 8, 2, 16, 4}; /* as fuzz_safetensors.c */
     pt_model *m = NULL;
     if (pt_model_new(&m, &tiny, 1) != PT_OK) exit(1);
-    pt_model_init(m, 3);
+    pt_model_draw_weights(m, 3);
     char tmp[] = "/tmp/pt-corpus-XXXXXX.safetensors";
     int fd = mkstemps(tmp, 12);
     if (fd < 0) exit(1);

@@ -12,7 +12,7 @@
  *
  * Lifecycle: pt_model_new (allocates params, grads and every activation
  * buffer for batches up to max_B x seq_len, up front, by category) ->
- * pt_model_init (GPT-2 init from (seed, name, element index)) -> repeatedly
+ * pt_model_draw_weights (GPT-2 init from (seed, name, element index)) -> repeatedly
  * pt_model_zero_grads, pt_model_forward, pt_model_backward -> pt_model_free.
  * Forward/backward allocate nothing.
  *
@@ -131,7 +131,7 @@ typedef struct pt_model pt_model;
 typedef struct pt_module_ctx pt_module_ctx;
 
 /* Allocate a model for batches of up to max_B sequences of up to seq_len
- * tokens. Parameters are zero until pt_model_init or a checkpoint load. */
+ * tokens. Parameters are zero until pt_model_draw_weights or a checkpoint load. */
 pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
 /* The model of tp rank tp_rank of tp (pt_shard_check'd): the same modules
  * and tensors as pt_model_new's, each of its slice's shape (pt_param_info's
@@ -152,12 +152,12 @@ void pt_model_tp(const pt_model *m, int *size, int *rank);
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);
 
-/* GPT-2 init: normal(0, 0.02), *.c_proj.weight normal(0, 0.02/sqrt(2L)),
+/* Draw GPT-2's initial weights: normal(0, 0.02), *.c_proj.weight normal(0, 0.02/sqrt(2L)),
  * LayerNorm weights 1, biases 0. Element j of tensor `name` is
  * 0.02 * pt_rng_normal_at(pt_rng_key(seed, name), j): independent of layout.
  * j is the index in the GLOBAL tensor: a slice model's elements are bitwise
  * those of the whole tensor at their places (pt_shard_run). */
-void pt_model_init(pt_model *m, uint64_t seed);
+void pt_model_draw_weights(pt_model *m, uint64_t seed);
 
 /* Flat buffers (lent; NULL after pt_model_drop_flat dropped them). */
 float *pt_model_params(pt_model *m);
@@ -176,7 +176,7 @@ void pt_model_zero_grads(pt_model *m);
 void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads);
 /* Free the flat parameter and/or gradient buffer (memory a sharded strategy
  * does not need). Afterwards every module must have buffers set before it
- * runs; pt_model_init must come before dropping parameters. */
+ * runs; pt_model_draw_weights must come before dropping parameters. */
 void pt_model_drop_flat(pt_model *m, int params, int grads);
 
 /* Tensor table, in flat-buffer order. */

@@ -168,7 +168,7 @@ void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
  * stage 1's gradients are all-reduced over the whole world by the trainer's
  * buckets already, so its step only shards the optimizer inside the group.
  *
- * Lifecycle: pt_zero_new (after pt_model_init: it takes the slices) -> the
+ * Lifecycle: pt_zero_new (after pt_model_draw_weights: it takes the slices) -> the
  * model's hooks call pt_zero_before_forward / _after_forward /
  * _before_backward / _module_done for every module, every micro-batch ->
  * pt_zero_step -> pt_zero_free. A forward without backward (validation)

@@ -363,7 +363,7 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-void pt_model_init(pt_model *m, uint64_t seed) {
+void pt_model_draw_weights(pt_model *m, uint64_t seed) {
     PT_ASSERT(m->params);
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->ntensors; i++) {

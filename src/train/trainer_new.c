@@ -186,7 +186,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
             st, open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len), fail);
 
     PT_CHECK_GOTO(st, pt_model_new(&t->model, mc, t->micro_B), fail);
-    pt_model_init(t->model, (uint64_t)cfg->train.seed);
+    pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
 
     int ntens = pt_model_num_tensors(t->model);
     pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);

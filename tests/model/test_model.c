@@ -81,7 +81,7 @@ static void test_init(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 1));
     if (!m) return;
-    pt_model_init(m, 42);
+    pt_model_draw_weights(m, 42);
     const float *w = pt_model_params(m);
     const pt_param_info *p = pt_model_find(m, "h.1.mlp.c_fc.weight");
     uint64_t key = pt_rng_key(42, "h.1.mlp.c_fc.weight");
@@ -113,7 +113,7 @@ static void test_init_loss(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &c, 4));
     if (!m) return;
-    pt_model_init(m, 1);
+    pt_model_draw_weights(m, 1);
     int x[64], y[64];
     fill_tokens(x, 64, 256, 1);
     fill_tokens(y, 64, 256, 2);
@@ -285,7 +285,7 @@ static void test_no_alloc(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 2));
     if (!m) return;
-    pt_model_init(m, 3);
+    pt_model_draw_weights(m, 3);
     int x[12], y[12];
     fill_tokens(x, 12, tiny.vocab_size, 1);
     fill_tokens(y, 12, tiny.vocab_size, 2);

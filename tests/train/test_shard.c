@@ -248,8 +248,8 @@ static void test_describe_t1(void) {
         }
         CHECK_EQ(total, x->numel);
     }
-    pt_model_init(a, 7);
-    pt_model_init(b, 7);
+    pt_model_draw_weights(a, 7);
+    pt_model_draw_weights(b, 7);
     CHECK_EQ(count_bit_diffs(pt_model_params(a), pt_model_params(b), pt_model_num_params(a)), 0);
 done:
     pt_model_free(b);
@@ -269,7 +269,7 @@ static void check_init(int t) {
     pt_model *whole = NULL;
     CHECK_OK(pt_model_new(&whole, &cfg, 1));
     if (!whole) return;
-    pt_model_init(whole, seed);
+    pt_model_draw_weights(whole, seed);
     size_t P = pt_model_num_params(whole), total = 0;
     size_t *map = malloc(P * sizeof *map);
     float *want = malloc(P * sizeof *want);
@@ -277,7 +277,7 @@ static void check_init(int t) {
         pt_model *s = NULL;
         CHECK_OK(pt_model_new_slice(&s, &cfg, 1, t, r));
         if (!s) break;
-        pt_model_init(s, seed);
+        pt_model_draw_weights(s, seed);
         hand_gather(whole, s, t, r, pt_model_params(whole), want, map);
         size_t n = pt_model_num_params(s);
         CHECK_EQ(count_bit_diffs(pt_model_params(s), want, n), 0);
@@ -405,7 +405,7 @@ static void test_ckpt_across_degrees(void) {
     for (int r = 0; r < 4; r++) {
         CHECK_OK(pt_model_new_slice(&s4[r], &cfg, 1, 4, r));
         if (!s4[r]) goto done;
-        pt_model_init(s4[r], seed);
+        pt_model_draw_weights(s4[r], seed);
         bufs[r] = pt_model_params(s4[r]);
     }
     const char *path = tmp_path("t4-init.safetensors");
@@ -413,7 +413,7 @@ static void test_ckpt_across_degrees(void) {
     /* the file of four initialized slices is the file of the whole init */
     CHECK_OK(pt_model_new(&m2, &cfg, 1));
     if (!m2) goto done;
-    pt_model_init(m2, seed);
+    pt_model_draw_weights(m2, seed);
     const char *path1 = tmp_path("t1-init.safetensors");
     CHECK_OK(pt_safetensors_save(path1, m2, pt_model_params(m2)));
     pt_model_free(m2);
@@ -427,7 +427,7 @@ static void test_ckpt_across_degrees(void) {
         CHECK_OK(pt_model_new_slice(&s2, &cfg, 1, 2, r));
         CHECK_OK(pt_model_new_slice(&m2, &cfg, 1, 2, r));
         if (!s2 || !m2) goto done;
-        pt_model_init(m2, seed);
+        pt_model_draw_weights(m2, seed);
         CHECK_OK(pt_safetensors_load_slice(path, s2, pt_model_params(s2)));
         CHECK_EQ(count_bit_diffs(pt_model_params(s2), pt_model_params(m2), pt_model_num_params(m2)),
                  0);
@@ -491,7 +491,7 @@ static void test_load_slice_checked(void) {
     CHECK_OK(pt_model_new(&o, &other, 1));
     CHECK_OK(pt_model_new_slice(&s, &cfg, 1, 2, 1));
     if (!o || !s) goto done;
-    pt_model_init(o, 1);
+    pt_model_draw_weights(o, 1);
     const char *path = tmp_path("other.safetensors");
     CHECK_OK(pt_safetensors_save(path, o, pt_model_params(o)));
     float *buf = pt_model_params(s);

@@ -594,7 +594,7 @@ static void test_safetensors(void) {
     CHECK_OK(pt_model_new(&m, &mc, 1));
     CHECK_OK(pt_model_new(&m2, &mc, 1));
     if (!m || !m2) return;
-    pt_model_init(m, 5);
+    pt_model_draw_weights(m, 5);
     char path[512];
     snprintf(path, sizeof path, "%s", tmp_path("m.safetensors"));
     CHECK_OK(pt_safetensors_save(path, m, pt_model_params(m)));

@@ -101,7 +101,7 @@ static void st_write(const char *path, const st_file *f, pt_model *m, size_t ext
 static pt_model *new_model(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &MC, 1));
-    if (m) pt_model_init(m, 7);
+    if (m) pt_model_draw_weights(m, 7);
     return m;
 }
 
