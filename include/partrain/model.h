@@ -125,6 +125,12 @@ typedef struct {
     const int *targets; /* (B,T) or NULL (inference), read by the head */
     float dloss;
     int B, T;
+    /* Where the (micro-)batch stands in the optimizer step, for the plug
+     * points (pt_hook_point): its index among the step's micro-batches, and
+     * whether its backward is the LAST of the step on this rank (the one
+     * after which a module's gradients are final). Outside a training step
+     * both may stay 0. */
+    int micro, last;
 } pt_batch;
 
 typedef struct pt_model pt_model;
@@ -184,22 +190,68 @@ int pt_model_num_tensors(const pt_model *m);
 const pt_param_info *pt_model_tensor(const pt_model *m, int i);
 const pt_param_info *pt_model_find(const pt_model *m, const char *name); /* NULL if absent */
 
-/* Plug points of the whole-model passes (DESIGN "How strategies plug into
- * the model"): pt_model_forward / pt_model_backward call them around each
- * module, in execution order (backward: head, blocks L..1, embedding).
- * after_backward(i) means module i's own gradient region is final for this
- * pass -- except that the head also accumulates into wte (module 0's
- * region), so module 0's region is final only after module 0. Any slot may
- * be NULL. Hooks must not run model passes themselves. */
+/* Plug points (DESIGN "How strategies plug into the model"): every module
+ * pass, pt_module_forward / pt_module_backward, calls them around the
+ * module's work -- so they fire for a pipeline stage's module-level passes
+ * as they do for the whole-model ones, which run the modules in execution
+ * order (backward: head, blocks L..1, embedding). A point says which module,
+ * which micro-batch, in which activation context, and whether this backward
+ * is the module's last of the step (b->last): after_backward with last set
+ * means module i's own gradient region is final for the step -- except that
+ * the head also accumulates into wte (module 0's region), so module 0's
+ * region is final only after module 0. Any slot may be NULL. Hooks must not
+ * run model passes themselves. */
 typedef struct {
-    void (*before_forward)(void *arg, int module);
-    void (*after_forward)(void *arg, int module);
-    void (*before_backward)(void *arg, int module);
-    void (*after_backward)(void *arg, int module);
+    int module;
+    int micro;          /* pt_batch.micro */
+    int last;           /* pt_batch.last: the step's last backward of this module */
+    pt_module_ctx *ctx; /* the pass's activation context (lent) */
+} pt_hook_point;
+
+typedef struct {
+    void (*before_forward)(void *arg, const pt_hook_point *p);
+    void (*after_forward)(void *arg, const pt_hook_point *p);
+    void (*before_backward)(void *arg, const pt_hook_point *p);
+    void (*after_backward)(void *arg, const pt_hook_point *p);
     void *arg; /* lent; passed to every hook */
 } pt_model_hooks;
 /* Install hooks (copied); NULL removes them. */
 void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);
+
+/* ---- micro-batches in flight ----
+ * A SLOT holds what one micro-batch needs between its forward and its
+ * backward: an activation context per module and the residual stream
+ * between modules. The model owns one, which pt_model_forward /
+ * pt_model_backward use; a schedule that runs several forwards before their
+ * backwards (gpipe) makes one slot per micro-batch in flight.
+ *
+ * Backward SCRATCH (the intermediate gradients of a block: d_qkv, d_fch,
+ * ...) lives only while a module's backward runs, so by default every
+ * context uses the model's one. A pass that keeps them past the backward
+ * (a zero-bubble schedule's deferred weight-gradient pass) gives its
+ * contexts scratch of their own. */
+typedef struct pt_model_slot pt_model_slot;
+typedef struct pt_module_scratch pt_module_scratch;
+
+/* A slot for batches up to the model's max_B, counted in PT_MEM_ACTS. */
+pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m);
+void pt_model_slot_free(pt_model_slot *s);
+/* The model's own slot (lent). */
+pt_model_slot *pt_model_own_slot(pt_model *m);
+/* Module i's context in slot s (lent). */
+pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i);
+
+pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B);
+void pt_module_scratch_free(pt_module_scratch *s);
+/* The scratch module backward in context c uses (lent until replaced);
+ * NULL: the model's. */
+void pt_module_ctx_set_scratch(pt_module_ctx *c, pt_module_scratch *s);
+
+/* pt_model_forward / pt_model_backward in slot s: the activations are s's,
+ * so that the forwards of several micro-batches can precede their
+ * backwards. */
+void pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss);
+void pt_model_backward_in(pt_model *m, pt_model_slot *s);
 
 /* Whole model. With b->targets, returns the mean loss over B*T positions in
  * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
@@ -208,7 +260,8 @@ void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);
 void pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
 /* After a forward with targets: ACCUMULATES gradients into pt_model_grads. */
 void pt_model_backward(pt_model *m);
-/* Logits (B,T,V) of the last forward without targets (lent). */
+/* Logits (B,T,V) of the last forward without targets in the model's own
+ * slot (lent). */
 const float *pt_model_logits(const pt_model *m);
 
 /* ---- modules ---- */
@@ -221,7 +274,7 @@ void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *co
  * counted in PT_MEM_ACTS. */
 pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B);
 void pt_module_ctx_free(pt_module_ctx *c);
-/* The model's own context of module i (lent). */
+/* Module i's context in the model's own slot (lent). */
 pt_module_ctx *pt_model_ctx(pt_model *m, int i);
 
 /* Forward of module i.

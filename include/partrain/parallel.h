@@ -43,6 +43,44 @@
 extern "C" {
 #endif
 
+/* ---- schedules: the passes of one rank's step ------------------------------- */
+/* A step's forward and backward passes over its micro-batches, in the order
+ * one rank runs them (schedule.c); the trainer's step is a driver over the
+ * list. Today's schedules, with the whole model on every rank:
+ *   none   F0 B0 F1 B1 ... : one micro-batch of activations in flight;
+ *   gpipe  F0 F1 ... B0 B1 ... : every micro-batch's activations held.
+ * Both give the same gradient (the sum over micro-batches). */
+#define PT_SCHEDULE_MAX_MICRO 1024
+typedef enum { PT_PASS_FORWARD, PT_PASS_BACKWARD } pt_pass_kind;
+typedef struct {
+    pt_pass_kind kind;
+    int micro;
+} pt_pass;
+typedef struct {
+    int microbatches;
+    int npass;
+    int in_flight;  /* micro-batches whose activations are held at once */
+    int last_micro; /* the micro-batch of the step's last backward */
+    pt_pass pass[2 * PT_SCHEDULE_MAX_MICRO];
+} pt_schedule;
+
+/* The schedule `name` (parallel.schedule) over `microbatches` micro-batches;
+ * one line naming an unknown or unsupported schedule. */
+pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches);
+
+/* ---- the global gradient norm (gradnorm.c) --------------------------------- */
+/* The sum of squares of g, which holds elements [off, off + n) of m's flat
+ * gradient layout, in two parts: [0] the elements of tensors that tensor
+ * parallelism splits (pt_shard split_dim >= 0), [1] those every tp rank
+ * holds whole. */
+void pt_grad_sumsq_parts(const pt_model *m, const float *g, size_t off, size_t n, double parts[2]);
+/* The global sum of squares from every rank's parts: both summed over
+ * shard_group (the group a sharded strategy spreads the gradient over;
+ * NULL: none), then the split part summed over the tp group (NULL: tp = 1),
+ * so that every parameter counts once. Collective over both groups. */
+pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, const double parts[2],
+                               double *sumsq);
+
 /* ---- trace recorder ---------------------------------------------------------- */
 typedef struct pt_trace pt_trace;
 
@@ -181,6 +219,8 @@ typedef struct {
     int group;       /* shard group size; 0 or the world size: shard over all ranks */
     int overlap;     /* stage >= 2: reduce-scatter during backward (0: wait for each at once) */
     int keep_params; /* stage 3: keep gathered parameters from forward to backward */
+    pt_comm *tp;     /* the mesh's tp group (lent; NULL: tp = 1): the global norm counts the
+                        tensors every tp rank holds whole once (pt_grad_sumsq_global) */
 } pt_zero_options;
 
 /* Over model m and communicator world (both lent, must outlive z): the

@@ -74,7 +74,7 @@ int pt_cli_eval(int argc, char **argv) {
         int B = (int)(nwin - w < (size_t)batch ? nwin - w : (size_t)batch);
         for (int b = 0; b < B; b++)
             pt_data_window(d, w + (size_t)b, T, inp + (size_t)b * T, tgt + (size_t)b * T);
-        pt_batch bt = {inp, tgt, 0.0f, B, T};
+        pt_batch bt = {inp, tgt, 0.0f, B, T, 0, 0};
         float loss = 0;
         pt_model_forward(m, &bt, &loss);
         sum += (double)loss * B;

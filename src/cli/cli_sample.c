@@ -127,7 +127,7 @@ int pt_cli_sample(int argc, char **argv) {
     pt_rng_init(&rng, (uint64_t)seed, "sample");
     for (int k = 0; k < (int)ntok; k++) {
         size_t n = len < (size_t)T ? len : (size_t)T;
-        pt_batch b = {ctx + len - n, NULL, 0.0f, 1, (int)n};
+        pt_batch b = {ctx + len - n, NULL, 0.0f, 1, (int)n, 0, 0};
         pt_model_forward(m, &b, NULL);
         const float *logits = pt_model_logits(m) + (n - 1) * (size_t)V;
         int tok = pick(logits, V, temp, (int)topk, &rng, work);

@@ -172,14 +172,98 @@ void pt_module_ctx_free(pt_module_ctx *c) {
     free(c);
 }
 
+/* ---- backward scratch and slots ---- */
+
+pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B) {
+    *out = NULL;
+    PT_ASSERT(max_B > 0);
+    const pt_model_config *cfg = &m->cfg;
+    pt_module_scratch *s = calloc(1, sizeof *s);
+    if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
+    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
+    size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
+    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 3 + N * 3 * C + N * 4 * C + att) * sizeof(float));
+    if (!s->buf) {
+        free(s);
+        return PT_ERR_NOMEM;
+    }
+    float *p = s->buf;
+    s->d_res2 = p, p += N * C;
+    s->d_ln = p, p += N * C;
+    s->d_atty = p, p += N * C;
+    s->d_qkv = p, p += N * 3 * C;
+    s->d_fch = p, p += N * 4 * C;
+    s->att = p;
+    *out = s;
+    return PT_OK;
+}
+
+void pt_module_scratch_free(pt_module_scratch *s) {
+    if (!s) return;
+    pt_mem_free(s->buf);
+    free(s);
+}
+
+void pt_module_ctx_set_scratch(pt_module_ctx *c, pt_module_scratch *s) {
+    c->scratch = s;
+}
+
+void pt_model_slot_free(pt_model_slot *s) {
+    if (!s) return;
+    if (s->ctx)
+        for (int i = s->nmod - 1; i >= 0; i--) pt_module_ctx_free(s->ctx[i]);
+    free(s->ctx);
+    free(s->resid);
+    pt_mem_free(s->stream);
+    free(s);
+}
+
+pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
+    *out = NULL;
+    PT_ASSERT(m->max_B > 0);
+    pt_status st = PT_OK;
+    int L = m->cfg.n_layer;
+    pt_model_slot *s = calloc(1, sizeof *s);
+    if (!s) return pt_error_set(PT_ERR_NOMEM, "model slot");
+    s->nmod = L + 2;
+    s->ctx = calloc((size_t)s->nmod, sizeof *s->ctx);
+    s->resid = calloc((size_t)L + 1, sizeof *s->resid);
+    if (!s->ctx || !s->resid) {
+        st = pt_error_set(PT_ERR_NOMEM, "model slot");
+        goto fail;
+    }
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
+    s->stream = pt_mem_alloc(PT_MEM_ACTS, (N * C * ((size_t)L + 1) + N) * sizeof(float));
+    if (!s->stream) {
+        st = PT_ERR_NOMEM;
+        goto fail;
+    }
+    float *p = s->stream;
+    for (int i = 0; i <= L; i++) s->resid[i] = p, p += N * C;
+    s->losses = p;
+    for (int i = 0; i < s->nmod; i++)
+        PT_CHECK_GOTO(st, pt_module_ctx_new(&s->ctx[i], m, i, m->max_B), fail);
+    *out = s;
+    return PT_OK;
+fail:
+    pt_model_slot_free(s);
+    return st;
+}
+
+pt_model_slot *pt_model_own_slot(pt_model *m) {
+    return m->own;
+}
+
+pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i) {
+    PT_ASSERT(i >= 0 && i < s->nmod);
+    return s->ctx[i];
+}
+
 void pt_model_free(pt_model *m) {
     if (!m) return;
-    if (m->ctx)
-        for (int i = pt_model_num_modules(m) - 1; i >= 0; i--) pt_module_ctx_free(m->ctx[i]);
-    free(m->ctx);
-    free(m->resid);
-    pt_mem_free(m->stream);
-    pt_mem_free(m->scratch);
+    pt_model_slot_free(m->own);
+    pt_mem_free(m->dstream_buf);
+    pt_module_scratch_free(m->scratch);
     pt_mem_free(m->grads);
     pt_mem_free(m->params);
     free(m->mod_g);
@@ -223,10 +307,7 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
     m->mod_count = calloc((size_t)nmod, sizeof(size_t));
     m->mod_p = calloc((size_t)nmod, sizeof(float *));
     m->mod_g = calloc((size_t)nmod, sizeof(float *));
-    m->ctx = calloc((size_t)nmod, sizeof *m->ctx);
-    m->resid = calloc((size_t)L + 1, sizeof *m->resid);
-    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->mod_p || !m->mod_g || !m->ctx ||
-        !m->resid) {
+    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->mod_p || !m->mod_g) {
         st = pt_error_set(PT_ERR_NOMEM, "model tables");
         goto fail;
     }
@@ -245,35 +326,16 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
     }
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
 
+    PT_CHECK_GOTO(st, pt_module_scratch_new(&m->scratch, m, max_B), fail);
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
-    size_t nscratch = N * C * 3 + N * 3 * C + N * 4 * C + att;
-    m->scratch = pt_mem_alloc(PT_MEM_ACTS, nscratch * sizeof(float));
-    if (!m->scratch) {
+    m->dstream_buf = pt_mem_alloc(PT_MEM_ACTS, 2 * N * C * sizeof(float));
+    if (!m->dstream_buf) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
-    float *p = m->scratch;
-    m->d_res2 = p, p += N * C;
-    m->d_ln = p, p += N * C;
-    m->d_atty = p, p += N * C;
-    m->d_qkv = p, p += N * 3 * C;
-    m->d_fch = p, p += N * 4 * C;
-    m->att_scratch = p;
-
-    m->stream = pt_mem_alloc(PT_MEM_ACTS, (N * C * ((size_t)L + 3) + N) * sizeof(float));
-    if (!m->stream) {
-        st = PT_ERR_NOMEM;
-        goto fail;
-    }
-    p = m->stream;
-    for (int i = 0; i <= L; i++) m->resid[i] = p, p += N * C;
-    m->dstream[0] = p, p += N * C;
-    m->dstream[1] = p, p += N * C;
-    m->losses = p;
-
-    for (int i = 0; i < nmod; i++)
-        PT_CHECK_GOTO(st, pt_module_ctx_new(&m->ctx[i], m, i, max_B), fail);
+    m->dstream[0] = m->dstream_buf;
+    m->dstream[1] = m->dstream_buf + N * C;
+    PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
     *out = m;
     return PT_OK;
 fail:
@@ -352,8 +414,7 @@ void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *co
     *count = m->mod_count[i];
 }
 pt_module_ctx *pt_model_ctx(pt_model *m, int i) {
-    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
-    return m->ctx[i];
+    return pt_model_slot_ctx(m->own, i);
 }
 
 /* ---- init ---- */
@@ -400,50 +461,46 @@ void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h) {
         memset(&m->hooks, 0, sizeof m->hooks);
 }
 
-static void fwd(pt_model *m, int i, const pt_batch *b, const float *in, float *out) {
-    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, i);
-    pt_module_forward(m, i, m->ctx[i], b, in, out);
-    if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, i);
-}
-
-static void bwd(pt_model *m, int i, const pt_batch *b, const float *dout, float *din) {
-    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, i);
-    pt_module_backward(m, i, m->ctx[i], b, dout, din);
-    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, i);
-}
-
-void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
-    PT_ASSERT(m->tp == 1); /* no tensor-parallel compute yet: a slice cannot run */
+void pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss) {
     PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     int L = m->cfg.n_layer;
-    m->last = *b;
-    m->have_targets = b->targets != NULL;
-    fwd(m, 0, b, NULL, m->resid[0]);
-    for (int l = 0; l < L; l++) fwd(m, 1 + l, b, m->resid[l], m->resid[l + 1]);
-    fwd(m, L + 1, b, m->resid[L], b->targets ? m->losses : NULL);
+    s->last = *b;
+    s->have_targets = b->targets != NULL;
+    pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
+    for (int l = 0; l < L; l++)
+        pt_module_forward(m, 1 + l, s->ctx[1 + l], b, s->resid[l], s->resid[l + 1]);
+    pt_module_forward(m, L + 1, s->ctx[L + 1], b, s->resid[L], b->targets ? s->losses : NULL);
     if (b->targets && loss) {
         size_t N = (size_t)b->B * (size_t)b->T;
         double sum = 0;
-        for (size_t i = 0; i < N; i++) sum += m->losses[i];
+        for (size_t i = 0; i < N; i++) sum += s->losses[i];
         *loss = (float)(sum / (double)N);
     }
 }
 
-void pt_model_backward(pt_model *m) {
-    PT_ASSERT(m->have_targets);
+void pt_model_backward_in(pt_model *m, pt_model_slot *s) {
+    PT_ASSERT(s->have_targets);
     int L = m->cfg.n_layer;
-    const pt_batch *b = &m->last;
+    const pt_batch *b = &s->last;
     float *d = m->dstream[0], *dnext = m->dstream[1];
-    bwd(m, L + 1, b, NULL, d);
+    pt_module_backward(m, L + 1, s->ctx[L + 1], b, NULL, d);
     for (int l = L - 1; l >= 0; l--) {
-        bwd(m, 1 + l, b, d, dnext);
+        pt_module_backward(m, 1 + l, s->ctx[1 + l], b, d, dnext);
         float *t = d;
         d = dnext;
         dnext = t;
     }
-    bwd(m, 0, b, d, NULL);
+    pt_module_backward(m, 0, s->ctx[0], b, d, NULL);
+}
+
+void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
+    pt_model_forward_in(m, m->own, b, loss);
+}
+
+void pt_model_backward(pt_model *m) {
+    pt_model_backward_in(m, m->own);
 }
 
 const float *pt_model_logits(const pt_model *m) {
-    return m->ctx[m->cfg.n_layer + 1]->logits;
+    return m->own->ctx[m->cfg.n_layer + 1]->logits;
 }

@@ -27,6 +27,29 @@ struct pt_module_ctx {
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *logits;                    /* (N,V); dlogits in place after a forward with targets */
     float *losses;                    /* (N) */
+    pt_module_scratch *scratch;       /* lent; NULL: the model's */
+};
+
+/* A block's intermediate gradients during its backward, and attention's
+ * backward scratch: one PT_MEM_ACTS allocation. */
+struct pt_module_scratch {
+    float *buf;
+    float *d_res2, *d_ln, *d_atty; /* (N,C) */
+    float *d_qkv;                  /* (N,3C) */
+    float *d_fch;                  /* (N,4C) */
+    float *att;                    /* pt_attention_scratch_floats */
+};
+
+/* One micro-batch in flight: a context per module and the residual stream
+ * between them (one PT_MEM_ACTS allocation for the stream). */
+struct pt_model_slot {
+    int nmod;
+    pt_module_ctx **ctx;
+    float *stream;
+    float **resid; /* L+1 buffers (N,C): resid[0] embedding out, resid[i+1] block i out */
+    float *losses; /* (N) */
+    pt_batch last; /* of the last forward */
+    int have_targets;
 };
 
 struct pt_model {
@@ -43,22 +66,15 @@ struct pt_model {
      * like it (pt_model_set_module_buffers; ZeRO units). NULL: none (the flat
      * buffer was dropped and nothing given yet). */
     float **mod_p, **mod_g;
-    pt_module_ctx **ctx; /* one per module */
-    /* Shared by every module's forward/backward (never saved across calls),
-     * one PT_MEM_ACTS allocation. */
-    float *scratch;
-    float *d_res2, *d_ln, *d_atty; /* (N,C) */
-    float *d_qkv;                  /* (N,3C) */
-    float *d_fch;                  /* (N,4C) */
-    float *att_scratch;            /* pt_attention_scratch_floats */
-    /* Whole-model passes: the residual stream between modules and the
-     * gradient ping-pong, one PT_MEM_ACTS allocation. */
-    float *stream;
-    float **resid; /* L+1 buffers (N,C): resid[0] embedding out, resid[i+1] block i out */
+    pt_model_slot *own; /* the whole-model passes' slot */
+    /* Backward scratch of every context not given its own (used only while
+     * a module's backward runs) */
+    pt_module_scratch *scratch;
+    /* The whole-model backward's gradient ping-pong (N,C) x 2: backwards
+     * run one at a time, so every slot shares it. One PT_MEM_ACTS
+     * allocation. */
+    float *dstream_buf;
     float *dstream[2];
-    float *losses; /* (N) */
-    pt_batch last;
-    int have_targets;
     pt_model_hooks hooks; /* strategies' plug points (all NULL: none) */
 };
 

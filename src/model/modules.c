@@ -5,8 +5,9 @@
  * Shapes: N = B*T rows, C channels, NH heads, V vocabulary. Saved for
  * backward: everything in the module's context (model_impl.h). Backward
  * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
- * gradients live in the model's shared scratch (backward runs one module at a
- * time on a rank).
+ * gradients live in the context's backward scratch (the model's unless the
+ * context was given its own). Every pass calls the model's plug points
+ * around its work.
  *
  * The head reads wte, which the embedding owns (weight tying): its gradient
  * accumulates into the embedding's region. A pipeline with the head on
@@ -58,25 +59,26 @@ static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
 static void block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
                            const float *dout, float *dx) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     /* MLP branch: out = res2 + mlp(res2). The _set kernels OVERWRITE their
      * input gradient and the _res LayerNorm adds the residual's gradient, so
      * no intermediate buffer is zeroed or copied first (16 N*C-float
      * memset/memcpy passes per block before: 3% of small's step). */
     /* c_proj's input gradient goes through GELU's derivative as it is
      * written: d_fch is the gradient of c_fc's pre-activation. */
-    pt_matmul_backward_gelu_set(m->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
+    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
                                 c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * C, C);
-    pt_matmul_backward_set(m->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), m->d_fch, c->ln2,
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2,
                            W(m, i, BLK_FC_W), N, C, 4 * C);
-    pt_layernorm_backward_res(m->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), m->d_ln,
+    pt_layernorm_backward_res(s->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln,
                               c->res2, W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
     /* attention branch: res2 = x + attn(x) */
-    pt_matmul_backward_set(m->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), m->d_res2,
+    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
                            c->atty, W(m, i, BLK_ATTPROJ_W), N, C, C);
-    pt_attention_backward_set(m->d_qkv, m->att_scratch, m->d_atty, c->qkv, c->att, B, T, C, NH);
-    pt_matmul_backward_set(m->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), m->d_qkv, c->ln1,
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, C, NH);
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1,
                            W(m, i, BLK_QKV_W), N, C, 3 * C);
-    pt_layernorm_backward_res(dx, m->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), m->d_ln,
+    pt_layernorm_backward_res(dx, s->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln,
                               c->in, W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
 }
 
@@ -99,11 +101,12 @@ static void head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
 
 static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
     int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    memset(m->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt(m->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
+    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
                           C, V);
     memset(dx, 0, (size_t)N * C * sizeof(float));
-    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), m->d_ln, c->in,
+    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
                           W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
 }
 
@@ -111,8 +114,11 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
     PT_ASSERT(m->tp == 1); /* no tensor-parallel compute yet: a slice cannot run */
-    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    pt_hook_point hp = {i, b->micro, b->last, ctx};
+    /* before the buffers are checked: ZeRO-3's hook gathers them */
+    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, &hp);
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
     ctx->B = b->B;
     ctx->T = b->T;
     ctx->in = in;
@@ -129,12 +135,15 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
         head_forward(m, i, ctx, b, in, out);
         break;
     }
+    if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, &hp);
 }
 
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1);
+    pt_hook_point hp = {i, b->micro, b->last, ctx};
+    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
               (ctx->kind != PT_MODULE_HEAD || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {
@@ -150,4 +159,5 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
         head_backward(m, i, ctx, b, din);
         break;
     }
+    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
 }

@@ -70,6 +70,7 @@ struct pt_zero {
     char errmsg[256];
     uint64_t bytes_seen;
     uint64_t hook_wait_ns; /* time the hooks blocked on collectives */
+    pt_comm *tp;           /* lent; NULL: tp = 1 */
     pt_trace *trace;       /* lent; NULL: none */
     long step;             /* labels trace events */
 };
@@ -162,6 +163,7 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->g = g;
     z->overlap = opt->overlap;
     z->keep = opt->keep_params;
+    z->tp = opt->tp;
     z->rs_pending = -1;
     PT_CHECK_GOTO(st, pt_comm_split(world, r / g, r, &z->group), fail);
     if (g < W) PT_CHECK_GOTO(st, pt_comm_split(world, r % g, r, &z->cross), fail);
@@ -412,13 +414,24 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         if (st != PT_OK) return pt_error_set(st, "gradient all-reduce across groups");
     }
     /* global norm: partial squares of the slices, summed over the group */
-    double part = 0;
-    for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(gslice(z, i), z->p[i].sn);
-    float hl[2];
-    hl[0] = (float)part;
-    hl[1] = (float)(part - (double)hl[0]);
-    PT_CHECK(pt_comm_allreduce(z->group, hl, 2, PT_REDUCE_SUM));
-    double total = (double)hl[0] + (double)hl[1];
+    double total;
+    if (z->tp) { /* and the split tensors' part over the tp group */
+        double parts[2] = {0, 0}, q[2];
+        for (int i = 0; i < z->np; i++) {
+            pt_grad_sumsq_parts(z->m, gslice(z, i), z->p[i].off + z->p[i].so, z->p[i].sn, q);
+            parts[0] += q[0];
+            parts[1] += q[1];
+        }
+        PT_CHECK(pt_grad_sumsq_global(z->group, z->tp, parts, &total));
+    } else {
+        double part = 0;
+        for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(gslice(z, i), z->p[i].sn);
+        float hl[2];
+        hl[0] = (float)part;
+        hl[1] = (float)(part - (double)hl[0]);
+        PT_CHECK(pt_comm_allreduce(z->group, hl, 2, PT_REDUCE_SUM));
+        total = (double)hl[0] + (double)hl[1];
+    }
     float scale = pt_optim_clip_scale(total, max_norm);
     for (int i = 0; i < z->np; i++)
         if (z->p[i].opt) pt_adamw_step(z->p[i].opt, pslice(z, i), gslice(z, i), lr, scale);

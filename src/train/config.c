@@ -81,7 +81,8 @@ static const key_def keys[] = {
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
      "none|gpipe|1f1b|interleaved|zb1|zbv",
-     "pipeline schedule (none: no pipeline; the pipeline schedules are not supported yet)"},
+     "order of a step's passes (none: each micro-batch's backward after its forward; gpipe: "
+     "every forward, then every backward; the other pipeline schedules are not supported yet)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
     {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
@@ -362,11 +363,12 @@ pt_status pt_config_validate(const pt_config *c) {
                                 "%s = %d is not supported yet (data parallel only: %d)",
                                 single[i].name, single[i].v, single[i].want);
     /* The names DESIGN.md reserves parse, so that configs can be written for
-     * them; none runs until pipelines exist. */
-    if (strcmp(c->parallel.schedule, "none") != 0)
+     * them; of the pipeline schedules only gpipe's order runs (on the whole
+     * model: every forward, then every backward) until pipelines exist. */
+    if (strcmp(c->parallel.schedule, "none") != 0 && strcmp(c->parallel.schedule, "gpipe") != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.schedule = %s is not supported yet (no pipeline "
-                            "parallelism: leave it at none)",
+                            "parallelism: none or gpipe)",
                             c->parallel.schedule);
     if (c->parallel.zero > 0 && c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,

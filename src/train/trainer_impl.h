@@ -16,6 +16,8 @@ typedef enum { MODE_SYNC, MODE_STALE, MODE_LOCAL } sync_mode;
 struct pt_trainer {
     pt_config cfg;
     pt_model *model;
+    pt_schedule sched;     /* the step's passes (parallel.schedule) */
+    pt_model_slot **slots; /* sched.in_flight; slots[0] the model's own (the rest owned) */
     pt_adamw *opt;
     pt_data *train, *val;
     pt_rng data_rng;
@@ -34,6 +36,7 @@ struct pt_trainer {
     pt_comm *dp;          /* the mesh's dp group (the mesh's; NULL: dp = 1): gradients, ZeRO,
                              local_sgd's averaging */
     int dp_rank, dp_size; /* this rank's index in dp, and dp: its share of the batch */
+    pt_comm *tp;          /* the mesh's tp group (the mesh's; NULL: tp = 1): the norm */
     pt_comm *aux;         /* split of world for metrics / validation / trace (owned), so that
                              the dp group's byte counters hold gradient traffic only */
     int rank, nranks;     /* in the world */

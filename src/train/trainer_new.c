@@ -59,47 +59,50 @@ void pt_trainer_free(pt_trainer *t) {
     pt_data_free(t->val);
     pt_data_free(t->train);
     pt_adamw_free(t->opt);
+    if (t->slots)
+        for (int k = 1; k < t->sched.in_flight; k++) pt_model_slot_free(t->slots[k]);
+    free(t->slots);
     pt_model_free(t->model);
     free(t);
 }
 
 /* ---- hooks: trace events per module, bucket launches ---- */
 
-static void hook_before(void *arg, int i) {
-    (void)i;
-    pt_trainer *t = arg;
+static void hook_before(pt_trainer *t) {
     if (t->trace) t->hook_t0 = pt_time_ns();
 }
 /* ZeRO-3 gathers a module's parameters before it runs (not timed as the
  * module's compute), releases them after */
-static void hook_before_forward(void *arg, int i) {
+static void hook_before_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
-    if (t->zero) pt_zero_before_forward(t->zero, i);
-    hook_before(arg, i);
+    if (t->zero) pt_zero_before_forward(t->zero, p->module);
+    hook_before(t);
 }
-static void hook_before_backward(void *arg, int i) {
+static void hook_before_backward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
-    if (t->zero) pt_zero_before_backward(t->zero, i);
-    hook_before(arg, i);
+    if (t->zero) pt_zero_before_backward(t->zero, p->module);
+    hook_before(t);
 }
-static void hook_after_forward(void *arg, int i) {
-    pt_trainer *t = arg;
-    if (t->zero) pt_zero_after_forward(t->zero, i);
-    if (!t->trace) return;
-    char name[24];
-    snprintf(name, sizeof name, "fwd %s", t->mod_name[i]);
-    pt_trace_add(t->trace, name, "forward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
+static void trace_pass(pt_trainer *t, const char *pass, const char *cat, const pt_hook_point *p) {
+    char name[40];
+    if (t->cfg.parallel.microbatches > 1)
+        snprintf(name, sizeof name, "%s %s mb%d", pass, t->mod_name[p->module], p->micro);
+    else
+        snprintf(name, sizeof name, "%s %s", pass, t->mod_name[p->module]);
+    pt_trace_add(t->trace, name, cat, PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
 }
-static void hook_after_backward(void *arg, int i) {
+static void hook_after_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
-    if (t->trace) {
-        char name[24];
-        snprintf(name, sizeof name, "bwd %s", t->mod_name[i]);
-        pt_trace_add(t->trace, name, "backward", PT_TRACE_MAIN, t->hook_t0, pt_time_ns(),
-                     t->step + 1);
-    }
-    if (t->ddp) pt_ddp_module_done(t->ddp, i);
-    if (t->zero) pt_zero_module_done(t->zero, i);
+    if (t->zero) pt_zero_after_forward(t->zero, p->module);
+    if (t->trace) trace_pass(t, "fwd", "forward", p);
+}
+static void hook_after_backward(void *arg, const pt_hook_point *p) {
+    pt_trainer *t = arg;
+    if (t->trace) trace_pass(t, "bwd", "backward", p);
+    /* a bucket launches once its modules' gradients are final: after the
+     * step's last backward of each */
+    if (t->ddp && p->last) pt_ddp_module_done(t->ddp, p->module);
+    if (t->zero) pt_zero_module_done(t->zero, p->module);
 }
 
 /* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
@@ -171,6 +174,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     t->dp = pt_mesh_comm(t->mesh, PT_MESH_DP);
     t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
     t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
+    t->tp = pt_mesh_comm(t->mesh, PT_MESH_TP);
     const pt_model_config *mc = &cfg->model;
     t->local_B = cfg->train.batch_size / t->dp_size;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
@@ -187,6 +191,18 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
 
     PT_CHECK_GOTO(st, pt_model_new(&t->model, mc, t->micro_B), fail);
     pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
+    /* the step's passes; a schedule that holds several micro-batches'
+     * activations gets a slot for each (the first is the model's own) */
+    PT_CHECK_GOTO(
+        st, pt_schedule_build(&t->sched, cfg->parallel.schedule, cfg->parallel.microbatches), fail);
+    t->slots = calloc((size_t)t->sched.in_flight, sizeof *t->slots);
+    if (!t->slots) {
+        st = pt_error_set(PT_ERR_NOMEM, "model slots");
+        goto fail;
+    }
+    t->slots[0] = pt_model_own_slot(t->model);
+    for (int k = 1; k < t->sched.in_flight; k++)
+        PT_CHECK_GOTO(st, pt_model_slot_new(&t->slots[k], t->model), fail);
 
     int ntens = pt_model_num_tensors(t->model);
     pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
@@ -211,7 +227,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     if (st != PT_OK) goto fail;
     if (sharded) {
         pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap,
-                              cfg->parallel.zero_keep_params};
+                              cfg->parallel.zero_keep_params, t->tp};
         PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp), fail);
     }
 

@@ -54,7 +54,7 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     size_t upto = t->zero ? most : mine;
     for (size_t w = 0; w < upto; w++) {
         pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
-        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T};
+        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T, 0, 0};
         float loss = 0;
         pt_model_forward(t->model, &batch, &loss);
         if (w < mine) sum += (double)loss;

@@ -1,5 +1,6 @@
-/* The trainer's optimizer step: micro-batches accumulate into one gradient,
- * then the update of the mode: one worker; data parallel sync (the model's
+/* The trainer's optimizer step: a driver over the schedule's passes
+ * (parallel.h, pt_schedule), whose micro-batches accumulate into one
+ * gradient, then the update of the mode: one worker; data parallel sync (the model's
  * hooks launch the gradient buckets of pt_ddp, parallel.h, after each
  * module's backward, and the step waits for them before clipping and AdamW);
  * stale (the round of k steps ago, applied as is, or as the correction of
@@ -31,12 +32,20 @@ static uint64_t dp_bytes(const pt_trainer *t) {
     return b;
 }
 
-/* Clip and step on grads (the whole flat buffer); returns the norm. */
-static float apply_update(pt_trainer *t, const float *grads, float lr) {
+/* Clip and step on grads (the whole flat buffer); *norm gets the global
+ * norm before clipping. */
+static pt_status apply_update(pt_trainer *t, const float *grads, float lr, float *norm) {
     uint64_t a = pt_time_ns();
     size_t n = pt_model_num_params(t->model);
     double sumsq;
-    if (t->cfg.train.grad_clip <= 0) { /* norm only reported: one pass, not two */
+    if (t->tp) { /* the norm over the tp group, each parameter once */
+        double parts[2];
+        pt_grad_sumsq_parts(t->model, grads, 0, n, parts);
+        pt_status st = pt_grad_sumsq_global(NULL, t->tp, parts, &sumsq);
+        if (st != PT_OK) return pt_trainer_prefix_error(st, "gradient norm");
+        float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);
+        pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
+    } else if (t->cfg.train.grad_clip <= 0) { /* norm only reported: one pass, not two */
         sumsq = pt_adamw_step_sumsq(t->opt, pt_model_params(t->model), grads, lr);
     } else {
         sumsq = pt_optim_grad_sumsq(grads, n);
@@ -44,7 +53,8 @@ static float apply_update(pt_trainer *t, const float *grads, float lr) {
         pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
     }
     pt_trace_add(t->trace, "optimizer", "optim", PT_TRACE_MAIN, a, pt_time_ns(), t->step + 1);
-    return (float)sqrt(sumsq);
+    *norm = (float)sqrt(sumsq);
+    return PT_OK;
 }
 
 /* Delayed gradient averaging (Zhu, Lin, Lu, Han, NeurIPS 2021) for stale
@@ -73,8 +83,7 @@ static pt_status dga_step(pt_trainer *t, int slot, int k, float *norm, float lr)
     } else {
         for (size_t i = 0; i < n; i++) g[i] *= N;
     }
-    *norm = apply_update(t, g, lr);
-    return PT_OK;
+    return apply_update(t, g, lr, norm);
 }
 
 pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *targets,
@@ -96,16 +105,25 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                       : 1.0f / ((float)c->train.batch_size * (float)T);
     size_t base = (size_t)t->dp_rank * (size_t)t->local_B * (size_t)T;
     int slot = t->mode == MODE_STALE ? t->step % (c->parallel.staleness + 1) : 0;
+    /* the driver: the schedule's passes in order, micro-batch mb in slot
+     * mb % in_flight (a schedule never holds more than in_flight at once) */
+    const pt_schedule *sc = &t->sched;
     double loss_sum = 0;
-    for (int mb = 0; mb < M; mb++) {
-        size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
-        pt_batch b = {inputs + off, targets + off, dloss, mB, T};
-        float loss = 0;
-        /* only the last micro-batch's backward completes gradients */
-        if (t->ddp && mb == M - 1) pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
-        pt_model_forward(t->model, &b, &loss);
-        pt_model_backward(t->model);
-        loss_sum += loss;
+    for (int k = 0; k < sc->npass; k++) {
+        int mb = sc->pass[k].micro;
+        pt_model_slot *s = t->slots[mb % sc->in_flight];
+        if (sc->pass[k].kind == PT_PASS_FORWARD) {
+            size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
+            pt_batch b = {inputs + off, targets + off, dloss, mB, T, mb, mb == sc->last_micro};
+            float loss = 0;
+            pt_model_forward_in(t->model, s, &b, &loss);
+            loss_sum += loss;
+        } else {
+            /* only the last backward completes gradients: arm the buckets */
+            if (t->ddp && mb == sc->last_micro)
+                pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
+            pt_model_backward_in(t->model, s);
+        }
     }
     float loss = (float)(loss_sum / M);
     float lr = pt_lr_schedule(t->step, c->train.steps, c->train.warmup_steps, (float)c->train.lr,
@@ -114,7 +132,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     int applied = 1;
     pt_status st = PT_OK;
     if (!t->dp) {
-        norm = apply_update(t, pt_model_grads(t->model), lr);
+        PT_CHECK(apply_update(t, pt_model_grads(t->model), lr, &norm));
     } else if (t->zero) {
         if (t->ddp) PT_CHECK(pt_ddp_wait(t->ddp, 0));
         uint64_t a = pt_time_ns();
@@ -125,7 +143,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         zero_ns += pt_zero_take_wait_ns(t->zero); /* + the hooks' waits (stages 2, 3) */
     } else if (t->mode == MODE_SYNC) {
         PT_CHECK(pt_ddp_wait(t->ddp, 0));
-        norm = apply_update(t, pt_model_grads(t->model), lr);
+        PT_CHECK(apply_update(t, pt_model_grads(t->model), lr, &norm));
     } else if (t->mode == MODE_STALE) {
         PT_CHECK(pt_ddp_launch_all(t->ddp));
         int k = c->parallel.staleness;
@@ -134,12 +152,12 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         } else if (t->step - t->pipe_start >= k) {
             int s = (t->step - k) % (k + 1);
             PT_CHECK(pt_ddp_wait(t->ddp, s));
-            norm = apply_update(t, pt_ddp_slot_grads(t->ddp, s), lr);
+            PT_CHECK(apply_update(t, pt_ddp_slot_grads(t->ddp, s), lr, &norm));
         } else {
             applied = 0;
         }
     } else {
-        norm = apply_update(t, pt_model_grads(t->model), lr);
+        PT_CHECK(apply_update(t, pt_model_grads(t->model), lr, &norm));
         if ((t->step + 1) % c->parallel.sync_every == 0 || t->step + 1 == c->train.steps) {
             uint64_t a = pt_time_ns();
             st = pt_local_sgd_sync(t->lsgd, t->dp, pt_model_params(t->model));

@@ -117,7 +117,7 @@ static void test_init_loss(void) {
     int x[64], y[64];
     fill_tokens(x, 64, 256, 1);
     fill_tokens(y, 64, 256, 2);
-    pt_batch b = {x, y, 1.0f / 64, 4, 16};
+    pt_batch b = {x, y, 1.0f / 64, 4, 16, 0, 0};
     float loss = 0;
     pt_model_forward(m, &b, &loss);
     CHECK_NEAR(loss, log(256.0), 0.05, 0);
@@ -150,7 +150,7 @@ static void test_gradcheck(void) {
     int B = 2, T = 6, x[12], y[12];
     fill_tokens(x, 12, tiny.vocab_size, 3);
     fill_tokens(y, 12, tiny.vocab_size, 4);
-    pt_batch b = {x, y, 1.0f / (float)(B * T), B, T};
+    pt_batch b = {x, y, 1.0f / (float)(B * T), B, T, 0, 0};
     pt_model_zero_grads(m);
     float loss = 0;
     pt_model_forward(m, &b, &loss);
@@ -200,7 +200,7 @@ static void test_modules(void) {
     int B = 2, T = 5, x[10], y[10];
     fill_tokens(x, 10, tiny.vocab_size, 5);
     fill_tokens(y, 10, tiny.vocab_size, 6);
-    pt_batch b = {x, y, 1.0f / 10, B, T};
+    pt_batch b = {x, y, 1.0f / 10, B, T, 0, 0};
     size_t n = pt_model_num_params(m);
     static float g1[20000];
     CHECK(n <= 20000);
@@ -252,7 +252,7 @@ static void test_module_buffers(void) {
     int x[10], y[10];
     fill_tokens(x, 10, tiny.vocab_size, 7);
     fill_tokens(y, 10, tiny.vocab_size, 8);
-    pt_batch b = {x, y, 1.0f / 10, 2, 5};
+    pt_batch b = {x, y, 1.0f / 10, 2, 5, 0, 0};
     size_t n = pt_model_num_params(m);
     static float p0[20000], g0[20000], pu[20000], gu[20000];
     CHECK(n <= 20000);
@@ -289,7 +289,7 @@ static void test_no_alloc(void) {
     int x[12], y[12];
     fill_tokens(x, 12, tiny.vocab_size, 1);
     fill_tokens(y, 12, tiny.vocab_size, 2);
-    pt_batch b = {x, y, 1.0f / 12, 2, 6};
+    pt_batch b = {x, y, 1.0f / 12, 2, 6, 0, 0};
     size_t before = pt_mem_current_total();
     pt_mem_reset_peak();
     float loss;
@@ -316,6 +316,99 @@ static void test_oom(void) {
     CHECK_EQ(pt_mem_current_total(), 0);
 }
 
+/* ---- plug points and slots ---- */
+
+typedef struct {
+    int n;
+    char kind[64];
+    int module[64], micro[64], last[64];
+    const pt_module_ctx *ctx[64];
+} hook_log;
+
+static void log_point(hook_log *l, char kind, const pt_hook_point *p) {
+    if (l->n >= 64) return;
+    l->kind[l->n] = kind;
+    l->module[l->n] = p->module;
+    l->micro[l->n] = p->micro;
+    l->last[l->n] = p->last;
+    l->ctx[l->n] = p->ctx;
+    l->n++;
+}
+static void on_bf(void *a, const pt_hook_point *p) {
+    log_point(a, 'f', p);
+}
+static void on_af(void *a, const pt_hook_point *p) {
+    log_point(a, 'F', p);
+}
+static void on_bb(void *a, const pt_hook_point *p) {
+    log_point(a, 'b', p);
+}
+static void on_ab(void *a, const pt_hook_point *p) {
+    log_point(a, 'B', p);
+}
+
+/* Two micro-batches, forwards first, in two slots (gpipe's order): every
+ * pass fires its plug points with its module, micro-batch, last flag and
+ * its slot's context, around the module's work; the gradient is bitwise the
+ * one of the same micro-batches one after another in the model's own slot
+ * (backward scratch is shared: backwards run one at a time). A module-level
+ * pass fires them too. */
+static void test_hooks_and_slots(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    randomize(m, 0.2f);
+    int x[2][10], y[2][10];
+    for (int k = 0; k < 2; k++) {
+        fill_tokens(x[k], 10, tiny.vocab_size, 11 + (uint32_t)k);
+        fill_tokens(y[k], 10, tiny.vocab_size, 21 + (uint32_t)k);
+    }
+    pt_batch b[2] = {{x[0], y[0], 1.0f / 20, 2, 5, 0, 0}, {x[1], y[1], 1.0f / 20, 2, 5, 1, 1}};
+    size_t n = pt_model_num_params(m);
+    static float g1[20000];
+    CHECK(n <= 20000);
+    pt_model_zero_grads(m);
+    for (int k = 0; k < 2; k++) {
+        pt_model_forward(m, &b[k], NULL);
+        pt_model_backward(m);
+    }
+    memcpy(g1, pt_model_grads(m), n * sizeof(float));
+
+    pt_model_slot *second = NULL;
+    CHECK_OK(pt_model_slot_new(&second, m));
+    if (!second) return;
+    pt_model_slot *slot[2] = {pt_model_own_slot(m), second};
+    hook_log lg;
+    memset(&lg, 0, sizeof lg);
+    pt_model_hooks h = {on_bf, on_af, on_bb, on_ab, &lg};
+    pt_model_set_hooks(m, &h);
+    pt_model_zero_grads(m);
+    for (int k = 0; k < 2; k++) pt_model_forward_in(m, slot[k], &b[k], NULL);
+    for (int k = 0; k < 2; k++) pt_model_backward_in(m, slot[k]);
+    CHECK(memcmp(g1, pt_model_grads(m), n * sizeof(float)) == 0);
+    int nmod = pt_model_num_modules(m); /* 4 */
+    CHECK_EQ(lg.n, 4 * 2 * nmod);
+    int ok = 1;
+    for (int e = 0; e < lg.n && e < 64; e++) {
+        int pass = e / (2 * nmod), in = e % (2 * nmod); /* F0 F1 B0 B1 */
+        int fwd = pass < 2, mb = pass % 2, mod = fwd ? in / 2 : nmod - 1 - in / 2;
+        char want = fwd ? (in % 2 ? 'F' : 'f') : (in % 2 ? 'B' : 'b');
+        if (lg.kind[e] != want || lg.module[e] != mod || lg.micro[e] != mb ||
+            lg.last[e] != (mb == 1) || lg.ctx[e] != pt_model_slot_ctx(slot[mb], mod))
+            ok = 0;
+    }
+    CHECK(ok);
+    /* a module-level pass fires them too */
+    lg.n = 0;
+    static float out[2 * 5 * 16];
+    pt_module_forward(m, 0, pt_model_slot_ctx(second, 0), &b[1], NULL, out);
+    CHECK_EQ(lg.n, 2);
+    CHECK(lg.kind[0] == 'f' && lg.kind[1] == 'F' && lg.module[1] == 0 && lg.micro[1] == 1);
+    pt_model_set_hooks(m, NULL);
+    pt_model_slot_free(second);
+    pt_model_free(m);
+}
+
 int main(void) {
     RUN(test_table);
     RUN(test_config_errors);
@@ -323,6 +416,7 @@ int main(void) {
     RUN(test_init_loss);
     RUN(test_gradcheck);
     RUN(test_modules);
+    RUN(test_hooks_and_slots);
     RUN(test_module_buffers);
     RUN(test_no_alloc);
     RUN(test_oom);

@@ -235,19 +235,24 @@ static int rank_main(void *arg) {
     return rc;
 }
 
-/* Run j on dp ranks (dp 1 with no communicator: the oracle). */
+/* The world a job's layout needs: dp x tp x pp. */
+static int job_world(const job *j) {
+    return j->cfg.parallel.dp * j->cfg.parallel.tp * j->cfg.parallel.pp;
+}
+
+/* Run j on its world (one rank with no communicator: the oracle). */
 static pt_status run_dp(job *j, result *r) {
-    int dp = j->cfg.parallel.dp;
+    int n = job_world(j);
     if (use_mpi) {
-        pt_status st = run_job(j, j->cfg.parallel.dp > 1 ? mpi_world : NULL, r);
+        pt_status st = run_job(j, n > 1 ? mpi_world : NULL, r);
         return st;
     }
-    if (dp == 1) return run_job(j, NULL, r);
+    if (n == 1) return run_job(j, NULL, r);
     snprintf(j->out, sizeof j->out, "%s", tmp_path("result.bin"));
     remove(j->out);
     int code = -1;
     pt_comm_options o = {"shm", 20};
-    PT_CHECK(pt_launch(dp, rank_main, j, &o, &code));
+    PT_CHECK(pt_launch(n, rank_main, j, &o, &code));
     if (code != 0) return pt_error_set(PT_ERR_INTERNAL, "ranks exited with %d", code);
     if (read_result(j->out, r)) return pt_error_set(PT_ERR_IO, "%s: no result from rank 0", j->out);
     return PT_OK;
@@ -407,17 +412,18 @@ static inline const result *parity_oracle(parity_variant v) {
     return &parity_oracle_result[v];
 }
 
-/* The world size a layout needs, or 0 when it does not parse. */
-static inline int parity_layout_dp(const char *layout) {
+/* The world size a layout needs (dp x tp x pp), or 0 when it does not
+ * parse. */
+static inline int parity_layout_world(const char *layout) {
     pt_config c;
     parity_base(&c, PARITY_ADAMW);
-    return parity_apply(&c, layout) == PT_OK ? c.parallel.dp : 0;
+    return parity_apply(&c, layout) == PT_OK ? c.parallel.dp * c.parallel.tp * c.parallel.pp : 0;
 }
 
 /* Whether this process runs the layout: on shm always, under mpirun when
  * the world has its size (every rank decides alike). */
 static inline int parity_runs_here(const char *layout) {
-    return !use_mpi || parity_layout_dp(layout) == pt_comm_size(mpi_world);
+    return !use_mpi || parity_layout_world(layout) == pt_comm_size(mpi_world);
 }
 
 /* Run `layout` under variant v into *r (the caller frees it; the job used

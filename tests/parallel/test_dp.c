@@ -12,7 +12,8 @@
 #include "parallel/parity_harness.h"
 
 /* Every data-parallel layout: dp 2 and 4, one or two micro-batches,
- * buckets launched during backward or after it, whole or split modules. */
+ * buckets launched during backward or after it, whole or split modules,
+ * micro-batches one after another or all forwards first (gpipe's order). */
 static void test_equivalence(void) {
     static const char *const layouts[] = {
         "parallel.dp=2",
@@ -21,6 +22,11 @@ static void test_equivalence(void) {
         "parallel.dp=4 parallel.microbatches=2 parallel.overlap=false",
         "parallel.dp=2 parallel.microbatches=2 parallel.bucket_mb=0.004",
         "parallel.dp=4 parallel.microbatches=2 parallel.bucket_mb=0.004",
+        /* the step's driver under another schedule: every forward first,
+         * each micro-batch in its own slot */
+        "parallel.microbatches=4 parallel.schedule=gpipe",
+        "parallel.dp=2 parallel.microbatches=2 parallel.schedule=gpipe",
+        "parallel.dp=2 parallel.microbatches=4 parallel.schedule=gpipe parallel.bucket_mb=0.004",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }

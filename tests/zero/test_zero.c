@@ -140,6 +140,9 @@ static void test_variants(void) {
         "parallel.dp=2 parallel.zero=3 parallel.microbatches=2 parallel.zero_keep_params=true",
         "parallel.dp=2 parallel.zero=2 parallel.microbatches=2 parallel.overlap=false",
         "parallel.dp=2 parallel.zero=3 parallel.microbatches=2 parallel.overlap=false",
+        "parallel.dp=2 parallel.zero=2 parallel.microbatches=2 parallel.schedule=gpipe",
+        "parallel.dp=2 parallel.zero=3 parallel.microbatches=2 parallel.schedule=gpipe",
+        "parallel.dp=2 parallel.zero=1 parallel.microbatches=4 parallel.schedule=gpipe",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
     job j;
