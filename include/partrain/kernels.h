@@ -149,6 +149,70 @@ size_t pt_attention_scratch_floats(int B, int T, int C, int NH);
 void pt_softmax_xent_forward_backward(float *losses, float *dlogits, const float *logits,
                                       const int *targets, int N, int V, float dloss);
 
+/* ---- vocabulary-parallel embedding and cross-entropy (vocab_parallel.c) -----------
+ * Under t-way tensor parallelism wte (V, C) is split by vocabulary rows: this
+ * rank holds the Vl rows [v0, v0 + Vl) of the vocabulary padded to t * Vl
+ * (model.h, "sharded tensors": v0 = piece[0].offset, Vl = extent + pad);
+ * rows >= V are padding. The kernels are local and know nothing of ranks:
+ * each operation is split into phases, and the CALLER reduces over the tp
+ * group between them (the all-reduces named below). Tokens and targets are
+ * global ids in [0, V). Rows of the logits, (N, Vl), hold this rank's
+ * vocabulary slice, padded columns included; nreal = min(V - v0, Vl),
+ * clamped at 0, is the count of its real columns (0 on a rank of only
+ * padding: it contributes nothing and still runs every phase).
+ *
+ * Numerics: the same exp, lanes and double chunk sums as
+ * pt_softmax_xent_forward_backward, so t = 1 gives ITS BITS exactly (loss and
+ * dlogits; tested). At t > 1 the sum of exponentials adds the ranks' partial
+ * sums in float in the all-reduce: loss and dlogits agree with the unsplit
+ * kernel within a few float roundings. */
+
+/* Masked token lookup, the first half of the embedding:
+ *   out[b,t,:] = wte[inp[b,t] - v0,:] (+ wpe[t,:])   if v0 <= inp[b,t] < v0 + Vl
+ *   out[b,t,:] = 0                   (+ wpe[t,:])   otherwise
+ * out (B,T,C) OVERWRITTEN; wte (Vl,C) this rank's rows; wpe (>=T,C) or NULL.
+ * Then all-reduce SUM out over the tp group (or reduce-scatter it under
+ * sequence parallelism). Pass wpe on exactly ONE tp rank (e.g. rank 0) and
+ * NULL on the others: the reduced sum is then wte[tok] + wpe[t] with at most
+ * two non-zero terms, which is pt_encoder_forward's result bit for bit in
+ * any reduction order. (Or pass NULL everywhere and add wpe after.) */
+void pt_vocab_embed_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
+                            int T, int C, int v0, int Vl);
+/* dwte (Vl,C) += dout of the rows whose token is local (row inp - v0), in
+ * order of (b,t): the slice of pt_encoder_backward's dwte bit for bit; no
+ * other row (padding included) is touched. dwpe (T,C) += sum over b of dout,
+ * or NULL. dout (B,T,C) is the whole gradient of the reduced output (the
+ * backward of an all-reduce is the identity: every rank has it); dwpe, a
+ * replicated parameter's gradient, comes out the same on every rank. */
+void pt_vocab_embed_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                             int T, int C, int v0, int Vl);
+
+/* Floats per row of the statistics that phase 2 writes and the caller
+ * all-reduces (SUM): the local sum of exponentials as three floats whose
+ * exact sum is the double sum (so that t = 1 keeps the fused kernel's bits),
+ * and the target's logit (0 where the target is not local). */
+#define PT_VOCAB_XENT_STATS 4
+
+/* Phase 1: gmax (N) = each row's max over this rank's REAL columns
+ * (-3e38 when nreal is 0; padded columns are never read). Then all-reduce
+ * MAX gmax over the tp group. */
+void pt_vocab_xent_max(float *gmax, const float *logits, int N, int Vl, int nreal);
+/* Phase 2, with gmax reduced: stats (N, PT_VOCAB_XENT_STATS) OVERWRITTEN
+ * with the local sum of exp(logit - gmax) over the real columns and the
+ * target's logit if v0 <= target < v0 + nreal (else 0). If dlogits (N,Vl) is
+ * non-NULL, exp(logit - gmax) is written to its real columns (dlogits may
+ * alias logits; the target's logit is read first): phase 3 turns it into the
+ * gradient. Then all-reduce SUM stats over the tp group. */
+void pt_vocab_xent_sumexp(float *stats, float *dlogits, const float *logits, const float *gmax,
+                          const int *targets, int N, int Vl, int v0, int nreal);
+/* Phase 3, with stats reduced: losses (N) = log(sum) + gmax - target logit
+ * (the same on every rank). If dlogits is non-NULL (the SAME buffer as
+ * phase 2's, or NULL in both) it is OVERWRITTEN: dloss * (softmax -
+ * onehot(target)) in the real columns, exactly 0 in the padded ones. dloss
+ * as in pt_softmax_xent_forward_backward. */
+void pt_vocab_xent_finish(float *losses, float *dlogits, const float *gmax, const float *stats,
+                          const int *targets, int N, int Vl, int v0, int nreal, float dloss);
+
 /* ---- optimizer kernels ---------------------------------------------------------------
  * AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected:
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

@@ -61,15 +61,21 @@ size_t pt_model_config_num_params(const pt_model_config *c);
  *     THREE pieces, rank r's heads of each: [b*C + r*C/t, C/t) for b = q, k, v;
  *   row-parallel attn.c_proj, mlp.c_proj: the input dimension (weight dim
  *     0); their biases are whole (added once, after the all-reduce);
- *   wte (V, C): vocabulary rows [r*V/t, V/t) (vocabulary-parallel embedding
- *     and LM head);
+ *   wte (V, C): vocabulary rows (vocabulary-parallel embedding and LM
+ *     head) of the vocabulary PADDED to Vp = t*Vl, Vl = ceil(V/t): rank r
+ *     holds the Vl rows [r*Vl, (r+1)*Vl), of which those below V are real
+ *     (one piece, offset r*Vl, extent min(V, (r+1)*Vl) - r*Vl, possibly 0:
+ *     V 5, t 4 gives rank 3 only padding) and the last `pad` are padding;
  *   wpe and the LayerNorms: whole on every rank.
+ * Padding rows are in the local shape and numel (the model allocates them;
+ * the vocabulary-parallel kernels' v0 is piece[0].offset and their Vl is
+ * piece[0].extent + pad) but in no run: init leaves them as allocated
+ * (zero), a checkpoint never holds them (its shapes are GPT-2's) and the
+ * slice reader sets them to zero. Only wte is ever padded.
  * t must divide n_head (each rank holds whole heads; then it divides C and
- * 4C too) and vocab_size: a vocabulary that t does not divide is refused
- * (padding wte to a multiple of t is for the tensor-parallel compute, not
- * done yet). With t = 1 every slice is the whole tensor. The description is
- * a pure function of (config, tensor name, t, r): every rank can compute
- * every other rank's slice. */
+ * 4C too). With t = 1 every slice is the whole tensor (pad 0). The
+ * description is a pure function of (config, tensor name, t, r): every rank
+ * can compute every other rank's slice. */
 #define PT_SHARD_MAX_PIECES 3
 typedef struct {
     int ndim;         /* 1 or 2 */
@@ -79,6 +85,7 @@ typedef struct {
     struct {
         int64_t offset, extent; /* global indices along split_dim */
     } piece[PT_SHARD_MAX_PIECES];
+    int64_t pad; /* padding rows after the pieces along split_dim 0 (wte only), else 0 */
 } pt_shard;
 
 /* Whether t-way tensor parallelism can split cfg's model: one line naming
@@ -90,14 +97,17 @@ pt_status pt_shard_check(const pt_model_config *c, int t);
 pt_status pt_shard_describe(pt_shard *out, const pt_model_config *c, const char *name, int t,
                             int r);
 /* The slice's shape: the global shape with split_dim's extent the sum of
- * the pieces' (shape[1] 0 for a vector); and its element count. */
+ * the pieces' plus pad (shape[1] 0 for a vector); and its element count,
+ * padding included. */
 void pt_shard_local_shape(const pt_shard *s, int64_t shape[2]);
 size_t pt_shard_local_numel(const pt_shard *s);
 /* The slice as runs of consecutive elements of both row-major layouts: run
  * k (0 <= k < pt_shard_num_runs) is the len elements at index *global of
  * the full tensor and at *local of the slice. Runs go in increasing order of
- * both and cover the slice once: one per piece for a row split, one per
- * (row, piece) for a column split, one for a whole tensor. */
+ * both and cover the slice's REAL elements once (never padding): one per
+ * non-empty piece for a row split (none for a rank of wte that holds only
+ * padding), one per (row, piece) for a column split, one for a whole
+ * tensor. */
 size_t pt_shard_num_runs(const pt_shard *s);
 void pt_shard_run(const pt_shard *s, size_t k, size_t *global, size_t *local, size_t *len);
 

@@ -149,4 +149,32 @@ static inline float pt_sum_lanes(const float *x, long n) {
     return s;
 }
 
+/* Sum over i < n of e_i = exp(src[i] - sub), writing e_i to dst when dst is
+ * not NULL (dst may be src itself: each element is read before it is
+ * written). Vector lanes per 1024-element chunk, chunks added in double:
+ * keeps the error of a 50257-wide sum near float epsilon. Shared by the
+ * fused cross-entropy (xent.c) and its vocabulary-parallel phases
+ * (vocab_parallel.c), which must give the same bits at t = 1. */
+static inline double pt_exp_sum_chunked(float *dst, const float *src, long n, float sub) {
+    double total = 0.0;
+    long i = 0;
+    while (i < n) {
+        long end = i + 1024 < n ? i + 1024 : n;
+        pt_v8f acc = pt_v8_splat(0.0f);
+        for (; i + PT_VW <= end; i += PT_VW) {
+            pt_v8f e = pt_v8_exp(pt_v8_load(src + i) - sub);
+            if (dst) pt_v8_store(dst + i, e);
+            acc += e;
+        }
+        float s = pt_v8_hsum(acc);
+        for (; i < end; i++) {
+            float e = pt_fast_expf(src[i] - sub);
+            if (dst) dst[i] = e;
+            s += e;
+        }
+        total += s;
+    }
+    return total;
+}
+
 #endif

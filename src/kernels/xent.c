@@ -20,32 +20,6 @@ typedef struct {
     float dloss;
 } xent_ctx;
 
-/* Sum over i < n of e_i = exp(src[i] - sub), writing e_i to dst when dst is
- * not NULL (dst may be src itself: each element is read before it is
- * written). Vector lanes per 1024-element chunk, chunks added in double:
- * keeps the error of a 50257-wide sum near float epsilon. */
-static double exp_sum(float *dst, const float *src, long n, float sub) {
-    double total = 0.0;
-    long i = 0;
-    while (i < n) {
-        long end = i + 1024 < n ? i + 1024 : n;
-        pt_v8f acc = pt_v8_splat(0.0f);
-        for (; i + PT_VW <= end; i += PT_VW) {
-            pt_v8f e = pt_v8_exp(pt_v8_load(src + i) - sub);
-            if (dst) pt_v8_store(dst + i, e);
-            acc += e;
-        }
-        float s = pt_v8_hsum(acc);
-        for (; i < end; i++) {
-            float e = pt_fast_expf(src[i] - sub);
-            if (dst) dst[i] = e;
-            s += e;
-        }
-        total += s;
-    }
-    return total;
-}
-
 /* Per row: max (one read), exp and sum (one read, one write of dlogits),
  * scale (one read-write, in cache for rows up to a few hundred KB). */
 static void xent_part(void *p, int index, int count) {
@@ -64,7 +38,7 @@ static void xent_part(void *p, int index, int count) {
         float lt = l[tg];
         float maxv = pt_max_lanes(l, V);
         float *dl = c->dlogits ? c->dlogits + n * V : NULL;
-        double sum = exp_sum(dl, l, V, maxv);
+        double sum = pt_exp_sum_chunked(dl, l, V, maxv);
         if (dl) {
             float scale = (float)(c->dloss / sum);
             long i = 0;

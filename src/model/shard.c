@@ -7,8 +7,12 @@
  * name alone: model.c builds its tensor table through it and checks that
  * the shapes agree, so that the table and the split cannot drift apart.
  *
- * Not here: the tensor-parallel compute (linears on slices, the all-reduces),
- * padding a vocabulary that t does not divide, files. */
+ * A vocabulary that t does not divide is padded (model.h): wte's slice has
+ * `pad` rows past its real ones, which are in the local shape (the model
+ * allocates them) but in no run (init and checkpoints never see them).
+ *
+ * Not here: the tensor-parallel compute (linears on slices, the all-reduces,
+ * the vocabulary-parallel kernels), files. */
 #include "model_impl.h"
 
 #include <string.h>
@@ -20,12 +24,7 @@ pt_status pt_shard_check(const pt_model_config *c, int t) {
                             "parallel.tp (%d) must divide model.n_head (%d): every tensor-parallel "
                             "rank holds whole attention heads",
                             t, c->n_head);
-    if (c->vocab_size % t != 0)
-        return pt_error_set(PT_ERR_INVALID,
-                            "parallel.tp (%d) must divide model.vocab_size (%d): wte is split by "
-                            "vocabulary rows, and padding the vocabulary to a multiple of "
-                            "parallel.tp is not implemented",
-                            t, c->vocab_size);
+    /* the vocabulary needs no check: it is padded to a multiple of t */
     return PT_OK;
 }
 
@@ -97,8 +96,19 @@ pt_status pt_shard_describe(pt_shard *out, const pt_model_config *c, const char 
     out->shape[1] = cols;
     out->split_dim = split_dim;
     if (split_dim < 0) return PT_OK;
+    if (!strcmp(name, "wte.weight")) {
+        /* rows [r*Vl, (r+1)*Vl) of the vocabulary padded to Vp = t*Vl; the
+         * real ones end at V (none on a rank past it) */
+        int64_t V = rows, Vl = (V + t - 1) / t, lo = r * Vl, hi = lo + Vl < V ? lo + Vl : V;
+        int64_t real = hi > lo ? hi - lo : 0;
+        out->npieces = 1;
+        out->piece[0].offset = lo;
+        out->piece[0].extent = real;
+        out->pad = Vl - real;
+        return PT_OK;
+    }
     /* each block of the split dimension splits t ways: pt_shard_check made
-     * every extent divisible (n_head, hence C and 4C, and V) */
+     * every extent divisible (n_head, hence C and 4C) */
     int64_t block = out->shape[split_dim] / blocks, part = block / t;
     PT_ASSERT(block * blocks == out->shape[split_dim] && part * t == block);
     out->npieces = blocks;
@@ -115,7 +125,7 @@ void pt_shard_local_shape(const pt_shard *s, int64_t shape[2]) {
     if (s->split_dim < 0) return;
     int64_t e = 0;
     for (int p = 0; p < s->npieces; p++) e += s->piece[p].extent;
-    shape[s->split_dim] = e;
+    shape[s->split_dim] = e + s->pad;
 }
 
 size_t pt_shard_local_numel(const pt_shard *s) {
@@ -124,9 +134,18 @@ size_t pt_shard_local_numel(const pt_shard *s) {
     return (size_t)shape[0] * (size_t)(s->ndim == 2 ? shape[1] : 1);
 }
 
+/* Pieces of a row split with real rows (a rank of wte past the vocabulary
+ * has none). Column splits are never padded nor empty. */
+static size_t nonempty_pieces(const pt_shard *s) {
+    size_t n = 0;
+    for (int p = 0; p < s->npieces; p++) n += s->piece[p].extent > 0;
+    return n;
+}
+
 size_t pt_shard_num_runs(const pt_shard *s) {
     if (s->split_dim < 0) return 1;
-    if (s->split_dim == 0) return (size_t)s->npieces;
+    if (s->split_dim == 0) return nonempty_pieces(s);
+    PT_ASSERT(s->pad == 0);
     return (size_t)s->shape[0] * (size_t)s->npieces;
 }
 
@@ -138,12 +157,18 @@ void pt_shard_run(const pt_shard *s, size_t k, size_t *global, size_t *local, si
         return;
     }
     if (s->split_dim == 0) {
-        /* a row split: piece k's rows, whole, are contiguous in both */
-        size_t width = s->ndim == 2 ? (size_t)s->shape[1] : 1, before = 0;
-        for (size_t p = 0; p < k; p++) before += (size_t)s->piece[p].extent;
-        *global = (size_t)s->piece[k].offset * width;
+        /* a row split: the k-th non-empty piece's rows, whole, are
+         * contiguous in both; padding follows the last piece */
+        size_t width = s->ndim == 2 ? (size_t)s->shape[1] : 1, before = 0, seen = 0;
+        int p = 0;
+        for (; p < s->npieces; p++) {
+            if (s->piece[p].extent > 0 && seen++ == k) break;
+            before += (size_t)s->piece[p].extent;
+        }
+        PT_ASSERT(p < s->npieces);
+        *global = (size_t)s->piece[p].offset * width;
         *local = before * width;
-        *len = (size_t)s->piece[k].extent * width;
+        *len = (size_t)s->piece[p].extent * width;
         return;
     }
     /* a column split: piece p of row `row` */

@@ -3,7 +3,8 @@
  * rank's slice from a full-tensor safetensors file, seeking to the rows and
  * columns it holds. Which elements a slice holds is shard.c's description
  * (pt_shard_run), the same one that init uses, so that a checkpoint saved at
- * one tp degree loads at any other.
+ * one tp degree loads at any other. The padding rows of a vocabulary that
+ * tp does not divide are in no run: never written, zeroed on reading.
  *
  * Checks are not repeated here: the reader parses the header with parse.c's
  * parsers (pt_st_read_header) and matches it against the FULL model's
@@ -103,6 +104,13 @@ pt_status pt_safetensors_load_slice(const char *path, const pt_model *m, float *
             PT_ASSERT(gi + len <= ft->numel && li + len <= lt->numel);
             st = read_run(f, path, &h, e, gi, buf + lt->offset + li, len);
         }
+        /* the padding rows at the slice's end are in no file: zero them, so
+         * that a loaded slice does not depend on what the buffer held */
+        size_t width = lt->ndim == 2 ? (size_t)lt->shape[1] : 1;
+        size_t npad = (size_t)lt->shard.pad * width;
+        PT_ASSERT(npad <= lt->numel);
+        if (st == PT_OK && npad)
+            memset(buf + lt->offset + lt->numel - npad, 0, npad * sizeof(float));
     }
     pt_st_header_deinit(&h);
     fclose(f);

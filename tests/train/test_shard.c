@@ -2,12 +2,14 @@
  * GPT-2 tensor is built here BY HAND from its global shape (column-parallel
  * c_attn: the columns [r*C/t, (r+1)*C/t) of each of q, k and v; c_fc: its
  * output columns; row-parallel c_proj: its input rows, biases whole; wte:
- * vocabulary rows; wpe and LayerNorms whole) and checked against the model:
+ * vocabulary rows, padded to a multiple of t; wpe and LayerNorms whole) and
+ * checked against the model, also for vocabularies that t = 2, 3, 4 does not
+ * divide (and a rank that holds only padding):
  * (a) the slice description and the slice model's table, (b) init of the
  * slice equals the slice of the whole init bitwise, (c) a checkpoint written
  * from the t slices is byte for byte the t = 1 file, (d) reading a slice
- * from the t = 1 file gives the slice bitwise. Plus the refusals (t not
- * dividing n_head or vocab_size, unknown names, a file of another shape). */
+ * from the t = 1 file gives the slice bitwise, padding zero. Plus the
+ * refusals (t not dividing n_head, unknown names, a file of another shape). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,13 @@
 #include "pt_test_files.h"
 
 /* L, C, NH, V, T: n_head and vocab_size divisible by 2 and 4 */
-static const pt_model_config cfg = {2, 16, 4, 12, 6};
+static const pt_model_config base_cfg = {2, 16, 4, 12, 6};
+/* n_head divisible by 2, 3 and 4; vocabularies none of them divides (37),
+ * and one that leaves rank 3 of 4 only padding (5: Vl 2, rows 6 and 7) */
+static const pt_model_config pad_cfg = {2, 24, 12, 37, 6};
+static const pt_model_config tiny_v_cfg = {1, 24, 12, 5, 6};
+/* the configuration the checks below run on */
+static pt_model_config cfg = {2, 16, 4, 12, 6};
 
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
@@ -33,11 +41,12 @@ typedef struct {
     int split_dim; /* -1 whole */
     int np;
     int64_t off[3], ext[3];
+    int64_t pad; /* wte: padding rows after the real ones */
 } hand_split;
 
 /* From the name and the global shape (R, K) (K 0: a vector) only. */
 static hand_split by_hand(const char *name, int64_t R, int64_t K, int t, int r) {
-    hand_split h = {-1, 0, {0}, {0}};
+    hand_split h = {-1, 0, {0}, {0}, 0};
     if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) {
         /* q, k, v side by side: each C wide, rank r's heads of each */
         int64_t E = ends_with(name, "weight") ? K : R, Cq = E / 3;
@@ -57,8 +66,17 @@ static hand_split by_hand(const char *name, int64_t R, int64_t K, int t, int r) 
         h.np = 1;
         h.off[0] = r * (R / t);
         h.ext[0] = R / t;
-    } else if (ends_with(name, ".c_proj.weight") || !strcmp(name, "wte.weight")) {
-        /* row-parallel: input rows; wte: vocabulary rows */
+    } else if (!strcmp(name, "wte.weight")) {
+        /* vocabulary rows of [0, t*Vl), Vl = ceil(R/t); rows >= R padding */
+        int64_t Vl = (R + t - 1) / t, lo = r * Vl, hi = lo + Vl;
+        int64_t real = hi <= R ? Vl : (lo < R ? R - lo : 0);
+        h.split_dim = 0;
+        h.np = 1;
+        h.off[0] = lo;
+        h.ext[0] = real;
+        h.pad = Vl - real;
+    } else if (ends_with(name, ".c_proj.weight")) {
+        /* row-parallel: input rows */
         h.split_dim = 0;
         h.np = 1;
         h.off[0] = r * (R / t);
@@ -68,7 +86,8 @@ static hand_split by_hand(const char *name, int64_t R, int64_t K, int t, int r) 
 }
 
 /* map[l] = the global element index of local element l, by nested loops
- * over the hand split; returns the local count. */
+ * over the hand split; returns the count of real local elements (the
+ * padding, if any, follows them). */
 static size_t hand_map(const hand_split *h, int64_t R, int64_t K, size_t *map) {
     int64_t W = K ? K : 1;
     size_t n = 0;
@@ -95,14 +114,26 @@ static size_t tensor_map(const pt_model *whole, int i, int t, int r, size_t *map
     return hand_map(&h, ft->shape[0], ft->shape[1], map);
 }
 
-/* Gather the slice of (t, r) from a buffer laid out like whole's. */
+/* Gather the slice of (t, r) from a buffer laid out like whole's; padding
+ * zero. */
 static void hand_gather(const pt_model *whole, const pt_model *slice, int t, int r,
                         const float *full, float *part, size_t *map) {
     for (int i = 0; i < pt_model_num_tensors(whole); i++) {
         size_t n = tensor_map(whole, i, t, r, map);
         const pt_param_info *ft = pt_model_tensor(whole, i), *lt = pt_model_tensor(slice, i);
         for (size_t l = 0; l < n; l++) part[lt->offset + l] = full[ft->offset + map[l]];
+        for (size_t l = n; l < lt->numel; l++) part[lt->offset + l] = 0.0f;
     }
+}
+
+/* Elements of slice's tensors that are padding (all at their tensors' ends). */
+static size_t pad_elems(const pt_model *slice) {
+    size_t n = 0;
+    for (int i = 0; i < pt_model_num_tensors(slice); i++) {
+        const pt_param_info *lt = pt_model_tensor(slice, i);
+        n += (size_t)lt->shard.pad * (size_t)(lt->ndim == 2 ? lt->shape[1] : 1);
+    }
+    return n;
 }
 
 static unsigned char *read_all(const char *path, size_t *len) {
@@ -160,6 +191,7 @@ static void check_describe(int t) {
             hand_split h = by_hand(ft->name, ft->shape[0], ft->shape[1], t, r);
             CHECK_EQ(lt->shard.split_dim, h.split_dim);
             CHECK_EQ(lt->shard.npieces, h.np);
+            CHECK_EQ(lt->shard.pad, h.pad);
             for (int p = 0; p < h.np && p < lt->shard.npieces; p++) {
                 CHECK_EQ(lt->shard.piece[p].offset, h.off[p]);
                 CHECK_EQ(lt->shard.piece[p].extent, h.ext[p]);
@@ -170,13 +202,14 @@ static void check_describe(int t) {
             CHECK(!memcmp(&d, &lt->shard, sizeof d));
             /* local shape and layout: contiguous in table order */
             int64_t ls0 = ft->shape[0], ls1 = ft->shape[1];
-            if (h.split_dim == 0) ls0 = h.np * h.ext[0];
+            if (h.split_dim == 0) ls0 = h.np * h.ext[0] + h.pad;
             if (h.split_dim == 1) ls1 = h.np * h.ext[0];
             CHECK_EQ(lt->ndim, ft->ndim);
             CHECK_EQ(lt->shape[0], ls0);
             CHECK_EQ(lt->shape[1], ls1);
             size_t n = tensor_map(whole, i, t, r, map);
-            CHECK_EQ(lt->numel, n);
+            CHECK_EQ(lt->numel, n + (size_t)h.pad * (size_t)(ls1 ? ls1 : 1));
+            CHECK_EQ(pt_shard_local_numel(&lt->shard), lt->numel);
             CHECK_EQ(lt->numel, (size_t)ls0 * (size_t)(ls1 ? ls1 : 1));
             CHECK_EQ(lt->offset, at);
             at += lt->numel;
@@ -191,7 +224,7 @@ static void check_describe(int t) {
                 for (size_t j = 0; j < len && l + j < n; j++) runmap[l + j] = g + j;
                 filled = l + len;
             }
-            CHECK_EQ(filled, n);
+            CHECK_EQ(filled, n); /* the runs end where the padding starts */
             size_t bad = 0;
             for (size_t l = 0; l < n && l < filled; l++) bad += runmap[l] != map[l];
             CHECK_EQ(bad, 0);
@@ -272,16 +305,18 @@ static void check_init(int t) {
     pt_model_draw_weights(whole, seed);
     size_t P = pt_model_num_params(whole), total = 0;
     size_t *map = malloc(P * sizeof *map);
-    float *want = malloc(P * sizeof *want);
+    float *want = NULL;
     for (int r = 0; r < t; r++) {
         pt_model *s = NULL;
         CHECK_OK(pt_model_new_slice(&s, &cfg, 1, t, r));
         if (!s) break;
-        pt_model_draw_weights(s, seed);
-        hand_gather(whole, s, t, r, pt_model_params(whole), want, map);
         size_t n = pt_model_num_params(s);
+        want = realloc(want, n * sizeof *want); /* padding makes n > P possible */
+        pt_model_draw_weights(s, seed);
+        /* real rows: the whole init's at their places; padding: zero */
+        hand_gather(whole, s, t, r, pt_model_params(whole), want, map);
         CHECK_EQ(count_bit_diffs(pt_model_params(s), want, n), 0);
-        total += n;
+        total += n - pad_elems(s);
         pt_model_free(s);
     }
     /* the split tensors add up to the whole; whole ones are held t times */
@@ -331,12 +366,15 @@ static void check_ckpt(int t) {
         hand_gather(whole, s[r], t, r, full, bufs[r], map);
         cbufs[r] = bufs[r];
     }
-    /* whole tensors are taken from rank 0: the others' copies do not matter */
-    for (int r = 1; r < t; r++)
+    /* whole tensors are taken from rank 0: the others' copies do not
+     * matter; nor does padding, which must not reach the file */
+    for (int r = 0; r < t; r++)
         for (int i = 0; i < pt_model_num_tensors(s[r]); i++) {
             const pt_param_info *lt = pt_model_tensor(s[r], i);
-            if (lt->shard.split_dim < 0)
+            size_t npad = (size_t)lt->shard.pad * (size_t)(lt->ndim == 2 ? lt->shape[1] : 1);
+            if (r > 0 && lt->shard.split_dim < 0)
                 for (size_t j = 0; j < lt->numel; j++) bufs[r][lt->offset + j] = -1e30f;
+            for (size_t j = lt->numel - npad; j < lt->numel; j++) bufs[r][lt->offset + j] = 7e30f;
         }
     CHECK_OK(pt_safetensors_save_slices(patht, s[t - 1], cbufs));
     /* (c) the same file, byte for byte (header: names, shapes, offsets;
@@ -369,9 +407,14 @@ static void check_ckpt(int t) {
     for (int r = 0; r < t; r++) {
         size_t n = pt_model_num_params(s[r]);
         float *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
-        for (size_t j = 0; j < n; j++) got[j] = 12345.0f; /* every element must be read */
+        /* every element must be read, and padding zeroed */
+        for (size_t j = 0; j < n; j++) got[j] = 12345.0f;
         hand_gather(whole, s[r], t, r, full, want, map);
         CHECK_OK(pt_safetensors_load_slice(path1, s[r], got));
+        CHECK_EQ(count_bit_diffs(got, want, n), 0);
+        /* and from the file the slices wrote: slice -> full -> slice */
+        for (size_t j = 0; j < n; j++) got[j] = -12345.0f;
+        CHECK_OK(pt_safetensors_load_slice(patht, s[r], got));
         CHECK_EQ(count_bit_diffs(got, want, n), 0);
         free(want);
         free(got);
@@ -395,50 +438,103 @@ static void test_ckpt_t4(void) {
     check_ckpt(4);
 }
 
-/* Initialized slices saved at t = 4 make the whole init's file, and it
- * loads back into slices of another degree: read at t = 2, equal to
- * t = 2's init. */
-static void test_ckpt_across_degrees(void) {
+/* Initialized slices saved at ts make the whole init's file, and it
+ * loads back into slices of another degree tl: equal to tl's init (padding
+ * zero, whatever the buffer held). */
+static void check_across(int ts, int tl) {
     const uint64_t seed = 99;
-    pt_model *s4[4] = {NULL}, *s2 = NULL, *m2 = NULL;
+    pt_model *sv[4] = {NULL}, *sl = NULL, *ml = NULL;
     const float *bufs[4];
-    for (int r = 0; r < 4; r++) {
-        CHECK_OK(pt_model_new_slice(&s4[r], &cfg, 1, 4, r));
-        if (!s4[r]) goto done;
-        pt_model_draw_weights(s4[r], seed);
-        bufs[r] = pt_model_params(s4[r]);
+    char name[64], name1[64], path[512], path1[512];
+    snprintf(name, sizeof name, "t%d-init-%d.safetensors", ts, cfg.vocab_size);
+    snprintf(name1, sizeof name1, "t1-init-%d.safetensors", cfg.vocab_size);
+    snprintf(path, sizeof path, "%s", tmp_path(name));
+    snprintf(path1, sizeof path1, "%s", tmp_path(name1));
+    for (int r = 0; r < ts; r++) {
+        CHECK_OK(pt_model_new_slice(&sv[r], &cfg, 1, ts, r));
+        if (!sv[r]) goto done;
+        pt_model_draw_weights(sv[r], seed);
+        bufs[r] = pt_model_params(sv[r]);
     }
-    const char *path = tmp_path("t4-init.safetensors");
-    CHECK_OK(pt_safetensors_save_slices(path, s4[0], bufs));
-    /* the file of four initialized slices is the file of the whole init */
-    CHECK_OK(pt_model_new(&m2, &cfg, 1));
-    if (!m2) goto done;
-    pt_model_draw_weights(m2, seed);
-    const char *path1 = tmp_path("t1-init.safetensors");
-    CHECK_OK(pt_safetensors_save(path1, m2, pt_model_params(m2)));
-    pt_model_free(m2);
-    m2 = NULL;
-    size_t n4 = 0, n1 = 0;
-    unsigned char *b4 = read_all(path, &n4), *b1 = read_all(path1, &n1);
-    CHECK(b4 && b1 && n4 == n1 && memcmp(b4, b1, n1) == 0);
-    free(b4);
+    CHECK_OK(pt_safetensors_save_slices(path, sv[0], bufs));
+    /* the file of ts initialized slices is the file of the whole init */
+    CHECK_OK(pt_model_new(&ml, &cfg, 1));
+    if (!ml) goto done;
+    pt_model_draw_weights(ml, seed);
+    CHECK_OK(pt_safetensors_save(path1, ml, pt_model_params(ml)));
+    pt_model_free(ml);
+    ml = NULL;
+    size_t ns = 0, n1 = 0;
+    unsigned char *bs = read_all(path, &ns), *b1 = read_all(path1, &n1);
+    CHECK(bs && b1 && ns == n1 && memcmp(bs, b1, n1) == 0);
+    free(bs);
     free(b1);
-    for (int r = 0; r < 2; r++) {
-        CHECK_OK(pt_model_new_slice(&s2, &cfg, 1, 2, r));
-        CHECK_OK(pt_model_new_slice(&m2, &cfg, 1, 2, r));
-        if (!s2 || !m2) goto done;
-        pt_model_draw_weights(m2, seed);
-        CHECK_OK(pt_safetensors_load_slice(path, s2, pt_model_params(s2)));
-        CHECK_EQ(count_bit_diffs(pt_model_params(s2), pt_model_params(m2), pt_model_num_params(m2)),
-                 0);
-        pt_model_free(s2);
-        pt_model_free(m2);
-        s2 = m2 = NULL;
+    for (int r = 0; r < tl; r++) {
+        CHECK_OK(pt_model_new_slice(&sl, &cfg, 1, tl, r));
+        CHECK_OK(pt_model_new_slice(&ml, &cfg, 1, tl, r));
+        if (!sl || !ml) goto done;
+        pt_model_draw_weights(ml, seed);
+        size_t n = pt_model_num_params(ml);
+        for (size_t j = 0; j < n; j++) pt_model_params(sl)[j] = -3.0f;
+        CHECK_OK(pt_safetensors_load_slice(path, sl, pt_model_params(sl)));
+        CHECK_EQ(count_bit_diffs(pt_model_params(sl), pt_model_params(ml), n), 0);
+        pt_model_free(sl);
+        pt_model_free(ml);
+        sl = ml = NULL;
     }
 done:
-    pt_model_free(m2);
-    pt_model_free(s2);
-    for (int r = 0; r < 4; r++) pt_model_free(s4[r]);
+    pt_model_free(ml);
+    pt_model_free(sl);
+    for (int r = 0; r < ts; r++) pt_model_free(sv[r]);
+}
+
+static void test_ckpt_across_degrees(void) {
+    check_across(4, 2);
+}
+
+/* ---- a vocabulary that t does not divide ---- */
+
+static void test_padded_vocab(void) {
+    cfg = pad_cfg; /* V 37: Vl 19, 13, 10 at t = 2, 3, 4 */
+    for (int t = 1; t <= 4; t++) {
+        check_describe(t);
+        if (t > 1) check_init(t);
+        check_ckpt(t);
+    }
+    check_across(4, 3);
+    check_across(3, 2);
+    check_across(2, 1);
+    cfg = base_cfg;
+}
+
+static void test_all_padding_rank(void) {
+    cfg = tiny_v_cfg; /* V 5, t 4: Vl 2, rank 3 holds rows 6 and 7 */
+    pt_shard d;
+    CHECK_OK(pt_shard_describe(&d, &cfg, "wte.weight", 4, 3));
+    CHECK(d.split_dim == 0 && d.npieces == 1);
+    CHECK_EQ(d.piece[0].offset, 6);
+    CHECK_EQ(d.piece[0].extent, 0);
+    CHECK_EQ(d.pad, 2);
+    CHECK_EQ(pt_shard_num_runs(&d), 0);
+    int64_t shape[2];
+    pt_shard_local_shape(&d, shape);
+    CHECK(shape[0] == 2 && shape[1] == 24);
+    CHECK_EQ(pt_shard_local_numel(&d), 48);
+    /* rank 2: one real row (4), one padding row */
+    CHECK_OK(pt_shard_describe(&d, &cfg, "wte.weight", 4, 2));
+    CHECK(d.piece[0].offset == 4 && d.piece[0].extent == 1 && d.pad == 1);
+    CHECK_EQ(pt_shard_num_runs(&d), 1);
+    size_t g, l, len;
+    pt_shard_run(&d, 0, &g, &l, &len);
+    CHECK(g == 4 * 24 && l == 0 && len == 24);
+    for (int t = 2; t <= 4; t++) {
+        check_describe(t);
+        check_init(t);
+        check_ckpt(t);
+    }
+    check_across(4, 3);
+    check_across(3, 4);
+    cfg = base_cfg;
 }
 
 /* ---- refusals ---- */
@@ -451,10 +547,19 @@ static void test_refusals(void) {
     pt_model *m = NULL;
     pt_model_config odd_v = cfg;
     odd_v.vocab_size = 11;
-    CHECK(pt_shard_check(&odd_v, 2) == PT_ERR_INVALID);
-    CHECK(msg_has("model.vocab_size (11)") && msg_has("parallel.tp (2)"));
-    CHECK(pt_model_new_slice(&m, &odd_v, 1, 2, 0) == PT_ERR_INVALID && m == NULL);
+    /* no refusal: padded (V 11, t 2: rank 1 holds rows 6..10 and one of padding) */
+    CHECK_OK(pt_shard_check(&odd_v, 2));
     CHECK_OK(pt_shard_check(&odd_v, 1));
+    CHECK_OK(pt_model_new_slice(&m, &odd_v, 1, 2, 1));
+    if (m) {
+        const pt_param_info *wte = pt_model_tensor(m, 0);
+        CHECK(!strcmp(wte->name, "wte.weight"));
+        CHECK(wte->shape[0] == 6 && wte->shape[1] == 16 && wte->numel == 6 * 16);
+        CHECK(wte->shard.shape[0] == 11 && wte->shard.pad == 1);
+        CHECK(wte->shard.piece[0].offset == 6 && wte->shard.piece[0].extent == 5);
+        pt_model_free(m);
+        m = NULL;
+    }
     CHECK(pt_shard_check(&cfg, 3) == PT_ERR_INVALID && msg_has("model.n_head (4)"));
     CHECK(pt_shard_check(&cfg, 8) == PT_ERR_INVALID && msg_has("model.n_head"));
     CHECK(pt_shard_check(&cfg, 0) == PT_ERR_INVALID && msg_has("parallel.tp"));
@@ -535,6 +640,8 @@ int main(void) {
     RUN(test_ckpt_t2);
     RUN(test_ckpt_t4);
     RUN(test_ckpt_across_degrees);
+    RUN(test_padded_vocab);
+    RUN(test_all_padding_rank);
     RUN(test_refusals);
     RUN(test_load_slice_checked);
     CHECK_EQ(pt_mem_current_total(), 0);
