@@ -30,6 +30,7 @@
 #ifndef PARTRAIN_MODEL_H
 #define PARTRAIN_MODEL_H
 
+#include "partrain/comm.h"
 #include "partrain/core.h"
 
 #ifdef __cplusplus
@@ -153,8 +154,10 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
  * and tensors as pt_model_new's, each of its slice's shape (pt_param_info's
  * shape and numel; .shard has the global one), laid out module by module in
  * flat buffers of the slices' total size. tp = 1 is exactly pt_model_new.
- * No tensor-parallel compute exists yet: with tp > 1, forward and backward
- * refuse to run (an assert); init and checkpoints work by slice. max_B 0
+ * With tp > 1 the passes are tensor-parallel and need the group's
+ * communicator (pt_model_set_tp_comm); init and checkpoints work by slice,
+ * and activations are this rank's share (heads, MLP columns, vocabulary
+ * rows; LayerNorms and the residual stream whole). max_B 0
  * builds the tensor table only, without any buffer (pt_model_params and
  * pt_model_grads NULL, as after pt_model_drop_flat; no pass can run): what
  * a checkpoint reader or writer needs. */
@@ -164,6 +167,15 @@ void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
 void pt_model_tp(const pt_model *m, int *size, int *rank);
+/* The tp group's communicator (lent; its size and this rank's index must be
+ * the model's tp and tp_rank). A model with tp > 1 runs its passes only
+ * with one: they are Megatron's tensor-parallel passes (modules_tp.c), every
+ * rank of the group running the same passes in the same order. */
+void pt_model_set_tp_comm(pt_model *m, pt_comm *tp);
+/* The first error of the tp collectives since the last call (PT_OK: none;
+ * the message is set). A pass whose collective failed runs to its end on
+ * what it has, so the caller checks after the step's passes. */
+pt_status pt_model_take_error(pt_model *m);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);

@@ -3,7 +3,7 @@
  * parameters, gradients and activations up front, layout-independent init,
  * and the whole-model forward/backward that chains the modules. A model
  * can hold one tensor-parallel rank's slices (pt_model_new_slice, split as
- * shard.c describes); its passes then refuse to run.
+ * shard.c describes); its passes are then modules_tp.c's.
  *
  * Not here: the modules' own math (modules.c), the optimizer, files. */
 #include "model_impl.h"
@@ -120,13 +120,17 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
     c->module = i;
     c->kind = pt_model_module_kind(m, i);
     c->max_B = max_B;
-    size_t C = (size_t)m->cfg.n_embd, T = (size_t)m->cfg.seq_len, V = (size_t)m->cfg.vocab_size;
-    size_t NH = (size_t)m->cfg.n_head, N = (size_t)max_B * T;
+    /* the whole-width buffers (LayerNorms, residual) and this rank's share
+     * of the split ones (tp: heads, MLP columns, vocabulary rows) */
+    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
+    size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
+    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
+    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
     size_t total = 0;
     if (c->kind == PT_MODULE_BLOCK)
-        total = N * C * 4 + N * 4 + N * 3 * C + (size_t)max_B * NH * T * T + N * 8 * C;
+        total = N * C * 3 + N * Cl + N * 4 + N * 3 * Cl + (size_t)max_B * NHl * T * T + N * 8 * Cl;
     else if (c->kind == PT_MODULE_HEAD)
-        total = N * C + 2 * N + N * V + N;
+        total = N * C + 2 * N + N * Vl + N + xent;
     if (total) {
         c->buf = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
         if (!c->buf) {
@@ -144,21 +148,22 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
         TAKE(c->ln1, N * C);
         TAKE(c->ln1_mean, N);
         TAKE(c->ln1_rstd, N);
-        TAKE(c->qkv, N * 3 * C);
-        TAKE(c->att, (size_t)max_B * NH * T * T);
-        TAKE(c->atty, N * C);
+        TAKE(c->qkv, N * 3 * Cl);
+        TAKE(c->att, (size_t)max_B * NHl * T * T);
+        TAKE(c->atty, N * Cl);
         TAKE(c->res2, N * C);
         TAKE(c->ln2, N * C);
         TAKE(c->ln2_mean, N);
         TAKE(c->ln2_rstd, N);
-        TAKE(c->fch, N * 4 * C);
-        TAKE(c->fch_gelu, N * 4 * C);
+        TAKE(c->fch, N * 4 * Cl);
+        TAKE(c->fch_gelu, N * 4 * Cl);
     } else if (c->kind == PT_MODULE_HEAD) {
         TAKE(c->lnf, N * C);
         TAKE(c->lnf_mean, N);
         TAKE(c->lnf_rstd, N);
-        TAKE(c->logits, N * V);
+        TAKE(c->logits, N * Vl);
         TAKE(c->losses, N);
+        if (xent) TAKE(c->xent, xent);
     }
 #undef TAKE
     PT_ASSERT((size_t)(p - c->buf) <= total);
@@ -180,9 +185,13 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     const pt_model_config *cfg = &m->cfg;
     pt_module_scratch *s = calloc(1, sizeof *s);
     if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
-    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att = pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd, cfg->n_head);
-    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 3 + N * 3 * C + N * 4 * C + att) * sizeof(float));
+    /* whole width: d_res2, d_ln; this rank's heads and MLP columns: the rest */
+    size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
+    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
+    size_t att =
+        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
+    s->buf = pt_mem_alloc(PT_MEM_ACTS,
+                          (N * C * 2 + N * Cl + N * 3 * Cl + N * 4 * Cl + att) * sizeof(float));
     if (!s->buf) {
         free(s);
         return PT_ERR_NOMEM;
@@ -190,9 +199,9 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     float *p = s->buf;
     s->d_res2 = p, p += N * C;
     s->d_ln = p, p += N * C;
-    s->d_atty = p, p += N * C;
-    s->d_qkv = p, p += N * 3 * C;
-    s->d_fch = p, p += N * 4 * C;
+    s->d_atty = p, p += N * Cl;
+    s->d_qkv = p, p += N * 3 * Cl;
+    s->d_fch = p, p += N * 4 * Cl;
     s->att = p;
     *out = s;
     return PT_OK;
@@ -313,6 +322,12 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
     }
     build_table(m);
     PT_ASSERT(tp > 1 || m->nparams == pt_model_config_num_params(cfg));
+    {
+        const pt_shard *w = &m->tensors[EMB_WTE].shard;
+        m->v0 = (int)w->piece[0].offset;
+        m->vl = (int)(w->piece[0].extent + w->pad);
+        m->vreal = (int)w->piece[0].extent;
+    }
     if (max_B == 0) { /* the table only */
         *out = m;
         return PT_OK;
@@ -346,6 +361,16 @@ fail:
 void pt_model_tp(const pt_model *m, int *size, int *rank) {
     *size = m->tp;
     *rank = m->tp_rank;
+}
+void pt_model_set_tp_comm(pt_model *m, pt_comm *tp) {
+    PT_ASSERT(!tp || (pt_comm_size(tp) == m->tp && pt_comm_rank(tp) == m->tp_rank));
+    m->tp_comm = tp;
+}
+pt_status pt_model_take_error(pt_model *m) {
+    pt_status st = m->tp_err;
+    if (st == PT_OK) return PT_OK;
+    m->tp_err = PT_OK;
+    return pt_error_set(st, "%s", m->tp_errmsg);
 }
 const pt_model_config *pt_model_config_of(const pt_model *m) {
     return &m->cfg;

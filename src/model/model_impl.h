@@ -4,6 +4,7 @@
 #ifndef PT_MODEL_IMPL_H
 #define PT_MODEL_IMPL_H
 
+#include "partrain/comm.h"
 #include "partrain/model.h"
 
 /* Saved activations of one module for one (micro-)batch. One allocation in
@@ -27,6 +28,7 @@ struct pt_module_ctx {
     float *lnf, *lnf_mean, *lnf_rstd; /* (N,C), (N), (N) */
     float *logits;                    /* (N,V); dlogits in place after a forward with targets */
     float *losses;                    /* (N) */
+    float *xent;                      /* tp > 1: the cross-entropy's reductions, (N, 4 + tp) */
     pt_module_scratch *scratch;       /* lent; NULL: the model's */
 };
 
@@ -76,6 +78,13 @@ struct pt_model {
     float *dstream_buf;
     float *dstream[2];
     pt_model_hooks hooks; /* strategies' plug points (all NULL: none) */
+    /* tensor parallelism (tp > 1): the group's communicator, and the first
+     * error of its collectives, kept for pt_model_take_error (a pass goes on
+     * without them, so that the step ends and reports it) */
+    pt_comm *tp_comm;
+    pt_status tp_err;
+    char tp_errmsg[256];
+    int v0, vl, vreal; /* wte: first vocabulary row held, rows held (padding included), real */
 };
 
 /* Tensor order inside each module (the flat layout): the embedding's tensors
@@ -100,5 +109,23 @@ enum { HEAD_LNF_W, HEAD_LNF_B, HEAD_NTENSORS };
 
 /* Index of module i's first tensor in the tensor table. */
 int pt_model_first_tensor(const pt_model *m, int i);
+
+/* Tensor k of module i, through the module's (possibly redirected) region. */
+#define TOFF(m, i, k)                                                                              \
+    ((m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset - (m)->mod_offset[i])
+#define W(m, i, k)  ((m)->mod_p[i] + TOFF(m, i, k))
+#define DW(m, i, k) ((m)->mod_g[i] + TOFF(m, i, k))
+
+/* The tensor-parallel passes (modules_tp.c), m->tp > 1: the same contracts
+ * as modules.c's, on this rank's slices, with the group's collectives. */
+void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out);
+void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout);
+void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                         float *out);
+void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                          const float *dout, float *dx);
+void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                        float *out);
+void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx);
 
 #endif

@@ -19,12 +19,6 @@
 
 #include "partrain/kernels.h"
 
-/* Tensor k of module i, through the module's (possibly redirected) region. */
-#define TOFF(m, i, k)                                                                              \
-    ((m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset - (m)->mod_offset[i])
-#define W(m, i, k)  ((m)->mod_p[i] + TOFF(m, i, k))
-#define DW(m, i, k) ((m)->mod_g[i] + TOFF(m, i, k))
-
 static void embedding_forward(pt_model *m, pt_module_ctx *c, const pt_batch *b, float *out) {
     (void)c;
     pt_encoder_forward(out, b->tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE), b->B, b->T,
@@ -113,7 +107,7 @@ static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
-    PT_ASSERT(m->tp == 1); /* no tensor-parallel compute yet: a slice cannot run */
+    PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     /* before the buffers are checked: ZeRO-3's hook gathers them */
@@ -124,15 +118,24 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
     ctx->in = in;
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
-        embedding_forward(m, ctx, b, out);
+        if (m->tp > 1)
+            pt_tp_embedding_forward(m, b, out);
+        else
+            embedding_forward(m, ctx, b, out);
         break;
     case PT_MODULE_BLOCK:
         PT_ASSERT(in && out && in != out);
-        block_forward(m, i, ctx, b, in, out);
+        if (m->tp > 1)
+            pt_tp_block_forward(m, i, ctx, b, in, out);
+        else
+            block_forward(m, i, ctx, b, in, out);
         break;
     case PT_MODULE_HEAD:
         PT_ASSERT(in);
-        head_forward(m, i, ctx, b, in, out);
+        if (m->tp > 1)
+            pt_tp_head_forward(m, i, ctx, b, in, out);
+        else
+            head_forward(m, i, ctx, b, in, out);
         break;
     }
     if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, &hp);
@@ -141,22 +144,31 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
-    PT_ASSERT(m->tp == 1);
+    PT_ASSERT(m->tp == 1 || m->tp_comm);
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
               (ctx->kind != PT_MODULE_HEAD || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
-        embedding_backward(m, b, dout);
+        if (m->tp > 1)
+            pt_tp_embedding_backward(m, b, dout);
+        else
+            embedding_backward(m, b, dout);
         break;
     case PT_MODULE_BLOCK:
         PT_ASSERT(dout && din && dout != din);
-        block_backward(m, i, ctx, b, dout, din);
+        if (m->tp > 1)
+            pt_tp_block_backward(m, i, ctx, b, dout, din);
+        else
+            block_backward(m, i, ctx, b, dout, din);
         break;
     case PT_MODULE_HEAD:
         PT_ASSERT(b->targets && din);
-        head_backward(m, i, ctx, b, din);
+        if (m->tp > 1)
+            pt_tp_head_backward(m, i, ctx, b, din);
+        else
+            head_backward(m, i, ctx, b, din);
         break;
     }
     if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);

@@ -353,15 +353,13 @@ pt_status pt_config_validate(const pt_config *c) {
                             "train.batch_size / parallel.microbatches (%g) x model.seq_len (%d) is "
                             "too large for this model (an activation would exceed 2^31 elements)",
                             mB, c->model.seq_len);
-    const struct {
-        const char *name;
-        int v, want;
-    } single[] = {{"parallel.tp", c->parallel.tp, 1}, {"parallel.pp", c->parallel.pp, 1}};
-    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
-        if (single[i].v != single[i].want)
-            return pt_error_set(PT_ERR_UNSUPPORTED,
-                                "%s = %d is not supported yet (data parallel only: %d)",
-                                single[i].name, single[i].v, single[i].want);
+    /* tensor parallelism splits whole heads (then C and 4C split too); the
+     * vocabulary is padded */
+    PT_CHECK(pt_shard_check(&c->model, c->parallel.tp));
+    if (c->parallel.pp != 1)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "parallel.pp = %d is not supported yet (no pipeline parallelism: 1)",
+                            c->parallel.pp);
     /* The names DESIGN.md reserves parse, so that configs can be written for
      * them; of the pipeline schedules only gpipe's order runs (on the whole
      * model: every forward, then every backward) until pipelines exist. */

@@ -36,7 +36,11 @@ struct pt_trainer {
     pt_comm *dp;          /* the mesh's dp group (the mesh's; NULL: dp = 1): gradients, ZeRO,
                              local_sgd's averaging */
     int dp_rank, dp_size; /* this rank's index in dp, and dp: its share of the batch */
-    pt_comm *tp;          /* the mesh's tp group (the mesh's; NULL: tp = 1): the norm */
+    pt_comm *tp;          /* the mesh's tp group (the mesh's; NULL: tp = 1): the model's
+                             collectives, the norm, full tensors from slices */
+    int tp_rank;          /* this rank's index in tp */
+    pt_model *full;       /* tp > 1: the whole model's tensor table (no buffers), the layout of
+                             checkpoints and gathered parameters */
     pt_comm *aux;         /* split of world for metrics / validation / trace (owned), so that
                              the dp group's byte counters hold gradient traffic only */
     int rank, nranks;     /* in the world */
@@ -55,6 +59,12 @@ struct pt_trainer {
     uint64_t hook_t0;
     char (*mod_name)[16];
 };
+
+/* tp rank 0 of tp gets the whole model's full tensors (full: laid out like
+ * the tp = 1 model's flat buffer) from every rank's slice buffer local
+ * (laid out like m, this rank's slice model); the other ranks' full is
+ * unused. Collective over tp (tp_full.c). */
+pt_status pt_tp_gather_full(pt_comm *tp, const pt_model *m, const float *local, float *full);
 
 /* Prefix the last error message with prefix ("prefix: message"); returns st
  * (trainer_new.c). */

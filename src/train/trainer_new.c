@@ -62,6 +62,7 @@ void pt_trainer_free(pt_trainer *t) {
     if (t->slots)
         for (int k = 1; k < t->sched.in_flight; k++) pt_model_slot_free(t->slots[k]);
     free(t->slots);
+    pt_model_free(t->full);
     pt_model_free(t->model);
     free(t);
 }
@@ -189,7 +190,12 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         PT_CHECK_GOTO(
             st, open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len), fail);
 
-    PT_CHECK_GOTO(st, pt_model_new(&t->model, mc, t->micro_B), fail);
+    /* tensor parallelism: this rank's slices, run with the tp group */
+    t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
+    PT_CHECK_GOTO(st, pt_model_new_slice(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank),
+                  fail);
+    pt_model_set_tp_comm(t->model, t->tp);
+    if (t->tp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
     pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
     /* the step's passes; a schedule that holds several micro-batches'
      * activations gets a slot for each (the first is the model's own) */
@@ -323,10 +329,26 @@ fail:
 pt_model *pt_trainer_model(pt_trainer *t) {
     return t->model;
 }
+size_t pt_trainer_num_params(const pt_trainer *t) {
+    return pt_model_config_num_params(&t->cfg.model);
+}
 pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
-    if (t->zero) return pt_zero_gather_params(t->zero, out);
-    memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
-    return PT_OK;
+    if (!t->tp) {
+        if (t->zero) return pt_zero_gather_params(t->zero, out);
+        memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
+        return PT_OK;
+    }
+    /* this rank's slices (ZeRO: from the dp group's shards), then the tp
+     * group's slices to its rank 0 */
+    size_t n = pt_model_num_params(t->model);
+    float *local =
+        t->zero ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : pt_model_params(t->model);
+    pt_status st = local ? PT_OK : pt_error_set(PT_ERR_NOMEM, "gather: parameters");
+    if (t->aux) st = pt_comm_agree(t->aux, st);
+    if (st == PT_OK && t->zero) st = pt_zero_gather_params(t->zero, local);
+    if (st == PT_OK) st = pt_tp_gather_full(t->tp, t->model, local, out);
+    if (t->zero) pt_mem_free(local);
+    return st;
 }
 pt_adamw *pt_trainer_optim(pt_trainer *t) {
     return t->opt;

@@ -47,10 +47,12 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
      * its contiguous share */
     size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size;
     if (nwin > want) nwin = want;
+    /* shares by dp rank: the ranks of a tp group run the same windows
+     * together (their passes are collectives) */
     size_t first = 0, mine = nwin;
-    pt_comm_shard(nwin, t->nranks, t->rank, &first, &mine);
+    pt_comm_shard(nwin, t->dp_size, t->dp_rank, &first, &mine);
     double sum = 0;
-    size_t most = (nwin + (size_t)t->nranks - 1) / (size_t)t->nranks;
+    size_t most = (nwin + (size_t)t->dp_size - 1) / (size_t)t->dp_size;
     size_t upto = t->zero ? most : mine;
     for (size_t w = 0; w < upto; w++) {
         pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
@@ -60,6 +62,7 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         if (w < mine) sum += (double)loss;
     }
     if (t->zero) pt_zero_release_params(t->zero);
+    PT_CHECK(pt_model_take_error(t->model));
     if (t->aux) {
         /* two floats' room per rank for its double's bytes (pt_comm_shard of
          * 2 x ranks floats: rank r's are [2r, 2r + 2)) */
@@ -69,7 +72,8 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         memcpy(all + 2 * (size_t)t->rank, &sum, sizeof sum);
         pt_status st = pt_comm_allgather(t->aux, all, 2 * (size_t)t->nranks);
         sum = 0;
-        for (int r = 0; st == PT_OK && r < t->nranks; r++) {
+        int tp = t->cfg.parallel.tp; /* each dp share once: its tp rank 0's (tp fastest) */
+        for (int r = 0; st == PT_OK && r < t->nranks; r += tp) {
             double part;
             memcpy(&part, all + 2 * (size_t)r, sizeof part);
             sum += part;

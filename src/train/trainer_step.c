@@ -109,6 +109,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
      * mb % in_flight (a schedule never holds more than in_flight at once) */
     const pt_schedule *sc = &t->sched;
     double loss_sum = 0;
+    pt_status st = PT_OK;
     for (int k = 0; k < sc->npass; k++) {
         int mb = sc->pass[k].micro;
         pt_model_slot *s = t->slots[mb % sc->in_flight];
@@ -125,12 +126,13 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
             pt_model_backward_in(t->model, s);
         }
     }
+    st = pt_model_take_error(t->model); /* a tensor-parallel collective's */
+    if (st != PT_OK) return st;
     float loss = (float)(loss_sum / M);
     float lr = pt_lr_schedule(t->step, c->train.steps, c->train.warmup_steps, (float)c->train.lr,
                               (float)c->train.min_lr);
     float norm = 0;
     int applied = 1;
-    pt_status st = PT_OK;
     if (!t->dp) {
         PT_CHECK(apply_update(t, pt_model_grads(t->model), lr, &norm));
     } else if (t->zero) {

@@ -185,7 +185,7 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
             for (int k = 0; k < 3; k++) r->mem[q][k] = (size_t)v[q * 3 + k];
     }
     if (j->cfg.data.val[0]) PT_CHECK_GOTO(st, pt_trainer_validate(t, &r->val_loss), done);
-    r->nparams = pt_model_num_params(pt_trainer_model(t));
+    r->nparams = pt_trainer_num_params(t);
     r->params = malloc(r->nparams * sizeof(float));
     PT_CHECK_GOTO(st, pt_trainer_gather_params(t, r->params), done);
 done:
@@ -312,18 +312,32 @@ static inline void parity_base(pt_config *c, parity_variant v) {
     }
 }
 
-/* Apply a layout (space-separated key=value, parallel.* keys only: the
- * oracle must differ from the layout in nothing else) to c. */
+/* Apply a layout to c: space-separated key=value, parallel.* keys, and
+ * model.* keys for a model a layout needs (tp 4 needs 4 heads; a vocabulary
+ * that t does not divide), which the oracle gets too (parity_oracle_for):
+ * the oracle differs from the layout in the parallel.* keys only. */
 static inline pt_status parity_apply(pt_config *c, const char *layout) {
     char buf[512], *save = NULL;
     snprintf(buf, sizeof buf, "%s", layout);
     for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
-        if (strncmp(kv, "parallel.", 9) != 0)
-            return pt_error_set(PT_ERR_INVALID, "layout '%s': %s is not a parallel.* key", layout,
-                                kv);
+        if (strncmp(kv, "parallel.", 9) != 0 && strncmp(kv, "model.", 6) != 0)
+            return pt_error_set(PT_ERR_INVALID,
+                                "layout '%s': %s is not a parallel.* or model.* key", layout, kv);
         PT_CHECK(pt_config_set(c, kv));
     }
     return PT_OK;
+}
+
+/* The model.* assignments of a layout, in order (the oracle's key). */
+static inline void parity_model_keys(const char *layout, char *out, size_t n) {
+    char buf[512], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", layout);
+    out[0] = 0;
+    for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
+        if (!strncmp(kv, "model.", 6)) {
+            size_t len = strlen(out);
+            snprintf(out + len, n - len, "%s%s", len ? " " : "", kv);
+        }
 }
 
 /* What one comparison found: the worst relative difference of loss and
@@ -395,21 +409,39 @@ static inline int parity_legacy_ok(const parity_verdict *adamw) {
     return adamw->ok_loss && adamw->ok_params;
 }
 
-static result parity_oracle_result[PARITY_NVARIANTS];
-static int parity_have_oracle[PARITY_NVARIANTS];
+/* The oracles: one worker, per variant and model (a layout's model.*
+ * keys), run once and kept. */
+#define PARITY_MAX_ORACLES 16
+static struct {
+    parity_variant v;
+    char model[128];
+    result r;
+} parity_oracles[PARITY_MAX_ORACLES];
+static int parity_noracles;
 
-/* The oracle of variant v (root only; run once, then kept). */
+/* The oracle of variant v for layout's model (root only). */
+static inline const result *parity_oracle_for(parity_variant v, const char *layout) {
+    char model[128];
+    parity_model_keys(layout, model, sizeof model);
+    for (int k = 0; k < parity_noracles; k++)
+        if (parity_oracles[k].v == v && !strcmp(parity_oracles[k].model, model))
+            return &parity_oracles[k].r;
+    if (parity_noracles == PARITY_MAX_ORACLES) return NULL;
+    job j;
+    memset(&j, 0, sizeof j);
+    parity_base(&j.cfg, v);
+    pt_status st = parity_apply(&j.cfg, model);
+    if (st == PT_OK) st = run_dp(&j, &parity_oracles[parity_noracles].r);
+    CHECK_OK(st);
+    if (st != PT_OK) return NULL;
+    parity_oracles[parity_noracles].v = v;
+    snprintf(parity_oracles[parity_noracles].model, sizeof parity_oracles[0].model, "%s", model);
+    return &parity_oracles[parity_noracles++].r;
+}
+
+/* The oracle of variant v for the base model. */
 static inline const result *parity_oracle(parity_variant v) {
-    if (!parity_have_oracle[v]) {
-        job j;
-        memset(&j, 0, sizeof j);
-        parity_base(&j.cfg, v);
-        pt_status st = run_dp(&j, &parity_oracle_result[v]);
-        CHECK_OK(st);
-        if (st != PT_OK) return NULL;
-        parity_have_oracle[v] = 1;
-    }
-    return &parity_oracle_result[v];
+    return parity_oracle_for(v, "");
 }
 
 /* The world size a layout needs (dp x tp x pp), or 0 when it does not
@@ -439,7 +471,7 @@ static inline pt_status parity_run(const char *layout, parity_variant v, job *j_
     if (j_out) *j_out = j;
     PT_CHECK(run_dp(&j, r));
     if (is_root()) {
-        const result *ref = parity_oracle(v);
+        const result *ref = parity_oracle_for(v, layout);
         if (!ref) return pt_error_set(PT_ERR_INTERNAL, "no oracle");
         parity_compare(ref, r, v, 0, v_out);
     }
@@ -522,8 +554,7 @@ static int parity_done(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     }
     int root = is_root();
-    for (int v = 0; v < PARITY_NVARIANTS; v++)
-        if (parity_have_oracle[v]) result_free(&parity_oracle_result[v]);
+    for (int k = 0; k < parity_noracles; k++) result_free(&parity_oracles[k].r);
     int rc = TEST_DONE();
     if (use_mpi) pt_comm_free(mpi_world);
     return root ? rc : 0;

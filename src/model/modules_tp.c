@@ -1,0 +1,161 @@
+/* Megatron-style tensor parallelism (Shoeybi et al. 2019) on one rank's
+ * slices (shard.c): the three kinds of module with the tp group's
+ * collectives, under modules.c's contracts.
+ *
+ *   block      attention: ln_1 whole -> c_attn column-parallel (this rank's
+ *              heads of q, k and v) -> attention on those heads -> c_proj
+ *              row-parallel, a PARTIAL sum all-reduced (Megatron's g), then
+ *              its bias and the residual added once; the MLP likewise
+ *              (c_fc column-parallel with GELU, c_proj row-parallel).
+ *              Backward: the input gradient of each column-parallel linear
+ *              is a partial sum, all-reduced before its LayerNorm (f).
+ *   embedding  wte by vocabulary rows: the lookup masked to this rank's
+ *              rows and all-reduced (wpe added by tp rank 0 only: the sum
+ *              has at most two non-zero terms, so it is bitwise the
+ *              single worker's).
+ *   head       the tied LM head column-parallel over the vocabulary; the
+ *              cross-entropy never gathers the logits: the rows' maxima
+ *              are all-gathered (the comm layer reduces by sums only), the
+ *              sums of exponentials and the targets' logits all-reduced
+ *              (pt_vocab_xent_*). Padded vocabulary rows never win the
+ *              softmax and get exactly zero gradient.
+ *
+ * Everything whole (LayerNorms, row-parallel biases, wpe, the residual
+ * stream) gets the same input on every tp rank, since an all-reduce hands
+ * every rank the same sum: their gradients are bitwise equal across the
+ * group and the global norm counts them once (gradnorm.c).
+ *
+ * Not here: sequence parallelism, the single-rank passes (modules.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "model_impl.h"
+#include "partrain/kernels.h"
+
+/* A failed collective is kept (pt_model_take_error) and the pass runs on:
+ * the step ends and reports it, rather than every caller checking. */
+static void keep(pt_model *m, pt_status st, const char *what) {
+    if (st == PT_OK || m->tp_err != PT_OK) return;
+    m->tp_err = st;
+    snprintf(m->tp_errmsg, sizeof m->tp_errmsg, "tensor-parallel %s: %s", what, pt_error_message());
+}
+
+static void allreduce(pt_model *m, float *buf, size_t n, const char *what) {
+    if (m->tp_err == PT_OK) keep(m, pt_comm_allreduce(m->tp_comm, buf, n, PT_REDUCE_SUM), what);
+}
+
+/* y (N,C) := res + (y + bias): a row-parallel linear's reduced product,
+ * its bias and the residual, added once after the all-reduce. */
+static void add_bias_res(float *y, const float *res, const float *bias, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        float *yr = y + (size_t)n * C;
+        const float *rr = res + (size_t)n * C;
+        for (int c = 0; c < C; c++) yr[c] = rr[c] + (yr[c] + bias[c]);
+    }
+}
+
+void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
+    int C = m->cfg.n_embd;
+    pt_vocab_embed_forward(out, b->tokens, W(m, 0, EMB_WTE),
+                           m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
+    allreduce(m, out, (size_t)b->B * b->T * C, "embedding all-reduce");
+}
+
+void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
+    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), dout, b->tokens, b->B, b->T,
+                            m->cfg.n_embd, m->v0, m->vl);
+}
+
+void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                         float *out) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C;
+    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+                         W(m, i, BLK_LN1_B), N, C);
+    pt_matmul_forward(c->qkv, c->ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
+    pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
+    pt_matmul_forward(c->res2, c->atty, W(m, i, BLK_ATTPROJ_W), NULL, N, Cl, C);
+    allreduce(m, c->res2, NC, "attention c_proj all-reduce");
+    add_bias_res(c->res2, x, W(m, i, BLK_ATTPROJ_B), N, C);
+    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
+                         W(m, i, BLK_LN2_B), N, C);
+    pt_matmul_gelu_forward(c->fch, c->fch_gelu, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
+                           4 * Cl);
+    pt_matmul_forward(out, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
+    allreduce(m, out, NC, "MLP c_proj all-reduce");
+    add_bias_res(out, c->res2, W(m, i, BLK_FCPROJ_B), N, C);
+}
+
+void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                          const float *dout, float *dx) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    /* MLP: c_proj's bias gradient is the column sums of dout, whole and the
+     * same on every rank */
+    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
+                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl, C);
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2,
+                           W(m, i, BLK_FC_W), N, C, 4 * Cl);
+    allreduce(m, s->d_ln, NC, "MLP c_fc input-gradient all-reduce");
+    pt_layernorm_backward_res(s->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln,
+                              c->res2, W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
+    /* attention */
+    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
+                           c->atty, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1,
+                           W(m, i, BLK_QKV_W), N, C, 3 * Cl);
+    allreduce(m, s->d_ln, NC, "attention c_attn input-gradient all-reduce");
+    pt_layernorm_backward_res(dx, s->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln,
+                              c->in, W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
+}
+
+/* The rows' common shift: the max over every rank's real columns, from the
+ * all-gathered local maxima (the same array, so the same shift, on every
+ * rank). gathered (t*N): rank r's at [r*N, (r+1)*N); the result lands in
+ * its first N. */
+static void row_max(pt_model *m, float *gathered, int N) {
+    if (m->tp_err == PT_OK)
+        keep(m, pt_comm_allgather(m->tp_comm, gathered, (size_t)N * m->tp),
+             "cross-entropy max all-gather");
+    for (int r = 1; r < m->tp; r++) {
+        const float *o = gathered + (size_t)r * N;
+        for (int n = 0; n < N; n++)
+            if (o[n] > gathered[n]) gathered[n] = o[n];
+    }
+}
+
+void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
+                        float *out) {
+    int N = b->B * b->T, C = m->cfg.n_embd;
+    pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
+                         W(m, i, HEAD_LNF_B), N, C);
+    pt_matmul_forward_wt(c->logits, c->lnf, W(m, 0, EMB_WTE), NULL, N, C, m->vl);
+    /* the whole logits never exist on one rank: no output without targets */
+    PT_ASSERT(b->targets || !out);
+    if (!b->targets) return;
+    float *stats = c->xent, *gmax = c->xent + (size_t)N * PT_VOCAB_XENT_STATS;
+    pt_vocab_xent_max(gmax + (size_t)m->tp_rank * N, c->logits, N, m->vl, m->vreal);
+    row_max(m, gmax, N);
+    pt_vocab_xent_sumexp(stats, c->logits, c->logits, gmax, b->targets, N, m->vl, m->v0, m->vreal);
+    allreduce(m, stats, (size_t)N * PT_VOCAB_XENT_STATS, "cross-entropy sum all-reduce");
+    pt_vocab_xent_finish(c->losses, c->logits, gmax, stats, b->targets, N, m->vl, m->v0, m->vreal,
+                         b->dloss);
+    if (out) memcpy(out, c->losses, (size_t)N * sizeof(float));
+}
+
+void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
+    int N = b->B * b->T, C = m->cfg.n_embd;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    memset(s->d_ln, 0, NC * sizeof(float));
+    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
+                          C, m->vl);
+    allreduce(m, s->d_ln, NC, "LM head input-gradient all-reduce");
+    memset(dx, 0, NC * sizeof(float));
+    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+                          W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
+}

@@ -1,0 +1,47 @@
+/* Tensor parallelism (Megatron-style; src/model/modules_tp.c) through the
+ * parity harness against one worker: tp 2 and 4 (4 heads), a vocabulary
+ * that t does not divide (padded rows), micro-batches, dp 2 x tp 2 with
+ * every data-parallel mode and ZeRO 1, 2, 3; loss and gradient norm per
+ * step and the parameters at the end (gathered from the slices into GPT-2's
+ * layout), under AdamW with clipping and SGD without.
+ *
+ * shm: pt_launch forks the ranks. --mpi: under mpirun, the layouts of the
+ * world's size run. */
+#include "parallel/parity_harness.h"
+
+#define HEADS4 "model.n_head=4 "
+
+static void test_tp_alone(void) {
+    static const char *const layouts[] = {
+        "parallel.tp=2",
+        HEADS4 "parallel.tp=2",
+        HEADS4 "parallel.tp=4",
+        /* 62 rows: padded to 64 at t 4 (rank 3 holds 14 real rows and 2
+         * padding), and 61 at t 2 (one padding row) */
+        HEADS4 "model.vocab_size=62 parallel.tp=4",
+        "model.vocab_size=61 parallel.tp=2",
+        "parallel.tp=2 parallel.microbatches=2",
+        "parallel.tp=2 parallel.microbatches=4 parallel.schedule=gpipe",
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+}
+
+static void test_dp_tp(void) {
+    static const char *const layouts[] = {
+        "parallel.dp=2 parallel.tp=2",
+        "parallel.dp=2 parallel.tp=2 parallel.microbatches=2 parallel.bucket_mb=0.004",
+        "parallel.dp=2 parallel.tp=2 parallel.overlap=false",
+        "parallel.dp=2 parallel.tp=2 parallel.zero=1",
+        "parallel.dp=2 parallel.tp=2 parallel.zero=2",
+        "parallel.dp=2 parallel.tp=2 parallel.zero=3",
+        "parallel.dp=2 parallel.tp=2 parallel.zero=3 parallel.microbatches=2",
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+}
+
+int main(int argc, char **argv) {
+    if (parity_init(argc, argv, "test-tp")) return 1;
+    RUN(test_tp_alone);
+    RUN(test_dp_tp);
+    return parity_done();
+}
