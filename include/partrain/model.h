@@ -163,6 +163,17 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
  * a checkpoint reader or writer needs. */
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank);
+/* pt_model_new_slice's model under SEQUENCE PARALLELISM (Korthikanti et
+ * al. 2022), tp > 1 and seq_len % tp == 0: the LayerNorm and residual
+ * regions are split by rows, tp rank r holding rows [r N/tp, (r+1) N/tp)
+ * of a micro-batch's N = B*T (all-gather before each column-parallel
+ * linear, reduce-scatter after each row-parallel one). The residual stream
+ * between modules is then this rank's rows: a block's in and out and the
+ * head's in are (N/tp, C), the embedding's out too; the head's losses stay
+ * (N). A t-th of those activations per rank; the LayerNorms' weight
+ * gradients are all-reduced over the group in each backward. */
+pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                          int tp_rank);
 void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
@@ -176,6 +187,10 @@ void pt_model_set_tp_comm(pt_model *m, pt_comm *tp);
  * the message is set). A pass whose collective failed runs to its end on
  * what it has, so the caller checks after the step's passes. */
 pt_status pt_model_take_error(pt_model *m);
+/* TEST HOOK (parallel.h, PT_PLANT_TP_SKIP_F), never for training: on, the
+ * tensor-parallel block backward skips the all-reduce of c_attn's input
+ * gradient, so that the parity tests can show they catch it. */
+void pt_model_test_skip_f(pt_model *m, int on);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);

@@ -113,8 +113,12 @@ typedef enum {
     PT_PLANT_DOUBLE_BUCKET, /* "double_bucket": bucket 0's all-reduced sum is doubled */
     PT_PLANT_NO_AVG,        /* "no_avg": each rank weighs its loss by 1/(its tokens), not
                                1/(global tokens): the sum over ranks is dp x the mean */
-    PT_PLANT_SKIP_MODULE    /* "skip_module": module 1's (h.0's) gradient is left out of the
+    PT_PLANT_SKIP_MODULE,   /* "skip_module": module 1's (h.0's) gradient is left out of the
                                all-reduce: every rank keeps its own share */
+    PT_PLANT_TP_SKIP_F,     /* "tp_skip_f": c_attn's input gradient is not all-reduced over
+                               the tp group (Megatron's f): ln_1 and below see a partial sum */
+    PT_PLANT_TP_NORM        /* "tp_norm": the tensors every tp rank holds whole count once per
+                               rank in the gradient norm */
 } pt_plant;
 
 typedef struct {

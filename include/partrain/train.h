@@ -57,6 +57,7 @@ typedef struct {
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
         int zero_group, zero_keep_params;
+        int sequence_parallel; /* tp > 1: LayerNorm and residual regions split by rows */
         double bucket_mb, outer_lr, outer_momentum;
         char schedule[16], sync[16], outer[16], stale_mode[16];
     } parallel;

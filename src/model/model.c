@@ -126,11 +126,12 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
     size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
     size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
     size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
+    size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
     size_t total = 0;
     if (c->kind == PT_MODULE_BLOCK)
-        total = N * C * 3 + N * Cl + N * 4 + N * 3 * Cl + (size_t)max_B * NHl * T * T + N * 8 * Cl;
+        total = R * C * 3 + N * Cl + R * 4 + N * 3 * Cl + (size_t)max_B * NHl * T * T + N * 8 * Cl;
     else if (c->kind == PT_MODULE_HEAD)
-        total = N * C + 2 * N + N * Vl + N + xent;
+        total = R * C + 2 * R + N * Vl + N + xent;
     if (total) {
         c->buf = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
         if (!c->buf) {
@@ -145,22 +146,22 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
         p += (n);                                                                                  \
     } while (0)
     if (c->kind == PT_MODULE_BLOCK) {
-        TAKE(c->ln1, N * C);
-        TAKE(c->ln1_mean, N);
-        TAKE(c->ln1_rstd, N);
+        TAKE(c->ln1, R * C);
+        TAKE(c->ln1_mean, R);
+        TAKE(c->ln1_rstd, R);
         TAKE(c->qkv, N * 3 * Cl);
         TAKE(c->att, (size_t)max_B * NHl * T * T);
         TAKE(c->atty, N * Cl);
-        TAKE(c->res2, N * C);
-        TAKE(c->ln2, N * C);
-        TAKE(c->ln2_mean, N);
-        TAKE(c->ln2_rstd, N);
+        TAKE(c->res2, R * C);
+        TAKE(c->ln2, R * C);
+        TAKE(c->ln2_mean, R);
+        TAKE(c->ln2_rstd, R);
         TAKE(c->fch, N * 4 * Cl);
         TAKE(c->fch_gelu, N * 4 * Cl);
     } else if (c->kind == PT_MODULE_HEAD) {
-        TAKE(c->lnf, N * C);
-        TAKE(c->lnf_mean, N);
-        TAKE(c->lnf_rstd, N);
+        TAKE(c->lnf, R * C);
+        TAKE(c->lnf_mean, R);
+        TAKE(c->lnf_rstd, R);
         TAKE(c->logits, N * Vl);
         TAKE(c->losses, N);
         if (xent) TAKE(c->xent, xent);
@@ -190,8 +191,9 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     size_t N = (size_t)max_B * (size_t)cfg->seq_len;
     size_t att =
         pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    s->buf = pt_mem_alloc(PT_MEM_ACTS,
-                          (N * C * 2 + N * Cl + N * 3 * Cl + N * 4 * Cl + att) * sizeof(float));
+    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
+    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 2 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp) *
+                                           sizeof(float));
     if (!s->buf) {
         free(s);
         return PT_ERR_NOMEM;
@@ -202,7 +204,11 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     s->d_atty = p, p += N * Cl;
     s->d_qkv = p, p += N * 3 * Cl;
     s->d_fch = p, p += N * 4 * Cl;
-    s->att = p;
+    s->att = p, p += att;
+    if (sp) {
+        s->full = p, p += N * C;
+        s->ln_g = p;
+    }
     *out = s;
     return PT_OK;
 }
@@ -242,13 +248,14 @@ pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
         goto fail;
     }
     size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
-    s->stream = pt_mem_alloc(PT_MEM_ACTS, (N * C * ((size_t)L + 1) + N) * sizeof(float));
+    size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
+    s->stream = pt_mem_alloc(PT_MEM_ACTS, (R * C * ((size_t)L + 1) + N) * sizeof(float));
     if (!s->stream) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
     float *p = s->stream;
-    for (int i = 0; i <= L; i++) s->resid[i] = p, p += N * C;
+    for (int i = 0; i <= L; i++) s->resid[i] = p, p += R * C;
     s->losses = p;
     for (int i = 0; i < s->nmod; i++)
         PT_CHECK_GOTO(st, pt_module_ctx_new(&s->ctx[i], m, i, m->max_B), fail);
@@ -292,8 +299,28 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
     return pt_model_new_slice(out, cfg, max_B, 1, 0);
 }
 
+static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                           int tp_rank, int sp);
+
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank) {
+    return new_model(out, cfg, max_B, tp, tp_rank, 0);
+}
+
+pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                          int tp_rank) {
+    *out = NULL;
+    PT_CHECK(pt_model_config_validate(cfg));
+    if (tp < 2 || cfg->seq_len % tp != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "sequence parallelism needs parallel.tp > 1 dividing model.seq_len "
+                            "(got tp %d, seq_len %d)",
+                            tp, cfg->seq_len);
+    return new_model(out, cfg, max_B, tp, tp_rank, 1);
+}
+
+static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
+                           int tp_rank, int sp) {
     *out = NULL;
     PT_CHECK(pt_model_config_validate(cfg));
     if (max_B < 0)
@@ -309,6 +336,7 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
     m->max_B = max_B;
     m->tp = tp;
     m->tp_rank = tp_rank;
+    m->sp = sp;
     int L = cfg->n_layer, nmod = L + 2;
     m->tensors =
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
@@ -343,13 +371,14 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
 
     PT_CHECK_GOTO(st, pt_module_scratch_new(&m->scratch, m, max_B), fail);
     size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
-    m->dstream_buf = pt_mem_alloc(PT_MEM_ACTS, 2 * N * C * sizeof(float));
+    size_t R = sp ? N / (size_t)tp : N; /* rows of the residual stream held */
+    m->dstream_buf = pt_mem_alloc(PT_MEM_ACTS, 2 * R * C * sizeof(float));
     if (!m->dstream_buf) {
         st = PT_ERR_NOMEM;
         goto fail;
     }
     m->dstream[0] = m->dstream_buf;
-    m->dstream[1] = m->dstream_buf + N * C;
+    m->dstream[1] = m->dstream_buf + R * C;
     PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
     *out = m;
     return PT_OK;
@@ -365,6 +394,9 @@ void pt_model_tp(const pt_model *m, int *size, int *rank) {
 void pt_model_set_tp_comm(pt_model *m, pt_comm *tp) {
     PT_ASSERT(!tp || (pt_comm_size(tp) == m->tp && pt_comm_rank(tp) == m->tp_rank));
     m->tp_comm = tp;
+}
+void pt_model_test_skip_f(pt_model *m, int on) {
+    m->skip_f = on;
 }
 pt_status pt_model_take_error(pt_model *m) {
     pt_status st = m->tp_err;

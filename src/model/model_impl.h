@@ -40,6 +40,10 @@ struct pt_module_scratch {
     float *d_qkv;                  /* (N,3C) */
     float *d_fch;                  /* (N,4C) */
     float *att;                    /* pt_attention_scratch_floats */
+    /* sequence parallelism: a gathered (N,C) buffer (LayerNorm outputs,
+     * the embedding's lookup) and a LayerNorm's partial parameter gradient
+     * (2C) before its all-reduce */
+    float *full, *ln_g;
 };
 
 /* One micro-batch in flight: a context per module and the residual stream
@@ -85,6 +89,9 @@ struct pt_model {
     pt_status tp_err;
     char tp_errmsg[256];
     int v0, vl, vreal; /* wte: first vocabulary row held, rows held (padding included), real */
+    int skip_f;        /* test hook: pt_model_test_skip_f */
+    int sp;            /* sequence parallelism: the LayerNorm and residual regions hold rows
+                          [tp_rank, tp_rank + 1) x N/tp of a micro-batch's N */
 };
 
 /* Tensor order inside each module (the flat layout): the embedding's tensors

@@ -109,6 +109,7 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
     PT_ASSERT(ctx && ctx->module == i);
     PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    PT_ASSERT(!m->sp || (b->B * b->T) % m->tp == 0);
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     /* before the buffers are checked: ZeRO-3's hook gathers them */
     if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, &hp);

@@ -25,7 +25,20 @@
  * every rank the same sum: their gradients are bitwise equal across the
  * group and the global norm counts them once (gradnorm.c).
  *
- * Not here: sequence parallelism, the single-rank passes (modules.c). */
+ * SEQUENCE PARALLELISM (m->sp; Korthikanti et al. 2022): the LayerNorm
+ * and residual regions hold this rank's R = N/t rows of the micro-batch.
+ * Each LayerNorm's output is all-gathered before its column-parallel
+ * linear, each row-parallel product reduce-scattered instead of
+ * all-reduced (in the backward: the output gradient all-gathered, the
+ * column-parallel input gradient reduce-scattered). The weight gradients
+ * of c_attn, c_fc and the LM head need the whole LayerNorm output: it is
+ * gathered again in backward rather than kept (activations a t-th, at the
+ * price of one more all-gather per LayerNorm). The LayerNorms' parameter
+ * gradients are partial sums over the rows held and are all-reduced in
+ * each backward; the row-parallel biases and wpe take theirs from the
+ * gathered (whole) output gradient, the same on every rank.
+ *
+ * Not here: the single-rank passes (modules.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -54,7 +67,139 @@ static void add_bias_res(float *y, const float *res, const float *bias, int N, i
     }
 }
 
+/* Sequence parallelism: full (N,C) from every rank's rows, this rank's at
+ * its place already (pt_comm_shard's split of N*C is by rows: t | N). */
+static void allgather(pt_model *m, float *full, size_t n, const char *what) {
+    if (m->tp_err == PT_OK) keep(m, pt_comm_allgather(m->tp_comm, full, n), what);
+}
+/* The sum of every rank's (N,C) buf lands in this rank's rows of it. */
+static void reduce_scatter(pt_model *m, float *buf, size_t n, const char *what) {
+    if (m->tp_err == PT_OK)
+        keep(m, pt_comm_reduce_scatter(m->tp_comm, buf, n, PT_REDUCE_SUM), what);
+}
+
+/* This rank's rows of an (N,C) buffer. */
+static float *my_rows(const pt_model *m, float *full, int N) {
+    return full + (size_t)m->tp_rank * (size_t)(N / m->tp) * (size_t)m->cfg.n_embd;
+}
+
+/* LayerNorm backward on this rank's R rows, its parameter gradient summed
+ * over the group: the rows' partial sums into ln_g, all-reduced, then
+ * added (dres NULL: no residual). */
+static void sp_layernorm_backward(pt_model *m, pt_module_scratch *s, float *dx, const float *dres,
+                                  float *dw, float *db, const float *dout, const float *x,
+                                  const float *w, const float *mean, const float *rstd, int R) {
+    int C = m->cfg.n_embd;
+    memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
+    if (dres) {
+        pt_layernorm_backward_res(dx, dres, s->ln_g, s->ln_g + C, dout, x, w, mean, rstd, R, C);
+    } else {
+        memset(dx, 0, (size_t)R * C * sizeof(float));
+        pt_layernorm_backward(dx, s->ln_g, s->ln_g + C, dout, x, w, mean, rstd, R, C);
+    }
+    allreduce(m, s->ln_g, 2 * (size_t)C, "sequence-parallel LayerNorm gradient all-reduce");
+    for (int c = 0; c < C; c++) {
+        dw[c] += s->ln_g[c];
+        db[c] += s->ln_g[C + c];
+    }
+}
+
+/* This rank's rows of a LayerNorm output into their place in s->full, then
+ * the whole (N,C) gathered. */
+static void gather_rows(pt_model *m, pt_module_scratch *s, const float *rows, int N,
+                        const char *what) {
+    size_t R = (size_t)(N / m->tp), C = (size_t)m->cfg.n_embd;
+    memcpy(my_rows(m, s->full, N), rows, R * C * sizeof(float));
+    allgather(m, s->full, (size_t)N * C, what);
+}
+
+static void sp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    pt_module_scratch *s = m->scratch;
+    pt_vocab_embed_forward(s->full, b->tokens, W(m, 0, EMB_WTE),
+                           m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
+    reduce_scatter(m, s->full, (size_t)N * C, "embedding reduce-scatter");
+    memcpy(out, my_rows(m, s->full, N), (size_t)(N / m->tp) * C * sizeof(float));
+}
+
+static void sp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    pt_module_scratch *s = m->scratch;
+    memcpy(my_rows(m, s->d_res2, N), dout, (size_t)(N / m->tp) * C * sizeof(float));
+    allgather(m, s->d_res2, (size_t)N * C, "embedding gradient all-gather");
+    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), s->d_res2, b->tokens, b->B, b->T,
+                            C, m->v0, m->vl);
+}
+
+/* x, out: this rank's R rows; c->ln1, res2, ln2 and their statistics too */
+static void sp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                             const float *x, float *out) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = N / m->tp;
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+                         W(m, i, BLK_LN1_B), R, C);
+    gather_rows(m, s, c->ln1, N, "ln_1 all-gather");
+    pt_matmul_forward(c->qkv, s->full, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
+    pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
+    pt_matmul_forward(s->d_ln, c->atty, W(m, i, BLK_ATTPROJ_W), NULL, N, Cl, C);
+    reduce_scatter(m, s->d_ln, NC, "attention c_proj reduce-scatter");
+    memcpy(c->res2, my_rows(m, s->d_ln, N), (size_t)R * C * sizeof(float));
+    add_bias_res(c->res2, x, W(m, i, BLK_ATTPROJ_B), R, C);
+    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
+                         W(m, i, BLK_LN2_B), R, C);
+    gather_rows(m, s, c->ln2, N, "ln_2 all-gather");
+    pt_matmul_gelu_forward(c->fch, c->fch_gelu, s->full, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
+                           4 * Cl);
+    pt_matmul_forward(s->d_ln, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
+    reduce_scatter(m, s->d_ln, NC, "MLP c_proj reduce-scatter");
+    memcpy(out, my_rows(m, s->d_ln, N), (size_t)R * C * sizeof(float));
+    add_bias_res(out, c->res2, W(m, i, BLK_FCPROJ_B), R, C);
+}
+
+/* dout, dx: this rank's R rows. s->d_res2 holds the gathered output
+ * gradients, s->d_ln the column-parallel input gradients before their
+ * reduce-scatter, s->full the LayerNorm outputs gathered again. */
+static void sp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                              const float *dout, float *dx) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = N / m->tp;
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    float *d_res2_mine = my_rows(m, s->d_res2, N);
+    /* MLP */
+    memcpy(d_res2_mine, dout, (size_t)R * C * sizeof(float));
+    allgather(m, s->d_res2, NC, "MLP c_proj gradient all-gather");
+    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_res2,
+                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl, C);
+    gather_rows(m, s, c->ln2, N, "ln_2 all-gather (backward)");
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, s->full,
+                           W(m, i, BLK_FC_W), N, C, 4 * Cl);
+    reduce_scatter(m, s->d_ln, NC, "MLP c_fc input-gradient reduce-scatter");
+    sp_layernorm_backward(m, s, d_res2_mine, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B),
+                          my_rows(m, s->d_ln, N), c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
+                          c->ln2_rstd, R);
+    /* attention: this rank's rows of d(res2), gathered whole */
+    allgather(m, s->d_res2, NC, "attention c_proj gradient all-gather");
+    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
+                           c->atty, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
+    gather_rows(m, s, c->ln1, N, "ln_1 all-gather (backward)");
+    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, s->full,
+                           W(m, i, BLK_QKV_W), N, C, 3 * Cl);
+    if (!m->skip_f)
+        reduce_scatter(m, s->d_ln, NC, "attention c_attn input-gradient reduce-scatter");
+    sp_layernorm_backward(m, s, dx, d_res2_mine, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B),
+                          my_rows(m, s->d_ln, N), c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
+                          c->ln1_rstd, R);
+}
+
 void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
+    if (m->sp) {
+        sp_embedding_forward(m, b, out);
+        return;
+    }
     int C = m->cfg.n_embd;
     pt_vocab_embed_forward(out, b->tokens, W(m, 0, EMB_WTE),
                            m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
@@ -62,12 +207,20 @@ void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
 }
 
 void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
+    if (m->sp) {
+        sp_embedding_backward(m, b, dout);
+        return;
+    }
     pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), dout, b->tokens, b->B, b->T,
                             m->cfg.n_embd, m->v0, m->vl);
 }
 
 void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                          float *out) {
+    if (m->sp) {
+        sp_block_forward(m, i, c, b, x, out);
+        return;
+    }
     int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
     int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
     size_t NC = (size_t)N * C;
@@ -89,6 +242,10 @@ void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
 
 void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
                           const float *dout, float *dx) {
+    if (m->sp) {
+        sp_block_backward(m, i, c, b, dout, dx);
+        return;
+    }
     int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
     int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
     size_t NC = (size_t)N * C;
@@ -108,7 +265,7 @@ void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
     pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
     pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1,
                            W(m, i, BLK_QKV_W), N, C, 3 * Cl);
-    allreduce(m, s->d_ln, NC, "attention c_attn input-gradient all-reduce");
+    if (!m->skip_f) allreduce(m, s->d_ln, NC, "attention c_attn input-gradient all-reduce");
     pt_layernorm_backward_res(dx, s->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln,
                               c->in, W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
 }
@@ -130,10 +287,16 @@ static void row_max(pt_model *m, float *gathered, int N) {
 
 void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                         float *out) {
-    int N = b->B * b->T, C = m->cfg.n_embd;
+    int N = b->B * b->T, C = m->cfg.n_embd, R = m->sp ? N / m->tp : N;
     pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
-                         W(m, i, HEAD_LNF_B), N, C);
-    pt_matmul_forward_wt(c->logits, c->lnf, W(m, 0, EMB_WTE), NULL, N, C, m->vl);
+                         W(m, i, HEAD_LNF_B), R, C);
+    const float *lnf = c->lnf;
+    if (m->sp) { /* the whole (N,C) for the vocabulary-parallel product */
+        pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+        gather_rows(m, s, c->lnf, N, "ln_f all-gather");
+        lnf = s->full;
+    }
+    pt_matmul_forward_wt(c->logits, lnf, W(m, 0, EMB_WTE), NULL, N, C, m->vl);
     /* the whole logits never exist on one rank: no output without targets */
     PT_ASSERT(b->targets || !out);
     if (!b->targets) return;
@@ -151,9 +314,21 @@ void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
     int N = b->B * b->T, C = m->cfg.n_embd;
     size_t NC = (size_t)N * C;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    const float *lnf = c->lnf;
+    if (m->sp) {
+        gather_rows(m, s, c->lnf, N, "ln_f all-gather (backward)");
+        lnf = s->full;
+    }
     memset(s->d_ln, 0, NC * sizeof(float));
-    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
-                          C, m->vl);
+    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, lnf, W(m, 0, EMB_WTE), N, C,
+                          m->vl);
+    if (m->sp) {
+        reduce_scatter(m, s->d_ln, NC, "LM head input-gradient reduce-scatter");
+        sp_layernorm_backward(m, s, dx, NULL, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B),
+                              my_rows(m, s->d_ln, N), c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
+                              c->lnf_rstd, N / m->tp);
+        return;
+    }
     allreduce(m, s->d_ln, NC, "LM head input-gradient all-reduce");
     memset(dx, 0, NC * sizeof(float));
     pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,

@@ -69,7 +69,11 @@ static const key_def keys[] = {
     {"train.threads", K_INT, OFF(train.threads), "0", 0, 1024, NULL,
      "threads for kernels and BLAS per rank (0: max(1, cores / ranks))"},
     {"parallel.dp", K_INT, OFF(parallel.dp), "1", 1, 1 << 20, NULL, "data-parallel ranks"},
-    {"parallel.tp", K_INT, OFF(parallel.tp), "1", 1, 1 << 20, NULL, "tensor-parallel ranks"},
+    {"parallel.tp", K_INT, OFF(parallel.tp), "1", 1, 1 << 20, NULL,
+     "tensor-parallel ranks (Megatron: heads, MLP columns and vocabulary rows split; must divide "
+     "model.n_head)"},
+    {"parallel.sequence_parallel", K_BOOL, OFF(parallel.sequence_parallel), "false", 0, 1, NULL,
+     "tp > 1: LayerNorm and residual regions split by rows too (model.seq_len divisible by tp)"},
     {"parallel.pp", K_INT, OFF(parallel.pp), "1", 1, 1 << 20, NULL, "pipeline stages"},
     {"parallel.zero", K_INT, OFF(parallel.zero), "0", 0, 3, NULL,
      "ZeRO stage (0-3) inside data parallelism"},
@@ -356,6 +360,16 @@ pt_status pt_config_validate(const pt_config *c) {
     /* tensor parallelism splits whole heads (then C and 4C split too); the
      * vocabulary is padded */
     PT_CHECK(pt_shard_check(&c->model, c->parallel.tp));
+    if (c->parallel.sequence_parallel && c->parallel.tp < 2)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.sequence_parallel needs parallel.tp > 1 (got %d): it splits "
+                            "the tensor-parallel group's work by rows",
+                            c->parallel.tp);
+    if (c->parallel.sequence_parallel && c->model.seq_len % c->parallel.tp != 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.sequence_parallel: model.seq_len (%d) must be divisible by "
+                            "parallel.tp (%d)",
+                            c->model.seq_len, c->parallel.tp);
     if (c->parallel.pp != 1)
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.pp = %d is not supported yet (no pipeline parallelism: 1)",
@@ -427,10 +441,11 @@ void pt_config_print_help(FILE *f) {
 
 void pt_config_layout(const pt_config *c, char *buf, size_t n) {
     int g = c->parallel.zero_group;
+    const char *sp = c->parallel.sequence_parallel ? "-sp" : "";
     if (c->parallel.zero > 0 && g > 0 && g < c->parallel.dp) /* HSDP: shard group size */
-        snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d-g%d", c->parallel.dp, c->parallel.tp,
+        snprintf(buf, n, "dp%d-tp%d%s-pp%d-zero%d-g%d", c->parallel.dp, c->parallel.tp, sp,
                  c->parallel.pp, c->parallel.zero, g);
     else
-        snprintf(buf, n, "dp%d-tp%d-pp%d-zero%d", c->parallel.dp, c->parallel.tp, c->parallel.pp,
-                 c->parallel.zero);
+        snprintf(buf, n, "dp%d-tp%d%s-pp%d-zero%d", c->parallel.dp, c->parallel.tp, sp,
+                 c->parallel.pp, c->parallel.zero);
 }

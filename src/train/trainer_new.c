@@ -116,7 +116,9 @@ static pt_status read_plant(pt_plant *out) {
         pt_plant plant;
     } names[] = {{"double_bucket", PT_PLANT_DOUBLE_BUCKET},
                  {"no_avg", PT_PLANT_NO_AVG},
-                 {"skip_module", PT_PLANT_SKIP_MODULE}};
+                 {"skip_module", PT_PLANT_SKIP_MODULE},
+                 {"tp_skip_f", PT_PLANT_TP_SKIP_F},
+                 {"tp_norm", PT_PLANT_TP_NORM}};
     *out = PT_PLANT_NONE;
     const char *e = getenv("PT_TEST_PLANT");
     if (!e || !*e) return PT_OK;
@@ -127,7 +129,9 @@ static pt_status read_plant(pt_plant *out) {
             return PT_OK;
         }
     return pt_error_set(PT_ERR_INVALID,
-                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg or skip_module)", e);
+                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg, skip_module, tp_skip_f "
+                        "or tp_norm)",
+                        e);
 }
 
 static int default_threads(int nranks) {
@@ -192,7 +196,10 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
 
     /* tensor parallelism: this rank's slices, run with the tp group */
     t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
-    PT_CHECK_GOTO(st, pt_model_new_slice(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank),
+    PT_CHECK_GOTO(st,
+                  cfg->parallel.sequence_parallel
+                      ? pt_model_new_sp(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank)
+                      : pt_model_new_slice(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank),
                   fail);
     pt_model_set_tp_comm(t->model, t->tp);
     if (t->tp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
@@ -314,6 +321,11 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
                             hook_after_backward, t};
     pt_model_set_hooks(t->model, &hooks);
+    if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
+        st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");
+        goto fail;
+    }
+    pt_model_test_skip_f(t->model, t->plant == PT_PLANT_TP_SKIP_F);
     if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
         st = pt_error_set(PT_ERR_INVALID,
                           "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");

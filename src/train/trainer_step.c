@@ -41,6 +41,10 @@ static pt_status apply_update(pt_trainer *t, const float *grads, float lr, float
     if (t->tp) { /* the norm over the tp group, each parameter once */
         double parts[2];
         pt_grad_sumsq_parts(t->model, grads, 0, n, parts);
+        if (t->plant == PT_PLANT_TP_NORM) { /* the test hook: whole tensors once per rank */
+            parts[0] += parts[1];
+            parts[1] = 0;
+        }
         pt_status st = pt_grad_sumsq_global(NULL, t->tp, parts, &sumsq);
         if (st != PT_OK) return pt_trainer_prefix_error(st, "gradient norm");
         float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);

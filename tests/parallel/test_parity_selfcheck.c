@@ -9,6 +9,10 @@
  *   no_avg         every rank weighs its loss by 1/(its own tokens): the
  *                  summed gradient is dp x the mean (item 2's class of bug)
  *   skip_module    h.0's gradient left out of the all-reduce
+ *   tp_skip_f      tensor parallelism without Megatron's f in attention:
+ *                  c_attn's input gradient not summed over the tp group
+ *   tp_norm        the tensors every tp rank holds whole counted once per
+ *                  rank in the gradient norm
  *
  * Each runs on the layouts where it applies (buckets: plain DDP and ZeRO-1;
  * the loss weight: any layout, ZeRO-3 included). For each, the test prints
@@ -27,6 +31,8 @@ static const planted plants[] = {
       "parallel.dp=4 parallel.zero=1 parallel.zero_group=2"}},
     {"no_avg", {"parallel.dp=2 parallel.bucket_mb=0.004", "parallel.dp=2 parallel.zero=3"}},
     {"skip_module", {"parallel.dp=2 parallel.bucket_mb=0.004", "parallel.dp=4 parallel.zero=1"}},
+    {"tp_skip_f", {"parallel.tp=2", "parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true"}},
+    {"tp_norm", {"parallel.tp=2", "parallel.dp=2 parallel.tp=2"}},
 };
 
 /* "loss norm params" for what caught it (failed), "-" for nothing. */

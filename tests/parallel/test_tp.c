@@ -1,7 +1,7 @@
 /* Tensor parallelism (Megatron-style; src/model/modules_tp.c) through the
  * parity harness against one worker: tp 2 and 4 (4 heads), a vocabulary
- * that t does not divide (padded rows), micro-batches, dp 2 x tp 2 with
- * every data-parallel mode and ZeRO 1, 2, 3; loss and gradient norm per
+ * that t does not divide (padded rows), micro-batches, sequence
+ * parallelism, dp 2 x tp 2 with overlapped buckets and ZeRO 1, 2, 3; loss and gradient norm per
  * step and the parameters at the end (gathered from the slices into GPT-2's
  * layout), under AdamW with clipping and SGD without.
  *
@@ -22,6 +22,10 @@ static void test_tp_alone(void) {
         "model.vocab_size=61 parallel.tp=2",
         "parallel.tp=2 parallel.microbatches=2",
         "parallel.tp=2 parallel.microbatches=4 parallel.schedule=gpipe",
+        /* sequence parallelism: rows of the LayerNorm and residual regions */
+        "parallel.tp=2 parallel.sequence_parallel=true",
+        HEADS4 "model.vocab_size=62 parallel.tp=4 parallel.sequence_parallel=true",
+        "parallel.tp=2 parallel.sequence_parallel=true parallel.microbatches=2",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
@@ -35,6 +39,8 @@ static void test_dp_tp(void) {
         "parallel.dp=2 parallel.tp=2 parallel.zero=2",
         "parallel.dp=2 parallel.tp=2 parallel.zero=3",
         "parallel.dp=2 parallel.tp=2 parallel.zero=3 parallel.microbatches=2",
+        "parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true parallel.zero=2",
+        "parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true parallel.zero=3",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
