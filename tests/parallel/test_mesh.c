@@ -263,14 +263,17 @@ static void test_layout_string(void) {
     CHECK(!strcmp(buf, "dp4-tp3-pp5-zero2-g2"));
 }
 
-/* tp or pp > 1 still cannot TRAIN (no tensor- or pipeline-parallel compute
- * yet): validation says so, whatever the mesh could build. */
-static void test_training_refuses_tp_pp(void) {
+/* tp trains when it divides the heads; pp > 1 still cannot TRAIN (no
+ * pipeline-parallel compute yet): validation says so, whatever the mesh
+ * could build. */
+static void test_training_refuses_pp(void) {
     pt_config c;
     pt_config_defaults(&c);
     c.parallel.tp = 2;
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED &&
-          strstr(pt_error_message(), "parallel.tp"));
+    CHECK_OK(pt_config_validate(&c));
+    c.parallel.tp = 5;
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && strstr(pt_error_message(), "parallel.tp") &&
+          strstr(pt_error_message(), "model.n_head"));
     c.parallel.tp = 1;
     c.parallel.pp = 2;
     CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED &&
@@ -303,7 +306,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_world_of_one);
     RUN(test_layout_string);
-    RUN(test_training_refuses_tp_pp);
+    RUN(test_training_refuses_pp);
     RUN(test_every_factorisation);
     return TEST_DONE();
 }

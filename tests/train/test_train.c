@@ -100,9 +100,20 @@ static void test_config(void) {
     c.model.n_head = 3;
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("n_head"));
     pt_config_defaults(&c);
+    CHECK_OK(pt_config_set(&c, "parallel.tp=3")); /* 4 heads */
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.tp (3)") &&
+          msg_has("model.n_head (4)"));
     CHECK_OK(pt_config_set(&c, "parallel.tp=2"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.tp") &&
-          msg_has("not supported yet"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_set(&c, "parallel.sequence_parallel=true"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_set(&c, "parallel.tp=1"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.sequence_parallel") &&
+          msg_has("parallel.tp > 1"));
+    CHECK_OK(pt_config_set(&c, "parallel.tp=2"));
+    CHECK_OK(pt_config_set(&c, "model.seq_len=127"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("model.seq_len (127)") &&
+          msg_has("divisible by parallel.tp (2)"));
     /* no pipelines yet: the default schedule is none, and the names DESIGN.md
      * reserves parse but do not validate */
     pt_config_defaults(&c);
