@@ -45,9 +45,54 @@ static void test_dp_tp(void) {
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
 
+/* The asynchronous modes and HSDP under tensor parallelism: a mode's run
+ * at dp 2 x tp 2 follows the same mode at dp 2 alone, step by step, within
+ * the harness's bounds (tensor parallelism is exact; the mode is what it
+ * is), and ZeRO-3 sharded in groups of 2 inside dp 4 x tp 2 (8 ranks)
+ * follows one worker. */
+static void test_modes_compose(void) {
+    static const char *const modes[] = {
+        "parallel.sync=stale parallel.stale_mode=dga",
+        "parallel.sync=stale parallel.stale_mode=delayed",
+        "parallel.sync=local_sgd parallel.sync_every=4",
+        "parallel.sync=local_sgd parallel.sync_every=4 parallel.outer=nesterov",
+    };
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        char dp_only[256], with_tp[256];
+        snprintf(dp_only, sizeof dp_only, "parallel.dp=2 %s", modes[k]);
+        snprintf(with_tp, sizeof with_tp, "parallel.dp=2 parallel.tp=2 %s", modes[k]);
+        if (!parity_runs_here(with_tp)) continue;
+        for (int v = 0; v < PARITY_NVARIANTS; v++) {
+            job j;
+            result ref, r;
+            memset(&j, 0, sizeof j);
+            parity_base(&j.cfg, (parity_variant)v);
+            CHECK_OK(parity_apply(&j.cfg, dp_only));
+            CHECK_OK(run_dp(&j, &ref));
+            memset(&j, 0, sizeof j);
+            parity_base(&j.cfg, (parity_variant)v);
+            CHECK_OK(parity_apply(&j.cfg, with_tp));
+            CHECK_OK(run_dp(&j, &r));
+            if (is_root()) {
+                parity_verdict verdict;
+                parity_compare(&ref, &r, (parity_variant)v, 0, &verdict);
+                char what[320];
+                snprintf(what, sizeof what, "%s [%s] vs dp 2 alone", with_tp,
+                         parity_variant_name[v]);
+                parity_expect(&verdict, what);
+            }
+            result_free(&ref);
+            result_free(&r);
+        }
+    }
+    parity_check("parallel.dp=4 parallel.tp=2 parallel.zero=3 parallel.zero_group=2");
+    parity_check("parallel.dp=4 parallel.tp=2 parallel.zero=1 parallel.zero_group=2");
+}
+
 int main(int argc, char **argv) {
     if (parity_init(argc, argv, "test-tp")) return 1;
     RUN(test_tp_alone);
     RUN(test_dp_tp);
+    RUN(test_modes_compose);
     return parity_done();
 }
