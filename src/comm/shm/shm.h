@@ -20,8 +20,8 @@
  *     this mode there is no launcher: a dead peer is noticed by its pid
  *     vanishing (kill(pid, 0)) or by the timeout.
  *
- * Not here: the algorithms (shm.c), the launcher (shm_launch.c) and the
- * single-copy transfers (shm_cma.c). */
+ * Not here: the backend itself (its files and private declarations:
+ * shm_impl.h) and the launcher (shm_launch.c). */
 #ifndef PT_COMM_SHM_H
 #define PT_COMM_SHM_H
 
@@ -44,7 +44,7 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
 /* Remove the name (existing mappings stay valid). */
 pt_status pt_shm_job_unlink(const char *name);
 
-/* ---- between shm.c and shm_launch.c ---- */
+/* ---- between the backend and shm_launch.c ---- */
 typedef struct pt_shm_job pt_shm_job;
 /* Map an anonymous arena for nranks (launcher, or a world of one). */
 pt_status pt_shm_job_map_anon(int nranks, double timeout_s, pt_shm_job **out);
@@ -71,11 +71,5 @@ pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **b
  * not read another's memory, or PT_SHM_CMA=0), 0 not decided yet (no
  * collective above 16 KiB so far); 0 for other backends. For tests. */
 int pt_shm_single_copy(const pt_comm *c);
-
-/* ---- between shm.c and shm_cma.c ---- */
-/* Copy bytes from / to address `remote` of process pid (single copy). 0 or
- * an errno: EPERM not allowed here, ESRCH pid gone, EFAULT bad range. */
-int pt_shm_cma_read(int pid, void *dst, const void *remote, size_t bytes);
-int pt_shm_cma_write(int pid, const void *src, void *remote, size_t bytes);
 
 #endif

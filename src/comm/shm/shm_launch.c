@@ -20,7 +20,7 @@
  * ranks and SIGTERM at once. Ranks ask for SIGKILL when the launcher dies
  * (PR_SET_PDEATHSIG), so there are never orphans.
  *
- * Not here: the algorithms (shm.c). */
+ * Not here: the backend (shm.c and the files shm_impl.h lists). */
 #include "shm.h"
 
 #include <errno.h>
