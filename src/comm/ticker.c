@@ -1,6 +1,6 @@
 /* The comm layer's periodic thread (ticker.h): the shm and mpi heartbeats
  * run on it. Holds the thread, its monotonic condition variable and the
- * blocked signals; not the heartbeats themselves (shm/shm.c,
+ * blocked signals; not the heartbeats themselves (shm/shm_heartbeat.c,
  * mpi/mpi_backend.c). */
 #include "ticker.h"
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Staging half per member. 256 KiB keeps a round of 2 ranks in L2/L3 and
+/* Staging half per member. 512 KiB keeps a round of 2 ranks in L2/L3 and
  * makes the two syncs per round cheap next to the copy (see docs/comm.md). */
 #define PT_SHM_STAGE (512u << 10)
 #define SHM_MAGIC    0x7074736du
