@@ -163,16 +163,11 @@ void pt_softmax_xent_forward_backward(float *losses, float *dlogits, const float
  * its real columns (0 on a rank of only padding: it contributes nothing and
  * still runs every phase).
  *
- * Cross-entropy: per row the local max and the exponentials from it
- * (phase 1, one read and one write, as the fused kernel's first passes),
- * all-reduce MAX of the maxes; each rank's sum brought to the global max
- * (phase 2, O(N)), all-reduce SUM; loss and gradient by scaling the stored
- * exponentials (phase 3, one read and one write). Numerics: the same exp,
- * lanes, double chunk sums and float scale as
+ * Numerics: the same exp, lanes and double chunk sums as
  * pt_softmax_xent_forward_backward, so t = 1 gives ITS BITS exactly (loss and
- * dlogits; tested). At t > 1 the exponentials are taken from the local max
- * and the rescaled sums added in float by the all-reduce: loss and dlogits
- * agree with the unsplit kernel within a few float roundings. */
+ * dlogits; tested). At t > 1 the sum of exponentials adds the ranks' partial
+ * sums in float in the all-reduce: loss and dlogits agree with the unsplit
+ * kernel within a few float roundings. */
 
 /* Masked token lookup, the first half of the embedding:
  *   out[b,t,:] = wte[inp[b,t] - v0,:] (+ wpe[t,:])   if v0 <= inp[b,t] < v0 + Vl
@@ -194,34 +189,31 @@ void pt_vocab_embed_forward(float *out, const int *inp, const float *wte, const 
 void pt_vocab_embed_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B,
                              int T, int C, int v0, int Vl);
 
-/* Floats per row of stats: after phase 2, what the caller all-reduces
- * (SUM): the local sum of exp(logit - gmax) as three floats whose exact sum
- * is the double sum (so that t = 1 keeps the fused kernel's bits), and the
- * target's logit (0 where the target is not local). Between phases 1 and 2
- * it is this rank's scratch, not to be reduced. */
+/* Floats per row of the statistics that phase 2 writes and the caller
+ * all-reduces (SUM): the local sum of exponentials as three floats whose
+ * exact sum is the double sum (so that t = 1 keeps the fused kernel's bits),
+ * and the target's logit (0 where the target is not local). */
 #define PT_VOCAB_XENT_STATS 4
 
-/* Phase 1, one pass per row as the fused kernel's first two: lmax (N) =
- * each row's max over this rank's REAL columns (-3e38 when nreal is 0;
- * padded columns are never read), gmax (N) a copy of it; stats (N,
- * PT_VOCAB_XENT_STATS) the row's sum of exp(logit - lmax) and its target's
- * logit. If dlogits (N,Vl) is non-NULL (it may alias logits), those
- * exponentials are stored in its real columns for phase 3. Then all-reduce
- * MAX gmax over the tp group, in place; lmax and stats stay local. */
-void pt_vocab_xent_local(float *lmax, float *gmax, float *stats, float *dlogits,
-                         const float *logits, const int *targets, int N, int Vl, int v0, int nreal);
-/* Phase 2, with gmax reduced, O(N): stats rescaled in place to the global
- * max (sum * exp(lmax - gmax); at t = 1 exactly the sum). Then all-reduce
- * SUM stats over the tp group. */
-void pt_vocab_xent_rescale(float *stats, const float *lmax, const float *gmax, int N);
+/* Phase 1: gmax (N) = each row's max over this rank's REAL columns
+ * (-3e38 when nreal is 0; padded columns are never read). Then all-reduce
+ * MAX gmax over the tp group. */
+void pt_vocab_xent_max(float *gmax, const float *logits, int N, int Vl, int nreal);
+/* Phase 2, with gmax reduced: stats (N, PT_VOCAB_XENT_STATS) OVERWRITTEN
+ * with the local sum of exp(logit - gmax) over the real columns and the
+ * target's logit if v0 <= target < v0 + nreal (else 0). If dlogits (N,Vl) is
+ * non-NULL, exp(logit - gmax) is written to its real columns (dlogits may
+ * alias logits; the target's logit is read first): phase 3 turns it into the
+ * gradient. Then all-reduce SUM stats over the tp group. */
+void pt_vocab_xent_sumexp(float *stats, float *dlogits, const float *logits, const float *gmax,
+                          const int *targets, int N, int Vl, int v0, int nreal);
 /* Phase 3, with stats reduced: losses (N) = log(sum) + gmax - target logit
  * (the same on every rank). If dlogits is non-NULL (the SAME buffer as
- * phase 1's, or NULL in both) it is OVERWRITTEN: dloss * (softmax -
+ * phase 2's, or NULL in both) it is OVERWRITTEN: dloss * (softmax -
  * onehot(target)) in the real columns, exactly 0 in the padded ones. dloss
  * as in pt_softmax_xent_forward_backward. */
-void pt_vocab_xent_finish(float *losses, float *dlogits, const float *lmax, const float *gmax,
-                          const float *stats, const int *targets, int N, int Vl, int v0, int nreal,
-                          float dloss);
+void pt_vocab_xent_finish(float *losses, float *dlogits, const float *gmax, const float *stats,
+                          const int *targets, int N, int Vl, int v0, int nreal, float dloss);
 
 /* ---- optimizer kernels ---------------------------------------------------------------
  * AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected:

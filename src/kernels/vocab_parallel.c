@@ -16,7 +16,6 @@
  * the float scale, the double loss), and this file is built with the same
  * flags, so that t = 1 gives the fused kernel's bits. */
 #include <math.h>
-#include <string.h>
 
 #include "fastmath.h"
 #include "kernels_impl.h"
@@ -112,8 +111,8 @@ void pt_vocab_embed_backward(float *dwte, float *dwpe, const float *dout, const 
 /* ---- cross-entropy in three phases ---------------------------------------- */
 
 typedef struct {
-    float *lmax_out, *gmax_out, *stats_out, *losses, *dlogits;
-    const float *logits, *lmax, *gmax, *stats;
+    float *gmax_out, *stats_out, *losses, *dlogits;
+    const float *logits, *gmax, *stats;
     const int *targets;
     int N, Vl, v0, nreal;
     float dloss;
@@ -121,6 +120,19 @@ typedef struct {
 
 static int xent_workers(int N, int Vl) {
     return (long)N * Vl < PAR_MIN_ELEMS ? 1 : pt_kernels_threads();
+}
+
+static void vxent_max_part(void *p, int index, int count) {
+    vxent_ctx *c = p;
+    long lo, hi;
+    pt_split_range(c->N, index, count, &lo, &hi);
+    for (long n = lo; n < hi; n++) c->gmax_out[n] = pt_max_lanes(c->logits + n * c->Vl, c->nreal);
+}
+
+void pt_vocab_xent_max(float *gmax, const float *logits, int N, int Vl, int nreal) {
+    PT_ASSERT(nreal >= 0 && nreal <= Vl);
+    vxent_ctx c = {.gmax_out = gmax, .logits = logits, .N = N, .Vl = Vl, .nreal = nreal};
+    pt_pool_run(vxent_max_part, &c, xent_workers(N, Vl));
 }
 
 /* s as three floats whose sum in double is s exactly: hi takes s's top 24
@@ -138,69 +150,36 @@ static inline double join3(const float in[3]) {
     return ((double)in[0] + (double)in[1]) + (double)in[2];
 }
 
-/* Phase 1's stash in a row of stats, until phase 2 replaces it with what
- * is reduced: the local sum (double) and the target's logit. */
-typedef struct {
-    double sum;
-    float target, unused;
-} vxent_stash;
-_Static_assert(sizeof(vxent_stash) == PT_VOCAB_XENT_STATS * sizeof(float), "stash size");
-
-/* Per row, xent.c's first two passes (the row stays in cache for the
- * second): the local max, then exp(l - max) summed and, with dlogits,
- * stored. */
-static void vxent_local_part(void *p, int index, int count) {
+static void vxent_sumexp_part(void *p, int index, int count) {
     vxent_ctx *c = p;
     long lo, hi;
     pt_split_range(c->N, index, count, &lo, &hi);
     long Vl = c->Vl;
     for (long n = lo; n < hi; n++) {
         const float *l = c->logits + n * Vl;
-        if (n + 2 < hi && Vl <= 4096) /* as xent.c: short rows, fetch ahead */
-            for (long i = 0; i < Vl; i += 16) __builtin_prefetch(l + 2 * Vl + i, 1);
+        float *st = c->stats_out + n * PT_VOCAB_XENT_STATS;
         long tl = (long)c->targets[n] - c->v0;
-        vxent_stash h = {0.0, 0.0f, 0.0f};
         /* read before the exponentials may overwrite it (dlogits == logits) */
-        h.target = tl >= 0 && tl < c->nreal ? l[tl] : 0.0f;
-        float maxv = pt_max_lanes(l, c->nreal);
-        h.sum = pt_exp_sum_chunked(c->dlogits ? c->dlogits + n * Vl : NULL, l, c->nreal, maxv);
-        c->lmax_out[n] = c->gmax_out[n] = maxv;
-        memcpy(c->stats_out + n * PT_VOCAB_XENT_STATS, &h, sizeof h);
+        float lt = tl >= 0 && tl < c->nreal ? l[tl] : 0.0f;
+        float *dl = c->dlogits ? c->dlogits + n * Vl : NULL;
+        split3(pt_exp_sum_chunked(dl, l, c->nreal, c->gmax[n]), st);
+        st[3] = lt;
     }
 }
 
-void pt_vocab_xent_local(float *lmax, float *gmax, float *stats, float *dlogits,
-                         const float *logits, const int *targets, int N, int Vl, int v0,
-                         int nreal) {
+void pt_vocab_xent_sumexp(float *stats, float *dlogits, const float *logits, const float *gmax,
+                          const int *targets, int N, int Vl, int v0, int nreal) {
     PT_ASSERT(nreal >= 0 && nreal <= Vl);
-    vxent_ctx c = {.lmax_out = lmax,
-                   .gmax_out = gmax,
-                   .stats_out = stats,
+    vxent_ctx c = {.stats_out = stats,
                    .dlogits = dlogits,
                    .logits = logits,
+                   .gmax = gmax,
                    .targets = targets,
                    .N = N,
                    .Vl = Vl,
                    .v0 = v0,
                    .nreal = nreal};
-    pt_pool_run(vxent_local_part, &c, xent_workers(N, Vl));
-}
-
-/* e^(local max - global max): 1 at t = 1 and on the rank of the max,
- * without libm's exp there (a row's exp was 40 us of the small config's
- * 0.4 ms at t = 2) */
-static inline double to_global(float lmax, float gmax) {
-    return lmax == gmax ? 1.0 : exp((double)lmax - (double)gmax);
-}
-
-void pt_vocab_xent_rescale(float *stats, const float *lmax, const float *gmax, int N) {
-    for (long n = 0; n < N; n++) {
-        float *st = stats + n * PT_VOCAB_XENT_STATS;
-        vxent_stash h;
-        memcpy(&h, st, sizeof h);
-        split3(h.sum * to_global(lmax[n], gmax[n]), st);
-        st[3] = h.target;
-    }
+    pt_pool_run(vxent_sumexp_part, &c, xent_workers(N, Vl));
 }
 
 static void vxent_finish_part(void *p, int index, int count) {
@@ -214,12 +193,8 @@ static void vxent_finish_part(void *p, int index, int count) {
         float maxv = c->gmax[n], lt = st[3];
         float *dl = c->dlogits ? c->dlogits + n * Vl : NULL;
         if (dl) {
-            if (n + 2 < hi && Vl <= 4096)
-                for (long i = 0; i < Vl; i += 16) __builtin_prefetch(dl + 2 * Vl + i, 1);
-            /* as xent.c: exp * (dloss / sum), the exponentials taken from the
-             * local max and brought to the global one in the scale (t = 1:
-             * dloss * 1 / sum, xent.c's scale), then the one-hot */
-            float scale = (float)(c->dloss * to_global(c->lmax[n], maxv) / sum);
+            /* as xent.c: exp * (dloss / sum), then the one-hot */
+            float scale = (float)(c->dloss / sum);
             long i = 0;
             for (; i + PT_VW <= nreal; i += PT_VW) pt_v8_store(dl + i, pt_v8_load(dl + i) * scale);
             for (; i < nreal; i++) dl[i] *= scale;
@@ -231,13 +206,11 @@ static void vxent_finish_part(void *p, int index, int count) {
     }
 }
 
-void pt_vocab_xent_finish(float *losses, float *dlogits, const float *lmax, const float *gmax,
-                          const float *stats, const int *targets, int N, int Vl, int v0, int nreal,
-                          float dloss) {
+void pt_vocab_xent_finish(float *losses, float *dlogits, const float *gmax, const float *stats,
+                          const int *targets, int N, int Vl, int v0, int nreal, float dloss) {
     PT_ASSERT(nreal >= 0 && nreal <= Vl);
     vxent_ctx c = {.losses = losses,
                    .dlogits = dlogits,
-                   .lmax = lmax,
                    .gmax = gmax,
                    .stats = stats,
                    .targets = targets,

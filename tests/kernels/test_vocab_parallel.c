@@ -65,7 +65,7 @@ static float pad_value(int plant, long i) {
 static void vp_xent(int N, int V, int t, const float *logits, const int *tg, float dloss, int plant,
                     int grad, float *losses, float *dl) {
     int Vl = vl_of(V, t);
-    float *loc[4], *lmax[4], *gm[4], *st[4], *ls[4];
+    float *loc[4], *lmax[4], *st[4], *ls[4];
     float *gmax = malloc(sizeof(float) * N), *gst = malloc(sizeof(float) * N * PT_VOCAB_XENT_STATS);
     for (int r = 0; r < t; r++) {
         int v0 = r * Vl, nr = nreal_of(V, t, r);
@@ -74,18 +74,18 @@ static void vp_xent(int N, int V, int t, const float *logits, const int *tg, flo
             for (int j = 0; j < Vl; j++)
                 loc[r][n * Vl + j] = j < nr ? logits[n * V + v0 + j] : pad_value(plant, n + j);
         lmax[r] = malloc(sizeof(float) * N);
-        gm[r] = malloc(sizeof(float) * N);
         st[r] = malloc(sizeof(float) * N * PT_VOCAB_XENT_STATS);
         ls[r] = malloc(sizeof(float) * N);
-        pt_vocab_xent_local(lmax[r], gm[r], st[r], grad ? loc[r] : NULL, loc[r], tg, N, Vl, v0, nr);
-        CHECK_EQ(bit_diffs("gmax before the reduction", gm[r], lmax[r], N), 0);
+        pt_vocab_xent_max(lmax[r], loc[r], N, Vl, nr);
     }
     /* all-reduce MAX */
     for (int n = 0; n < N; n++) {
-        gmax[n] = gm[0][n];
-        for (int r = 1; r < t; r++) gmax[n] = gm[r][n] > gmax[n] ? gm[r][n] : gmax[n];
+        gmax[n] = lmax[0][n];
+        for (int r = 1; r < t; r++) gmax[n] = lmax[r][n] > gmax[n] ? lmax[r][n] : gmax[n];
     }
-    for (int r = 0; r < t; r++) pt_vocab_xent_rescale(st[r], lmax[r], gmax, N);
+    for (int r = 0; r < t; r++)
+        pt_vocab_xent_sumexp(st[r], grad ? loc[r] : NULL, loc[r], gmax, tg, N, Vl, r * Vl,
+                             nreal_of(V, t, r));
     /* all-reduce SUM, in rank order */
     for (long i = 0; i < (long)N * PT_VOCAB_XENT_STATS; i++) {
         gst[i] = st[0][i];
@@ -94,8 +94,7 @@ static void vp_xent(int N, int V, int t, const float *logits, const int *tg, flo
     size_t bad_pad = 0, bad_same = 0;
     for (int r = 0; r < t; r++) {
         int v0 = r * Vl, nr = nreal_of(V, t, r);
-        pt_vocab_xent_finish(ls[r], grad ? loc[r] : NULL, lmax[r], gmax, gst, tg, N, Vl, v0, nr,
-                             dloss);
+        pt_vocab_xent_finish(ls[r], grad ? loc[r] : NULL, gmax, gst, tg, N, Vl, v0, nr, dloss);
         bad_same += r ? bit_diffs("losses across ranks", ls[r], ls[0], N) : 0;
         if (!grad) continue;
         const float zero = 0.0f;
@@ -108,29 +107,24 @@ static void vp_xent(int N, int V, int t, const float *logits, const int *tg, flo
     CHECK_EQ(bad_pad, 0);
     CHECK_EQ(bad_same, 0);
     memcpy(losses, ls[0], sizeof(float) * N);
-    for (int r = 0; r < t; r++) free(loc[r]), free(lmax[r]), free(gm[r]), free(st[r]), free(ls[r]);
+    for (int r = 0; r < t; r++) free(loc[r]), free(lmax[r]), free(st[r]), free(ls[r]);
     free(gmax), free(gst);
 }
 
-/* At t > 1 each rank takes the exponentials from its own max and brings them
- * to the global one in double: each differs from the unsplit kernel's by the
- * error of the fast exp, twice (EXP_REL, below 2e-7 each: fastmath.h, tested
- * in test_kernels), and their sum S by as much. And two float evaluations of
- * a sum S of positive terms in different orders are each within gamma_n S of
- * the exact sum (Higham 3.1), n the longest chain of additions: a lane's
- * share of a 1024-element chunk, the lanes, the chunks (in double) and the
- * t-term all-reduce. The loss log S + m - l moves by at most the relative
- * error of S, plus its own rounding; dlogits = e (dloss/S) - dloss [target]
- * by that much of |e dloss/S| plus the rounding of scale, product and
- * subtraction. */
-#define EXP_REL 4e-7
+/* Two float evaluations of the sum S of the same positive exponentials in
+ * different orders are each within gamma_n S of the exact sum (Higham 3.1),
+ * n the longest chain of additions: a lane's share of a 1024-element chunk,
+ * the lanes, the chunks (in double) and the t-term all-reduce. The loss
+ * log S + m - l moves by at most the relative error of S, plus its own
+ * rounding; dlogits = e (dloss/S) - dloss [target] by that much of
+ * |e dloss/S| plus the rounding of scale, product and subtraction. */
 static double gamma_n(int t) {
     double u = FLT_EPSILON / 2, n = 1024.0 / PT_VW + PT_VW + t + 2;
     return n * u / (1 - n * u);
 }
 static void xent_close(const char *what, int N, int V, int t, float dloss, const float *loss,
                        const float *want_loss, const float *dl, const float *want_dl) {
-    double g = 2 * gamma_n(t) + 2 * EXP_REL, u = FLT_EPSILON / 2;
+    double g = 2 * gamma_n(t), u = FLT_EPSILON / 2;
     int bad = 0;
     for (int n = 0; n < N; n++)
         if (!(fabs((double)loss[n] - want_loss[n]) <= g + 4 * u * fabs(want_loss[n]))) {
@@ -147,7 +141,7 @@ static void xent_close(const char *what, int N, int V, int t, float dloss, const
 }
 
 /* far: in even rows, rank 0's columns lie 120 below the others (past
- * exp's range from the global max: its sum comes from its own max). */
+ * exp's range from the global max, where the fast exp clamps). */
 static void xent_case(int N, int V, int t, int far) {
     float dloss = 1.0f / N;
     float *l = rnd((long)N * V, 6);
