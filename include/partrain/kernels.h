@@ -152,14 +152,16 @@ void pt_softmax_xent_forward_backward(float *losses, float *dlogits, const float
 /* ---- vocabulary-parallel embedding and cross-entropy (vocab_parallel.c) -----------
  * Under t-way tensor parallelism wte (V, C) is split by vocabulary rows: this
  * rank holds the Vl rows [v0, v0 + Vl) of the vocabulary padded to t * Vl
- * (model.h, "sharded tensors": v0 = piece[0].offset, Vl = extent + pad);
- * rows >= V are padding. The kernels are local and know nothing of ranks:
- * each operation is split into phases, and the CALLER reduces over the tp
- * group between them (the all-reduces named below). Tokens and targets are
- * global ids in [0, V). Rows of the logits, (N, Vl), hold this rank's
- * vocabulary slice, padded columns included; nreal = min(V - v0, Vl),
- * clamped at 0, is the count of its real columns (0 on a rank of only
- * padding: it contributes nothing and still runs every phase).
+ * (model.h, "sharded tensors": v0 = piece[0].offset, Vl = extent + pad, nreal
+ * = extent); rows >= V are padding. The kernels are local and know nothing of
+ * ranks: each operation is split into phases, and the CALLER reduces over the
+ * tp group between them (the all-reduces named below). The comm layer has no
+ * MAX reduction yet (pt_reduce_op: SUM, AVG); an all-gather of the t maxes,
+ * maxed locally, does the same. Tokens and targets are global ids in [0, V).
+ * Rows of the logits, (N, Vl), hold this rank's vocabulary slice, padded
+ * columns included; nreal = min(V - v0, Vl), clamped at 0, is the count of
+ * its real columns (0 on a rank of only padding: it contributes nothing and
+ * still runs every phase).
  *
  * Numerics: the same exp, lanes and double chunk sums as
  * pt_softmax_xent_forward_backward, so t = 1 gives ITS BITS exactly (loss and

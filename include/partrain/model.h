@@ -69,10 +69,11 @@ size_t pt_model_config_num_params(const pt_model_config *c);
  *     V 5, t 4 gives rank 3 only padding) and the last `pad` are padding;
  *   wpe and the LayerNorms: whole on every rank.
  * Padding rows are in the local shape and numel (the model allocates them;
- * the vocabulary-parallel kernels' v0 is piece[0].offset and their Vl is
- * piece[0].extent + pad) but in no run: init leaves them as allocated
- * (zero), a checkpoint never holds them (its shapes are GPT-2's) and the
- * slice reader sets them to zero. Only wte is ever padded.
+ * the vocabulary-parallel kernels' (kernels.h) v0 is piece[0].offset, Vl
+ * piece[0].extent + pad and nreal piece[0].extent) but in no run: init
+ * leaves them as allocated (zero), a checkpoint never holds them (its
+ * shapes are GPT-2's) and the slice reader sets them to zero. Only wte is
+ * ever padded.
  * t must divide n_head (each rank holds whole heads; then it divides C and
  * 4C too). With t = 1 every slice is the whole tensor (pad 0). The
  * description is a pure function of (config, tensor name, t, r): every rank

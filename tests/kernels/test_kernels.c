@@ -33,17 +33,12 @@
 #include "../../src/kernels/fastmath.h"
 #include "../../src/kernels/kernels_impl.h"
 #include "pt_test.h"
+#define KT_SEED 777
+#include "kernel_test.h"
 
 #define ATOL 1e-5
 #define RTOL 1e-4
 
-static uint64_t g_seed = 777;
-static double urand(void) {
-    g_seed ^= g_seed >> 12;
-    g_seed ^= g_seed << 25;
-    g_seed ^= g_seed >> 27;
-    return (double)((g_seed * 2685821657736338717ULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 static float *rnd(long n, double scale) {
     float *x = malloc(sizeof(float) * (n > 0 ? n : 1));
     for (long i = 0; i < n; i++) x[i] = (float)(urand() * scale);

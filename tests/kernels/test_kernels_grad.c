@@ -27,18 +27,9 @@
 #include "partrain/kernels.h"
 #include "../../src/kernels/kernels_impl.h"
 #include "pt_test.h"
+#define KT_SEED 12345
+#include "kernel_test.h"
 
-#define FD_H    1e-5
-#define FD_ATOL 1e-4
-#define FD_RTOL 1e-3
-
-static uint64_t g_seed = 12345;
-static double urand(void) { /* xorshift64*, in [-1, 1) */
-    g_seed ^= g_seed >> 12;
-    g_seed ^= g_seed << 25;
-    g_seed ^= g_seed >> 27;
-    return (double)((g_seed * 2685821657736338717ULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 static void fill(float *x, long n, double scale) {
     for (long i = 0; i < n; i++) x[i] = (float)(urand() * scale);
 }
@@ -49,35 +40,6 @@ static double dot_r(const double *y, const float *R, long n) {
     double s = 0.0;
     for (long i = 0; i < n; i++) s += y[i] * R[i];
     return s;
-}
-
-typedef double (*loss_fn)(void *ctx);
-
-/* Compare analytic (n floats) with central differences of f over x (n doubles
- * that f reads through ctx). Prints the first few mismatches. */
-static void fd_check(const char *what, double *x, long n, const float *analytic, loss_fn f,
-                     void *ctx) {
-    int bad = 0;
-    double worst = 0.0;
-    for (long i = 0; i < n; i++) {
-        double save = x[i];
-        x[i] = save + FD_H;
-        double lp = f(ctx);
-        x[i] = save - FD_H;
-        double lm = f(ctx);
-        x[i] = save;
-        double num = (lp - lm) / (2 * FD_H);
-        double err = fabs(analytic[i] - num);
-        if (err > worst) worst = err;
-        if (!(err <= FD_ATOL + FD_RTOL * fabs(num))) {
-            if (bad < 5)
-                fprintf(stderr, "  %s[%ld]: analytic %.8g numeric %.8g\n", what, i, analytic[i],
-                        num);
-            bad++;
-        }
-    }
-    if (bad) fprintf(stderr, "  %s: %d of %ld wrong (worst abs err %.3g)\n", what, bad, n, worst);
-    CHECK(bad == 0);
 }
 
 /* g2 must equal g0 + 2 * (g1 - g0): the second call added the same again. */
@@ -441,15 +403,7 @@ typedef struct {
 } xent_t;
 static double xent_loss(void *p) {
     xent_t *c = p;
-    double L = 0.0;
-    for (int n = 0; n < XN; n++) {
-        const double *l = c->l + n * XV;
-        double mx = -INFINITY, s = 0.0;
-        for (int i = 0; i < XV; i++) mx = l[i] > mx ? l[i] : mx;
-        for (int i = 0; i < XV; i++) s += exp(l[i] - mx);
-        L += c->dloss * (log(s) + mx - l[c->tg[n]]);
-    }
-    return L;
+    return xent_loss_double(c->l, c->tg, XN, XV, c->dloss);
 }
 static void test_grad_softmax_xent(void) {
     xent_t c = {.tg = {0, 6, 3, 3}, .dloss = 1.0 / XN};

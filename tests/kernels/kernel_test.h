@@ -1,0 +1,71 @@
+/* Helpers the kernel tests share: a deterministic random stream, central
+ * differences of a double-precision forward (the gradient checks' oracle,
+ * STYLE rule 13), and softmax cross-entropy in double.
+ *
+ * Include after pt_test.h, with KT_SEED defined to the file's seed (each
+ * test keeps its own data). */
+#ifndef PT_KERNEL_TEST_H
+#define PT_KERNEL_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "pt_test.h"
+
+/* Central differences with h = 1e-5, compared with |analytic - numeric| <=
+ * 1e-4 + 1e-3 |numeric| (why these: test_kernels_grad.c's header). */
+#define FD_H    1e-5
+#define FD_ATOL 1e-4
+#define FD_RTOL 1e-3
+
+static uint64_t g_seed = KT_SEED;
+static inline double urand(void) { /* xorshift64*, in [-1, 1) */
+    g_seed ^= g_seed >> 12;
+    g_seed ^= g_seed << 25;
+    g_seed ^= g_seed >> 27;
+    return (double)((g_seed * 2685821657736338717ULL) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Compare analytic (n floats) with central differences of f over x (n doubles
+ * that f reads through ctx). Prints the first few mismatches. */
+static inline void fd_check(const char *what, double *x, long n, const float *analytic, loss_fn f,
+                            void *ctx) {
+    int bad = 0;
+    double worst = 0.0;
+    for (long i = 0; i < n; i++) {
+        double save = x[i];
+        x[i] = save + FD_H;
+        double lp = f(ctx);
+        x[i] = save - FD_H;
+        double lm = f(ctx);
+        x[i] = save;
+        double num = (lp - lm) / (2 * FD_H);
+        double err = fabs(analytic[i] - num);
+        if (err > worst) worst = err;
+        if (!(err <= FD_ATOL + FD_RTOL * fabs(num))) {
+            if (bad < 5)
+                fprintf(stderr, "  %s[%ld]: analytic %.8g numeric %.8g\n", what, i, analytic[i],
+                        num);
+            bad++;
+        }
+    }
+    if (bad) fprintf(stderr, "  %s: %d of %ld wrong (worst abs err %.3g)\n", what, bad, n, worst);
+    CHECK(bad == 0);
+}
+
+/* dloss * sum over rows n of -log softmax(l[n,:])[tg[n]], l (N,V), in double. */
+static inline double xent_loss_double(const double *l, const int *tg, int N, int V, double dloss) {
+    double L = 0.0;
+    for (int n = 0; n < N; n++) {
+        const double *r = l + (long)n * V;
+        double mx = -INFINITY, s = 0.0;
+        for (int i = 0; i < V; i++) mx = r[i] > mx ? r[i] : mx;
+        for (int i = 0; i < V; i++) s += exp(r[i] - mx);
+        L += dloss * (log(s) + mx - r[tg[n]]);
+    }
+    return L;
+}
+
+#endif
