@@ -163,9 +163,9 @@ static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int h
     for (int k = 0; k < CK_N; k++) {
         if (!have[k]) continue;
         if (t->zero && !(zl[k] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
-            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: slice tensors");
+            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
         if (want_full && !(full[k] = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
-            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
+            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
     }
     return st;
 }

@@ -13,8 +13,13 @@
  * local_sgd at dp 2 x tp 2 resume bitwise (every rank's slices dumped and
  * compared).
  *
+ * And a rank that runs out of memory anywhere in a tp 2 save (every
+ * allocation point of either rank, injected with pt_mem_fail_after) leaves
+ * nobody waiting: every rank returns the same status, shared.
+ *
  * shm only: the layouts of a case differ in their world sizes. */
 #include <cjson/cJSON.h>
+#include <sys/mman.h>
 
 #include "parallel/parity_harness.h"
 
@@ -263,6 +268,88 @@ static void test_rank_state(void) {
     result_free(&resumed);
 }
 
+/* ---- out of memory inside a save ---- */
+
+typedef struct {
+    int status[2], shared[2];
+    char msg[2][256];
+} oom_results;
+
+static oom_results *oom; /* MAP_SHARED: the ranks write here */
+
+typedef struct {
+    pt_config cfg;
+    int fail_rank;
+    long fail_after; /* that rank's n-th allocation in the save fails */
+} oom_case;
+
+static int rank_oom_save(void *arg) {
+    const oom_case *oc = arg;
+    pt_comm *w = NULL;
+    pt_comm_options o = {"shm", 20};
+    if (pt_comm_init(&w, &o) != PT_OK) return 2;
+    int me = pt_comm_rank(w), n = oc->cfg.train.batch_size * oc->cfg.model.seq_len;
+    int *in = malloc((size_t)n * sizeof(int)), *tg = malloc((size_t)n * sizeof(int));
+    step_tokens(&oc->cfg, 0, in, tg);
+    pt_trainer *t = NULL;
+    pt_status st = pt_trainer_new_dist(&t, &oc->cfg, w);
+    if (st == PT_OK) st = pt_trainer_step_batch(t, in, tg, NULL);
+    if (st == PT_OK) {
+        if (me == oc->fail_rank) pt_mem_fail_after(oc->fail_after);
+        st = pt_trainer_save(t);
+        pt_mem_fail_after(0);
+    }
+    oom->status[me] = st;
+    oom->shared[me] = st != PT_OK && pt_error_is_shared();
+    snprintf(oom->msg[me], sizeof oom->msg[me], "%s", st == PT_OK ? "" : pt_error_message());
+    pt_trainer_free(t);
+    free(in);
+    free(tg);
+    pt_comm_free(w);
+    return 0;
+}
+
+/* C 256: a tp slice (about 3 MB) does not fit the shm ring, so that a send
+ * waits for its receiver: a rank 0 that skipped its receives would leave
+ * rank 1 blocked (for the checkpoint's relaxed timeout: the test's limit). */
+static void test_save_out_of_memory(void) {
+    oom = mmap(NULL, sizeof *oom, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(oom != MAP_FAILED);
+    if (oom == MAP_FAILED) return;
+    oom_case oc;
+    memset(&oc, 0, sizeof oc);
+    tiny_config(&oc.cfg, 1);
+    oc.cfg.model.n_embd = 256;
+    oc.cfg.train.batch_size = 2;
+    oc.cfg.parallel.tp = 2;
+    snprintf(oc.cfg.checkpoint.dir, sizeof oc.cfg.checkpoint.dir, "%s", tmp_path("oom"));
+    int failed = 0, cases = 0;
+    for (int r = 0; r < 2; r++)
+        for (long k = 1; k <= 8; k++) {
+            memset(oom, 0, sizeof *oom);
+            oc.fail_rank = r;
+            oc.fail_after = k;
+            int code = -1;
+            pt_comm_options o = {"shm", 20};
+            CHECK_OK(pt_launch(2, rank_oom_save, &oc, &o, &code));
+            CHECK_EQ(code, 0);
+            CHECK_EQ(oom->status[0], oom->status[1]);
+            CHECK(oom->status[0] == PT_OK || oom->status[0] == PT_ERR_NOMEM);
+            if (oom->status[0] != PT_OK) {
+                CHECK(oom->shared[0] && oom->shared[1] && !strcmp(oom->msg[0], oom->msg[1]));
+                failed++;
+            }
+            cases++;
+            if (oom->status[0] != oom->status[1] || oom->status[0] != PT_OK)
+                printf("  rank %d allocation %ld fails: %s / %s\n", r, k,
+                       pt_status_name((pt_status)oom->status[0]), oom->msg[0]);
+        }
+    CHECK(failed > 0); /* the injection reached the save */
+    printf("  %-52s %d of %d failed alike on both ranks\n", "tp2 save out of memory", failed,
+           cases);
+    munmap(oom, sizeof *oom);
+}
+
 int main(int argc, char **argv) {
     if (parity_init(argc, argv, "test-tp-ckpt")) return 1;
     if (use_mpi) {
@@ -273,5 +360,6 @@ int main(int argc, char **argv) {
     RUN(test_same_layout);
     RUN(test_rank_state);
     RUN(test_cross_layout);
+    RUN(test_save_out_of_memory);
     return parity_done();
 }
