@@ -14,10 +14,12 @@
 
 /* ---- checkpoints ----
  * The main files (model.safetensors, optim_m/v.safetensors, state.json) hold
- * rank 0's parameters and moments, full tensors under every layout. Under
- * stale and local_sgd with more than one rank, rank<r>.safetensors add what
- * rank r needs to continue exactly (rank_groups); state.json's "rank_state"
- * says they are there. */
+ * the parameters and moments of dp index 0 (world rank 0's tp group), full
+ * tensors with GPT-2's shapes under every layout (tp > 1: assembled from
+ * the slices, read back by slice). Under stale and local_sgd with dp > 1,
+ * rank<r>.safetensors add what world rank r needs to continue exactly
+ * (rank_groups, slice-shaped); state.json's "rank_state" says they are
+ * there. */
 
 /* Whether this run's checkpoints carry per-rank state: only data
  * parallelism makes ranks' state differ (tp ranks of one dp index hold
