@@ -24,28 +24,41 @@ static void place(const pt_model *w, const pt_model *s, const float *local, floa
     }
 }
 
+/* tp rank 0's side: every rank's slice model and one receive buffer are
+ * made first, and the group agrees on that before any transfer, so that a
+ * rank 0 out of memory leaves no rank blocked in its send (for as long as a
+ * checkpoint's relaxed timeout). */
+static pt_status gather_root(pt_comm *tp, const pt_model *m, const float *local, float *full,
+                             int t) {
+    const pt_model_config *cfg = pt_model_config_of(m);
+    pt_model *w = NULL, **s = calloc((size_t)t, sizeof *s);
+    float *buf = NULL;
+    size_t most = 0;
+    pt_status st = s ? pt_model_new_slice(&w, cfg, 0, 1, 0)
+                     : pt_error_set(PT_ERR_NOMEM, "tensor-parallel gather");
+    for (int r = 1; r < t && st == PT_OK; r++) {
+        st = pt_model_new_slice(&s[r], cfg, 0, t, r);
+        if (st == PT_OK && pt_model_num_params(s[r]) > most) most = pt_model_num_params(s[r]);
+    }
+    if (st == PT_OK && t > 1 && !(buf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "tensor-parallel gather");
+    st = pt_comm_agree(tp, st);
+    if (st == PT_OK) place(w, m, local, full);
+    for (int r = 1; r < t && st == PT_OK; r++) {
+        st = pt_comm_recv(tp, buf, pt_model_num_params(s[r]) * sizeof(float), r, 31);
+        if (st == PT_OK) place(w, s[r], buf, full);
+    }
+    pt_mem_free(buf);
+    for (int r = t - 1; s && r >= 1; r--) pt_model_free(s[r]);
+    free(s);
+    pt_model_free(w);
+    return st;
+}
+
 pt_status pt_tp_gather_full(pt_comm *tp, const pt_model *m, const float *local, float *full) {
     int t = 1, me = 0;
     pt_model_tp(m, &t, &me);
-    size_t n = pt_model_num_params(m);
-    if (me != 0) return pt_comm_send(tp, local, n * sizeof(float), 0, 31);
-    const pt_model_config *cfg = pt_model_config_of(m);
-    pt_model *w = NULL, *s = NULL;
-    float *buf = NULL;
-    pt_status st = pt_model_new_slice(&w, cfg, 0, 1, 0);
-    if (st == PT_OK) place(w, m, local, full);
-    for (int r = 1; r < t && st == PT_OK; r++) {
-        st = pt_model_new_slice(&s, cfg, 0, t, r);
-        size_t nr = s ? pt_model_num_params(s) : 0;
-        if (st == PT_OK && !(buf = pt_mem_alloc(PT_MEM_SCRATCH, nr * sizeof(float))))
-            st = pt_error_set(PT_ERR_NOMEM, "tensor-parallel gather");
-        if (st == PT_OK) st = pt_comm_recv(tp, buf, nr * sizeof(float), r, 31);
-        if (st == PT_OK) place(w, s, buf, full);
-        pt_mem_free(buf);
-        buf = NULL;
-        pt_model_free(s);
-        s = NULL;
-    }
-    pt_model_free(w);
-    return st;
+    if (me == 0) return gather_root(tp, m, local, full, t);
+    PT_CHECK(pt_comm_agree(tp, PT_OK)); /* rank 0 is ready to receive */
+    return pt_comm_send(tp, local, pt_model_num_params(m) * sizeof(float), 0, 31);
 }

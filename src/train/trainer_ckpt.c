@@ -14,14 +14,18 @@
 
 /* ---- checkpoints ----
  * The main files (model.safetensors, optim_m/v.safetensors, state.json) hold
- * rank 0's parameters and moments, full tensors under every layout. Under
- * stale and local_sgd with more than one rank, rank<r>.safetensors add what
- * rank r needs to continue exactly (rank_groups); state.json's "rank_state"
- * says they are there. */
+ * the parameters and moments of dp index 0 (world rank 0's tp group), full
+ * tensors with GPT-2's shapes under every layout (tp > 1: assembled from
+ * the slices, read back by slice). Under stale and local_sgd with dp > 1,
+ * rank<r>.safetensors add what world rank r needs to continue exactly
+ * (rank_groups, slice-shaped); state.json's "rank_state" says they are
+ * there. */
 
-/* Whether this run's checkpoints carry per-rank state. */
+/* Whether this run's checkpoints carry per-rank state: only data
+ * parallelism makes ranks' state differ (tp ranks of one dp index hold
+ * slices of the same model, which the main files carry). */
 static int has_rank_state(const pt_trainer *t) {
-    return t->world && (t->mode == MODE_STALE || t->mode == MODE_LOCAL);
+    return t->dp && (t->mode == MODE_STALE || t->mode == MODE_LOCAL);
 }
 
 /* stale: the first step whose round is launched and not yet applied; the
@@ -40,8 +44,9 @@ static void add_group(pt_ckpt_group *g, int *ng, float *buf, const char *fmt, in
 
 /* What rank<r>.safetensors holds for this rank, as groups over the live
  * buffers (so that saving reads them and resuming fills them):
- *   params, optim_m, optim_v   ranks > 0 under dga and local_sgd, whose
- *                              parameters and moments differ from rank 0's
+ *   params, optim_m, optim_v   dp index > 0 under dga and local_sgd, whose
+ *                              parameters and moments differ from the
+ *                              main files' (dp index 0's, every tp slice)
  *   stale.step_S.sum           stale: the all-reduced sum of each step S in
  *                              flight (waited for before saving)
  *   stale.step_S.local         dga: this rank's own gradient of step S
@@ -50,7 +55,7 @@ static void add_group(pt_ckpt_group *g, int *ng, float *buf, const char *fmt, in
 static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
     int ng = 0, k = t->cfg.parallel.staleness;
     size_t n = pt_model_num_params(t->model);
-    if (t->rank > 0 && (t->dga || t->mode == MODE_LOCAL)) {
+    if (t->dp_rank > 0 && (t->dga || t->mode == MODE_LOCAL)) {
         add_group(g, &ng, pt_model_params(t->model), "params", 0);
         /* the optimizer's state only (sgd: the momentum buffer, or none) */
         if (pt_adamw_m(t->opt)) add_group(g, &ng, pt_adamw_m(t->opt), "optim_m", 0);
@@ -110,12 +115,14 @@ static char *state_json(const pt_trainer *t) {
     return text;
 }
 
-/* Rank 0: the main files into tmp, then into place. */
+/* Rank 0: the main files into tmp, then into place. Their tensor table is
+ * the whole model's (tp > 1: t->full), GPT-2's names and shapes. */
 static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
                             const float *adam_m, const float *adam_v) {
     char *state = state_json(t);
     if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
-    pt_status st = pt_ckpt_write_main(tmp, t->model, params, adam_m, adam_v, state);
+    pt_status st =
+        pt_ckpt_write_main(tmp, t->tp ? t->full : t->model, params, adam_m, adam_v, state);
     free(state);
     if (st != PT_OK) {
         pt_ckpt_abort(tmp);
@@ -134,28 +141,63 @@ static int optim_state_count(const pt_config *c) {
     return pt_optim_state_count(&hp);
 }
 
-/* Rank 0 writes every file (the tensors are whole on every rank; ZeRO
- * gathers them first; per-rank state is sent to it); the others wait for
- * it, so that a resume right after finds the files, and learn its status. */
+/* The tensors a save writes: params, then the optimizer's m and v (NULL
+ * when the rule keeps none). */
+enum { CK_P, CK_M, CK_V, CK_N };
+
+/* Whether this rank's tp group assembles full tensors for the writer: the
+ * group of world rank 0 (dp index 0; every rank of a group alike). */
+static int tp_writes(const pt_trainer *t) {
+    return t->tp && t->dp_rank == 0;
+}
+
+/* Scratch for a save, all or none (NULL where not needed): zl[] this
+ * rank's slice layout from ZeRO's shards, full[] the whole model's layout
+ * on the tp rank 0 that assembles them. Sets have[] to the tensors kept. */
+static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int have[CK_N],
+                              float *zl[CK_N], float *full[CK_N]) {
+    int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
+    for (int k = 0; k < CK_N; k++) have[k] = t->zero ? k < 1 + nstate : own[k] != NULL;
+    size_t n = pt_model_num_params(t->model);
+    size_t nf = t->tp ? pt_model_num_params(t->full) : 0;
+    int want_full = tp_writes(t) && t->tp_rank == 0;
+    pt_status st = PT_OK;
+    for (int k = 0; k < CK_N; k++) {
+        if (!have[k]) continue;
+        if (t->zero && !(zl[k] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
+            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
+        if (want_full && !(full[k] = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
+            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
+    }
+    return st;
+}
+
+/* Rank 0 writes every file (ZeRO gathers the shards inside the dp group
+ * first; tp > 1: the slices go to tp rank 0, which assembles GPT-2's full
+ * tensors, padding removed; per-rank state is sent to it); the others wait
+ * for it, so that a resume right after finds the files, and learn its
+ * status. Every rank enters every collective whatever failed before it. */
 static pt_status save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
-    pt_status st = PT_OK;
-    float *zp = NULL, *zm = NULL, *zv = NULL;
+    /* this rank's slices: its own buffers, or ZeRO's shards gathered */
+    const float *local[CK_N] = {pt_model_params(t->model), t->opt ? pt_adamw_m(t->opt) : NULL,
+                                t->opt ? pt_adamw_v(t->opt) : NULL};
+    int have[CK_N];
+    float *zl[CK_N] = {NULL}, *full[CK_N] = {NULL};
+    pt_status st = save_buffers(t, local, have, zl, full);
+    /* all or none enter the gathers: a rank out of memory must not leave
+     * the others waiting in them */
+    if (t->aux && (t->zero || t->tp)) st = pt_comm_agree(t->aux, st);
     if (t->zero) {
-        /* sharded state: gather full tensors (every rank takes part) */
-        size_t n = pt_model_num_params(t->model);
-        int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
-        zp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        if (nstate >= 1) zm = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        if (nstate >= 2) zv = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
-        if (!zp || (nstate >= 1 && !zm) || (nstate >= 2 && !zv))
-            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors");
-        /* all or none enter the all-gathers: a rank out of memory must not
-         * leave the others waiting in them */
-        if (t->aux) st = pt_comm_agree(t->aux, st);
-        if (st == PT_OK) st = pt_zero_gather_params(t->zero, zp);
-        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zm, zv);
+        if (st == PT_OK) st = pt_zero_gather_params(t->zero, zl[CK_P]);
+        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zl[CK_M], zl[CK_V]);
+        for (int k = 0; k < CK_N; k++) local[k] = zl[k];
     }
+    for (int k = 0; k < CK_N; k++)
+        if (st == PT_OK && have[k] && tp_writes(t))
+            st = pt_tp_gather_full(t->tp, t->model, local[k], full[k]);
+    const float *out[CK_N];
+    for (int k = 0; k < CK_N; k++) out[k] = !have[k] ? NULL : t->tp ? full[k] : local[k];
     if (st == PT_OK) st = finish_inflight(t);
     char tmp[PT_CONFIG_STR_MAX + 64];
     int have_tmp = 0;
@@ -171,14 +213,13 @@ static pt_status save(pt_trainer *t) {
         if (st == PT_OK) st = e;
     }
     if (st == PT_OK && t->rank == 0)
-        st = t->zero ? write_main(t, tmp, zp, zm, zv)
-                     : write_main(t, tmp, pt_model_params(t->model), pt_adamw_m(t->opt),
-                                  pt_adamw_v(t->opt));
+        st = write_main(t, tmp, out[CK_P], out[CK_M], out[CK_V]);
     else if (have_tmp)
         pt_ckpt_abort(tmp);
-    pt_mem_free(zv);
-    pt_mem_free(zm);
-    pt_mem_free(zp);
+    for (int k = CK_N - 1; k >= 0; k--) {
+        pt_mem_free(full[k]);
+        pt_mem_free(zl[k]);
+    }
     return pt_ckpt_agree(t->aux, st);
 }
 
@@ -231,25 +272,30 @@ static pt_status read_saved_state(const char *stepdir, saved_state *s) {
     return PT_OK;
 }
 
-/* "dp2 stale dga k=1", "dp2 local_sgd nesterov", "dp1 sync" */
+/* "dp2 stale dga k=1", "dp2 tp2 local_sgd nesterov", "dp1 sync" */
 static void async_desc(const pt_config *c, char *buf, size_t n) {
+    char mesh[32];
+    snprintf(mesh, sizeof mesh, "dp%d", c->parallel.dp);
+    if (c->parallel.tp > 1)
+        snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), " tp%d", c->parallel.tp);
     if (!strcmp(c->parallel.sync, "stale"))
-        snprintf(buf, n, "dp%d stale %s k=%d", c->parallel.dp, c->parallel.stale_mode,
-                 c->parallel.staleness);
+        snprintf(buf, n, "%s stale %s k=%d", mesh, c->parallel.stale_mode, c->parallel.staleness);
     else if (!strcmp(c->parallel.sync, "local_sgd"))
-        snprintf(buf, n, "dp%d local_sgd %s", c->parallel.dp, c->parallel.outer);
+        snprintf(buf, n, "%s local_sgd %s", mesh, c->parallel.outer);
     else
-        snprintf(buf, n, "dp%d %s", c->parallel.dp, c->parallel.sync);
+        snprintf(buf, n, "%s %s", mesh, c->parallel.sync);
 }
 
 /* Whether the per-rank state saved under `saved` continues this run
- * exactly: the same ranks, mode, and (stale) the same kind and staleness or
- * (local_sgd) the same outer step. sync_every, learning rates and the like
- * may differ: they act on the future only. */
+ * exactly: the same ranks in the same mesh (dp, tp, pp: rank<r>.safetensors
+ * holds world rank r's slices), mode, and (stale) the same kind and
+ * staleness or (local_sgd) the same outer step. sync_every, learning rates
+ * and the like may differ: they act on the future only. */
 static int continues_exactly(const pt_trainer *t, const pt_config *saved, const saved_state *s) {
     const pt_config *c = &t->cfg;
     if (!s->rank_state || !has_rank_state(t) || s->ranks != t->nranks ||
-        saved->parallel.dp != t->nranks || strcmp(saved->parallel.sync, c->parallel.sync) != 0)
+        saved->parallel.dp != c->parallel.dp || saved->parallel.tp != c->parallel.tp ||
+        saved->parallel.pp != c->parallel.pp || strcmp(saved->parallel.sync, c->parallel.sync) != 0)
         return 0;
     if (t->mode == MODE_STALE)
         return !strcmp(saved->parallel.stale_mode, c->parallel.stale_mode) &&
@@ -257,31 +303,39 @@ static int continues_exactly(const pt_trainer *t, const pt_config *saved, const 
     return !strcmp(saved->parallel.outer, c->parallel.outer);
 }
 
-/* Model and AdamW state from the main files (ZeRO: this rank's slices). */
+/* One main file into buf, laid out like this rank's model: tp > 1 reads
+ * this rank's slice of the full tensors (the file is checked against the
+ * whole model), tp = 1 the file as it is. */
+static pt_status load_file(pt_trainer *t, const char *path, float *buf) {
+    return t->tp ? pt_safetensors_load_slice(path, t->model, buf)
+                 : pt_safetensors_load(path, t->model, buf);
+}
+
+/* Model and AdamW state from the main files (ZeRO: this rank's shards). */
 static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
     char path[PT_CONFIG_STR_MAX + 128];
     size_t n = pt_model_num_params(t->model);
     snprintf(path, sizeof path, "%s/model.safetensors", stepdir);
-    if (t->zero) { /* full tensors in, this rank's slices kept */
+    if (t->zero) { /* this rank's slices in, its shards kept */
         float *fp = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
         if (!fp) return pt_error_set(PT_ERR_NOMEM, "resume: parameters");
-        pt_status st = pt_safetensors_load(path, t->model, fp);
+        pt_status st = load_file(t, path, fp);
         if (st == PT_OK) pt_zero_load_params(t->zero, fp);
         pt_mem_free(fp);
         PT_CHECK(st);
     } else {
-        PT_CHECK(pt_safetensors_load(path, t->model, pt_model_params(t->model)));
+        PT_CHECK(load_file(t, path, pt_model_params(t->model)));
     }
     /* the state the rule keeps: AdamW m and v, sgd's momentum buffer as m */
     if (t->opt) {
         snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
-        if (pt_adamw_m(t->opt)) PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_m(t->opt)));
+        if (pt_adamw_m(t->opt)) PT_CHECK(load_file(t, path, pt_adamw_m(t->opt)));
         snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
-        if (pt_adamw_v(t->opt)) PT_CHECK(pt_safetensors_load(path, t->model, pt_adamw_v(t->opt)));
+        if (pt_adamw_v(t->opt)) PT_CHECK(load_file(t, path, pt_adamw_v(t->opt)));
         pt_adamw_set_t(t->opt, optim_t);
         return PT_OK;
     }
-    /* ZeRO: read the full state, keep this rank's shard */
+    /* ZeRO: read this rank's slices of the state, keep its shard */
     int nstate = optim_state_count(&t->cfg);
     float *fm = nstate >= 1 ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : NULL;
     float *fv = nstate >= 2 ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : NULL;
@@ -289,9 +343,9 @@ static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
                        ? PT_OK
                        : pt_error_set(PT_ERR_NOMEM, "resume: optimizer state");
     snprintf(path, sizeof path, "%s/optim_m.safetensors", stepdir);
-    if (st == PT_OK && fm) st = pt_safetensors_load(path, t->model, fm);
+    if (st == PT_OK && fm) st = load_file(t, path, fm);
     snprintf(path, sizeof path, "%s/optim_v.safetensors", stepdir);
-    if (st == PT_OK && fv) st = pt_safetensors_load(path, t->model, fv);
+    if (st == PT_OK && fv) st = load_file(t, path, fv);
     if (st == PT_OK) pt_zero_load_optim(t->zero, fm, fv, optim_t);
     pt_mem_free(fv);
     pt_mem_free(fm);
