@@ -137,6 +137,23 @@ static pt_status dump_state(const job *j, pt_trainer *t, pt_comm *world) {
     return ok ? PT_OK : pt_error_set(PT_ERR_IO, "%s: write failed", path);
 }
 
+/* The dump of `step` by `rank` (dump_state's file) into a malloc'd buffer
+ * of *count floats (NULL, 0 when missing or unreadable). */
+static inline float *read_dump(const char *dump, int step, int rank, size_t *count) {
+    char name[96];
+    snprintf(name, sizeof name, "%s.s%d.r%d", dump, step, rank);
+    FILE *f = fopen(tmp_path(name), "rb");
+    *count = 0;
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long bytes = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    float *buf = bytes > 0 ? malloc((size_t)bytes) : NULL;
+    if (buf && fread(buf, 1, (size_t)bytes, f) == (size_t)bytes) *count = (size_t)bytes / 4;
+    fclose(f);
+    return buf;
+}
+
 static pt_status run_job(const job *j, pt_comm *world, result *r) {
     memset(r, 0, sizeof *r);
     pt_trainer *t = NULL;

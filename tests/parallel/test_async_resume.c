@@ -62,21 +62,6 @@ static void mode_config(job *j, const mode *md, int dp) {
     snprintf(j->cfg.checkpoint.dir, sizeof j->cfg.checkpoint.dir, "%s", tmp_path(dir));
 }
 
-/* A dumped state file (params, m, v of one rank); n floats in *count. */
-static float *read_dump(const char *dump, int step, int rank, size_t *count) {
-    char name[96];
-    snprintf(name, sizeof name, "%s.s%d.r%d", dump, step, rank);
-    FILE *f = fopen(tmp_path(name), "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long bytes = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = bytes > 0 ? malloc((size_t)bytes) : NULL;
-    *count = buf && fread(buf, 1, (size_t)bytes, f) == (size_t)bytes ? (size_t)bytes / 4 : 0;
-    fclose(f);
-    return buf;
-}
-
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
     for (size_t i = 0; i < n; i++)

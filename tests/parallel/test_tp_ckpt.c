@@ -185,22 +185,6 @@ static void test_file_shapes(void) {
     result_free(&first);
 }
 
-/* The dumped state of a rank (its slices: params, then optimizer state). */
-static float *read_dump(const char *dump, int step, int rank, size_t *count) {
-    char name[96];
-    snprintf(name, sizeof name, "%s.s%d.r%d", dump, step, rank);
-    FILE *f = fopen(tmp_path(name), "rb");
-    *count = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long bytes = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    float *buf = bytes > 0 ? malloc((size_t)bytes) : NULL;
-    if (buf && fread(buf, 1, (size_t)bytes, f) == (size_t)bytes) *count = (size_t)bytes / 4;
-    fclose(f);
-    return buf;
-}
-
 /* stale and local_sgd at dp 2 x tp 2: rank<r>.safetensors hold each world
  * rank's slices, so the same layout continues exactly: every rank's
  * parameters and optimizer state at the end, and the losses, bitwise. At
