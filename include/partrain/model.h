@@ -18,15 +18,19 @@
  *
  * Module-level access (for pipeline stages and FSDP): pt_module_forward /
  * pt_module_backward run one module with an explicit activation context
- * (pt_module_ctx). The model keeps one context per module for its own
- * whole-model passes; a pipeline schedule can create more (one per in-flight
- * micro-batch).
+ * (pt_module_ctx), calling the plug points (pt_model_hooks) around it. The
+ * model keeps one slot of contexts for its own whole-model passes; a
+ * schedule can create more (pt_model_slot: one per in-flight micro-batch).
  *
  * Sharded tensors (pt_shard, pt_model_new_slice): the model of one tensor-
  * parallel rank holds slices of the global tensors; shard.c describes them.
  *
- * Not here: the optimizer, data, communication (tensor-parallel linears will
- * take a communicator later), checkpoint files. */
+ * Tensor parallelism (pt_model_set_tp_comm): a slice model's passes run
+ * Megatron's tensor-parallel modules with the tp group's collectives
+ * (modules_tp.c); the only communication in the model.
+ *
+ * Not here: the optimizer, data, the strategies' communication (parallel),
+ * checkpoint files. */
 #ifndef PARTRAIN_MODEL_H
 #define PARTRAIN_MODEL_H
 
