@@ -9,7 +9,9 @@
 # `tp_comm_bytes` (bytes rank 0 sent on its tp group in the step). A second
 # depth (L 2) at dp 1 gives activations and communication PER LAYER as the
 # difference of the two runs over the two layers, which cancels everything
-# that does not grow with depth (embedding, head, backward scratch).
+# that does not grow with depth (embedding, head, backward scratch). A
+# third (L 12, dp 2 x tp 2, ZeRO 0..3) shows ZeRO's saving once the shard
+# outweighs its unit buffers.
 #
 # Formulas (Psi_t = this rank's parameters, N = s b tokens per micro-batch,
 # h = C, a = NH, s = T, b = micro-batch sequences):
@@ -75,12 +77,17 @@ for t in 1 2 4; do
         done
     done
 done
+# ZeRO's saving beyond its unit buffers shows with depth: 12 blocks at dp 2 x tp 2
+DEEP=12
+for z in 0 1 2 3; do
+    run $DEEP 2 2 "$z" "$TMP/m_${DEEP}_2_2_$z.jsonl"
+done
 
 [ "$JSON_ONLY" = 1 ] || echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), partrain $(git -C "$ROOT" rev-parse --short HEAD), L $L C $C NH $NH V $V T $T global batch $B, $STEPS steps, last step's metrics"
-python3 - "$TMP" "$JSON_ONLY" $L $C $NH $V $T $B <<'PY'
+python3 - "$TMP" "$JSON_ONLY" $L $C $NH $V $T $B $DEEP <<'PY'
 import json, os, sys
 tmp, json_only = sys.argv[1], sys.argv[2] == "1"
-L, C, NH, V, T, B = map(int, sys.argv[3:9])
+L, C, NH, V, T, B, DEEP = map(int, sys.argv[3:10])
 out = []
 
 def last(f):
@@ -98,24 +105,25 @@ def say(s):
 KiB = 1024.0
 say("\nParameters, gradients, optimizer state per rank (KiB; measured / formula: 4 Psi_t, 4 Psi_t, 8 Psi_t; ZeRO divides by dp)")
 say("%-22s %9s %14s %14s %14s %14s" % ("layout", "Psi_t", "params", "grads", "optim", "p+g+o"))
-for t in (1, 2, 4):
-    for dp in (1, 2):
-        for z in range(4):
-            if dp == 1 and z:
-                continue
-            r = last("m_%d_%d_%d_%d.jsonl" % (L, dp, t, z))
-            p = psi(t, L)
-            fp = 4 * p / (dp if z >= 3 else 1)
-            fg = 4 * p / (dp if z >= 2 else 1)
-            fo = 8 * p / (dp if z >= 1 else 1)
-            m = r["mem"]
-            pgo = m["params"] + m["grads"] + m["optim"]
-            cell = lambda a, b: "%6.0f / %-6.0f" % (a / KiB, b / KiB)
-            say("%-22s %9d %14s %14s %14s %14s" % (r["layout"], p, cell(m["params"], fp),
-                cell(m["grads"], fg), cell(m["optim"], fo), cell(pgo, fp + fg + fo)))
-            out.append({"bench": "tp_memory", "kind": "state", "layout": r["layout"], "L": L, "dp": dp,
-                        "tp": t, "zero": z, "psi_t": p, "mem": m,
-                        "formula": {"params": fp, "grads": fg, "optim": fo}})
+for layers, t, dp in [(L, 1, 1), (L, 1, 2), (L, 2, 1), (L, 2, 2), (L, 4, 1), (L, 4, 2), (DEEP, 2, 2)]:
+    if layers != L:
+        say("at L %d:" % layers)
+    for z in range(4):
+        if dp == 1 and z:
+            continue
+        r = last("m_%d_%d_%d_%d.jsonl" % (layers, dp, t, z))
+        p = psi(t, layers)
+        fp = 4 * p / (dp if z >= 3 else 1)
+        fg = 4 * p / (dp if z >= 2 else 1)
+        fo = 8 * p / (dp if z >= 1 else 1)
+        m = r["mem"]
+        pgo = m["params"] + m["grads"] + m["optim"]
+        cell = lambda a, b: "%6.0f / %-6.0f" % (a / KiB, b / KiB)
+        say("%-22s %9d %14s %14s %14s %14s" % (r["layout"], p, cell(m["params"], fp),
+            cell(m["grads"], fg), cell(m["optim"], fo), cell(pgo, fp + fg + fo)))
+        out.append({"bench": "tp_memory", "kind": "state", "layout": r["layout"], "L": layers, "dp": dp,
+                    "tp": t, "zero": z, "psi_t": p, "mem": m,
+                    "formula": {"params": fp, "grads": fg, "optim": fo}})
 
 s, b, h, a = T, B, C, NH
 N = s * b
