@@ -3,7 +3,8 @@
  * from src/model/modules_tp.c and the comm layer's byte counting, on every
  * rank of tp 2 and tp 4, alone and at dp 2, with micro-batches, ZeRO and a
  * padded vocabulary; a validation pass between steps adds nothing to the
- * next step; and the dp figure (`comm_bytes`) carries none of it.
+ * next step; the metrics lines of pt_trainer_run carry the same figure; and
+ * the dp figure (`comm_bytes`) carries none of it.
  *
  * The formula. N = micro-batch tokens (batch_size / dp / microbatches x T),
  * C = n_embd, L = n_layer, S = PT_VOCAB_XENT_STATS, M = micro-batches, t =
@@ -57,6 +58,7 @@ static void write_text(const char *path, size_t n) {
 typedef struct {
     pt_config cfg;
     int validate; /* run pt_trainer_validate before the last step */
+    int run;      /* pt_trainer_run instead: metrics to log.metrics, validation every step */
 } job;
 
 /* One rank's figures per step. */
@@ -91,7 +93,8 @@ static pt_status run_rank(const job *j, pt_comm *world, rank_out *o) {
     int n = j->cfg.train.batch_size * j->cfg.model.seq_len;
     int *in = malloc((size_t)n * sizeof(int)), *tg = malloc((size_t)n * sizeof(int));
     pt_status st = in && tg ? PT_OK : pt_error_set(PT_ERR_NOMEM, "tokens");
-    for (int s = 0; st == PT_OK && s < STEPS; s++) {
+    if (st == PT_OK && j->run) st = pt_trainer_run(t);
+    for (int s = 0; st == PT_OK && !j->run && s < STEPS; s++) {
         if (j->validate && s == STEPS - 1) {
             float vl;
             st = pt_trainer_validate(t, &vl);
@@ -224,6 +227,54 @@ static void test_dp_tp(void) {
     check_layout("parallel.dp=2 parallel.tp=2 parallel.zero=3", 0);
 }
 
+/* The metrics' step lines (rank 0's) of a pt_trainer_run with validation
+ * after every step: `tp_comm_bytes` is the formula on each. */
+static void check_metrics(const char *layout) {
+    job j;
+    memset(&j, 0, sizeof j);
+    base_config(&j.cfg);
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", layout);
+    for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
+        CHECK_OK(pt_config_set(&j.cfg, kv));
+    j.run = 1;
+    j.cfg.train.val_every = 1;
+    j.cfg.log.every = 1;
+    snprintf(j.cfg.data.train, sizeof j.cfg.data.train, "%s", tmp_path("val.txt"));
+    snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val.txt"));
+    snprintf(j.cfg.log.metrics, sizeof j.cfg.log.metrics, "%s", tmp_path("metrics.jsonl"));
+    remove(j.cfg.log.metrics);
+    int code = -1;
+    pt_comm_options opt = {"shm", 20};
+    CHECK_OK(pt_launch(j.cfg.parallel.dp * j.cfg.parallel.tp, rank_main, &j, &opt, &code));
+    CHECK_EQ(code, 0);
+    FILE *f = fopen(j.cfg.log.metrics, "r");
+    CHECK(f != NULL);
+    if (!f) return;
+    uint64_t want = tp_bytes_formula(&j.cfg);
+    char line[4096];
+    int steps = 0, vals = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, "\"tp_comm_bytes\":");
+        if (!k) {
+            vals += strstr(line, "\"val_loss\":") != NULL;
+            continue;
+        }
+        CHECK_EQ(strtoull(k + strlen("\"tp_comm_bytes\":"), NULL, 10), want);
+        steps++;
+    }
+    fclose(f);
+    CHECK_EQ(steps, STEPS);
+    CHECK(vals >= STEPS); /* validation ran between the steps */
+    printf("  %-58s metrics: %d step lines, tp_comm_bytes %llu each, %d validations\n", layout,
+           steps, (unsigned long long)want, vals);
+}
+
+static void test_metrics(void) {
+    check_metrics("parallel.tp=2");
+    check_metrics("parallel.dp=2 parallel.tp=2");
+}
+
 /* tp 1: no tp group, nothing counted. */
 static void test_no_tp(void) {
     check_layout("parallel.dp=2", 0);
@@ -240,6 +291,7 @@ int main(void) {
     write_text(tmp_path("val.txt"), 4000);
     RUN(test_tp_alone);
     RUN(test_dp_tp);
+    RUN(test_metrics);
     RUN(test_no_tp);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
