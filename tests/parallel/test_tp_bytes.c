@@ -16,12 +16,28 @@
  *   backward  each block: 2 all-reduces of N C (c_fc's, c_attn's input gradient)
  *             head: 1 all-reduce of N C         (the LM head's input gradient)
  * and per step the gradient norm's split part: 1 all-reduce of 2 floats
- * (a double as a float pair, gradnorm.c). What a rank SENDS per operation
+ * (a double as a float pair, gradnorm.c).
+ * Under sequence parallelism each all-reduce of N C becomes an all-gather
+ * or a reduce-scatter of the whole N C buffer (each half an all-reduce's
+ * bytes), and LayerNorm outputs are gathered again in backward:
+ *   forward   embedding: 1 reduce-scatter; each block: 2 all-gathers
+ *             (ln_1, ln_2) + 2 reduce-scatters (c_proj's); head: 1
+ *             all-gather (ln_f), then the same cross-entropy collectives
+ *   backward  each block: 4 all-gathers (the two output gradients, ln_2 and
+ *             ln_1 again) + 2 reduce-scatters (c_fc's, c_attn's input
+ *             gradient) + 2 all-reduces of 2C (the LayerNorms' parameter
+ *             gradients, partial over the rows held); head: 1 all-gather
+ *             (ln_f again) + 1 reduce-scatter + 1 all-reduce of 2C;
+ *             embedding: 1 all-gather (its output gradient)
+ * What a rank SENDS per operation
  * is what comm.c counts, whatever the backend's algorithm: nccl-tests'
  * bus volumes on a buffer of b bytes, in integer arithmetic,
- *   all-reduce  floor(2 (t - 1) b / t),   all-gather  floor((t - 1) b / t).
+ *   all-reduce  floor(2 (t - 1) b / t),
+ *   all-gather, reduce-scatter  floor((t - 1) b / t).
  * So bytes per step =
- *   M [ (4L + 2) AR(4NC) + AR(4NS) + AG(4tN) ] + AR(8).
+ *   M [ (4L + 2) AR(4NC) + AR(4NS) + AG(4tN) ] + AR(8)
+ * and with sequence parallelism
+ *   M [ (10L + 5) AG(4NC) + (2L + 1) AR(8C) + AR(4NS) + AG(4tN) ] + AR(8).
  * For a block alone that is the 4 all-reduces of 2 (t - 1)/t x N C
  * elements of Korthikanti et al. 2022 (docs/parallel.md).
  *
@@ -151,8 +167,10 @@ static uint64_t tp_bytes_formula(const pt_config *c) {
     uint64_t N = (uint64_t)(c->train.batch_size / c->parallel.dp / c->parallel.microbatches) *
                  (uint64_t)c->model.seq_len;
     if (t == 1) return 0;
-    uint64_t per_micro =
-        (4 * L + 2) * ar(4 * N * C, t) + ar(4 * N * PT_VOCAB_XENT_STATS, t) + ag(4 * t * N, t);
+    uint64_t xent = ar(4 * N * PT_VOCAB_XENT_STATS, t) + ag(4 * t * N, t);
+    uint64_t per_micro = c->parallel.sequence_parallel
+                             ? (10 * L + 5) * ag(4 * N * C, t) + (2 * L + 1) * ar(8 * C, t) + xent
+                             : (4 * L + 2) * ar(4 * N * C, t) + xent;
     return M * per_micro + ar(8, t);
 }
 
@@ -219,6 +237,14 @@ static void test_tp_alone(void) {
     check_layout("model.vocab_size=62 parallel.tp=4", 0);
 }
 
+static void test_sequence_parallel(void) {
+    check_layout("parallel.tp=2 parallel.sequence_parallel=true", 1);
+    check_layout("parallel.tp=4 parallel.sequence_parallel=true", 0);
+    check_layout("parallel.tp=2 parallel.sequence_parallel=true parallel.microbatches=2", 0);
+    check_layout("parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true", 0);
+    check_layout("parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true parallel.zero=3", 0);
+}
+
 static void test_dp_tp(void) {
     check_layout("parallel.dp=2 parallel.tp=2", 1);
     check_layout("parallel.dp=2 parallel.tp=4", 0);
@@ -273,6 +299,7 @@ static void check_metrics(const char *layout) {
 static void test_metrics(void) {
     check_metrics("parallel.tp=2");
     check_metrics("parallel.dp=2 parallel.tp=2");
+    check_metrics("parallel.tp=2 parallel.sequence_parallel=true");
 }
 
 /* tp 1: no tp group, nothing counted. */
@@ -291,6 +318,7 @@ int main(void) {
     write_text(tmp_path("val.txt"), 4000);
     RUN(test_tp_alone);
     RUN(test_dp_tp);
+    RUN(test_sequence_parallel);
     RUN(test_metrics);
     RUN(test_no_tp);
     char cmd[400];
