@@ -11,7 +11,8 @@
 # difference of the two runs over the two layers, which cancels everything
 # that does not grow with depth (embedding, head, backward scratch). A
 # third (L 12, dp 2 x tp 2, ZeRO 0..3) shows ZeRO's saving once the shard
-# outweighs its unit buffers.
+# outweighs its unit buffers; and L 2, 4 with parallel.sequence_parallel
+# at t = 2, 4.
 #
 # Formulas (Psi_t = this rank's parameters, N = s b tokens per micro-batch,
 # h = C, a = NH, s = T, b = micro-batch sequences):
@@ -51,7 +52,7 @@ trap 'rm -rf "$TMP"' EXIT
 cat "$ROOT"/docs/*.md "$ROOT"/README.md >"$TMP/train.txt"
 L=4 C=128 NH=4 V=256 T=128 B=8
 
-run() { # layers dp tp zero metrics-file
+run() { # layers dp tp zero metrics-file [sequence_parallel]
     world=$(($2 * $3))
     nproc_arg=""
     [ "$world" -gt 1 ] && nproc_arg="--nproc $world"
@@ -61,6 +62,7 @@ run() { # layers dp tp zero metrics-file
         --set train.batch_size=$B --set train.steps="$STEPS" --set train.warmup_steps=0 \
         --set train.threads=1 --set train.val_every=0 --set parallel.dp="$2" \
         --set parallel.tp="$3" --set parallel.zero="$4" $nproc_arg \
+        --set parallel.sequence_parallel="${6:-false}" \
         --set data.train="$TMP/train.txt" --set log.metrics="$5" >"$TMP/log" 2>&1; then
         echo "tp_memory.sh: L $1 dp $2 tp $3 zero $4 failed:" >&2
         tail -3 "$TMP/log" >&2
@@ -76,6 +78,11 @@ for t in 1 2 4; do
             run $L "$dp" "$t" "$z" "$TMP/m_${L}_${dp}_${t}_$z.jsonl"
         done
     done
+done
+# sequence parallelism: per layer, as above
+for t in 2 4; do
+    run 2 1 "$t" 0 "$TMP/sp_2_$t.jsonl" true
+    run $L 1 "$t" 0 "$TMP/sp_${L}_$t.jsonl" true
 done
 # ZeRO's saving beyond its unit buffers shows with depth: 12 blocks at dp 2 x tp 2
 DEEP=12
@@ -140,6 +147,19 @@ for t in (1, 2, 4):
                 "a": a, "measured": meas, "ours": ours, "korthikanti_fp16": kor,
                 "korthikanti_fp32_no_dropout": k32})
 
+say("\nWith sequence parallelism (KiB per layer; ours: 4[16sbh/t + 4sb/t + as^2b/t]; Korthikanti: sbh(34 + 5as/h)/t; fp32 no dropout: (64 sbh + 4as^2b)/t)")
+say("%-4s %10s %10s %14s %16s" % ("t", "measured", "ours", "Korthikanti", "K. fp32 no drop"))
+for t in (2, 4):
+    r4, r2 = last("sp_%d_%d.jsonl" % (L, t)), last("sp_2_%d.jsonl" % t)
+    meas = (r4["mem"]["acts"] - r2["mem"]["acts"]) / (L - 2)
+    ours = 4 * (16 * N * h // t + 4 * N // t + a * s * s * b // t)
+    kor = s * b * h * (34 + 5 * a * s / h) / t
+    k32 = (64 * s * b * h + 4 * a * s * s * b) / t
+    say("%-4d %10.1f %10.1f %14.1f %16.1f" % (t, meas / KiB, ours / KiB, kor / KiB, k32 / KiB))
+    out.append({"bench": "tp_memory", "kind": "acts_per_layer_sp", "tp": t, "s": s, "b": b, "h": h,
+                "a": a, "measured": meas, "ours": ours, "korthikanti_fp16": kor,
+                "korthikanti_fp32_no_dropout": k32})
+
 say("\nCommunication per layer per step on the tp group (bytes rank 0 sent, dp 1: (tp_comm_bytes(L %d) - (L 2)) / %d)" % (L, L - 2))
 say("%-4s %12s %18s %14s %16s" % ("t", "measured", "4 AR 2(t-1)/t sbh", "step total", "step formula"))
 for t in (1, 2, 4):
@@ -152,6 +172,17 @@ for t in (1, 2, 4):
     step = 0 if t == 1 else (4 * L + 2) * ar(4 * N * h) + ar(16 * N) + (t - 1) * 4 * t * N // t + ar(8)
     say("%-4d %12.0f %18d %14d %16d" % (t, meas, form, r4["tp_comm_bytes"], step))
     out.append({"bench": "tp_memory", "kind": "comm_per_layer", "tp": t, "measured": meas,
+                "formula": form, "step_measured": r4["tp_comm_bytes"], "step_formula": step})
+say("with sequence parallelism: 10 all-gathers / reduce-scatters of (t-1)/t sbh elements + 2 all-reduces of 2h")
+for t in (2, 4):
+    r4, r2 = last("sp_%d_%d.jsonl" % (L, t)), last("sp_2_%d.jsonl" % t)
+    meas = (r4["tp_comm_bytes"] - r2["tp_comm_bytes"]) / (L - 2)
+    ar = lambda x: 2 * (t - 1) * x // t
+    ag = lambda x: (t - 1) * x // t
+    form = 10 * ag(4 * N * h) + 2 * ar(8 * h)
+    step = (10 * L + 5) * ag(4 * N * h) + (2 * L + 1) * ar(8 * h) + ar(16 * N) + ag(4 * t * N) + ar(8)
+    say("%-4d %12.0f %18d %14d %16d" % (t, meas, form, r4["tp_comm_bytes"], step))
+    out.append({"bench": "tp_memory", "kind": "comm_per_layer_sp", "tp": t, "measured": meas,
                 "formula": form, "step_measured": r4["tp_comm_bytes"], "step_formula": step})
 
 if not json_only:
