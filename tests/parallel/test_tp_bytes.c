@@ -174,19 +174,22 @@ static uint64_t tp_bytes_formula(const pt_config *c) {
     return M * per_micro + ar(8, t);
 }
 
-/* Run `layout` (--set assignments) and check every rank's every step. */
-static void check_layout(const char *layout, int validate) {
-    job j;
-    memset(&j, 0, sizeof j);
-    base_config(&j.cfg);
+/* *j := the base config with `layout` (--set assignments) applied. */
+static void layout_job(job *j, const char *layout) {
+    memset(j, 0, sizeof *j);
+    base_config(&j->cfg);
     char buf[256], *save = NULL;
     snprintf(buf, sizeof buf, "%s", layout);
     for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
-        CHECK_OK(pt_config_set(&j.cfg, kv));
+        CHECK_OK(pt_config_set(&j->cfg, kv));
+}
+
+/* Run `layout` and check every rank's every step. */
+static void check_layout(const char *layout, int validate) {
+    job j;
+    layout_job(&j, layout);
     j.validate = validate;
-    if (validate) {
-        snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val.txt"));
-    }
+    if (validate) snprintf(j.cfg.data.val, sizeof j.cfg.data.val, "%s", tmp_path("val.txt"));
     int world = j.cfg.parallel.dp * j.cfg.parallel.tp, code = -1;
     for (int r = 0; r < world; r++) {
         char name[32];
@@ -257,12 +260,7 @@ static void test_dp_tp(void) {
  * after every step: `tp_comm_bytes` is the formula on each. */
 static void check_metrics(const char *layout) {
     job j;
-    memset(&j, 0, sizeof j);
-    base_config(&j.cfg);
-    char buf[256], *save = NULL;
-    snprintf(buf, sizeof buf, "%s", layout);
-    for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
-        CHECK_OK(pt_config_set(&j.cfg, kv));
+    layout_job(&j, layout);
     j.run = 1;
     j.cfg.train.val_every = 1;
     j.cfg.log.every = 1;
