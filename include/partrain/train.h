@@ -203,7 +203,11 @@ typedef struct {
     double local_lag_ms;        /* waiting after the first rank had completed it (this rank's
                                    comm thread finishing late, e.g. not scheduled) */
     double exposed_transfer_ms; /* the rest: every rank launched, none done */
-    uint64_t comm_bytes;        /* bytes this rank sent for gradients / parameters this step */
+    uint64_t comm_bytes;        /* bytes this rank sent for gradients / parameters this step
+                                   (the dp group and ZeRO's groups) */
+    uint64_t tp_comm_bytes;     /* bytes this rank sent on its tensor-parallel group this step
+                                   (the modules' all-reduces and all-gather, the norm's
+                                   reduction; 0 at tp = 1) */
     int applied;                /* 1 when an optimizer update was applied (stale delayed: not before
                                    step k) */
 } pt_step_info;

@@ -125,12 +125,12 @@ static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
         "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
         "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
         "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
-        "llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+        "llu,\"tp_comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
         "\"mem\":{",
         info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm, info->step_ms,
         info->tokens_per_s, info->compute_ms, info->comm_ms, info->exposed_comm_ms, info->skew_ms,
         info->local_lag_ms, info->exposed_transfer_ms, (unsigned long long)info->comm_bytes,
-        t->cfg.parallel.sync, t->nranks, t->layout);
+        (unsigned long long)info->tp_comm_bytes, t->cfg.parallel.sync, t->nranks, t->layout);
     static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
                                       PT_MEM_COMM};
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)

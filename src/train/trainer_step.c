@@ -22,14 +22,19 @@
 
 #include "partrain/parallel.h"
 
-/* Bytes this rank has sent on the dp group (gradient and parameter traffic). */
-static uint64_t dp_bytes(const pt_trainer *t) {
-    if (!t->dp) return 0;
+/* Bytes this rank has sent on c since its creation (NULL: 0). */
+static uint64_t sent_bytes(const pt_comm *c) {
+    if (!c) return 0;
     pt_comm_stats s;
-    pt_comm_get_stats(t->dp, &s);
+    pt_comm_get_stats(c, &s);
     uint64_t b = 0;
     for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
     return b;
+}
+
+/* Bytes this rank has sent on the dp group (gradient and parameter traffic). */
+static uint64_t dp_bytes(const pt_trainer *t) {
+    return sent_bytes(t->dp);
 }
 
 /* Clip and step on grads (the whole flat buffer); *norm gets the global
@@ -96,6 +101,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     int T = c->model.seq_len, M = c->parallel.microbatches, mB = t->micro_B;
     uint64_t t0 = pt_time_ns();
     uint64_t bytes0 = dp_bytes(t);
+    uint64_t tp_bytes0 = sent_bytes(t->tp); /* the step's tp traffic: info->tp_comm_bytes */
     uint64_t zero_bytes = 0, zero_ns = 0;
     if (t->zero) pt_zero_note_step(t->zero, t->step + 1);
     uint64_t local_comm_ns = 0, local_wait_ns = 0, local_a = 0, local_z = 0;
@@ -255,6 +261,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         /* gradient modes: the rounds waited for this step (deterministic);
          * local_sgd: the blocking averaging */
         info->comm_bytes = (t->ddp ? ds.bytes : dp_bytes(t) - bytes0) + zero_bytes;
+        /* the tp group's collectives of this step only: a validation pass
+         * runs outside it, and the statistics above travel on aux */
+        info->tp_comm_bytes = sent_bytes(t->tp) - tp_bytes0;
         info->applied = applied;
     }
     if (!isfinite(loss))
