@@ -2,7 +2,7 @@
 # dp 2 x tp 2 across two simulated hosts (issue 12, acceptance): the tensor-
 # parallel parity harness (test_tp --mpi, the layouts of world size 4) under
 # Open MPI over TCP between network namespaces pt-h1 and pt-h2
-# (../shared/multihost/hosts.sh), set up as multihost_test.sh does.
+# (../shared/multihost/hosts.sh), set up by multihost_lib.sh.
 #
 #   multihost_tp_test.sh MPIRUN TEST_TP
 #
@@ -18,66 +18,29 @@
 #
 # Needs root and iproute2; exits 77 (CTest SKIP_RETURN_CODE) when network
 # namespaces cannot be made. The namespaces are always removed (trap).
-# The shared folder: $PT_SHARED_DIR, else <repo root>/../shared.
+# The hosts and mpirun's flags: multihost_lib.sh.
 set -u
 mpirun=$1 bin=$2
 export PT_LOG=${PT_LOG:-warn} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-root=${PT_SOURCE_DIR:-$(git rev-parse --show-toplevel 2>/dev/null || pwd)}
-shared=${PT_SHARED_DIR:-$root/../shared}
-hosts=$shared/multihost/hosts.sh
-skip() { echo "SKIP multihost_tp_test: $*"; exit 77; }
-[ -f "$hosts" ] || skip "$hosts not found (set PT_SHARED_DIR to the shared folder)"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null 2>&1 || skip "needs iproute2 (ip)"
-ip netns add "pt-probe-$$" >/dev/null 2>&1 || skip "ip netns not permitted here"
-ip netns del "pt-probe-$$"
-
-# The hosts' names are fixed (pt-h1..): one multihost test at a time, the
-# same lock as multihost_test.sh.
-exec 9>/tmp/partrain-multihost.lock
-flock -w 120 9 || skip "another multihost test held the lock for 120 s"
-
-out=$(mktemp)
-# Open MPI's session directories for this run only (see multihost_test.sh).
-PT_MH_TMP=$(mktemp -d)
-cleanup() {
-  for ns in pt-h1 pt-h2; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  sh "$hosts" down
-  rm -f "$out"
-  rm -rf "$PT_MH_TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-sh "$hosts" down >/dev/null 2>&1 # a previous run killed before its trap
-sh "$hosts" up 2 || { echo "FAIL: hosts.sh up 2"; exit 1; }
+. "$(dirname "$0")/multihost_lib.sh"
+mh_setup multihost_tp_test 2
+out=$mh_dir/out
 
 # The outer timeout turns a hang into a failure instead of outliving CTest.
+mh_wrap="timeout 240"
 mpi() {
-  timeout 240 ip netns exec pt-h1 "$mpirun" -x PT_LOG -x OPENBLAS_NUM_THREADS \
-    --mca plm_rsh_agent "$(sh "$hosts" agent)" \
-    --mca orte_tmpdir_base "$PT_MH_TMP" \
-    --mca btl tcp,self --mca btl_tcp_if_include 10.213.0.0/24 \
-    --mca oob_tcp_if_include 10.213.0.0/24 \
-    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 \
-    --mca oob_tcp_keepalive_probes 3 \
-    --map-by slot --bind-to none \
+  mh_mpirun -x PT_LOG -x OPENBLAS_NUM_THREADS --map-by slot --bind-to none \
     -np 4 --host 10.213.0.1:2,10.213.0.2:2 "$@"
 }
 
-# Start-up races of the daemons on the shared /tmp are retried, as in
-# multihost_test.sh (before any of our code ran).
-startup_failed() {
-  grep -q -E "orte_init failed|unable to reliably start|ORTE_ERROR_LOG" "$1"
-}
-# Each rank: "placement: rank R on 10.213.0.H", then test_tp --mpi.
+# Each rank: "placement: rank R on 10.213.0.H", then test_tp --mpi. A
+# start-up failure before any rank ran (mh_startup_failed) is retried.
 probe='echo "placement: rank $OMPI_COMM_WORLD_RANK on $(ip -o -4 addr show | grep -o "10\.213\.0\.[0-9]*")"; exec "$0" --mpi'
 attempt=1
 while :; do
   mpi sh -c "$probe" "$bin" >"$out" 2>&1
   rc=$?
-  [ $rc -ne 0 ] && startup_failed "$out" && ! grep -q "^placement:" "$out" && [ $attempt -lt 3 ] || break
+  [ $rc -ne 0 ] && mh_startup_failed "$out" && ! grep -q "^placement:" "$out" && [ $attempt -lt 3 ] || break
   echo "(Open MPI failed to start on the simulated hosts, attempt $attempt; retrying)"
   attempt=$((attempt + 1))
   sleep 1
