@@ -6,7 +6,7 @@
 # name the layout dp1-tp2-pp1-zero0; the same with sequence parallelism
 # (dp1-tp2-sp-pp1-zero0).
 # Then the tensor-parallel errors of issue 12, item 7: one line, before any
-# rank starts.
+# rank starts; and --help describes the keys.
 #   test_tp_cli.sh PARTRAIN CONFIG
 set -u
 bin=$1 config=$2
@@ -79,6 +79,13 @@ expect_err "sequence parallel, seq_len 15" "model.seq_len (15) must be divisible
   "$@" --set model.seq_len=15 --set parallel.tp=2 --set parallel.sequence_parallel=true --nproc 2
 expect_err "sequence parallel at tp 1" "parallel.sequence_parallel needs parallel.tp > 1" \
   "$@" --set parallel.sequence_parallel=true
+
+# --help describes the tp keys and their constraints
+"$bin" train --help > "$dir/help" 2>&1 || fail "train --help failed"
+grep -q "^  parallel.tp .*tensor-parallel.*must divide model.n_head" "$dir/help" ||
+  fail "train --help does not describe parallel.tp: $(grep parallel.tp "$dir/help")"
+grep -q "^  parallel.sequence_parallel .*seq_len divisible by tp" "$dir/help" ||
+  fail "train --help does not describe parallel.sequence_parallel"
 
 [ $fails = 0 ] && echo "test_tp_cli: ok"
 exit $fails
