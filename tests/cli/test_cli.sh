@@ -100,7 +100,7 @@ expect_fail "negative size" "model.n_embd" "$P" train --config tiny.json --set m
 expect_fail "zero size" "train.batch_size" "$P" train --config tiny.json --set train.batch_size=0
 expect_fail "zero seq_len" "model.seq_len" "$P" train --config tiny.json --set model.seq_len=0
 expect_fail "n_embd % n_head" "model.n_head" "$P" train --config tiny.json --set model.n_head=3
-expect_fail "parallel not yet" "parallel.tp" "$P" train --config tiny.json --set parallel.tp=2
+expect_fail "tp 2 without ranks" "parallel.tp = 2" "$P" train --config tiny.json --set parallel.tp=2
 expect_fail "unknown option" "--frobnicate" "$P" train --frobnicate
 
 # ---- bad data ----

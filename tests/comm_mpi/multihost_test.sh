@@ -16,78 +16,34 @@
 #    and that no process is left in any namespace.
 #
 # Open MPI notices a dead host only through TCP keepalive on its control
-# connections (oob_tcp_keepalive_*: default 300 s); without it mpirun hangs
-# while tearing the job down. We set it to about 3 s (see docs/mpi.md).
+# connections; multihost_lib.sh sets it to about 3 s (see docs/mpi.md).
 #
 # Needs root and iproute2; exits 77 (CTest SKIP_RETURN_CODE) when network
 # namespaces cannot be made. The namespaces are always removed (trap).
-# The shared folder: $PT_SHARED_DIR, else <repo root>/../shared.
+# The hosts and mpirun's flags: multihost_lib.sh.
 set -u
 mpirun=$1 bin=$2 conf=${3:-}
-root=${PT_SOURCE_DIR:-$(git rev-parse --show-toplevel 2>/dev/null || pwd)}
-shared=${PT_SHARED_DIR:-$root/../shared}
-hosts=$shared/multihost/hosts.sh
-skip() { echo "SKIP multihost_test: $*"; exit 77; }
-[ -f "$hosts" ] || skip "$hosts not found (set PT_SHARED_DIR to the shared folder)"
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null 2>&1 || skip "needs iproute2 (ip)"
-ip netns add "pt-probe-$$" >/dev/null 2>&1 || skip "ip netns not permitted here"
-ip netns del "pt-probe-$$"
-
-# One run at a time on this machine: the hosts' names (pt-h1..) are fixed, so
-# a second run's `hosts.sh down` would tear down the first run's hosts.
-exec 9>/tmp/partrain-multihost.lock
-flock -w 120 9 || skip "another multihost test held the lock for 120 s"
+. "$(dirname "$0")/multihost_lib.sh"
+mh_setup multihost_test 3
 
 timeout_s=5
 margin=20
 tag="pt-multihost-$$"
-out=$(mktemp)
-# Open MPI's session directories for this run only: the simulated hosts
-# share /tmp and the host name, so another mpirun on this machine could
-# otherwise pick the same job-family directory.
-PT_MH_TMP=$(mktemp -d)
-cleanup() {
-  # Processes we started inside the hosts (a daemon cut off from mpirun
-  # may linger); then the namespaces themselves.
-  for ns in pt-h1 pt-h2 pt-h3; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  sh "$hosts" down
-  rm -f "$out" "$out.cut"
-  rm -rf "$PT_MH_TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-sh "$hosts" down >/dev/null 2>&1 # a previous run killed before its trap
-sh "$hosts" up 3 || { echo "FAIL: hosts.sh up 3"; exit 1; }
+out=$mh_dir/out
 
 export PT_COMM_TIMEOUT=$timeout_s
-wrap=""
 mpi() {
-  $wrap ip netns exec pt-h1 "$mpirun" -x PT_COMM_TIMEOUT -x PT_LOG \
-    --mca plm_rsh_agent "$(sh "$hosts" agent)" \
-    --mca orte_tmpdir_base "$PT_MH_TMP" \
-    --mca btl tcp,self --mca btl_tcp_if_include 10.213.0.0/24 \
-    --mca oob_tcp_if_include 10.213.0.0/24 \
-    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 \
-    --mca oob_tcp_keepalive_probes 3 \
+  mh_mpirun -x PT_COMM_TIMEOUT -x PT_LOG \
     -np 3 --host 10.213.0.1:1,10.213.0.2:1,10.213.0.3:1 "$@"
 }
 
-# The daemons of the simulated hosts share one /tmp, which real hosts never
-# do, and sometimes race on it at start-up ("mkdir ... File exists",
-# "orte_init failed": about 1 start in 10 here). Such a start-up failure,
-# before any of our code ran, is retried (3 attempts in all).
-startup_failed() {
-  grep -q -E "orte_init failed|unable to reliably start|ORTE_ERROR_LOG" "$1"
-}
+# A start-up failure (mh_startup_failed) is retried: 3 attempts in all.
 mpi_retry() {
   attempt=1
   while :; do
     mpi "$@" >"$out" 2>&1
     r=$?
-    [ $r -ne 0 ] && startup_failed "$out" && [ $attempt -lt 3 ] || break
+    [ $r -ne 0 ] && mh_startup_failed "$out" && [ $attempt -lt 3 ] || break
     echo "(Open MPI failed to start on the simulated hosts, attempt $attempt; retrying)"
     attempt=$((attempt + 1))
     sleep 1
@@ -124,7 +80,7 @@ start_cutter() {
 }
 # The outer timeout turns a hang into a failure instead of outliving the test.
 limit=$((30 + timeout_s + margin)) # start-up (the cut comes within 30 s) + timeout + margin
-wrap="timeout $((limit + 30))"
+mh_wrap="timeout $((limit + 30))"
 attempt=1
 while :; do
   : >"$out"
@@ -133,7 +89,7 @@ while :; do
   mpi "$bin" --loop 60 --tag "$tag" >"$out" 2>&1
   rc=$?
   t1=$(date +%s)
-  if [ $rc -ne 0 ] && startup_failed "$out" && ! grep -q "all-reduces" "$out" && [ $attempt -lt 3 ]; then
+  if [ $rc -ne 0 ] && mh_startup_failed "$out" && ! grep -q "all-reduces" "$out" && [ $attempt -lt 3 ]; then
     kill $cutter 2>/dev/null
     wait $cutter 2>/dev/null
     ip -n pt-h2 link set pt-h2-e up
@@ -144,7 +100,7 @@ while :; do
   fi
   break
 done
-wrap=""
+mh_wrap=""
 wait $cutter 2>/dev/null
 grep -v "all-reduces" "$out"
 elapsed=$((t1 - t0))
