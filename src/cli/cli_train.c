@@ -117,14 +117,20 @@ int pt_cli_train(int argc, char **argv) {
         long long mesh_n = (long long)cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
         if (mesh_n != nproc) {
             char msg[256];
-            snprintf(msg, sizeof msg,
-                     "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x parallel.pp "
-                     "(%d x %d x %d = %lld) must be the number of ranks (set parallel.dp=%d)",
-                     cfg.parallel.dp, nproc, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
-                     mesh_n,
-                     nproc / (cfg.parallel.tp * cfg.parallel.pp) > 0
-                         ? nproc / (cfg.parallel.tp * cfg.parallel.pp)
-                         : 1);
+            int mp = cfg.parallel.tp * cfg.parallel.pp;
+            if (nproc % mp != 0) /* no dp makes it: say what does not divide */
+                snprintf(msg, sizeof msg,
+                         "--nproc %d is not a multiple of parallel.tp x parallel.pp (%d x %d = "
+                         "%d): parallel.dp x parallel.tp x parallel.pp must be the number of "
+                         "ranks",
+                         nproc, cfg.parallel.tp, cfg.parallel.pp, mp);
+            else
+                snprintf(msg, sizeof msg,
+                         "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x "
+                         "parallel.pp (%d x %d x %d = %lld) must be the number of ranks (set "
+                         "parallel.dp=%d)",
+                         cfg.parallel.dp, nproc, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
+                         mesh_n, nproc / mp);
             return pt_cli_fail(msg);
         }
         run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};

@@ -73,6 +73,8 @@ expect_err "dp x tp < nproc" "(1 x 2 x 1 = 2) must be the number of ranks (set p
   "$@" --set parallel.tp=2 --nproc 4
 expect_err "dp x tp > nproc" "(2 x 2 x 1 = 4) must be the number of ranks (set parallel.dp=1)" \
   "$@" --set parallel.dp=2 --set parallel.tp=2 --nproc 2
+expect_err "nproc not a multiple of tp" "--nproc 3 is not a multiple of parallel.tp x parallel.pp (2 x 1 = 2)" \
+  "$@" --set parallel.dp=2 --set parallel.tp=2 --nproc 3
 expect_err "tp without ranks" "their product 2 must be the world size, but there is 1 rank" \
   "$@" --set parallel.tp=2
 expect_err "sequence parallel, seq_len 15" "model.seq_len (15) must be divisible by parallel.tp (2)" \
