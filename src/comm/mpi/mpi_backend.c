@@ -30,10 +30,9 @@
  * different communicators interleave instead of deadlocking.
  *
  * Waiting: the loop spins on MPI_Test for a short while (latency of small
- * messages; up to 1 ms when the host has a core per rank, as Open MPI's own
- * blocking calls spin: spin_ns), then yields the core after every test
- * (ranks may outnumber cores; Open MPI's ob1/vader progress only moves
- * inside MPI calls, so sleeping would throttle large transfers), and after a second of waiting
+ * messages), then yields the core after every test (ranks may outnumber
+ * cores; Open MPI's ob1/vader progress only moves inside MPI calls, so
+ * sleeping would throttle large transfers), and after a second of waiting
  * sleeps 100 us between tests: such a wait is a straggler or a fault.
  *
  * Memory: nothing is allocated per call; the count/displacement arrays of
@@ -87,28 +86,6 @@ int pt_mpi_under_mpirun(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
-/* How long a wait tests without yielding the core (see "Waiting" at the
- * top): as long as Open MPI's own blocking calls do, which yield only when
- * the job has more ranks on this host than it has cores (mpirun then sets
- * OMPI_MCA_mpi_oversubscribe=1; mpi_yield_when_idle forces it). On a busy
- * machine a yield hands the core to another process for up to a time slice
- * while the next segment is ready: 2 ranks, 16 MiB all-reduce, see
- * docs/benchmarks.md. Bounded by 1 ms, after which a wait is a peer that
- * has not arrived and yields as before. PT_MPI_SPIN_US overrides (0: yield
- * at once, the old rule). */
-static uint64_t spin_ns(void) {
-    const char *e = getenv("PT_MPI_SPIN_US");
-    if (e && *e) return (uint64_t)strtoull(e, NULL, 10) * 1000u;
-    const char *over = getenv("OMPI_MCA_mpi_oversubscribe");
-    const char *yield = getenv("OMPI_MCA_mpi_yield_when_idle");
-    if ((over && !strcmp(over, "1")) || (yield && (!strcmp(yield, "1") || !strcmp(yield, "true"))))
-        return 0;
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (!over && local && cores > 0 && atol(local) > cores) return 0; /* another launcher */
-    return 1000000ull;
-}
-
 /* Initialize MPI once per process (thread level as described at the top). */
 pt_status pt_mpi_start(void) {
     int inited = 0, fin = 0;
@@ -130,7 +107,6 @@ pt_status pt_mpi_start(void) {
      * MPI_THREAD_MULTIPLE, so that it is exercised where MULTIPLE exists. */
     const char *ser = getenv("PT_MPI_SERIALIZE");
     if (ser && !strcmp(ser, "1")) pt_mpi_g.serialize = 1;
-    pt_mpi_g.spin_ns = spin_ns();
     if (pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED)
         /* SINGLE or FUNNELED: even serialized, calls from the progress
          * thread are outside what the library promises. */
@@ -591,9 +567,7 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
                                 "(a rank died, is unreachable or never joined)",
                                 op, bytes, c->timeout_s, c->rank, c->size);
         }
-        if (waited < pt_mpi_g.spin_ns)
-            continue;
-        else if (waited < 1000000000ull)
+        if (waited < 1000000000ull)
             sched_yield();
         else
             sleep_us(100);

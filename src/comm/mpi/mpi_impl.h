@@ -15,8 +15,7 @@ typedef struct {
     int serialize;        /* 1: every MPI call under pt_mpi_lock (level < MULTIPLE) */
     int failed;           /* an operation failed: skip MPI_Finalize */
     int finalized;
-    int live;         /* backend contexts not yet freed */
-    uint64_t spin_ns; /* a wait tests this long before it yields (mpi_backend.c) */
+    int live; /* backend contexts not yet freed */
 } pt_mpi_state;
 
 extern pt_mpi_state pt_mpi_g;
