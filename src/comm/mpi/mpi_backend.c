@@ -911,9 +911,10 @@ static pt_status ring_reduce_step(mpi_ctx *c, const char *op, const float *s, si
  * in step k rank r sends shard r-k-1 and adds shard r-k-2 from its left
  * neighbour, so that after n-1 steps it holds shard r reduced, in place
  * (the other shards hold partial sums). Each shard is summed once, by one
- * chain. Every rank sends and receives (n-1)/n of the buffer, as Open MPI's
- * blocking MPI_Reduce_scatter does, where its non-blocking one (libnbc)
- * was 1.2-3x slower at 1-16 MiB (docs/benchmarks.md). The tag is the top
+ * chain. Every rank sends and receives (n-1)/n of the buffer: for 2 ranks
+ * 3.4-5.7x the bandwidth of Open MPI's MPI_Reduce_scatter_block and of
+ * its non-blocking MPI_Ireduce_scatter (libnbc) at 1-16 MiB
+ * (docs/benchmarks.md). The tag is the top
  * of the reserved range (the generic collectives' -1), never in use at the
  * same time on this communicator: its operations run one at a time. */
 static pt_status ring_reduce_scatter(mpi_ctx *c, const char *op, float *buf, size_t count) {
