@@ -67,7 +67,7 @@ typedef struct {
     int *displs;      /* size entries: per-rank offsets (all-gather) */
     int failed;       /* an operation failed: only free is allowed */
     int tag_ub;       /* largest tag (MPI_TAG_UB, at least 32767) */
-    float *ring_tmp;  /* ring all-reduce: one shard received, ring_cap floats */
+    float *ring_tmp;  /* ring reduce-scatter: one shard received, ring_cap floats */
     size_t ring_cap;
 } mpi_ctx;
 
@@ -808,9 +808,10 @@ static pt_status mpi_recv(void *ctx, void *buf, size_t bytes, int peer, int tag)
 
 /* ---- collectives ------------------------------------------------------------------------ */
 
-/* Ring all-reduce from this many bytes on (and count >= size): see
- * allreduce_ring. PT_MPI_RING_MIN_KB overrides (0: always; a huge value:
- * never, to compare with libnbc's); every rank must see the same value. */
+/* Ring collectives (ring.* below) from this many bytes on (and count >=
+ * size): all-reduce, reduce-scatter and all-gather. PT_MPI_RING_MIN_KB
+ * overrides (0: always; a huge value: never, to compare with libnbc's);
+ * every rank must see the same value. */
 #define PT_MPI_RING_MIN (256u << 10)
 static size_t ring_min(void) {
     static long v = -1;
@@ -821,30 +822,9 @@ static size_t ring_min(void) {
     }
     return (size_t)v;
 }
-static pt_status allreduce_ring(mpi_ctx *c, float *buf, size_t count);
 
-static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
-    mpi_ctx *c = ctx;
-    PT_CHECK(check_usable(c, "allreduce"));
-    PT_CHECK(check_count(c, count, "allreduce"));
-    if (count == 0) return PT_OK;
-    int w = watch_enabled(c) ? watch_begin(c, "allreduce", count * sizeof(float)) : -1;
-    if (w >= 0) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
-        watch_end(w);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
-    } else if (c->size > 1 && count >= (size_t)c->size && count * sizeof(float) >= ring_min()) {
-        PT_CHECK(allreduce_ring(c, buf, count));
-    } else {
-        MPI_Request req;
-        pt_mpi_lock();
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
-        pt_mpi_unlock();
-        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
-        PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
-    }
-    if (op == PT_REDUCE_AVG && c->size > 1) scale(buf, count, 1.0f / (float)c->size);
-    return PT_OK;
+static int use_ring(const mpi_ctx *c, size_t count) {
+    return c->size > 1 && count >= (size_t)c->size && count * sizeof(float) >= ring_min();
 }
 
 /* pt_comm_shard's rule (comm.h), restated here so the backend stands alone:
@@ -868,7 +848,8 @@ static void fill_shards(mpi_ctx *c, size_t count) {
 /* One step of a ring: send n_s floats at s to the right neighbour and
  * receive n_r floats at r from the left one, both posted before either is
  * waited for (so the ring cannot deadlock). */
-static pt_status ring_step(mpi_ctx *c, const float *s, size_t n_s, float *r, size_t n_r) {
+static pt_status ring_step(mpi_ctx *c, const char *op, const float *s, size_t n_s, float *r,
+                           size_t n_r) {
     int right = (c->rank + 1) % c->size, left = (c->rank + c->size - 1) % c->size;
     MPI_Request rq[2];
     pt_mpi_lock();
@@ -876,9 +857,15 @@ static pt_status ring_step(mpi_ctx *c, const float *s, size_t n_s, float *r, siz
     if (rc == MPI_SUCCESS)
         rc = MPI_Isend(s, (int)n_s, MPI_FLOAT, right, c->tag_ub, c->comm, &rq[1]);
     pt_mpi_unlock();
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
-    PT_CHECK(wait_req(c, &rq[0], "allreduce", left, n_r * sizeof(float), NULL));
-    return wait_req(c, &rq[1], "allreduce", right, n_s * sizeof(float), NULL);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, -1);
+    PT_CHECK(wait_req(c, &rq[0], op, left, n_r * sizeof(float), NULL));
+    return wait_req(c, &rq[1], op, right, n_s * sizeof(float), NULL);
+}
+
+/* d += t; restrict: the two never overlap (t is the scratch), so the loop
+ * vectorizes without a runtime overlap check. */
+static void add_into(float *restrict d, const float *restrict t, size_t m) {
+    for (size_t j = 0; j < m; j++) d[j] += t[j];
 }
 
 /* A reduce-scatter step of the ring: like ring_step, but the shard travels
@@ -893,7 +880,8 @@ static size_t ring_seg(size_t n) {
     return n > (size_t)RING_SEG * RING_SEGS ? (n + RING_SEGS - 1) / RING_SEGS : RING_SEG;
 }
 
-static pt_status ring_reduce_step(mpi_ctx *c, const float *s, size_t n_s, float *dst, size_t n_r) {
+static pt_status ring_reduce_step(mpi_ctx *c, const char *op, const float *s, size_t n_s,
+                                  float *dst, size_t n_r) {
     int right = (c->rank + 1) % c->size, left = (c->rank + c->size - 1) % c->size;
     MPI_Request rq[RING_SEGS], sq[RING_SEGS];
     size_t gr = ring_seg(n_r), gs = ring_seg(n_s);
@@ -909,51 +897,92 @@ static pt_status ring_reduce_step(mpi_ctx *c, const float *s, size_t n_s, float 
         rc = MPI_Isend(s + o, (int)m, MPI_FLOAT, right, c->tag_ub, c->comm, &sq[i]);
     }
     pt_mpi_unlock();
-    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, rc, op, -1);
     for (int i = 0; i < kr; i++) {
         size_t o = (size_t)i * gr, m = n_r - o < gr ? n_r - o : gr;
-        PT_CHECK(wait_req(c, &rq[i], "allreduce", left, m * sizeof(float), NULL));
-        float *d = dst + o;
-        const float *t = tmp + o;
-        for (size_t j = 0; j < m; j++) d[j] += t[j];
+        PT_CHECK(wait_req(c, &rq[i], op, left, m * sizeof(float), NULL));
+        add_into(dst + o, tmp + o, m);
     }
-    for (int i = 0; i < ks; i++)
-        PT_CHECK(wait_req(c, &sq[i], "allreduce", right, gs * sizeof(float), NULL));
+    for (int i = 0; i < ks; i++) PT_CHECK(wait_req(c, &sq[i], op, right, gs * sizeof(float), NULL));
     return PT_OK;
 }
 
-/* All-reduce as a ring reduce-scatter then a ring all-gather over the shard
- * layout, on point-to-point with the MPI_Test deadline: every rank sends
- * and receives 2 (n-1)/n of the buffer, as Open MPI's blocking
- * MPI_Allreduce does (redscat_allgather), where its non-blocking one
- * (libnbc, in place) moves the whole buffer to one rank and back. Measured,
- * 2 ranks, 1-16 MiB: see docs/comm.md. In reduce-scatter step k rank r
- * sends shard r-k-1 and adds shard r-k-2 from its left neighbour, so that
- * after n-1 steps it holds shard r reduced; the all-gather then passes the
- * shards on. Each shard is summed once, by one chain, and copied to all:
- * every rank gets the bitwise same result. The tag is the top of the
- * reserved range (the generic collectives' -1), never in use at the same
- * time on this communicator: its operations run one at a time. */
-static pt_status allreduce_ring(mpi_ctx *c, float *buf, size_t count) {
+/* Reduce-scatter as a ring on point-to-point with the MPI_Test deadline:
+ * in step k rank r sends shard r-k-1 and adds shard r-k-2 from its left
+ * neighbour, so that after n-1 steps it holds shard r reduced, in place
+ * (the other shards hold partial sums). Each shard is summed once, by one
+ * chain. Every rank sends and receives (n-1)/n of the buffer: for 2 ranks
+ * 3.4-5.7x the bandwidth of Open MPI's MPI_Reduce_scatter_block and of
+ * its non-blocking MPI_Ireduce_scatter (libnbc) at 1-16 MiB
+ * (docs/benchmarks.md). The tag is the top
+ * of the reserved range (the generic collectives' -1), never in use at the
+ * same time on this communicator: its operations run one at a time. */
+static pt_status ring_reduce_scatter(mpi_ctx *c, const char *op, float *buf, size_t count) {
     int n = c->size, r = c->rank;
     fill_shards(c, count);
     size_t most = (size_t)c->counts[0]; /* the first shards are the largest */
     if (most > c->ring_cap) {
-        float *t = realloc(c->ring_tmp, most * sizeof(float)); /* grows once, then reused */
-        if (!t) return pt_error_set(PT_ERR_NOMEM, "mpi allreduce: %zu floats of scratch", most);
-        c->ring_tmp = t;
+        /* Grows once, then reused; pt_mem_alloc puts it on huge pages (the
+         * kernel's copy into it and the sum read it: 512x fewer TLB entries). */
+        pt_mem_free(c->ring_tmp);
+        c->ring_cap = 0;
+        c->ring_tmp = pt_mem_alloc(PT_MEM_COMM, most * sizeof(float));
+        if (!c->ring_tmp)
+            return pt_error_set(PT_ERR_NOMEM, "mpi %s: %zu floats of scratch", op, most);
         c->ring_cap = most;
     }
     for (int k = 0; k < n - 1; k++) {
         int si = (r - k - 1 + 2 * n) % n, ri = (r - k - 2 + 2 * n) % n;
-        PT_CHECK(ring_reduce_step(c, buf + c->displs[si], (size_t)c->counts[si],
+        PT_CHECK(ring_reduce_step(c, op, buf + c->displs[si], (size_t)c->counts[si],
                                   buf + c->displs[ri], (size_t)c->counts[ri]));
     }
+    return PT_OK;
+}
+
+/* All-gather as a ring (shards as fill_shards left them): in step k rank r
+ * passes shard r-k on and receives shard r-k-1, straight into place. */
+static pt_status ring_allgather(mpi_ctx *c, const char *op, float *buf) {
+    int n = c->size, r = c->rank;
     for (int k = 0; k < n - 1; k++) {
         int si = (r - k + n) % n, ri = (r - k - 1 + n) % n;
-        PT_CHECK(ring_step(c, buf + c->displs[si], (size_t)c->counts[si], buf + c->displs[ri],
+        PT_CHECK(ring_step(c, op, buf + c->displs[si], (size_t)c->counts[si], buf + c->displs[ri],
                            (size_t)c->counts[ri]));
     }
+    return PT_OK;
+}
+
+/* All-reduce as the ring reduce-scatter then the ring all-gather: every
+ * rank sends and receives 2 (n-1)/n of the buffer, as Open MPI's blocking
+ * MPI_Allreduce does (redscat_allgather), where its non-blocking one
+ * (libnbc, in place) moves the whole buffer to one rank and back. Each
+ * shard is summed once and copied to all: every rank gets the bitwise same
+ * result. */
+static pt_status allreduce_ring(mpi_ctx *c, float *buf, size_t count) {
+    PT_CHECK(ring_reduce_scatter(c, "allreduce", buf, count));
+    return ring_allgather(c, "allreduce", buf);
+}
+
+static pt_status mpi_allreduce(void *ctx, float *buf, size_t count, pt_reduce_op op) {
+    mpi_ctx *c = ctx;
+    PT_CHECK(check_usable(c, "allreduce"));
+    PT_CHECK(check_count(c, count, "allreduce"));
+    if (count == 0) return PT_OK;
+    int w = watch_enabled(c) ? watch_begin(c, "allreduce", count * sizeof(float)) : -1;
+    if (w >= 0) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
+        watch_end(w);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+    } else if (use_ring(c, count)) {
+        PT_CHECK(allreduce_ring(c, buf, count));
+    } else {
+        MPI_Request req;
+        pt_mpi_lock();
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &req);
+        pt_mpi_unlock();
+        if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1);
+        PT_CHECK(wait_req(c, &req, "allreduce", -1, count * sizeof(float), NULL));
+    }
+    if (op == PT_REDUCE_AVG && c->size > 1) scale(buf, count, 1.0f / (float)c->size);
     return PT_OK;
 }
 
@@ -963,10 +992,11 @@ static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_redu
     PT_CHECK(check_count(c, count, "reduce_scatter"));
     if (count == 0) return PT_OK;
     fill_shards(c, count);
-    /* In place: the input is all of buf, the result lands at buf[0..n). */
+    size_t off = (size_t)c->displs[c->rank], n = (size_t)c->counts[c->rank];
     int w = watch_enabled(c) ? watch_begin(c, "reduce_scatter", count * sizeof(float)) : -1;
     if (w >= 0) {
-        /* Even shards: the _block form, as Open MPI's own benchmarks use. */
+        /* In place: the input is all of buf, the result lands at buf[0..n).
+         * Even shards: the _block form, as Open MPI's own benchmarks use. */
         int rc =
             count % (size_t)c->size == 0
                 ? MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, c->counts[0], MPI_FLOAT, MPI_SUM,
@@ -974,6 +1004,9 @@ static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_redu
                 : MPI_Reduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, c->comm);
         watch_end(w);
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
+        if (off != 0 && n) memmove(buf + off, buf, n * sizeof(float));
+    } else if (use_ring(c, count)) {
+        PT_CHECK(ring_reduce_scatter(c, "reduce_scatter", buf, count)); /* lands in place */
     } else {
         MPI_Request req;
         pt_mpi_lock();
@@ -982,9 +1015,8 @@ static pt_status mpi_reduce_scatter(void *ctx, float *buf, size_t count, pt_redu
         pt_mpi_unlock();
         if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "reduce_scatter", -1);
         PT_CHECK(wait_req(c, &req, "reduce_scatter", -1, count * sizeof(float), NULL));
+        if (off != 0 && n) memmove(buf + off, buf, n * sizeof(float));
     }
-    size_t off = (size_t)c->displs[c->rank], n = (size_t)c->counts[c->rank];
-    if (off != 0 && n) memmove(buf + off, buf, n * sizeof(float));
     if (op == PT_REDUCE_AVG && c->size > 1) scale(buf + off, n, 1.0f / (float)c->size);
     return PT_OK;
 }
@@ -1005,6 +1037,7 @@ static pt_status mpi_allgather(void *ctx, float *buf, size_t count) {
         watch_end(w);
         return rc == MPI_SUCCESS ? PT_OK : mpi_fail(c, rc, "allgather", -1);
     }
+    if (use_ring(c, count)) return ring_allgather(c, "allgather", buf);
     MPI_Request req;
     pt_mpi_lock();
     int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
@@ -1145,7 +1178,7 @@ static void mpi_free(void *ctx) {
     free(c->counts);
     free(c->displs);
     free(c->world);
-    free(c->ring_tmp);
+    pt_mem_free(c->ring_tmp);
     free(c);
     pt_mpi_g.live--;
     if (!is_world) return;
