@@ -250,6 +250,11 @@ typedef struct {
     void (*after_forward)(void *arg, const pt_hook_point *p);
     void (*before_backward)(void *arg, const pt_hook_point *p);
     void (*after_backward)(void *arg, const pt_hook_point *p);
+    /* The split backward (pt_module_backward_input / _weight): after a
+     * module's weight-gradient pass. There after_backward fires after the
+     * input-gradient pass, and module i's gradients are final for the step
+     * only here, with p->last set (the same meaning as after_backward's). */
+    void (*after_weight_grad)(void *arg, const pt_hook_point *p);
     void *arg; /* lent; passed to every hook */
 } pt_model_hooks;
 /* Install hooks (copied); NULL removes them. */
@@ -333,6 +338,29 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
  *              the fused forward. */
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din);
+
+/* The same backward in two passes, for schedules that defer the weight
+ * gradients (zero-bubble pipelines' B and W, Qi et al. 2023):
+ *   _input  (B): din as pt_module_backward's (the same arguments), and
+ *           every tensor-parallel collective of the input gradients; it
+ *           leaves the output gradients of the module's linears and
+ *           LayerNorms in ctx's backward scratch. Fires before_backward
+ *           and after_backward.
+ *   _weight (W): after the _input of the same ctx and batch, ACCUMULATES
+ *           every parameter gradient of the module from what B left and
+ *           the saved activations. Fires after_weight_grad. Collectives:
+ *           none, except under sequence parallelism the LayerNorm outputs'
+ *           all-gathers and their weight gradients' all-reduce
+ *           (modules_tp.c says why).
+ * Between the two, ctx's activations, its input, b->tokens and its scratch
+ * must stay as they are: a context whose W comes after other modules'
+ * passes needs a scratch of its own (pt_module_ctx_set_scratch). B then W
+ * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
+ * ones' halves) and under tensor parallelism (the same collectives on the
+ * same data). */
+void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                              const float *dout, float *din);
+void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
 
 #ifdef __cplusplus
 }
