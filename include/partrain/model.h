@@ -325,7 +325,8 @@ pt_module_ctx *pt_model_ctx(pt_model *m, int i);
  *   head:      in (B,T,C); out (B,T) per-position losses when b->targets,
  *              else a copy of the (B,T,V) logits; out may be NULL (the
  *              logits stay in the context: pt_model_logits for the model's)
- * `in` is lent until the matching backward returns (it is saved, not copied).
+ * `in` is lent until the matching backward returns (it is saved, not copied;
+ * for the split backward, until its weight-gradient pass returns).
  * out must not alias in. */
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out);

@@ -7,7 +7,8 @@
  * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
  * gradients live in the context's backward scratch (the model's unless the
  * context was given its own). Every pass calls the model's plug points
- * around its work.
+ * around its work. The split backward (B: input gradients, W: weight
+ * gradients; model.h) is the same work in two passes, beside the fused one.
  *
  * The head reads wte, which the embedding owns (weight tying): its gradient
  * accumulates into the embedding's region. A pipeline with the head on

@@ -411,43 +411,10 @@ static void test_hooks_and_slots(void) {
     pt_model_free(m);
 }
 
-/* ---- the split backward (B: input gradients, W: weight gradients) ----
- * Module-level passes of one batch over the tiny model (4 modules):
- * forwards, then a backward chain. CH_FUSED: pt_module_backward per
- * module; CH_BW: B then W per module; CH_ALLB_ALLW: B for every module,
- * then W for every module (the whole-model split, as a zero-bubble stage
- * would defer W: each context needs its own scratch). din[i] is module i's
- * input gradient (i >= 1). */
-enum { CH_FUSED, CH_BW, CH_ALLB_ALLW };
-enum { NMOD = 4, NC_MAX = 2 * 6 * 16 };
-typedef struct {
-    float acts[NMOD][NC_MAX], din[NMOD][NC_MAX], losses[12];
-} chain_bufs;
-
-static void chain_forward(pt_model *m, pt_module_ctx **ctx, const pt_batch *b, chain_bufs *cb) {
-    pt_module_forward(m, 0, ctx[0], b, NULL, cb->acts[0]);
-    for (int i = 1; i < NMOD - 1; i++)
-        pt_module_forward(m, i, ctx[i], b, cb->acts[i - 1], cb->acts[i]);
-    pt_module_forward(m, NMOD - 1, ctx[NMOD - 1], b, cb->acts[NMOD - 2], cb->losses);
-}
-static void chain_input(pt_model *m, pt_module_ctx **ctx, const pt_batch *b, chain_bufs *cb,
-                        int mode) {
-    for (int i = NMOD - 1; i >= 0; i--) {
-        const float *dout = i == NMOD - 1 ? NULL : cb->din[i + 1];
-        float *din = i == 0 ? NULL : cb->din[i];
-        if (mode == CH_FUSED) {
-            pt_module_backward(m, i, ctx[i], b, dout, din);
-            continue;
-        }
-        pt_module_backward_input(m, i, ctx[i], b, dout, din);
-        if (mode == CH_BW) pt_module_backward_weight(m, i, ctx[i], b);
-    }
-}
-/* W in the backward's module order (head first: wte's two gradients add
- * up in the fused order) */
-static void chain_weight(pt_model *m, pt_module_ctx **ctx, const pt_batch *b) {
-    for (int i = NMOD - 1; i >= 0; i--) pt_module_backward_weight(m, i, ctx[i], b);
-}
+/* ---- the split backward (B: input gradients, W: weight gradients) ---- */
+#define CHAIN_NC (2 * 6 * 16)
+#define CHAIN_N  12
+#include "split_chain.h"
 
 typedef struct {
     pt_module_ctx *ctx[NMOD];

@@ -13,30 +13,15 @@
 #include "pt_test.h"
 
 static const pt_model_config cfg = {2, 16, 4, 40, 8}; /* L, C, NH, V, T */
-enum { NMOD = 4, BT = 2 * 8, NC = BT * 16, TP = 2 };
-enum { CH_FUSED, CH_BW, CH_ALLB_ALLW };
-
-typedef struct {
-    float acts[NMOD][NC], din[NMOD][NC], losses[BT];
-} chain_bufs;
+enum { BT = 2 * 8, NC = BT * 16, TP = 2 };
+#define CHAIN_NC NC
+#define CHAIN_N  BT
+#include "split_chain.h"
 
 static void chain(pt_model *m, pt_module_ctx **ctx, const pt_batch *b, chain_bufs *cb, int mode) {
-    pt_module_forward(m, 0, ctx[0], b, NULL, cb->acts[0]);
-    for (int i = 1; i < NMOD - 1; i++)
-        pt_module_forward(m, i, ctx[i], b, cb->acts[i - 1], cb->acts[i]);
-    pt_module_forward(m, NMOD - 1, ctx[NMOD - 1], b, cb->acts[NMOD - 2], cb->losses);
-    for (int i = NMOD - 1; i >= 0; i--) {
-        const float *dout = i == NMOD - 1 ? NULL : cb->din[i + 1];
-        float *din = i == 0 ? NULL : cb->din[i];
-        if (mode == CH_FUSED) {
-            pt_module_backward(m, i, ctx[i], b, dout, din);
-            continue;
-        }
-        pt_module_backward_input(m, i, ctx[i], b, dout, din);
-        if (mode == CH_BW) pt_module_backward_weight(m, i, ctx[i], b);
-    }
-    if (mode == CH_ALLB_ALLW)
-        for (int i = NMOD - 1; i >= 0; i--) pt_module_backward_weight(m, i, ctx[i], b);
+    chain_forward(m, ctx, b, cb);
+    chain_input(m, ctx, b, cb, mode);
+    if (mode == CH_ALLB_ALLW) chain_weight(m, ctx, b);
 }
 
 /* 0 when every split chain equals the fused one on this rank */
