@@ -84,6 +84,20 @@ void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, f
                                const float *dout, const float *inp, const float *weight,
                                const float *mean, const float *rstd, int N, int C);
 
+/* LayerNorm's backward as its two passes, for a schedule that computes
+ * input gradients first and weight gradients later (zero-bubble B and W):
+ *   _input:  the row pass. dres NULL: dinp (N,C) += the input gradient;
+ *            else dinp = dres + it (as pt_layernorm_backward_res; dinp may
+ *            alias dres)
+ *   _params: the column pass. dweight (C) +=, dbias (C) += (weight is not
+ *            read)
+ * Together bit for bit pt_layernorm_backward(_res), at any thread count. */
+void pt_layernorm_backward_input(float *dinp, const float *dres, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int N, int C);
+void pt_layernorm_backward_params(float *dweight, float *dbias, const float *dout, const float *inp,
+                                  const float *mean, const float *rstd, int N, int C);
+
 /* ---- linear: out (N,OC) = inp (N,C) @ weight (C,OC) + bias (OC) ---------------
  * bias may be NULL. Through the kernels' own GEMM (AVX-512) or CBLAS sgemm,
  * with bias, residual, GELU and the bias gradient fused into the product. */
@@ -116,6 +130,22 @@ void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, cons
 void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 
+/* The linear's backward as two passes, for a schedule that computes input
+ * gradients first and weight gradients later (zero-bubble pipelines' B and
+ * W). pt_matmul_backward_set = _input_set then _weight, and
+ * pt_matmul_backward_gelu_set = _input_gelu_set then _weight, bit for bit
+ * (the same products).
+ *   _input_set:      dinp (N,C) = dout @ weight^T, OVERWRITTEN
+ *   _input_gelu_set: dpre (N,C) = gelu'(pre) * (dout @ weight^T), OVERWRITTEN
+ *   _weight:         dweight (C,OC) += inp^T @ dout; dbias (OC) += column
+ *                    sums of dout (dbias may be NULL) */
+void pt_matmul_backward_input_set(float *dinp, const float *dout, const float *weight, int N, int C,
+                                  int OC);
+void pt_matmul_backward_input_gelu_set(float *dpre, const float *dout, const float *weight,
+                                       const float *pre, int N, int C, int OC);
+void pt_matmul_backward_weight(float *dweight, float *dbias, const float *dout, const float *inp,
+                               int N, int C, int OC);
+
 /* ---- linear with the weight stored transposed, (OC,C): out = inp @ weight^T + b
  * For the tied LM head (logits = x @ wte^T with wte (V,C)) and any weight kept
  * as (out, in). bias may be NULL. Shapes as pt_matmul_forward otherwise. */
@@ -125,6 +155,15 @@ void pt_matmul_forward_wt(float *out, const float *inp, const float *weight, con
  * column sums of dout. dinp or dbias may be NULL. */
 void pt_matmul_backward_wt(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, int N, int C, int OC);
+
+/* pt_matmul_backward_wt as two passes (bit for bit the same):
+ *   _wt_input:  dinp (N,C) += dout @ weight
+ *   _wt_weight: dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of
+ *               dout (dbias may be NULL) */
+void pt_matmul_backward_wt_input(float *dinp, const float *dout, const float *weight, int N, int C,
+                                 int OC);
+void pt_matmul_backward_wt_weight(float *dweight, float *dbias, const float *dout, const float *inp,
+                                  int N, int C, int OC);
 
 /* ---- causal multi-head self-attention -----------------------------------------
  * qkv (B,T,3C): q, k, v side by side along the last dim, head h at columns

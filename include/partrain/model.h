@@ -255,6 +255,11 @@ typedef struct {
     void (*after_forward)(void *arg, const pt_hook_point *p);
     void (*before_backward)(void *arg, const pt_hook_point *p);
     void (*after_backward)(void *arg, const pt_hook_point *p);
+    /* The split backward (pt_module_backward_input / _weight): after a
+     * module's weight-gradient pass. There after_backward fires after the
+     * input-gradient pass, and module i's gradients are final for the step
+     * only here, with p->last set (the same meaning as after_backward's). */
+    void (*after_weight_grad)(void *arg, const pt_hook_point *p);
     void *arg; /* lent; passed to every hook */
 } pt_model_hooks;
 /* Install hooks (copied); NULL removes them. */
@@ -325,7 +330,8 @@ pt_module_ctx *pt_model_ctx(pt_model *m, int i);
  *   head:      in (B,T,C); out (B,T) per-position losses when b->targets,
  *              else a copy of the (B,T,V) logits; out may be NULL (the
  *              logits stay in the context: pt_model_logits for the model's)
- * `in` is lent until the matching backward returns (it is saved, not copied).
+ * `in` is lent until the matching backward returns (it is saved, not copied;
+ * for the split backward, until its weight-gradient pass returns).
  * out must not alias in. */
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out);
@@ -338,6 +344,29 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
  *              the fused forward. */
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din);
+
+/* The same backward in two passes, for schedules that defer the weight
+ * gradients (zero-bubble pipelines' B and W, Qi et al. 2023):
+ *   _input  (B): din as pt_module_backward's (the same arguments), and
+ *           every tensor-parallel collective of the input gradients; it
+ *           leaves the output gradients of the module's linears and
+ *           LayerNorms in ctx's backward scratch. Fires before_backward
+ *           and after_backward.
+ *   _weight (W): after the _input of the same ctx and batch, ACCUMULATES
+ *           every parameter gradient of the module from what B left and
+ *           the saved activations. Fires after_weight_grad. Collectives:
+ *           none, except under sequence parallelism the LayerNorm outputs'
+ *           all-gathers and their weight gradients' all-reduce
+ *           (modules_tp.c says why).
+ * Between the two, ctx's activations, its input, b->tokens and its scratch
+ * must stay as they are: a context whose W comes after other modules'
+ * passes needs a scratch of its own (pt_module_ctx_set_scratch). B then W
+ * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
+ * ones' halves) and under tensor parallelism (the same collectives on the
+ * same data). */
+void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                              const float *dout, float *din);
+void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
 
 #ifdef __cplusplus
 }

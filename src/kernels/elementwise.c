@@ -342,3 +342,35 @@ void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, f
                 .C = C};
     ln_backward_run(&c);
 }
+
+/* The split passes (a zero-bubble schedule's B and W): the threaded path's
+ * row and column passes on their own, so each gives the fused kernel's
+ * bits (ln_backward_row's dinp at any thread count; the column pass the
+ * same operations in the same row order as the one-thread fused pass). */
+void pt_layernorm_backward_input(float *dinp, const float *dres, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int N, int C) {
+    ln_ctx c = {.dinp = dinp,
+                .dres = dres,
+                .dout = dout,
+                .inp = inp,
+                .weight = weight,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
+    pt_pool_run(layernorm_backward_rows, &c, workers_for((long)N * C));
+}
+
+void pt_layernorm_backward_params(float *dweight, float *dbias, const float *dout, const float *inp,
+                                  const float *mean, const float *rstd, int N, int C) {
+    ln_ctx c = {.dweight = dweight,
+                .dbias = dbias,
+                .dout = dout,
+                .inp = inp,
+                .cmean = mean,
+                .crstd = rstd,
+                .N = N,
+                .C = C};
+    pt_pool_run(layernorm_backward_cols, &c, workers_for((long)N * C));
+}

@@ -192,7 +192,7 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     size_t att =
         pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
     size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 2 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp) *
+    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp) *
                                            sizeof(float));
     if (!s->buf) {
         free(s);
@@ -201,6 +201,8 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     float *p = s->buf;
     s->d_res2 = p, p += N * C;
     s->d_ln = p, p += N * C;
+    s->d_out = p, p += N * C;
+    s->d_ln1 = p, p += N * C;
     s->d_atty = p, p += N * Cl;
     s->d_qkv = p, p += N * 3 * Cl;
     s->d_fch = p, p += N * 4 * Cl;

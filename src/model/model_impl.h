@@ -33,10 +33,14 @@ struct pt_module_ctx {
 };
 
 /* A block's intermediate gradients during its backward, and attention's
- * backward scratch: one PT_MEM_ACTS allocation. */
+ * backward scratch: one PT_MEM_ACTS allocation. The split backward's B
+ * leaves in it what its W reads: d_out (the module's output gradient; the
+ * gathered one under sequence parallelism), d_fch, d_ln (ln_2's output
+ * gradient; the head's ln_f's), d_res2, d_qkv, d_ln1 (ln_1's). */
 struct pt_module_scratch {
     float *buf;
-    float *d_res2, *d_ln, *d_atty; /* (N,C) */
+    float *d_res2, *d_ln, *d_atty; /* (N,C), (N,C), (N,C/tp) */
+    float *d_out, *d_ln1;          /* (N,C): the split backward only */
     float *d_qkv;                  /* (N,3C) */
     float *d_fch;                  /* (N,4C) */
     float *att;                    /* pt_attention_scratch_floats */
@@ -134,5 +138,15 @@ void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
 void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                         float *out);
 void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx);
+/* The split backward's two passes (pt_module_backward_input / _weight),
+ * tp > 1; s is the context's scratch. */
+void pt_tp_embedding_backward_input(pt_model *m, pt_module_scratch *s, const pt_batch *b,
+                                    const float *dout);
+void pt_tp_embedding_backward_weight(pt_model *m, pt_module_scratch *s, const pt_batch *b);
+void pt_tp_block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                                const float *dout, float *dx);
+void pt_tp_block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b);
+void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx);
+void pt_tp_head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b);
 
 #endif

@@ -7,7 +7,8 @@
  * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
  * gradients live in the context's backward scratch (the model's unless the
  * context was given its own). Every pass calls the model's plug points
- * around its work.
+ * around its work. The split backward (B: input gradients, W: weight
+ * gradients; model.h) is the same work in two passes, beside the fused one.
  *
  * The head reads wte, which the embedding owns (weight tying): its gradient
  * accumulates into the embedding's region. A pipeline with the head on
@@ -104,6 +105,69 @@ static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
                           W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
 }
 
+/* ---- the split backward (zero-bubble B and W), tp = 1 ----
+ * The fused backward's kernels cut in two: B runs every input-gradient
+ * pass (the _input kernels) and leaves each linear's and LayerNorm's
+ * output gradient in the scratch; W runs the weight-gradient passes on
+ * them. The kernels are the fused ones' halves (kernels.h), so B then W
+ * gives pt_module_backward's bits. */
+
+static pt_module_scratch *scratch_of(pt_model *m, pt_module_ctx *c) {
+    return c->scratch ? c->scratch : m->scratch;
+}
+
+static void block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                                 const float *dout, float *dx) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+    pt_module_scratch *s = scratch_of(m, c);
+    memcpy(s->d_out, dout, (size_t)N * C * sizeof(float)); /* the caller's buffer moves on */
+    pt_matmul_backward_input_gelu_set(s->d_fch, dout, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * C, C);
+    pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * C);
+    pt_layernorm_backward_input(s->d_res2, dout, s->d_ln, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
+                                c->ln2_rstd, N, C);
+    pt_matmul_backward_input_set(s->d_atty, s->d_res2, W(m, i, BLK_ATTPROJ_W), N, C, C);
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, C, NH);
+    pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * C);
+    pt_layernorm_backward_input(dx, s->d_res2, s->d_ln1, c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
+                                c->ln1_rstd, N, C);
+}
+
+static void block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    pt_module_scratch *s = scratch_of(m, c);
+    pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_out, c->fch_gelu,
+                              N, 4 * C, C);
+    pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2, N, C,
+                              4 * C);
+    pt_layernorm_backward_params(DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
+                                 c->ln2_mean, c->ln2_rstd, N, C);
+    pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
+                              N, C, C);
+    pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1, N, C,
+                              3 * C);
+    pt_layernorm_backward_params(DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
+                                 c->ln1_mean, c->ln1_rstd, N, C);
+}
+
+static void head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                                float *dx) {
+    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    pt_module_scratch *s = scratch_of(m, c);
+    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
+    pt_matmul_backward_wt_input(s->d_ln, c->logits, W(m, 0, EMB_WTE), N, C, V);
+    memset(dx, 0, (size_t)N * C * sizeof(float));
+    pt_layernorm_backward_input(dx, NULL, s->d_ln, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
+                                c->lnf_rstd, N, C);
+}
+
+static void head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
+    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    pt_module_scratch *s = scratch_of(m, c);
+    pt_matmul_backward_wt_weight(DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, N, C, V);
+    pt_layernorm_backward_params(DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+                                 c->lnf_mean, c->lnf_rstd, N, C);
+}
+
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
@@ -173,4 +237,67 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
         break;
     }
     if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
+}
+
+void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                              const float *dout, float *din) {
+    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->tp == 1 || m->tp_comm);
+    pt_hook_point hp = {i, b->micro, b->last, ctx};
+    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
+    pt_module_scratch *s = scratch_of(m, ctx);
+    switch (ctx->kind) {
+    case PT_MODULE_EMBEDDING: /* no input gradient: W's dout is kept */
+        PT_ASSERT(dout);
+        if (m->tp > 1)
+            pt_tp_embedding_backward_input(m, s, b, dout);
+        else
+            memcpy(s->d_out, dout, (size_t)b->B * b->T * m->cfg.n_embd * sizeof(float));
+        break;
+    case PT_MODULE_BLOCK:
+        PT_ASSERT(dout && din && dout != din);
+        if (m->tp > 1)
+            pt_tp_block_backward_input(m, i, ctx, b, dout, din);
+        else
+            block_backward_input(m, i, ctx, b, dout, din);
+        break;
+    case PT_MODULE_HEAD:
+        PT_ASSERT(b->targets && din);
+        if (m->tp > 1)
+            pt_tp_head_backward_input(m, i, ctx, b, din);
+        else
+            head_backward_input(m, i, ctx, b, din);
+        break;
+    }
+    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
+}
+
+void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->tp == 1 || m->tp_comm);
+    PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_g[0]));
+    pt_hook_point hp = {i, b->micro, b->last, ctx};
+    switch (ctx->kind) {
+    case PT_MODULE_EMBEDDING:
+        if (m->tp > 1)
+            pt_tp_embedding_backward_weight(m, scratch_of(m, ctx), b);
+        else
+            pt_encoder_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), scratch_of(m, ctx)->d_out,
+                                b->tokens, b->B, b->T, m->cfg.n_embd);
+        break;
+    case PT_MODULE_BLOCK:
+        if (m->tp > 1)
+            pt_tp_block_backward_weight(m, i, ctx, b);
+        else
+            block_backward_weight(m, i, ctx, b);
+        break;
+    case PT_MODULE_HEAD:
+        if (m->tp > 1)
+            pt_tp_head_backward_weight(m, i, ctx, b);
+        else
+            head_backward_weight(m, i, ctx, b);
+        break;
+    }
+    if (m->hooks.after_weight_grad) m->hooks.after_weight_grad(m->hooks.arg, &hp);
 }

@@ -334,3 +334,160 @@ void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
     pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
                           W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
 }
+
+/* ---- the split backward (zero-bubble B and W), tp > 1 ----
+ * B holds every collective of the input gradients (the all-reduces, or
+ * under sequence parallelism the output gradients' all-gathers and the
+ * input gradients' reduce-scatters) and leaves each linear's and
+ * LayerNorm's output gradient in the scratch (model_impl.h). W issues none,
+ * except under sequence parallelism: there the LayerNorms' weight gradients
+ * are all-reduced (they are partial sums over this rank's rows), and the
+ * column-parallel weight gradients need the WHOLE LayerNorm outputs, which
+ * W all-gathers again, as the fused backward does. Keeping B's gathered
+ * copies instead would cost two more (N,C) buffers per scratch -- one per
+ * micro-batch whose W is deferred, the memory sequence parallelism exists
+ * to save -- and an all-gather in B that its own passes never read; the
+ * group runs the same schedule, so a collective in W costs its ranks no
+ * extra wait. */
+
+/* A LayerNorm's parameter gradient over this rank's R rows, summed over
+ * the group (sp_layernorm_backward's column half). */
+static void sp_layernorm_params(pt_model *m, pt_module_scratch *s, float *dw, float *db,
+                                const float *dout, const float *x, const float *mean,
+                                const float *rstd, int R) {
+    int C = m->cfg.n_embd;
+    memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
+    pt_layernorm_backward_params(s->ln_g, s->ln_g + C, dout, x, mean, rstd, R, C);
+    allreduce(m, s->ln_g, 2 * (size_t)C, "sequence-parallel LayerNorm gradient all-reduce");
+    for (int c = 0; c < C; c++) {
+        dw[c] += s->ln_g[c];
+        db[c] += s->ln_g[C + c];
+    }
+}
+
+void pt_tp_embedding_backward_input(pt_model *m, pt_module_scratch *s, const pt_batch *b,
+                                    const float *dout) {
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    if (!m->sp) {
+        memcpy(s->d_out, dout, (size_t)N * C * sizeof(float));
+        return;
+    }
+    memcpy(my_rows(m, s->d_out, N), dout, (size_t)(N / m->tp) * C * sizeof(float));
+    allgather(m, s->d_out, (size_t)N * C, "embedding gradient all-gather");
+}
+
+void pt_tp_embedding_backward_weight(pt_model *m, pt_module_scratch *s, const pt_batch *b) {
+    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), s->d_out, b->tokens, b->B, b->T,
+                            m->cfg.n_embd, m->v0, m->vl);
+}
+
+/* dout, dx: (N,C), or this rank's R rows under sequence parallelism. */
+void pt_tp_block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                                const float *dout, float *dx) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = m->sp ? N / m->tp : N;
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    /* the ranks' rows of the output gradient, whole in d_out */
+    memcpy(m->sp ? my_rows(m, s->d_out, N) : s->d_out, dout, (size_t)R * C * sizeof(float));
+    if (m->sp) allgather(m, s->d_out, NC, "MLP c_proj gradient all-gather");
+    /* MLP */
+    pt_matmul_backward_input_gelu_set(s->d_fch, s->d_out, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl,
+                                      C);
+    pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * Cl);
+    float *d_ln2 = s->d_ln, *d_ln1 = s->d_ln1, *d_res2 = s->d_res2;
+    if (m->sp) {
+        reduce_scatter(m, s->d_ln, NC, "MLP c_fc input-gradient reduce-scatter");
+        d_ln2 = my_rows(m, s->d_ln, N);
+        d_ln1 = my_rows(m, s->d_ln1, N);
+        d_res2 = my_rows(m, s->d_res2, N);
+    } else {
+        allreduce(m, s->d_ln, NC, "MLP c_fc input-gradient all-reduce");
+    }
+    pt_layernorm_backward_input(d_res2, dout, d_ln2, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
+                                c->ln2_rstd, R, C);
+    /* attention */
+    if (m->sp) allgather(m, s->d_res2, NC, "attention c_proj gradient all-gather");
+    pt_matmul_backward_input_set(s->d_atty, s->d_res2, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
+    pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * Cl);
+    if (!m->skip_f) {
+        if (m->sp)
+            reduce_scatter(m, s->d_ln1, NC, "attention c_attn input-gradient reduce-scatter");
+        else
+            allreduce(m, s->d_ln1, NC, "attention c_attn input-gradient all-reduce");
+    }
+    pt_layernorm_backward_input(dx, d_res2, d_ln1, c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
+                                c->ln1_rstd, R, C);
+}
+
+void pt_tp_block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
+    int C = m->cfg.n_embd, N = b->B * b->T, R = m->sp ? N / m->tp : N;
+    int Cl = C / m->tp;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    /* c_proj's: the whole output gradient (the row-parallel bias's the
+     * same on every rank) */
+    pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_out, c->fch_gelu,
+                              N, 4 * Cl, C);
+    const float *ln2 = c->ln2, *ln1 = c->ln1;
+    if (m->sp) {
+        gather_rows(m, s, c->ln2, N, "ln_2 all-gather (weight gradient)");
+        ln2 = s->full;
+    }
+    pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, ln2, N, C, 4 * Cl);
+    if (m->sp)
+        sp_layernorm_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), my_rows(m, s->d_ln, N),
+                            c->res2, c->ln2_mean, c->ln2_rstd, R);
+    else
+        pt_layernorm_backward_params(DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
+                                     c->ln2_mean, c->ln2_rstd, N, C);
+    pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
+                              N, Cl, C);
+    if (m->sp) {
+        gather_rows(m, s, c->ln1, N, "ln_1 all-gather (weight gradient)");
+        ln1 = s->full;
+    }
+    pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, ln1, N, C,
+                              3 * Cl);
+    if (m->sp)
+        sp_layernorm_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), my_rows(m, s->d_ln1, N),
+                            c->in, c->ln1_mean, c->ln1_rstd, R);
+    else
+        pt_layernorm_backward_params(DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
+                                     c->ln1_mean, c->ln1_rstd, N, C);
+}
+
+void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
+    int N = b->B * b->T, C = m->cfg.n_embd, R = m->sp ? N / m->tp : N;
+    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    memset(s->d_ln, 0, NC * sizeof(float));
+    pt_matmul_backward_wt_input(s->d_ln, c->logits, W(m, 0, EMB_WTE), N, C, m->vl);
+    const float *d_lnf = s->d_ln;
+    if (m->sp) {
+        reduce_scatter(m, s->d_ln, NC, "LM head input-gradient reduce-scatter");
+        d_lnf = my_rows(m, s->d_ln, N);
+    } else {
+        allreduce(m, s->d_ln, NC, "LM head input-gradient all-reduce");
+    }
+    memset(dx, 0, (size_t)R * C * sizeof(float));
+    pt_layernorm_backward_input(dx, NULL, d_lnf, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
+                                c->lnf_rstd, R, C);
+}
+
+void pt_tp_head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
+    int N = b->B * b->T, C = m->cfg.n_embd;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
+    const float *lnf = c->lnf;
+    if (m->sp) {
+        gather_rows(m, s, c->lnf, N, "ln_f all-gather (weight gradient)");
+        lnf = s->full;
+    }
+    pt_matmul_backward_wt_weight(DW(m, 0, EMB_WTE), NULL, c->logits, lnf, N, C, m->vl);
+    if (m->sp)
+        sp_layernorm_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B),
+                            my_rows(m, s->d_ln, N), c->in, c->lnf_mean, c->lnf_rstd, N / m->tp);
+    else
+        pt_layernorm_backward_params(DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+                                     c->lnf_mean, c->lnf_rstd, N, C);
+}

@@ -318,8 +318,12 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
         if (t->zero) pt_zero_set_trace(t->zero, t->trace);
     }
-    pt_model_hooks hooks = {hook_before_forward, hook_after_forward, hook_before_backward,
-                            hook_after_backward, t};
+    pt_model_hooks hooks = {hook_before_forward,
+                            hook_after_forward,
+                            hook_before_backward,
+                            hook_after_backward,
+                            NULL,
+                            t};
     pt_model_set_hooks(t->model, &hooks);
     if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
         st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");

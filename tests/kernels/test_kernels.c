@@ -556,6 +556,114 @@ static void test_fused_and_set(void) {
     attention_set_case(1, 97, 128, 2);
 }
 
+/* The split backward's kernels (B: input gradients, W: weight gradients)
+ * against the reference backward, and BIT FOR BIT against the fused
+ * kernels they are the halves of, at every thread count: the linears'
+ * input and weight passes are the fused kernels' products, LayerNorm's
+ * row and column passes the fused kernel's. */
+static void split_case(int N, int C, int OC, double sc) {
+    long NC = (long)N * C, NO = (long)N * OC, CO = (long)C * OC;
+    float *x = rnd(NC, sc), *w = rnd(CO, sc), *dout = rnd(NO, sc), *dw0 = rnd(CO, 1);
+    float *db0 = rnd(OC, 1), *pre = rnd(NC, 2), *gin = rnd(NC, 1), *dx0 = rnd(NC, 1);
+    float *lw = rnd(C, 1), *lb = rnd(C, 1), *dres = rnd(NC, 1), *ld = rnd(NC, 1);
+    float *lo = rnd(NC, 1), *lmean = rnd(N, 1), *lrstd = rnd(N, 1);
+    pt_ref_gelu_forward(gin, pre, NC);
+    pt_ref_layernorm_forward(lo, lmean, lrstd, x, lw, lb, N, C);
+    /* oracles: the reference backwards; c_proj's through GELU into a
+     * temporary then GELU's backward */
+    float *dxr = calloc(NC, 4), *dwr = dupf(dw0, CO), *dbr = dupf(db0, OC);
+    pt_ref_matmul_backward(dxr, dwr, dbr, dout, x, w, N, C, OC);
+    float *t = calloc(NC, 4), *dgr = calloc(NC, 4), *dwg = dupf(dw0, CO), *dbg = dupf(db0, OC);
+    pt_ref_matmul_backward(t, dwg, dbg, dout, gin, w, N, C, OC);
+    pt_ref_gelu_backward(dgr, pre, t, NC);
+    float *dxwr = dupf(dx0, NC), *dwwr = dupf(dw0, CO), *dbwr = dupf(db0, OC);
+    pt_ref_matmul_backward_wt(dxwr, dwwr, dbwr, dout, x, w, N, C, OC);
+    float *dlr = dupf(dx0, NC), *lwr = dupf(lw, C), *lbr = dupf(lb, C);
+    pt_ref_layernorm_backward(dlr, lwr, lbr, ld, x, lw, lmean, lrstd, N, C);
+    for (int k = 0; k < NTHREADS; k++) {
+        pt_kernels_set_threads(THREADS[k]);
+        /* linear: fused vs input_set + weight */
+        float *dxf = nans(NC), *dwf = dupf(dw0, CO), *dbf = dupf(db0, OC);
+        float *dxs = nans(NC), *dws = dupf(dw0, CO), *dbs = dupf(db0, OC);
+        pt_matmul_backward_set(dxf, dwf, dbf, dout, x, w, N, C, OC);
+        pt_matmul_backward_input_set(dxs, dout, w, N, C, OC);
+        pt_matmul_backward_weight(dws, dbs, dout, x, N, C, OC);
+        close_all("mm_input_set dinp", dxs, dxr, NC);
+        close_all("mm_weight dweight", dws, dwr, CO);
+        close_all("mm_weight dbias", dbs, dbr, OC);
+        CHECK(memcmp(dxs, dxf, sizeof(float) * NC) == 0);
+        CHECK(memcmp(dws, dwf, sizeof(float) * CO) == 0);
+        CHECK(memcmp(dbs, dbf, sizeof(float) * OC) == 0);
+        /* no bias gradient */
+        float *dwn = dupf(dw0, CO);
+        pt_matmul_backward_weight(dwn, NULL, dout, x, N, C, OC);
+        CHECK(memcmp(dwn, dwf, sizeof(float) * CO) == 0);
+        /* through GELU */
+        memcpy(dwf, dw0, sizeof(float) * CO), memcpy(dbf, db0, sizeof(float) * OC);
+        memcpy(dws, dw0, sizeof(float) * CO), memcpy(dbs, db0, sizeof(float) * OC);
+        pt_matmul_backward_gelu_set(dxf, dwf, dbf, dout, gin, w, pre, N, C, OC);
+        for (long i = 0; i < NC; i++) dxs[i] = NAN;
+        pt_matmul_backward_input_gelu_set(dxs, dout, w, pre, N, C, OC);
+        pt_matmul_backward_weight(dws, dbs, dout, gin, N, C, OC);
+        close_all("mm_input_gelu_set dpre", dxs, dgr, NC);
+        close_all("mm_weight (gelu) dweight", dws, dwg, CO);
+        close_all("mm_weight (gelu) dbias", dbs, dbg, OC);
+        CHECK(memcmp(dxs, dxf, sizeof(float) * NC) == 0);
+        CHECK(memcmp(dws, dwf, sizeof(float) * CO) == 0);
+        CHECK(memcmp(dbs, dbf, sizeof(float) * OC) == 0);
+        /* weight stored transposed, (OC,C): both accumulate */
+        memcpy(dxf, dx0, sizeof(float) * NC), memcpy(dxs, dx0, sizeof(float) * NC);
+        memcpy(dwf, dw0, sizeof(float) * CO), memcpy(dbf, db0, sizeof(float) * OC);
+        memcpy(dws, dw0, sizeof(float) * CO), memcpy(dbs, db0, sizeof(float) * OC);
+        pt_matmul_backward_wt(dxf, dwf, dbf, dout, x, w, N, C, OC);
+        pt_matmul_backward_wt_input(dxs, dout, w, N, C, OC);
+        pt_matmul_backward_wt_weight(dws, dbs, dout, x, N, C, OC);
+        close_all("mm_wt_input dinp", dxs, dxwr, NC);
+        close_all("mm_wt_weight dweight", dws, dwwr, CO);
+        close_all("mm_wt_weight dbias", dbs, dbwr, OC);
+        CHECK(memcmp(dxs, dxf, sizeof(float) * NC) == 0);
+        CHECK(memcmp(dws, dwf, sizeof(float) * CO) == 0);
+        CHECK(memcmp(dbs, dbf, sizeof(float) * OC) == 0);
+        /* LayerNorm: accumulating, and with a residual (in place too) */
+        float *lxf = dupf(dx0, NC), *lwf = dupf(lw, C), *lbf = dupf(lb, C);
+        float *lxs = dupf(dx0, NC), *lws = dupf(lw, C), *lbs = dupf(lb, C);
+        pt_layernorm_backward(lxf, lwf, lbf, ld, x, lw, lmean, lrstd, N, C);
+        pt_layernorm_backward_input(lxs, NULL, ld, x, lw, lmean, lrstd, N, C);
+        pt_layernorm_backward_params(lws, lbs, ld, x, lmean, lrstd, N, C);
+        close_all("ln_input dinp", lxs, dlr, NC);
+        close_all("ln_params dweight", lws, lwr, C);
+        close_all("ln_params dbias", lbs, lbr, C);
+        CHECK(memcmp(lxs, lxf, sizeof(float) * NC) == 0);
+        CHECK(memcmp(lws, lwf, sizeof(float) * C) == 0);
+        CHECK(memcmp(lbs, lbf, sizeof(float) * C) == 0);
+        float *rx = dupf(dres, NC);
+        memcpy(lwf, lw, sizeof(float) * C), memcpy(lbf, lb, sizeof(float) * C);
+        pt_layernorm_backward_res(lxf, dres, lwf, lbf, ld, x, lw, lmean, lrstd, N, C);
+        for (long i = 0; i < NC; i++) lxs[i] = NAN;
+        pt_layernorm_backward_input(lxs, dres, ld, x, lw, lmean, lrstd, N, C);
+        pt_layernorm_backward_input(rx, rx, ld, x, lw, lmean, lrstd, N, C);
+        CHECK(memcmp(lxs, lxf, sizeof(float) * NC) == 0);
+        CHECK(memcmp(rx, lxf, sizeof(float) * NC) == 0);
+        free(dxf), free(dwf), free(dbf), free(dxs), free(dws), free(dbs), free(dwn);
+        free(lxf), free(lwf), free(lbf), free(lxs), free(lws), free(lbs), free(rx);
+    }
+    pt_kernels_set_threads(1);
+    free(x), free(w), free(dout), free(dw0), free(db0), free(pre), free(gin), free(dx0);
+    free(lw), free(lb), free(dres), free(ld), free(lo), free(lmean), free(lrstd);
+    free(dxr), free(dwr), free(dbr), free(t), free(dgr), free(dwg), free(dbg);
+    free(dxwr), free(dwwr), free(dbwr), free(dlr), free(lwr), free(lbr);
+}
+static void test_split_backward(void) {
+    for (int blas = 0; blas < 2; blas++) {
+        pt_sgemm_set_path(blas ? PT_GEMM_BLAS : PT_GEMM_OWN);
+        split_case(1, 1, 1, 1);
+        split_case(13, 31, 17, 1);
+        split_case(300, 40, 257, 1);   /* above the parallel thresholds */
+        split_case(150, 96, 600, 0.4); /* own GEMM: 2 K blocks back */
+    }
+    pt_sgemm_set_path(PT_GEMM_AUTO);
+}
+
 static void xent_case(int N, int V) {
     float *l = rnd((long)N * V, 5), *lossr = rnd(N, 1), *dr = rnd((long)N * V, 1);
     int *tg = malloc(sizeof(int) * N);
@@ -775,6 +883,7 @@ int main(void) {
     RUN(test_gelu);
     RUN(test_attention);
     RUN(test_fused_and_set);
+    RUN(test_split_backward);
     RUN(test_softmax_xent);
     RUN(test_adamw);
     RUN(test_sum_squares);

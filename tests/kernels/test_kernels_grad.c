@@ -81,7 +81,8 @@ static void run_twice(gslot *s, int ns, bwd_fn bwd, void *ctx) {
     }
 }
 
-static int g_ref; /* 1: check the reference kernels, 0: the optimized ones */
+static int g_ref;   /* 1: check the reference kernels, 0: the optimized ones */
+static int g_split; /* optimized: the split backward's kernels (B then W) */
 
 /* ---- encoder ---------------------------------------------------------------- */
 enum { EB = 2, ET = 3, EC = 4, EV = 5 };
@@ -144,10 +145,13 @@ static double ln_loss(void *p) {
 }
 static void ln_bwd(void *p) {
     ln_t *c = p;
-    if (g_ref)
+    if (g_ref) {
         pt_ref_layernorm_backward(c->dx, c->dw, c->db, c->R, c->fx, c->fw, c->mean, c->rstd, LN,
                                   LC);
-    else
+    } else if (g_split) {
+        pt_layernorm_backward_input(c->dx, NULL, c->R, c->fx, c->fw, c->mean, c->rstd, LN, LC);
+        pt_layernorm_backward_params(c->dw, c->db, c->R, c->fx, c->mean, c->rstd, LN, LC);
+    } else
         pt_layernorm_backward(c->dx, c->dw, c->db, c->R, c->fx, c->fw, c->mean, c->rstd, LN, LC);
 }
 static void test_grad_layernorm(void) {
@@ -192,7 +196,12 @@ static double mm_loss(void *p) {
 static void mm_bwd(void *p) {
     mm_t *c = p;
     float *db = c->has_bias ? c->db : NULL;
-    if (c->wt) {
+    if (c->wt && g_split) {
+        pt_matmul_backward_wt_input(c->dx, c->R, c->fw, MN, MC, MO);
+        pt_matmul_backward_wt_weight(c->dw, db, c->R, c->fx, MN, MC, MO);
+    } else if (g_split) { /* dinp is overwritten: outside the += check */
+        pt_matmul_backward_weight(c->dw, db, c->R, c->fx, MN, MC, MO);
+    } else if (c->wt) {
         if (g_ref)
             pt_ref_matmul_backward_wt(c->dx, c->dw, db, c->R, c->fx, c->fw, MN, MC, MO);
         else
@@ -216,7 +225,16 @@ static void grad_matmul(void) {
             gslot s[] = {{"dinp", c.dx, g0x, gx, MN * MC},
                          {"dweight", c.dw, g0w, gw, MC * MO},
                          {"dbias", c.db, g0b, gb, MO}};
-            run_twice(s, hb ? 3 : 2, mm_bwd, &c);
+            if (g_split && !wt) {
+                /* B's pass overwrites dinp; W's accumulate */
+                for (int i = 0; i < MN * MC; i++) c.dx[i] = NAN;
+                pt_matmul_backward_input_set(c.dx, c.R, c.fw, MN, MC, MO);
+                memcpy(gx, c.dx, sizeof gx);
+                gslot sw[] = {{"dweight", c.dw, g0w, gw, MC * MO}, {"dbias", c.db, g0b, gb, MO}};
+                run_twice(sw, hb ? 2 : 1, mm_bwd, &c);
+            } else {
+                run_twice(s, hb ? 3 : 2, mm_bwd, &c);
+            }
             fd_check(wt ? "mm_wt dinp" : "mm dinp", c.x, MN * MC, gx, mm_loss, &c);
             fd_check(wt ? "mm_wt dweight" : "mm dweight", c.w, MC * MO, gw, mm_loss, &c);
             if (hb) fd_check(wt ? "mm_wt dbias" : "mm dbias", c.b, MO, gb, mm_loss, &c);
@@ -264,6 +282,11 @@ static double mmg_loss(void *p) {
 }
 static void mmg_bwd(void *p) {
     mmg_t *c = p;
+    if (g_split) {
+        pt_matmul_backward_input_gelu_set(c->dpre, c->R, c->fw, c->fpre, MN, MC, MO);
+        pt_matmul_backward_weight(c->dw, c->db, c->R, c->fin, MN, MC, MO);
+        return;
+    }
     pt_matmul_backward_gelu_set(c->dpre, c->dw, c->db, c->R, c->fin, c->fw, c->fpre, MN, MC, MO);
 }
 static void test_grad_matmul_gelu(void) {
@@ -447,5 +470,12 @@ int main(void) {
         RUN(test_grad_attention);
         RUN(test_grad_softmax_xent);
     }
+    /* the split backward's kernels: the same checks on B's and W's passes */
+    g_ref = 0, g_split = 1;
+    fprintf(stderr, "-- split backward kernels\n");
+    RUN(test_grad_layernorm);
+    RUN(test_grad_matmul);
+    RUN(test_grad_matmul_gelu);
+    g_split = 0;
     return TEST_DONE();
 }

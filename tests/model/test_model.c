@@ -1,11 +1,13 @@
 /* Model tests: the tensor table (GPT-2 names, shapes, contiguous module
  * regions), layout-independent init, loss at init ~ ln(V), a model-level
  * gradient check against central finite differences, module-by-module passes
- * equal to the whole-model pass, and no allocation in forward/backward. */
+ * equal to the whole-model pass, the split backward (B then W) equal to the
+ * fused one, and no allocation in forward/backward. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../../src/kernels/kernels_impl.h" /* pt_sgemm_set_path: both GEMM paths */
 #include "partrain/model.h"
 #include "pt_test.h"
 
@@ -380,7 +382,7 @@ static void test_hooks_and_slots(void) {
     pt_model_slot *slot[2] = {pt_model_own_slot(m), second};
     hook_log lg;
     memset(&lg, 0, sizeof lg);
-    pt_model_hooks h = {on_bf, on_af, on_bb, on_ab, &lg};
+    pt_model_hooks h = {on_bf, on_af, on_bb, on_ab, NULL, &lg};
     pt_model_set_hooks(m, &h);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) pt_model_forward_in(m, slot[k], &b[k], NULL);
@@ -409,6 +411,186 @@ static void test_hooks_and_slots(void) {
     pt_model_free(m);
 }
 
+/* ---- the split backward (B: input gradients, W: weight gradients) ---- */
+#define CHAIN_NC (2 * 6 * 16)
+#define CHAIN_N  12
+#include "split_chain.h"
+
+typedef struct {
+    pt_module_ctx *ctx[NMOD];
+    pt_module_scratch *scr[NMOD];
+} ctx_set;
+static void ctx_set_new(ctx_set *c, pt_model *m, int own_scratch) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NMOD; i++) {
+        CHECK_OK(pt_module_ctx_new(&c->ctx[i], m, i, 2));
+        if (!own_scratch) continue;
+        CHECK_OK(pt_module_scratch_new(&c->scr[i], m, 2));
+        pt_module_ctx_set_scratch(c->ctx[i], c->scr[i]);
+    }
+}
+static void ctx_set_free(ctx_set *c) {
+    for (int i = 0; i < NMOD; i++) {
+        pt_module_ctx_free(c->ctx[i]);
+        pt_module_scratch_free(c->scr[i]);
+    }
+}
+
+static int all_nonzero_somewhere(const float *g, size_t n) {
+    size_t nz = 0;
+    for (size_t j = 0; j < n; j++) nz += g[j] != 0.0f;
+    return nz > n / 2;
+}
+
+/* B then W gives pt_module_backward's input gradients and parameter
+ * gradients BIT FOR BIT, for every module kind, on both GEMM paths: the
+ * split kernels are the fused ones' halves (the same products; LayerNorm's
+ * row and column passes are the fused kernel's). So does the whole-model
+ * split (every B, then every W), equal to pt_model_backward. */
+static void split_modules_path(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    CHECK_EQ(pt_model_num_modules(m), NMOD);
+    randomize(m, 0.2f);
+    int x[10], y[10];
+    fill_tokens(x, 10, tiny.vocab_size, 11);
+    fill_tokens(y, 10, tiny.vocab_size, 12);
+    pt_batch b = {x, y, 1.0f / 10, 2, 5, 0, 1};
+    size_t n = pt_model_num_params(m);
+    static float gw[20000], gf[20000];
+    CHECK(n <= 20000);
+    pt_model_zero_grads(m);
+    pt_model_forward(m, &b, NULL);
+    pt_model_backward(m);
+    memcpy(gw, pt_model_grads(m), n * sizeof(float));
+    CHECK(all_nonzero_somewhere(gw, n));
+
+    ctx_set fused, split;
+    ctx_set_new(&fused, m, 0);
+    ctx_set_new(&split, m, 1);
+    static chain_bufs cf, cs;
+    pt_model_zero_grads(m);
+    chain_forward(m, fused.ctx, &b, &cf);
+    chain_input(m, fused.ctx, &b, &cf, CH_FUSED);
+    memcpy(gf, pt_model_grads(m), n * sizeof(float));
+    CHECK(memcmp(gf, gw, n * sizeof(float)) == 0);
+    for (int mode = CH_BW; mode <= CH_ALLB_ALLW; mode++) {
+        memset(&cs, 0, sizeof cs);
+        pt_model_zero_grads(m);
+        chain_forward(m, split.ctx, &b, &cs);
+        chain_input(m, split.ctx, &b, &cs, mode);
+        /* B alone writes no parameter gradient */
+        if (mode == CH_ALLB_ALLW) {
+            const float *g = pt_model_grads(m);
+            size_t nz = 0;
+            for (size_t j = 0; j < n; j++) nz += g[j] != 0.0f;
+            CHECK_EQ(nz, 0);
+            chain_weight(m, split.ctx, &b);
+        }
+        for (int i = 1; i < NMOD; i++) CHECK(memcmp(cs.din[i], cf.din[i], sizeof cf.din[i]) == 0);
+        CHECK(memcmp(pt_model_grads(m), gf, n * sizeof(float)) == 0);
+    }
+    ctx_set_free(&fused);
+    ctx_set_free(&split);
+    pt_model_free(m);
+}
+
+static void test_split_modules(void) {
+    pt_sgemm_set_path(PT_GEMM_BLAS);
+    split_modules_path();
+    if (pt_sgemm_has_own()) {
+        pt_sgemm_set_path(PT_GEMM_OWN);
+        split_modules_path();
+    }
+    pt_sgemm_set_path(PT_GEMM_AUTO);
+}
+
+static void on_wg(void *a, const pt_hook_point *p) {
+    log_point(a, 'W', p);
+}
+
+/* The zero-bubble use: forwards of micro-batches 0 and 1 in two sets of
+ * contexts with scratch of their own, B of both, then W of both. W in
+ * micro-batch order gives the sequential fused backward's gradients bit
+ * for bit (the same additions in the same order); in the other order
+ * within float rounding: only the order in which the two micro-batches'
+ * terms are added into each gradient differs (row by row in the bias and
+ * LayerNorm column sums and wte's scatter), so an element differs by at
+ * most a few roundings of the largest partial sum: 1e-5 of the tensor's
+ * largest gradient (the sums have at most 2*10 terms: 20 * 2^-24 < 2e-6).
+ * after_backward fires after each B, after_weight_grad after each W, with
+ * the micro-batch, last flag and context. */
+static void test_split_micro_batches(void) {
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &tiny, 2));
+    if (!m) return;
+    randomize(m, 0.2f);
+    int x[2][10], y[2][10];
+    pt_batch b[2];
+    for (int k = 0; k < 2; k++) {
+        fill_tokens(x[k], 10, tiny.vocab_size, 21 + k);
+        fill_tokens(y[k], 10, tiny.vocab_size, 31 + k);
+        b[k] = (pt_batch){x[k], y[k], 1.0f / 20, 2, 5, k, k == 1};
+    }
+    size_t n = pt_model_num_params(m);
+    static float g1[20000];
+    CHECK(n <= 20000);
+    pt_model_zero_grads(m);
+    for (int k = 0; k < 2; k++) {
+        pt_model_forward(m, &b[k], NULL);
+        pt_model_backward(m);
+    }
+    memcpy(g1, pt_model_grads(m), n * sizeof(float));
+
+    ctx_set cs[2];
+    static chain_bufs cb[2];
+    for (int k = 0; k < 2; k++) ctx_set_new(&cs[k], m, 1);
+    hook_log lg;
+    pt_model_hooks h = {NULL, NULL, NULL, on_ab, on_wg, &lg};
+    for (int order = 0; order < 2; order++) {
+        memset(&lg, 0, sizeof lg);
+        pt_model_zero_grads(m);
+        for (int k = 0; k < 2; k++) chain_forward(m, cs[k].ctx, &b[k], &cb[k]);
+        pt_model_set_hooks(m, &h);
+        for (int k = 0; k < 2; k++) chain_input(m, cs[k].ctx, &b[k], &cb[k], CH_ALLB_ALLW);
+        for (int k = 0; k < 2; k++) {
+            int mb = order ? 1 - k : k;
+            chain_weight(m, cs[mb].ctx, &b[mb]);
+        }
+        pt_model_set_hooks(m, NULL);
+        const float *g = pt_model_grads(m);
+        if (order == 0) {
+            CHECK(memcmp(g, g1, n * sizeof(float)) == 0);
+        } else {
+            for (int t = 0; t < pt_model_num_tensors(m); t++) {
+                const pt_param_info *p = pt_model_tensor(m, t);
+                float big = 0;
+                for (size_t j = 0; j < p->numel; j++)
+                    if (fabsf(g1[p->offset + j]) > big) big = fabsf(g1[p->offset + j]);
+                int bad = 0;
+                for (size_t j = 0; j < p->numel; j++)
+                    bad += !(fabsf(g[p->offset + j] - g1[p->offset + j]) <= 1e-5f * big);
+                if (bad) fprintf(stderr, "  %s: %d elements off\n", p->name, bad);
+                CHECK_EQ(bad, 0);
+            }
+        }
+        /* B0 (modules 3..0), B1, then W of both in the order run */
+        CHECK_EQ(lg.n, 4 * NMOD);
+        int ok = 1;
+        for (int e = 0; e < lg.n; e++) {
+            int wpass = e >= 2 * NMOD, k = (e % (2 * NMOD)) / NMOD, mod = NMOD - 1 - e % NMOD;
+            int mb = wpass && order ? 1 - k : k;
+            if (lg.kind[e] != (wpass ? 'W' : 'B') || lg.module[e] != mod || lg.micro[e] != mb ||
+                lg.last[e] != (mb == 1) || lg.ctx[e] != cs[mb].ctx[mod])
+                ok = 0;
+        }
+        CHECK(ok);
+    }
+    for (int k = 0; k < 2; k++) ctx_set_free(&cs[k]);
+    pt_model_free(m);
+}
+
 int main(void) {
     RUN(test_table);
     RUN(test_config_errors);
@@ -417,6 +599,8 @@ int main(void) {
     RUN(test_gradcheck);
     RUN(test_modules);
     RUN(test_hooks_and_slots);
+    RUN(test_split_modules);
+    RUN(test_split_micro_batches);
     RUN(test_module_buffers);
     RUN(test_no_alloc);
     RUN(test_oom);
