@@ -68,6 +68,27 @@ typedef struct {
  * one line naming an unknown or unsupported schedule. */
 pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches);
 
+/* ---- pipeline stages (stages.c) ----------------------------------------------- */
+/* Stage k of a p-stage pipeline holds modules [first, last] (0 the
+ * embedding, 1..L the blocks, L+1 the head). cost: the modules' forward and
+ * backward work in flops per sequence (stages.c's model); params: floats
+ * held, the last stage's copy of the tied wte included. */
+typedef struct {
+    int first, last;
+    double cost;
+    size_t params;
+} pt_stage;
+
+/* Cut cfg's modules into p contiguous stages (out: p entries): as layers
+ * says when non-empty (blocks per stage, "3,3,2"; the embedding joins the
+ * first stage, the head the last), else balanced (the largest stage's cost
+ * is the smallest any cut gives). One line for p outside [1, L + 2], a
+ * layers string that does not parse, does not name p stages, does not add
+ * up to L, or leaves a middle stage empty. */
+pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, pt_stage *out);
+/* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */
+void pt_stage_describe(const pt_model_config *cfg, int p, const pt_stage *s, char *buf, size_t n);
+
 /* ---- the global gradient norm (gradnorm.c) --------------------------------- */
 /* The sum of squares of g, which holds elements [off, off + n) of m's flat
  * gradient layout, in two parts: [0] the elements of tensors that tensor

@@ -1,0 +1,107 @@
+/* Pipeline stages (parallel.h, stages.c): the balanced split is the best
+ * contiguous cut, checked against every cut by brute force (n_layer 1..7,
+ * every p); stages cover the modules in order, none empty; the parameters
+ * add up to the model's plus the last stage's copy of wte; the
+ * parallel.stage_layers override lands where it says; and every bad split
+ * is one line naming the value. */
+#include <string.h>
+
+#include "partrain/parallel.h"
+#include "pt_test.h"
+
+static pt_model_config model(int L) {
+    pt_model_config c = {L, 64, 4, 512, 128};
+    return c;
+}
+
+static double max_cost(const pt_stage *s, int p) {
+    double m = 0;
+    for (int k = 0; k < p; k++)
+        if (s[k].cost > m) m = s[k].cost;
+    return m;
+}
+
+/* The smallest largest-stage cost over every cut of n modules into p
+ * contiguous non-empty stages (costs of single-module stages from the
+ * split itself at p = n). */
+static double brute(const double *cost, int n, int p) {
+    if (p == 1) {
+        double s = 0;
+        for (int i = 0; i < n; i++) s += cost[i];
+        return s;
+    }
+    double best = -1, tail = 0;
+    for (int i = n - 1; i >= p - 1; i--) { /* the last stage is [i, n) */
+        tail += cost[i];
+        double rest = brute(cost, i, p - 1), m = rest > tail ? rest : tail;
+        if (best < 0 || m < best) best = m;
+    }
+    return best;
+}
+
+static void test_balanced_is_best(void) {
+    pt_stage s[16];
+    for (int L = 1; L <= 7; L++) {
+        pt_model_config c = model(L);
+        int n = L + 2;
+        double cost[16];
+        CHECK_OK(pt_stage_split(&c, n, "", s)); /* one module per stage: each module's cost */
+        for (int i = 0; i < n; i++) cost[i] = s[i].cost;
+        size_t total = pt_model_config_num_params(&c), wte = 512 * 64;
+        for (int p = 1; p <= n; p++) {
+            CHECK_OK(pt_stage_split(&c, p, NULL, s));
+            CHECK_NEAR(max_cost(s, p), brute(cost, n, p), 0, 1e-12);
+            int next = 0;
+            size_t params = 0;
+            for (int k = 0; k < p; k++) {
+                CHECK(s[k].first == next && s[k].last >= s[k].first);
+                next = s[k].last + 1;
+                params += s[k].params;
+            }
+            CHECK_EQ(next, n);
+            CHECK_EQ(params, total + (p > 1 ? wte : 0));
+        }
+    }
+}
+
+static void test_override(void) {
+    pt_model_config c = model(8);
+    pt_stage s[4];
+    char buf[256];
+    CHECK_OK(pt_stage_split(&c, 3, "3,3,2", s));
+    CHECK(s[0].first == 0 && s[0].last == 3 && s[1].first == 4 && s[1].last == 6 &&
+          s[2].first == 7 && s[2].last == 9);
+    pt_stage_describe(&c, 3, s, buf, sizeof buf);
+    CHECK(!strcmp(buf, "embedding + 3 blocks | 3 blocks | 2 blocks + head"));
+    CHECK_OK(pt_stage_split(&c, 2, "0,8", s)); /* the embedding alone */
+    CHECK(s[0].first == 0 && s[0].last == 0 && s[1].first == 1 && s[1].last == 9);
+    CHECK_OK(pt_stage_split(&c, 1, "8", s));
+    CHECK(s[0].first == 0 && s[0].last == 9);
+}
+
+static void test_errors(void) {
+    pt_model_config c = model(8);
+    pt_stage s[16];
+    CHECK(pt_stage_split(&c, 0, NULL, s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "parallel.pp (0)"));
+    CHECK(pt_stage_split(&c, 11, NULL, s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "10 modules"));
+    CHECK(pt_stage_split(&c, 3, "3,5", s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "2 stages of 8 blocks"));
+    CHECK(pt_stage_split(&c, 3, "3,3,3", s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "model.n_layer = 8"));
+    CHECK(pt_stage_split(&c, 2, "3,3,2", s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "more than parallel.pp (2)"));
+    CHECK(pt_stage_split(&c, 2, "a,8", s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "non-negative integers"));
+    CHECK(pt_stage_split(&c, 2, "-1,9", s) == PT_ERR_INVALID);
+    CHECK(pt_stage_split(&c, 3, "4,0,4", s) == PT_ERR_INVALID &&
+          strstr(pt_error_message(), "stage 1 holds no module"));
+}
+
+int main(void) {
+    RUN(test_balanced_is_best);
+    RUN(test_override);
+    RUN(test_errors);
+    return TEST_DONE();
+}
