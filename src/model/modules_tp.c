@@ -83,27 +83,6 @@ static float *my_rows(const pt_model *m, float *full, int N) {
     return full + (size_t)m->tp_rank * (size_t)(N / m->tp) * (size_t)m->cfg.n_embd;
 }
 
-/* LayerNorm backward on this rank's R rows, its parameter gradient summed
- * over the group: the rows' partial sums into ln_g, all-reduced, then
- * added (dres NULL: no residual). */
-static void sp_layernorm_backward(pt_model *m, pt_module_scratch *s, float *dx, const float *dres,
-                                  float *dw, float *db, const float *dout, const float *x,
-                                  const float *w, const float *mean, const float *rstd, int R) {
-    int C = m->cfg.n_embd;
-    memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
-    if (dres) {
-        pt_layernorm_backward_res(dx, dres, s->ln_g, s->ln_g + C, dout, x, w, mean, rstd, R, C);
-    } else {
-        memset(dx, 0, (size_t)R * C * sizeof(float));
-        pt_layernorm_backward(dx, s->ln_g, s->ln_g + C, dout, x, w, mean, rstd, R, C);
-    }
-    allreduce(m, s->ln_g, 2 * (size_t)C, "sequence-parallel LayerNorm gradient all-reduce");
-    for (int c = 0; c < C; c++) {
-        dw[c] += s->ln_g[c];
-        db[c] += s->ln_g[C + c];
-    }
-}
-
 /* This rank's rows of a LayerNorm output into their place in s->full, then
  * the whole (N,C) gathered. */
 static void gather_rows(pt_model *m, pt_module_scratch *s, const float *rows, int N,
@@ -113,161 +92,93 @@ static void gather_rows(pt_model *m, pt_module_scratch *s, const float *rows, in
     allgather(m, s->full, (size_t)N * C, what);
 }
 
-static void sp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
-    int C = m->cfg.n_embd, N = b->B * b->T;
-    pt_module_scratch *s = m->scratch;
-    pt_vocab_embed_forward(s->full, b->tokens, W(m, 0, EMB_WTE),
-                           m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
-    reduce_scatter(m, s->full, (size_t)N * C, "embedding reduce-scatter");
-    memcpy(out, my_rows(m, s->full, N), (size_t)(N / m->tp) * C * sizeof(float));
+/* Into a column-parallel linear: the whole (N,C) LayerNorm output, from
+ * this rank's rows (plain tp: they are the whole; sequence parallelism:
+ * gathered into s->full). */
+static const float *col_input(pt_model *m, pt_module_scratch *s, const float *rows, int N,
+                              const char *what) {
+    if (!m->sp) return rows;
+    gather_rows(m, s, rows, N, what);
+    return s->full;
 }
 
-static void sp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
-    int C = m->cfg.n_embd, N = b->B * b->T;
-    pt_module_scratch *s = m->scratch;
-    memcpy(my_rows(m, s->d_res2, N), dout, (size_t)(N / m->tp) * C * sizeof(float));
-    allgather(m, s->d_res2, (size_t)N * C, "embedding gradient all-gather");
-    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), s->d_res2, b->tokens, b->B, b->T,
-                            C, m->v0, m->vl);
+/* Out of a row-parallel linear: its partial (N,C) product in buf summed
+ * over the group (all-reduced, or reduce-scattered under sequence
+ * parallelism); returns this rank's rows of the sum, in buf. */
+static float *row_output(pt_model *m, float *buf, int N, const char *what) {
+    size_t NC = (size_t)N * m->cfg.n_embd;
+    if (!m->sp) {
+        allreduce(m, buf, NC, what);
+        return buf;
+    }
+    reduce_scatter(m, buf, NC, what);
+    return my_rows(m, buf, N);
 }
 
-/* x, out: this rank's R rows; c->ln1, res2, ln2 and their statistics too */
-static void sp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                             const float *x, float *out) {
-    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = N / m->tp;
-    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
-                         W(m, i, BLK_LN1_B), R, C);
-    gather_rows(m, s, c->ln1, N, "ln_1 all-gather");
-    pt_matmul_forward(c->qkv, s->full, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
-    pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
-    pt_matmul_forward(s->d_ln, c->atty, W(m, i, BLK_ATTPROJ_W), NULL, N, Cl, C);
-    reduce_scatter(m, s->d_ln, NC, "attention c_proj reduce-scatter");
-    memcpy(c->res2, my_rows(m, s->d_ln, N), (size_t)R * C * sizeof(float));
-    add_bias_res(c->res2, x, W(m, i, BLK_ATTPROJ_B), R, C);
-    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
-                         W(m, i, BLK_LN2_B), R, C);
-    gather_rows(m, s, c->ln2, N, "ln_2 all-gather");
-    pt_matmul_gelu_forward(c->fch, c->fch_gelu, s->full, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
-                           4 * Cl);
-    pt_matmul_forward(s->d_ln, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
-    reduce_scatter(m, s->d_ln, NC, "MLP c_proj reduce-scatter");
-    memcpy(out, my_rows(m, s->d_ln, N), (size_t)R * C * sizeof(float));
-    add_bias_res(out, c->res2, W(m, i, BLK_FCPROJ_B), R, C);
+/* Into a row-parallel linear's backward: the whole (N,C) output gradient
+ * in full, from this rank's rows (plain tp: they are the whole; sequence
+ * parallelism: gathered). rows NULL: already at their place in full. */
+static void whole_grad(pt_model *m, float *full, const float *rows, int N, const char *what) {
+    size_t C = (size_t)m->cfg.n_embd, R = (size_t)(m->sp ? N / m->tp : N);
+    if (rows) memcpy(m->sp ? my_rows(m, full, N) : full, rows, R * C * sizeof(float));
+    if (m->sp) allgather(m, full, (size_t)N * C, what);
 }
 
-/* dout, dx: this rank's R rows. s->d_res2 holds the gathered output
- * gradients, s->d_ln the column-parallel input gradients before their
- * reduce-scatter, s->full the LayerNorm outputs gathered again. */
-static void sp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                              const float *dout, float *dx) {
-    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = N / m->tp;
-    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    float *d_res2_mine = my_rows(m, s->d_res2, N);
-    /* MLP */
-    memcpy(d_res2_mine, dout, (size_t)R * C * sizeof(float));
-    allgather(m, s->d_res2, NC, "MLP c_proj gradient all-gather");
-    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_res2,
-                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl, C);
-    gather_rows(m, s, c->ln2, N, "ln_2 all-gather (backward)");
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, s->full,
-                           W(m, i, BLK_FC_W), N, C, 4 * Cl);
-    reduce_scatter(m, s->d_ln, NC, "MLP c_fc input-gradient reduce-scatter");
-    sp_layernorm_backward(m, s, d_res2_mine, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B),
-                          my_rows(m, s->d_ln, N), c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
-                          c->ln2_rstd, R);
-    /* attention: this rank's rows of d(res2), gathered whole */
-    allgather(m, s->d_res2, NC, "attention c_proj gradient all-gather");
-    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
-                           c->atty, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
-    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
-    gather_rows(m, s, c->ln1, N, "ln_1 all-gather (backward)");
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, s->full,
-                           W(m, i, BLK_QKV_W), N, C, 3 * Cl);
-    if (!m->skip_f)
-        reduce_scatter(m, s->d_ln, NC, "attention c_attn input-gradient reduce-scatter");
-    sp_layernorm_backward(m, s, dx, d_res2_mine, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B),
-                          my_rows(m, s->d_ln, N), c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
-                          c->ln1_rstd, R);
+/* dst (R,C) := res + (src + bias), src this rank's rows of a row-parallel
+ * output (dst may be src). */
+static void finish_row(float *dst, const float *src, const float *res, const float *bias, int R,
+                       int C) {
+    if (dst != src) memcpy(dst, src, (size_t)R * C * sizeof(float));
+    add_bias_res(dst, res, bias, R, C);
 }
 
 void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out) {
-    if (m->sp) {
-        sp_embedding_forward(m, b, out);
-        return;
-    }
-    int C = m->cfg.n_embd;
-    pt_vocab_embed_forward(out, b->tokens, W(m, 0, EMB_WTE),
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    float *buf = m->sp ? m->scratch->full : out; /* the (N,C) lookup before its sum */
+    pt_vocab_embed_forward(buf, b->tokens, W(m, 0, EMB_WTE),
                            m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
-    allreduce(m, out, (size_t)b->B * b->T * C, "embedding all-reduce");
+    float *mine = row_output(m, buf, N, "embedding sum");
+    if (mine != out) memcpy(out, mine, (size_t)(N / m->tp) * C * sizeof(float));
 }
 
+/* The fused backwards under tensor parallelism are B then W: the same
+ * kernels (the fused ones' halves) and collectives. */
 void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
-    if (m->sp) {
-        sp_embedding_backward(m, b, dout);
-        return;
-    }
-    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), dout, b->tokens, b->B, b->T,
-                            m->cfg.n_embd, m->v0, m->vl);
+    pt_tp_embedding_backward_input(m, m->scratch, b, dout);
+    pt_tp_embedding_backward_weight(m, m->scratch, b);
 }
 
+/* x, out, c->ln1, res2, ln2 and their statistics: (N,C), or this rank's R
+ * rows under sequence parallelism. */
 void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                          float *out) {
-    if (m->sp) {
-        sp_block_forward(m, i, c, b, x, out);
-        return;
-    }
-    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = m->sp ? N / m->tp : N;
     int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C;
+    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
-                         W(m, i, BLK_LN1_B), N, C);
-    pt_matmul_forward(c->qkv, c->ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
+                         W(m, i, BLK_LN1_B), R, C);
+    const float *ln1 = col_input(m, s, c->ln1, N, "ln_1 all-gather");
+    pt_matmul_forward(c->qkv, ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
     pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
-    pt_matmul_forward(c->res2, c->atty, W(m, i, BLK_ATTPROJ_W), NULL, N, Cl, C);
-    allreduce(m, c->res2, NC, "attention c_proj all-reduce");
-    add_bias_res(c->res2, x, W(m, i, BLK_ATTPROJ_B), N, C);
+    float *p = m->sp ? s->d_ln : c->res2; /* the partial (N,C) product */
+    pt_matmul_forward(p, c->atty, W(m, i, BLK_ATTPROJ_W), NULL, N, Cl, C);
+    p = row_output(m, p, N, "attention c_proj sum");
+    finish_row(c->res2, p, x, W(m, i, BLK_ATTPROJ_B), R, C);
     pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
-                         W(m, i, BLK_LN2_B), N, C);
-    pt_matmul_gelu_forward(c->fch, c->fch_gelu, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
+                         W(m, i, BLK_LN2_B), R, C);
+    const float *ln2 = col_input(m, s, c->ln2, N, "ln_2 all-gather");
+    pt_matmul_gelu_forward(c->fch, c->fch_gelu, ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
                            4 * Cl);
-    pt_matmul_forward(out, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
-    allreduce(m, out, NC, "MLP c_proj all-reduce");
-    add_bias_res(out, c->res2, W(m, i, BLK_FCPROJ_B), N, C);
+    p = m->sp ? s->d_ln : out;
+    pt_matmul_forward(p, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
+    p = row_output(m, p, N, "MLP c_proj sum");
+    finish_row(out, p, c->res2, W(m, i, BLK_FCPROJ_B), R, C);
 }
 
 void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
                           const float *dout, float *dx) {
-    if (m->sp) {
-        sp_block_backward(m, i, c, b, dout, dx);
-        return;
-    }
-    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T;
-    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    /* MLP: c_proj's bias gradient is the column sums of dout, whole and the
-     * same on every rank */
-    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
-                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl, C);
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2,
-                           W(m, i, BLK_FC_W), N, C, 4 * Cl);
-    allreduce(m, s->d_ln, NC, "MLP c_fc input-gradient all-reduce");
-    pt_layernorm_backward_res(s->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln,
-                              c->res2, W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
-    /* attention */
-    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
-                           c->atty, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
-    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1,
-                           W(m, i, BLK_QKV_W), N, C, 3 * Cl);
-    if (!m->skip_f) allreduce(m, s->d_ln, NC, "attention c_attn input-gradient all-reduce");
-    pt_layernorm_backward_res(dx, s->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln,
-                              c->in, W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
+    pt_tp_block_backward_input(m, i, c, b, dout, dx);
+    pt_tp_block_backward_weight(m, i, c, b);
 }
 
 /* The rows' common shift: the max over every rank's real columns, from the
@@ -290,12 +201,9 @@ void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
     int N = b->B * b->T, C = m->cfg.n_embd, R = m->sp ? N / m->tp : N;
     pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
                          W(m, i, HEAD_LNF_B), R, C);
-    const float *lnf = c->lnf;
-    if (m->sp) { /* the whole (N,C) for the vocabulary-parallel product */
-        pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-        gather_rows(m, s, c->lnf, N, "ln_f all-gather");
-        lnf = s->full;
-    }
+    /* the whole (N,C) for the vocabulary-parallel product */
+    const float *lnf =
+        col_input(m, c->scratch ? c->scratch : m->scratch, c->lnf, N, "ln_f all-gather");
     pt_matmul_forward_wt(c->logits, lnf, W(m, 0, EMB_WTE), NULL, N, C, m->vl);
     /* the whole logits never exist on one rank: no output without targets */
     PT_ASSERT(b->targets || !out);
@@ -311,28 +219,8 @@ void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
 }
 
 void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
-    int N = b->B * b->T, C = m->cfg.n_embd;
-    size_t NC = (size_t)N * C;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    const float *lnf = c->lnf;
-    if (m->sp) {
-        gather_rows(m, s, c->lnf, N, "ln_f all-gather (backward)");
-        lnf = s->full;
-    }
-    memset(s->d_ln, 0, NC * sizeof(float));
-    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, lnf, W(m, 0, EMB_WTE), N, C,
-                          m->vl);
-    if (m->sp) {
-        reduce_scatter(m, s->d_ln, NC, "LM head input-gradient reduce-scatter");
-        sp_layernorm_backward(m, s, dx, NULL, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B),
-                              my_rows(m, s->d_ln, N), c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
-                              c->lnf_rstd, N / m->tp);
-        return;
-    }
-    allreduce(m, s->d_ln, NC, "LM head input-gradient all-reduce");
-    memset(dx, 0, NC * sizeof(float));
-    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
-                          W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
+    pt_tp_head_backward_input(m, i, c, b, dx);
+    pt_tp_head_backward_weight(m, i, c, b);
 }
 
 /* ---- the split backward (zero-bubble B and W), tp > 1 ----
@@ -343,21 +231,26 @@ void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
  * except under sequence parallelism: there the LayerNorms' weight gradients
  * are all-reduced (they are partial sums over this rank's rows), and the
  * column-parallel weight gradients need the WHOLE LayerNorm outputs, which
- * W all-gathers again, as the fused backward does. Keeping B's gathered
+ * W all-gathers again. Keeping B's gathered
  * copies instead would cost two more (N,C) buffers per scratch -- one per
  * micro-batch whose W is deferred, the memory sequence parallelism exists
  * to save -- and an all-gather in B that its own passes never read; the
  * group runs the same schedule, so a collective in W costs its ranks no
  * extra wait. */
 
-/* A LayerNorm's parameter gradient over this rank's R rows, summed over
- * the group (sp_layernorm_backward's column half). */
-static void sp_layernorm_params(pt_model *m, pt_module_scratch *s, float *dw, float *db,
-                                const float *dout, const float *x, const float *mean,
-                                const float *rstd, int R) {
+/* A LayerNorm's parameter gradient from its output gradient dout (N,C):
+ * plain tp, every row; sequence parallelism, this rank's rows of it,
+ * summed over the group through ln_g. */
+static void ln_params(pt_model *m, pt_module_scratch *s, float *dw, float *db, float *dout,
+                      const float *x, const float *mean, const float *rstd, int N) {
     int C = m->cfg.n_embd;
+    if (!m->sp) {
+        pt_layernorm_backward_params(dw, db, dout, x, mean, rstd, N, C);
+        return;
+    }
     memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
-    pt_layernorm_backward_params(s->ln_g, s->ln_g + C, dout, x, mean, rstd, R, C);
+    pt_layernorm_backward_params(s->ln_g, s->ln_g + C, my_rows(m, dout, N), x, mean, rstd,
+                                 N / m->tp, C);
     allreduce(m, s->ln_g, 2 * (size_t)C, "sequence-parallel LayerNorm gradient all-reduce");
     for (int c = 0; c < C; c++) {
         dw[c] += s->ln_g[c];
@@ -367,13 +260,7 @@ static void sp_layernorm_params(pt_model *m, pt_module_scratch *s, float *dw, fl
 
 void pt_tp_embedding_backward_input(pt_model *m, pt_module_scratch *s, const pt_batch *b,
                                     const float *dout) {
-    int C = m->cfg.n_embd, N = b->B * b->T;
-    if (!m->sp) {
-        memcpy(s->d_out, dout, (size_t)N * C * sizeof(float));
-        return;
-    }
-    memcpy(my_rows(m, s->d_out, N), dout, (size_t)(N / m->tp) * C * sizeof(float));
-    allgather(m, s->d_out, (size_t)N * C, "embedding gradient all-gather");
+    whole_grad(m, s->d_out, dout, b->B * b->T, "embedding gradient all-gather");
 }
 
 void pt_tp_embedding_backward_weight(pt_model *m, pt_module_scratch *s, const pt_batch *b) {
@@ -386,75 +273,48 @@ void pt_tp_block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_b
                                 const float *dout, float *dx) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = m->sp ? N / m->tp : N;
     int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
-    size_t NC = (size_t)N * C;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    /* the ranks' rows of the output gradient, whole in d_out */
-    memcpy(m->sp ? my_rows(m, s->d_out, N) : s->d_out, dout, (size_t)R * C * sizeof(float));
-    if (m->sp) allgather(m, s->d_out, NC, "MLP c_proj gradient all-gather");
-    /* MLP */
+    /* MLP: the whole output gradient in d_out */
+    whole_grad(m, s->d_out, dout, N, "MLP c_proj gradient all-gather");
     pt_matmul_backward_input_gelu_set(s->d_fch, s->d_out, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl,
                                       C);
     pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * Cl);
-    float *d_ln2 = s->d_ln, *d_ln1 = s->d_ln1, *d_res2 = s->d_res2;
-    if (m->sp) {
-        reduce_scatter(m, s->d_ln, NC, "MLP c_fc input-gradient reduce-scatter");
-        d_ln2 = my_rows(m, s->d_ln, N);
-        d_ln1 = my_rows(m, s->d_ln1, N);
-        d_res2 = my_rows(m, s->d_res2, N);
-    } else {
-        allreduce(m, s->d_ln, NC, "MLP c_fc input-gradient all-reduce");
-    }
+    const float *d_ln2 = row_output(m, s->d_ln, N, "MLP c_fc input-gradient sum");
+    float *d_res2 = m->sp ? my_rows(m, s->d_res2, N) : s->d_res2;
     pt_layernorm_backward_input(d_res2, dout, d_ln2, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
                                 c->ln2_rstd, R, C);
-    /* attention */
-    if (m->sp) allgather(m, s->d_res2, NC, "attention c_proj gradient all-gather");
+    /* attention: this rank's rows of d(res2), whole */
+    whole_grad(m, s->d_res2, NULL, N, "attention c_proj gradient all-gather");
     pt_matmul_backward_input_set(s->d_atty, s->d_res2, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
     pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
     pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * Cl);
-    if (!m->skip_f) {
-        if (m->sp)
-            reduce_scatter(m, s->d_ln1, NC, "attention c_attn input-gradient reduce-scatter");
-        else
-            allreduce(m, s->d_ln1, NC, "attention c_attn input-gradient all-reduce");
-    }
+    /* (the test hook tp_skip_f leaves the partial sum: Megatron's f missing) */
+    const float *d_ln1 = m->skip_f
+                             ? (m->sp ? my_rows(m, s->d_ln1, N) : s->d_ln1)
+                             : row_output(m, s->d_ln1, N, "attention c_attn input-gradient sum");
     pt_layernorm_backward_input(dx, d_res2, d_ln1, c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
                                 c->ln1_rstd, R, C);
 }
 
 void pt_tp_block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
-    int C = m->cfg.n_embd, N = b->B * b->T, R = m->sp ? N / m->tp : N;
+    int C = m->cfg.n_embd, N = b->B * b->T;
     int Cl = C / m->tp;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     /* c_proj's: the whole output gradient (the row-parallel bias's the
      * same on every rank) */
     pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_out, c->fch_gelu,
                               N, 4 * Cl, C);
-    const float *ln2 = c->ln2, *ln1 = c->ln1;
-    if (m->sp) {
-        gather_rows(m, s, c->ln2, N, "ln_2 all-gather (weight gradient)");
-        ln2 = s->full;
-    }
+    const float *ln2 = col_input(m, s, c->ln2, N, "ln_2 all-gather (weight gradient)");
     pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, ln2, N, C, 4 * Cl);
-    if (m->sp)
-        sp_layernorm_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), my_rows(m, s->d_ln, N),
-                            c->res2, c->ln2_mean, c->ln2_rstd, R);
-    else
-        pt_layernorm_backward_params(DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
-                                     c->ln2_mean, c->ln2_rstd, N, C);
+    ln_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2, c->ln2_mean,
+              c->ln2_rstd, N);
     pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
                               N, Cl, C);
-    if (m->sp) {
-        gather_rows(m, s, c->ln1, N, "ln_1 all-gather (weight gradient)");
-        ln1 = s->full;
-    }
+    const float *ln1 = col_input(m, s, c->ln1, N, "ln_1 all-gather (weight gradient)");
     pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, ln1, N, C,
                               3 * Cl);
-    if (m->sp)
-        sp_layernorm_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), my_rows(m, s->d_ln1, N),
-                            c->in, c->ln1_mean, c->ln1_rstd, R);
-    else
-        pt_layernorm_backward_params(DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
-                                     c->ln1_mean, c->ln1_rstd, N, C);
+    ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in, c->ln1_mean,
+              c->ln1_rstd, N);
 }
 
 void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
@@ -463,13 +323,7 @@ void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_ba
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     memset(s->d_ln, 0, NC * sizeof(float));
     pt_matmul_backward_wt_input(s->d_ln, c->logits, W(m, 0, EMB_WTE), N, C, m->vl);
-    const float *d_lnf = s->d_ln;
-    if (m->sp) {
-        reduce_scatter(m, s->d_ln, NC, "LM head input-gradient reduce-scatter");
-        d_lnf = my_rows(m, s->d_ln, N);
-    } else {
-        allreduce(m, s->d_ln, NC, "LM head input-gradient all-reduce");
-    }
+    const float *d_lnf = row_output(m, s->d_ln, N, "LM head input-gradient sum");
     memset(dx, 0, (size_t)R * C * sizeof(float));
     pt_layernorm_backward_input(dx, NULL, d_lnf, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
                                 c->lnf_rstd, R, C);
@@ -478,16 +332,8 @@ void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_ba
 void pt_tp_head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
     int N = b->B * b->T, C = m->cfg.n_embd;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    const float *lnf = c->lnf;
-    if (m->sp) {
-        gather_rows(m, s, c->lnf, N, "ln_f all-gather (weight gradient)");
-        lnf = s->full;
-    }
+    const float *lnf = col_input(m, s, c->lnf, N, "ln_f all-gather (weight gradient)");
     pt_matmul_backward_wt_weight(DW(m, 0, EMB_WTE), NULL, c->logits, lnf, N, C, m->vl);
-    if (m->sp)
-        sp_layernorm_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B),
-                            my_rows(m, s->d_ln, N), c->in, c->lnf_mean, c->lnf_rstd, N / m->tp);
-    else
-        pt_layernorm_backward_params(DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
-                                     c->lnf_mean, c->lnf_rstd, N, C);
+    ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in, c->lnf_mean,
+              c->lnf_rstd, N);
 }

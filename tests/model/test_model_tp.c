@@ -1,11 +1,14 @@
 /* The split backward (B: input gradients, W: weight gradients) under
  * tensor parallelism, over a real tp group of 2 forked ranks (shm): on
- * each rank, for Megatron's slices and under sequence parallelism, B then
- * W per module, and B for every module then W for every module (each
- * context with its own scratch), give pt_module_backward's input gradients
- * and this rank's parameter gradients BIT FOR BIT: the kernels are the
- * fused ones' halves and the collectives reduce the same data in the same
- * order. The tp = 1 cases are test_model.c's. */
+ * each rank, for Megatron's slices and under sequence parallelism. Under
+ * tp > 1 pt_module_backward IS B then W (modules_tp.c), so the per-module
+ * chain matches it by construction; what can fail here is the reordered
+ * chain -- B for every module, then W for every module, each context with
+ * its own scratch, as a zero-bubble schedule runs them -- which must give
+ * the same input gradients and this rank's parameter gradients BIT FOR
+ * BIT (W reads only what B left in its context's scratch and the saved
+ * activations). Correctness against one worker is test_tp's. The tp = 1
+ * cases (fused kernels against their halves) are test_model.c's. */
 #include <string.h>
 
 #include "partrain/comm.h"
