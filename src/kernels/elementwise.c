@@ -313,17 +313,8 @@ static void ln_backward_run(ln_ctx *c) {
 void pt_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                            const float *inp, const float *weight, const float *mean,
                            const float *rstd, int N, int C) {
-    ln_ctx c = {.dinp = dinp,
-                .dweight = dweight,
-                .dbias = dbias,
-                .dout = dout,
-                .inp = inp,
-                .weight = weight,
-                .cmean = mean,
-                .crstd = rstd,
-                .N = N,
-                .C = C};
-    ln_backward_run(&c);
+    /* no residual: ln_ctx's dres NULL accumulates into dinp */
+    pt_layernorm_backward_res(dinp, NULL, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
 void pt_layernorm_backward_res(float *dinp, const float *dres, float *dweight, float *dbias,
