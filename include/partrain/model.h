@@ -179,6 +179,35 @@ pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max
  * gradients are all-reduced over the group in each backward. */
 pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                           int tp_rank);
+/* Activation recomputation (model.recompute): what a block's forward keeps
+ * for its backward. NONE keeps every intermediate; SELECTIVE drops the
+ * attention probabilities and the GELU input (recomputed in backward from
+ * what is kept: Korthikanti et al. 2022's selective recomputation); FULL
+ * keeps only the module's input and reruns its forward in backward. The
+ * gradients are bitwise those of NONE. */
+typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL } pt_recompute;
+
+/* Everything about a model's layout beyond the architecture; zero-filled
+ * means the whole model on one worker (tp 0 reads as 1). */
+typedef struct {
+    int tp, tp_rank; /* the tensor-parallel slice (pt_model_new_slice) */
+    int sp;          /* sequence parallelism (pt_model_new_sp) */
+    /* A PIPELINE STAGE's modules: n_layer + 2 flags, module i held when
+     * owned[i] (NULL: every module). The tensor table, the flat buffers
+     * and every slot then hold only the owned modules (pt_model_num_tensors
+     * counts theirs; a module not held has an empty region); passes run
+     * module by module (pt_model_forward_range). A stage that holds the
+     * head but not the embedding keeps the tied wte as a COPY outside the
+     * flat buffers (pt_model_tied_wte): the head reads it and accumulates
+     * its gradient there; the pipeline keeps it equal to the embedding's. */
+    const unsigned char *owned;
+    pt_recompute recompute;
+} pt_model_options;
+
+/* The general constructor: pt_model_new_slice and pt_model_new_sp are
+ * this with tp, tp_rank (and sp) set. */
+pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_B,
+                            const pt_model_options *o);
 void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
@@ -293,6 +322,39 @@ void pt_module_scratch_free(pt_module_scratch *s);
 /* The scratch module backward in context c uses (lent until replaced);
  * NULL: the model's. */
 void pt_module_ctx_set_scratch(pt_module_ctx *c, pt_module_scratch *s);
+
+/* A slot for modules [first, last] only (of those the model holds): their
+ * contexts and the stream buffers they read and write -- the range's input
+ * (pt_model_slot_stream(s, first - 1), first > 0) and outputs. What a
+ * pipeline chunk keeps per micro-batch in flight. pt_model_slot_new is the
+ * range [0, n_layer + 1]. */
+pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last);
+/* The residual stream buffer j of slot s (lent; j in [0, n_layer]: the
+ * output of module j, (N,C), or (N/tp,C) under sequence parallelism): where
+ * a stage receives its input and sends its output. */
+float *pt_model_slot_stream(pt_model_slot *s, int j);
+/* Whether the model holds module i (pt_model_options.owned). */
+int pt_model_owns(const pt_model *m, int i);
+/* The tied wte copy of a stage that holds the head and not the embedding
+ * (lent; *n floats each, wte's slice; all NULL and 0 otherwise). Its
+ * gradient is zeroed with the others' by pt_model_zero_grads; nothing else
+ * (no optimizer, no strategy) sees it. */
+void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n);
+
+/* Passes over the contiguous modules [first, last] in slot s (a slot that
+ * covers them): the forward reads its input from stream first - 1 (first >
+ * 0; the caller fills it) and writes stream last (last <= n_layer), or the
+ * losses and *loss (last is the head, with b->targets). The backward takes
+ * the output gradient dy (NULL when last is the head) and overwrites dx
+ * with module first's input gradient (NULL when first is the embedding);
+ * dy and dx are the caller's, (rows, C) as the stream's. split: the
+ * input-gradient passes only (pt_module_backward_input), the weight
+ * gradients then by pt_model_backward_weight_range. */
+void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first, int last,
+                            float *loss);
+void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
+                             float *dx, int split);
+void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last);
 
 /* pt_model_forward / pt_model_backward in slot s: the activations are s's,
  * so that the forwards of several micro-batches can precede their

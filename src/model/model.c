@@ -67,18 +67,18 @@ static void add_tensor(pt_model *m, int module, const char *name, int64_t d0, in
     m->nparams += p->numel;
 }
 
-static void build_table(pt_model *m) {
+/* Module i's tensors (only those of held modules are in the table). */
+static void add_module(pt_model *m, int mod) {
     const pt_model_config *c = &m->cfg;
     int64_t C = c->n_embd;
     char name[PT_PARAM_NAME_MAX];
-    int mod = 0;
     m->mod_offset[mod] = m->nparams;
-    add_tensor(m, mod, "wte.weight", c->vocab_size, C, 1);
-    add_tensor(m, mod, "wpe.weight", c->seq_len, C, 1);
-    m->mod_count[mod] = m->nparams - m->mod_offset[mod];
-    for (int l = 0; l < c->n_layer; l++) {
-        mod = 1 + l;
-        m->mod_offset[mod] = m->nparams;
+    m->mod_first[mod] = m->owned[mod] ? m->ntensors : -1;
+    if (!m->owned[mod]) return;
+    if (mod == 0) {
+        add_tensor(m, mod, "wte.weight", c->vocab_size, C, 1);
+        add_tensor(m, mod, "wpe.weight", c->seq_len, C, 1);
+    } else if (mod <= c->n_layer) {
         static const struct {
             const char *suffix;
             int rows, cols; /* multiples of C; cols 0 = vector */
@@ -92,22 +92,34 @@ static void build_table(pt_model *m) {
             {"mlp.c_proj.weight", 4, 1, 1},  {"mlp.c_proj.bias", 1, 0, 0},
         };
         for (int k = 0; k < BLK_NTENSORS; k++) {
-            snprintf(name, sizeof name, "h.%d.%s", l, blk[k].suffix);
+            snprintf(name, sizeof name, "h.%d.%s", mod - 1, blk[k].suffix);
             add_tensor(m, mod, name, blk[k].rows * C, blk[k].cols * C, blk[k].decay);
         }
-        m->mod_count[mod] = m->nparams - m->mod_offset[mod];
+    } else {
+        add_tensor(m, mod, "ln_f.weight", C, 0, 0);
+        add_tensor(m, mod, "ln_f.bias", C, 0, 0);
     }
-    mod = c->n_layer + 1;
-    m->mod_offset[mod] = m->nparams;
-    add_tensor(m, mod, "ln_f.weight", C, 0, 0);
-    add_tensor(m, mod, "ln_f.bias", C, 0, 0);
     m->mod_count[mod] = m->nparams - m->mod_offset[mod];
 }
 
+static void build_table(pt_model *m) {
+    for (int i = 0; i < m->cfg.n_layer + 2; i++) add_module(m, i);
+}
+
 int pt_model_first_tensor(const pt_model *m, int i) {
-    if (i == 0) return 0;
-    if (i <= m->cfg.n_layer) return EMB_NTENSORS + BLK_NTENSORS * (i - 1);
-    return EMB_NTENSORS + BLK_NTENSORS * m->cfg.n_layer;
+    PT_ASSERT(m->mod_first[i] >= 0);
+    return m->mod_first[i];
+}
+
+int pt_model_owns(const pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    return m->owned[i];
+}
+
+void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n) {
+    *params = m->tied_p;
+    *grads = m->tied_g;
+    *n = m->tied_p ? m->wte_numel : 0;
 }
 
 /* ---- lifecycle ---- */
@@ -236,10 +248,14 @@ void pt_model_slot_free(pt_model_slot *s) {
 }
 
 pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
+    return pt_model_slot_new_range(out, m, 0, m->cfg.n_layer + 1);
+}
+
+pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last) {
     *out = NULL;
-    PT_ASSERT(m->max_B > 0);
-    pt_status st = PT_OK;
     int L = m->cfg.n_layer;
+    PT_ASSERT(m->max_B > 0 && first >= 0 && first <= last && last <= L + 1);
+    pt_status st = PT_OK;
     pt_model_slot *s = calloc(1, sizeof *s);
     if (!s) return pt_error_set(PT_ERR_NOMEM, "model slot");
     s->nmod = L + 2;
@@ -249,18 +265,29 @@ pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
         st = pt_error_set(PT_ERR_NOMEM, "model slot");
         goto fail;
     }
+    /* the stream buffers the range reads and writes: its input
+     * resid[first - 1] and its modules' outputs resid[first..last], of the
+     * held modules only */
+    int lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L, nres = 0;
+    for (int j = lo; j <= hi; j++)
+        if (m->owned[j] || (j + 1 <= last && m->owned[j + 1])) nres++;
+    int head = last == L + 1 && m->owned[L + 1];
     size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
     size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
-    s->stream = pt_mem_alloc(PT_MEM_ACTS, (R * C * ((size_t)L + 1) + N) * sizeof(float));
-    if (!s->stream) {
-        st = PT_ERR_NOMEM;
-        goto fail;
+    size_t total = R * C * (size_t)nres + (head ? N : 0);
+    if (total) {
+        s->stream = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
+        if (!s->stream) {
+            st = PT_ERR_NOMEM;
+            goto fail;
+        }
     }
     float *p = s->stream;
-    for (int i = 0; i <= L; i++) s->resid[i] = p, p += R * C;
-    s->losses = p;
-    for (int i = 0; i < s->nmod; i++)
-        PT_CHECK_GOTO(st, pt_module_ctx_new(&s->ctx[i], m, i, m->max_B), fail);
+    for (int j = lo; j <= hi; j++)
+        if (m->owned[j] || (j + 1 <= last && m->owned[j + 1])) s->resid[j] = p, p += R * C;
+    if (head) s->losses = p;
+    for (int i = first; i <= last; i++)
+        if (m->owned[i]) PT_CHECK_GOTO(st, pt_module_ctx_new(&s->ctx[i], m, i, m->max_B), fail);
     *out = s;
     return PT_OK;
 fail:
@@ -268,18 +295,27 @@ fail:
     return st;
 }
 
+float *pt_model_slot_stream(pt_model_slot *s, int j) {
+    PT_ASSERT(j >= 0 && j < s->nmod - 1 && s->resid[j]);
+    return s->resid[j];
+}
+
 pt_model_slot *pt_model_own_slot(pt_model *m) {
     return m->own;
 }
 
 pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i) {
-    PT_ASSERT(i >= 0 && i < s->nmod);
+    PT_ASSERT(i >= 0 && i < s->nmod && s->ctx[i]);
     return s->ctx[i];
 }
 
 void pt_model_free(pt_model *m) {
     if (!m) return;
     pt_model_slot_free(m->own);
+    pt_mem_free(m->tied_g);
+    pt_mem_free(m->tied_p);
+    free(m->mod_first);
+    free(m->owned);
     pt_mem_free(m->dstream_buf);
     pt_module_scratch_free(m->scratch);
     pt_mem_free(m->grads);
@@ -301,36 +337,36 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
     return pt_model_new_slice(out, cfg, max_B, 1, 0);
 }
 
-static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                           int tp_rank, int sp);
-
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank) {
-    return new_model(out, cfg, max_B, tp, tp_rank, 0);
+    pt_model_options o = {.tp = tp, .tp_rank = tp_rank};
+    return pt_model_new_opts(out, cfg, max_B, &o);
 }
 
 pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                           int tp_rank) {
+    pt_model_options o = {.tp = tp, .tp_rank = tp_rank, .sp = 1};
+    return pt_model_new_opts(out, cfg, max_B, &o);
+}
+
+pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_B,
+                            const pt_model_options *o) {
     *out = NULL;
     PT_CHECK(pt_model_config_validate(cfg));
-    if (tp < 2 || cfg->seq_len % tp != 0)
+    int tp = o->tp > 0 ? o->tp : 1, tp_rank = o->tp_rank, sp = o->sp;
+    if (max_B < 0)
+        return pt_error_set(PT_ERR_INVALID, "batch size must be >= 0 (got %d; 0: the table only)",
+                            max_B);
+    if (sp && (tp < 2 || cfg->seq_len % tp != 0))
         return pt_error_set(PT_ERR_INVALID,
                             "sequence parallelism needs parallel.tp > 1 dividing model.seq_len "
                             "(got tp %d, seq_len %d)",
                             tp, cfg->seq_len);
-    return new_model(out, cfg, max_B, tp, tp_rank, 1);
-}
-
-static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                           int tp_rank, int sp) {
-    *out = NULL;
-    PT_CHECK(pt_model_config_validate(cfg));
-    if (max_B < 0)
-        return pt_error_set(PT_ERR_INVALID, "batch size must be >= 0 (got %d; 0: the table only)",
-                            max_B);
     PT_CHECK(pt_shard_check(cfg, tp));
     if (tp_rank < 0 || tp_rank >= tp)
         return pt_error_set(PT_ERR_INVALID, "tensor-parallel rank %d outside [0, %d)", tp_rank, tp);
+    if (o->recompute < PT_RECOMPUTE_NONE || o->recompute > PT_RECOMPUTE_FULL)
+        return pt_error_set(PT_ERR_INVALID, "model.recompute: unknown mode %d", (int)o->recompute);
     pt_status st = PT_OK;
     pt_model *m = calloc(1, sizeof *m);
     if (!m) return pt_error_set(PT_ERR_NOMEM, "model");
@@ -339,6 +375,7 @@ static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B
     m->tp = tp;
     m->tp_rank = tp_rank;
     m->sp = sp;
+    m->recompute = o->recompute;
     int L = cfg->n_layer, nmod = L + 2;
     m->tensors =
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
@@ -346,28 +383,49 @@ static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B
     m->mod_count = calloc((size_t)nmod, sizeof(size_t));
     m->mod_p = calloc((size_t)nmod, sizeof(float *));
     m->mod_g = calloc((size_t)nmod, sizeof(float *));
-    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->mod_p || !m->mod_g) {
+    m->owned = malloc((size_t)nmod);
+    m->mod_first = malloc((size_t)nmod * sizeof(int));
+    if (!m->tensors || !m->mod_offset || !m->mod_count || !m->mod_p || !m->mod_g || !m->owned ||
+        !m->mod_first) {
         st = pt_error_set(PT_ERR_NOMEM, "model tables");
         goto fail;
     }
+    int whole = 1;
+    for (int i = 0; i < nmod; i++) {
+        m->owned[i] = o->owned ? o->owned[i] != 0 : 1;
+        whole &= m->owned[i];
+    }
     build_table(m);
-    PT_ASSERT(tp > 1 || m->nparams == pt_model_config_num_params(cfg));
+    PT_ASSERT(tp > 1 || !whole || m->nparams == pt_model_config_num_params(cfg));
     {
-        const pt_shard *w = &m->tensors[EMB_WTE].shard;
-        m->v0 = (int)w->piece[0].offset;
-        m->vl = (int)(w->piece[0].extent + w->pad);
-        m->vreal = (int)w->piece[0].extent;
+        pt_shard w;
+        st = pt_shard_describe(&w, cfg, "wte.weight", tp, tp_rank);
+        PT_ASSERT(st == PT_OK);
+        m->v0 = (int)w.piece[0].offset;
+        m->vl = (int)(w.piece[0].extent + w.pad);
+        m->vreal = (int)w.piece[0].extent;
+        m->wte_numel = pt_shard_local_numel(&w);
     }
     if (max_B == 0) { /* the table only */
         *out = m;
         return PT_OK;
     }
 
-    m->params = pt_mem_alloc(PT_MEM_PARAMS, m->nparams * sizeof(float));
-    m->grads = pt_mem_alloc(PT_MEM_GRADS, m->nparams * sizeof(float));
+    m->params = pt_mem_alloc(PT_MEM_PARAMS, (m->nparams ? m->nparams : 1) * sizeof(float));
+    m->grads = pt_mem_alloc(PT_MEM_GRADS, (m->nparams ? m->nparams : 1) * sizeof(float));
     if (!m->params || !m->grads) {
         st = PT_ERR_NOMEM;
         goto fail;
+    }
+    if (m->owned[L + 1] && !m->owned[0]) { /* the head's copy of the tied wte */
+        m->tied_p = pt_mem_alloc(PT_MEM_PARAMS, m->wte_numel * sizeof(float));
+        m->tied_g = pt_mem_alloc(PT_MEM_GRADS, m->wte_numel * sizeof(float));
+        if (!m->tied_p || !m->tied_g) {
+            st = PT_ERR_NOMEM;
+            goto fail;
+        }
+        memset(m->tied_p, 0, m->wte_numel * sizeof(float));
+        memset(m->tied_g, 0, m->wte_numel * sizeof(float));
     }
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
 
@@ -381,7 +439,8 @@ static pt_status new_model(pt_model **out, const pt_model_config *cfg, int max_B
     }
     m->dstream[0] = m->dstream_buf;
     m->dstream[1] = m->dstream_buf + R * C;
-    PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
+    /* a stage's passes run in the pipeline's slots, not in one of its own */
+    if (whole) PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
     *out = m;
     return PT_OK;
 fail:
@@ -423,6 +482,7 @@ size_t pt_model_num_params(const pt_model *m) {
 }
 void pt_model_zero_grads(pt_model *m) {
     if (m->grads) memset(m->grads, 0, m->nparams * sizeof(float));
+    if (m->tied_g) memset(m->tied_g, 0, m->wte_numel * sizeof(float));
 }
 
 void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads) {
@@ -483,6 +543,17 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* normal(0, std) by GLOBAL element index, run by run of the slice (t = 1:
+ * every run has global = local) */
+static void draw_normal(float *w, const pt_shard *sh, uint64_t key, float std) {
+    size_t nruns = pt_shard_num_runs(sh);
+    for (size_t k = 0; k < nruns; k++) {
+        size_t g, l, len;
+        pt_shard_run(sh, k, &g, &l, &len);
+        for (size_t j = 0; j < len; j++) w[l + j] = std * pt_rng_normal_at(key, g + j);
+    }
+}
+
 void pt_model_draw_weights(pt_model *m, uint64_t seed) {
     PT_ASSERT(m->params);
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
@@ -498,16 +569,14 @@ void pt_model_draw_weights(pt_model *m, uint64_t seed) {
             for (size_t j = 0; j < t->numel; j++) w[j] = v;
             continue;
         }
-        float std = ends_with(t->name, ".c_proj.weight") ? proj_std : 0.02f;
-        uint64_t key = pt_rng_key(seed, t->name);
-        /* by GLOBAL element index, run by run of the slice (t = 1: every
-         * run has global = local) */
-        size_t nruns = pt_shard_num_runs(&t->shard);
-        for (size_t k = 0; k < nruns; k++) {
-            size_t g, l, len;
-            pt_shard_run(&t->shard, k, &g, &l, &len);
-            for (size_t j = 0; j < len; j++) w[l + j] = std * pt_rng_normal_at(key, g + j);
-        }
+        draw_normal(w, &t->shard, pt_rng_key(seed, t->name),
+                    ends_with(t->name, ".c_proj.weight") ? proj_std : 0.02f);
+    }
+    if (m->tied_p) { /* the head's copy: the embedding's draw */
+        pt_shard w;
+        pt_status st = pt_shard_describe(&w, &m->cfg, "wte.weight", m->tp, m->tp_rank);
+        PT_ASSERT(st == PT_OK);
+        draw_normal(m->tied_p, &w, pt_rng_key(seed, "wte.weight"), 0.02f);
     }
 }
 
@@ -550,6 +619,50 @@ void pt_model_backward_in(pt_model *m, pt_model_slot *s) {
         dnext = t;
     }
     pt_module_backward(m, 0, s->ctx[0], b, d, NULL);
+}
+
+void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first, int last,
+                            float *loss) {
+    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    int L = m->cfg.n_layer;
+    s->last = *b;
+    s->have_targets = b->targets != NULL;
+    for (int i = first; i <= last; i++) {
+        if (i == 0)
+            pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
+        else if (i <= L)
+            pt_module_forward(m, i, s->ctx[i], b, s->resid[i - 1], s->resid[i]);
+        else
+            pt_module_forward(m, i, s->ctx[i], b, s->resid[L], b->targets ? s->losses : NULL);
+    }
+    if (last == L + 1 && b->targets && loss) {
+        size_t N = (size_t)b->B * (size_t)b->T;
+        double sum = 0;
+        for (size_t i = 0; i < N; i++) sum += s->losses[i];
+        *loss = (float)(sum / (double)N);
+    }
+}
+
+void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
+                             float *dx, int split) {
+    PT_ASSERT(s->have_targets);
+    int L = m->cfg.n_layer;
+    const pt_batch *b = &s->last;
+    const float *d = dy;
+    int k = 0;
+    for (int i = last; i >= first; i--) {
+        float *din = i == 0 ? NULL : i == first ? dx : m->dstream[k];
+        if (split)
+            pt_module_backward_input(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
+        else
+            pt_module_backward(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
+        d = din;
+        k ^= 1;
+    }
+}
+
+void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last) {
+    for (int i = last; i >= first; i--) pt_module_backward_weight(m, i, s->ctx[i], &s->last);
 }
 
 void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {

@@ -96,6 +96,15 @@ struct pt_model {
     int skip_f;        /* test hook: pt_model_test_skip_f */
     int sp;            /* sequence parallelism: the LayerNorm and residual regions hold rows
                           [tp_rank, tp_rank + 1) x N/tp of a micro-batch's N */
+    pt_recompute recompute;
+    /* pipeline stage: owned[i] (all 1 for a whole model); mod_first[i] the
+     * index of module i's first tensor in the table (-1: not held); the
+     * tied wte copy of a stage with the head and not the embedding (NULL
+     * otherwise), wte_numel floats each */
+    unsigned char *owned;
+    int *mod_first;
+    float *tied_p, *tied_g;
+    size_t wte_numel;
 };
 
 /* Tensor order inside each module (the flat layout): the embedding's tensors
@@ -126,6 +135,9 @@ int pt_model_first_tensor(const pt_model *m, int i);
     ((m)->tensors[pt_model_first_tensor((m), (i)) + (k)].offset - (m)->mod_offset[i])
 #define W(m, i, k)  ((m)->mod_p[i] + TOFF(m, i, k))
 #define DW(m, i, k) ((m)->mod_g[i] + TOFF(m, i, k))
+/* The LM head's wte: the embedding's, or a stage's tied copy. */
+#define HEAD_WTE(m)  ((m)->tied_p ? (m)->tied_p : W(m, 0, EMB_WTE))
+#define HEAD_DWTE(m) ((m)->tied_g ? (m)->tied_g : DW(m, 0, EMB_WTE))
 
 /* The tensor-parallel passes (modules_tp.c), m->tp > 1: the same contracts
  * as modules.c's, on this rank's slices, with the group's collectives. */

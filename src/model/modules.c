@@ -84,7 +84,7 @@ static void head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
     int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
                          W(m, i, HEAD_LNF_B), N, C);
-    pt_matmul_forward_wt(c->logits, c->lnf, W(m, 0, EMB_WTE), NULL, N, C, V);
+    pt_matmul_forward_wt(c->logits, c->lnf, HEAD_WTE(m), NULL, N, C, V);
     if (b->targets) {
         pt_softmax_xent_forward_backward(c->losses, c->logits, c->logits, b->targets, N, V,
                                          b->dloss);
@@ -98,8 +98,7 @@ static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
     int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt(s->d_ln, DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, W(m, 0, EMB_WTE), N,
-                          C, V);
+    pt_matmul_backward_wt(s->d_ln, HEAD_DWTE(m), NULL, c->logits, c->lnf, HEAD_WTE(m), N, C, V);
     memset(dx, 0, (size_t)N * C * sizeof(float));
     pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
                           W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
@@ -154,7 +153,7 @@ static void head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_b
     int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     pt_module_scratch *s = scratch_of(m, c);
     memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt_input(s->d_ln, c->logits, W(m, 0, EMB_WTE), N, C, V);
+    pt_matmul_backward_wt_input(s->d_ln, c->logits, HEAD_WTE(m), N, C, V);
     memset(dx, 0, (size_t)N * C * sizeof(float));
     pt_layernorm_backward_input(dx, NULL, s->d_ln, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
                                 c->lnf_rstd, N, C);
@@ -163,7 +162,7 @@ static void head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_b
 static void head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
     int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     pt_module_scratch *s = scratch_of(m, c);
-    pt_matmul_backward_wt_weight(DW(m, 0, EMB_WTE), NULL, c->logits, c->lnf, N, C, V);
+    pt_matmul_backward_wt_weight(HEAD_DWTE(m), NULL, c->logits, c->lnf, N, C, V);
     pt_layernorm_backward_params(DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
                                  c->lnf_mean, c->lnf_rstd, N, C);
 }

@@ -204,7 +204,7 @@ void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
     /* the whole (N,C) for the vocabulary-parallel product */
     const float *lnf =
         col_input(m, c->scratch ? c->scratch : m->scratch, c->lnf, N, "ln_f all-gather");
-    pt_matmul_forward_wt(c->logits, lnf, W(m, 0, EMB_WTE), NULL, N, C, m->vl);
+    pt_matmul_forward_wt(c->logits, lnf, HEAD_WTE(m), NULL, N, C, m->vl);
     /* the whole logits never exist on one rank: no output without targets */
     PT_ASSERT(b->targets || !out);
     if (!b->targets) return;
@@ -322,7 +322,7 @@ void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_ba
     size_t NC = (size_t)N * C;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     memset(s->d_ln, 0, NC * sizeof(float));
-    pt_matmul_backward_wt_input(s->d_ln, c->logits, W(m, 0, EMB_WTE), N, C, m->vl);
+    pt_matmul_backward_wt_input(s->d_ln, c->logits, HEAD_WTE(m), N, C, m->vl);
     const float *d_lnf = row_output(m, s->d_ln, N, "LM head input-gradient sum");
     memset(dx, 0, (size_t)R * C * sizeof(float));
     pt_layernorm_backward_input(dx, NULL, d_lnf, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
@@ -333,7 +333,7 @@ void pt_tp_head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_b
     int N = b->B * b->T, C = m->cfg.n_embd;
     pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
     const float *lnf = col_input(m, s, c->lnf, N, "ln_f all-gather (weight gradient)");
-    pt_matmul_backward_wt_weight(DW(m, 0, EMB_WTE), NULL, c->logits, lnf, N, C, m->vl);
+    pt_matmul_backward_wt_weight(HEAD_DWTE(m), NULL, c->logits, lnf, N, C, m->vl);
     ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in, c->lnf_mean,
               c->lnf_rstd, N);
 }
