@@ -212,6 +212,8 @@ void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
 void pt_model_tp(const pt_model *m, int *size, int *rank);
+/* Whether the model runs sequence parallelism (pt_model_new_sp). */
+int pt_model_sequence_parallel(const pt_model *m);
 /* The tp group's communicator (lent; its size and this rank's index must be
  * the model's tp and tp_rank). A model with tp > 1 runs its passes only
  * with one: they are Megatron's tensor-parallel passes (modules_tp.c), every
@@ -251,6 +253,10 @@ void pt_model_zero_grads(pt_model *m);
  * restores the module's region of the flat buffer (none when dropped). The
  * head reads (and accumulates into) wte through MODULE 0's pointers. */
 void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads);
+/* Where module i's parameters and gradients are now (lent): its region of
+ * the flat buffers or what pt_model_set_module_buffers gave. */
+float *pt_model_module_params(pt_model *m, int i);
+float *pt_model_module_grads(pt_model *m, int i);
 /* Free the flat parameter and/or gradient buffer (memory a sharded strategy
  * does not need). Afterwards every module must have buffers set before it
  * runs; pt_model_draw_weights must come before dropping parameters. */

@@ -58,6 +58,8 @@ typedef struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
         int zero_group, zero_keep_params;
         int sequence_parallel; /* tp > 1: LayerNorm and residual regions split by rows */
+        int virtual_stages;    /* chunks per pipeline rank (0: the schedule's own) */
+        char stage_layers[128];
         double bucket_mb, outer_lr, outer_momentum;
         char schedule[16], sync[16], outer[16], stale_mode[16];
     } parallel;
@@ -92,6 +94,11 @@ pt_status pt_config_validate(const pt_config *c);
 char *pt_config_to_json(const pt_config *c);
 /* The --help table of keys: name, type, default, doc. */
 void pt_config_print_help(FILE *f);
+/* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
+ * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
+ * schedule's own: 2 for zbv, else 1). */
+const char *pt_config_schedule(const pt_config *c);
+int pt_config_virtual_stages(const pt_config *c);
 /* "dp1-tp1-pp1-zero0" */
 void pt_config_layout(const pt_config *c, char *buf, size_t n);
 
@@ -185,6 +192,8 @@ pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg);
 /* ---- trainer ----------------------------------------------------------------- */
 typedef struct pt_trainer pt_trainer;
 
+#define PT_STEP_MAX_STAGES 64
+
 typedef struct {
     int step;   /* 1-based index of the step just taken */
     float loss; /* mean over the global batch */
@@ -210,6 +219,13 @@ typedef struct {
                                    reduction; 0 at tp = 1) */
     int applied;                /* 1 when an optimizer update was applied (stale delayed: not before
                                    step k) */
+    /* Pipeline runs (pp > 1; rank 0's info holds every stage's): */
+    double bubble;          /* mean over the ranks of the fraction of the step's passes spent
+                               waiting for a neighbour stage */
+    int stages;             /* pp */
+    uint64_t pp_comm_bytes; /* bytes this rank sent to its neighbour stages this step */
+    uint64_t stage_acts[PT_STEP_MAX_STAGES]; /* per stage: the largest PT_MEM_ACTS peak of
+                                                its ranks this step (rank 0 only) */
 } pt_step_info;
 
 /* Build everything for cfg (validated here too): model (initialized from

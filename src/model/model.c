@@ -452,6 +452,9 @@ void pt_model_tp(const pt_model *m, int *size, int *rank) {
     *size = m->tp;
     *rank = m->tp_rank;
 }
+int pt_model_sequence_parallel(const pt_model *m) {
+    return m->sp;
+}
 void pt_model_set_tp_comm(pt_model *m, pt_comm *tp) {
     PT_ASSERT(!tp || (pt_comm_size(tp) == m->tp && pt_comm_rank(tp) == m->tp_rank));
     m->tp_comm = tp;
@@ -489,6 +492,15 @@ void pt_model_set_module_buffers(pt_model *m, int i, float *params, float *grads
     PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
     m->mod_p[i] = params ? params : m->params ? m->params + m->mod_offset[i] : NULL;
     m->mod_g[i] = grads ? grads : m->grads ? m->grads + m->mod_offset[i] : NULL;
+}
+
+float *pt_model_module_params(pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    return m->mod_p[i];
+}
+float *pt_model_module_grads(pt_model *m, int i) {
+    PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
+    return m->mod_g[i];
 }
 
 void pt_model_drop_flat(pt_model *m, int params, int grads) {

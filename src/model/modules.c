@@ -176,7 +176,7 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     /* before the buffers are checked: ZeRO-3's hook gathers them */
     if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, &hp);
-    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     ctx->B = b->B;
     ctx->T = b->T;
     ctx->in = in;
@@ -212,7 +212,7 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
-              (ctx->kind != PT_MODULE_HEAD || (m->mod_p[0] && m->mod_g[0])));
+              (ctx->kind != PT_MODULE_HEAD || m->tied_p || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
         if (m->tp > 1)
@@ -244,7 +244,7 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
     PT_ASSERT(m->tp == 1 || m->tp_comm);
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
-    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_p[0]));
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     pt_module_scratch *s = scratch_of(m, ctx);
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING: /* no input gradient: W's dout is kept */
@@ -275,7 +275,7 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
 void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
-    PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->mod_g[0]));
+    PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
     pt_hook_point hp = {i, b->micro, b->last, ctx};
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:

@@ -38,11 +38,13 @@ static pt_status sum_double(pt_comm *c, double *x, int k) {
     return PT_OK;
 }
 
-pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, const double parts[2],
-                               double *sumsq) {
+pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, pt_comm *pp,
+                               const double parts[2], double *sumsq) {
     double p[2] = {parts[0], parts[1]};
     if (shard_group) PT_CHECK(sum_double(shard_group, p, 2));
     if (tp) PT_CHECK(sum_double(tp, p, 1)); /* the split part only */
-    *sumsq = p[0] + p[1];
+    double total = p[0] + p[1];
+    if (pp) PT_CHECK(sum_double(pp, &total, 1)); /* the stages hold disjoint modules */
+    *sumsq = total;
     return PT_OK;
 }

@@ -71,6 +71,8 @@ struct pt_zero {
     uint64_t bytes_seen;
     uint64_t hook_wait_ns; /* time the hooks blocked on collectives */
     pt_comm *tp;           /* lent; NULL: tp = 1 */
+    pt_comm *pp;           /* lent; NULL: pp = 1 */
+    int per_step;          /* reduce-scatter after a unit's last micro-batch only */
     pt_trace *trace;       /* lent; NULL: none */
     long step;             /* labels trace events */
 };
@@ -164,6 +166,8 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->overlap = opt->overlap;
     z->keep = opt->keep_params;
     z->tp = opt->tp;
+    z->pp = opt->pp;
+    z->per_step = opt->per_step;
     z->rs_pending = -1;
     PT_CHECK_GOTO(st, pt_comm_split(world, r / g, r, &z->group), fail);
     if (g < W) PT_CHECK_GOTO(st, pt_comm_split(world, r % g, r, &z->cross), fail);
@@ -214,14 +218,21 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
         /* unit buffers for the most the schedule holds at once (file comment):
          * per size, the embedding 1, blocks 2 (all with keep_params), head 1 */
         int L = z->np - 2;
-        size_t emb = z->p[0].count, blk = L > 0 ? z->p[1].count : 0, head = z->p[L + 1].count;
-        int nblk = L < 2 ? L : 2;
+        size_t emb = z->p[0].count, blk = 0, head = z->p[L + 1].count;
+        int nown = 0; /* blocks held: all, or a pipeline stage's */
+        for (int i = 1; i <= L; i++)
+            if (z->p[i].count) {
+                blk = z->p[i].count;
+                nown++;
+            }
+        /* a split backward (B and W apart) holds every unit between them */
+        int nblk = opt->per_step ? nown : nown < 2 ? nown : 2;
         PT_CHECK_GOTO(st, pool_add(z, 1, emb, 1), fail);
         PT_CHECK_GOTO(st, pool_add(z, 1, blk, nblk), fail);
         PT_CHECK_GOTO(st, pool_add(z, 1, head, 1), fail);
         if (z->stage >= 3) {
             PT_CHECK_GOTO(st, pool_add(z, 0, emb, 1), fail);
-            PT_CHECK_GOTO(st, pool_add(z, 0, blk, z->keep ? L : nblk), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, blk, z->keep ? nown : nblk), fail);
             PT_CHECK_GOTO(st, pool_add(z, 0, head, 1), fail);
         }
         pt_model_drop_flat(m, z->stage >= 3, 1);
@@ -266,7 +277,8 @@ static void redirect(pt_zero *z, int i) {
  * gathering). */
 static void prefetch(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    if (z->stage < 3 || pc->pbuf) return;
+    /* count 0: a module a pipeline stage does not hold */
+    if (z->stage < 3 || pc->pbuf || !pc->count) return;
     pc->pbuf = pool_get(z, 0, pc->count);
     memcpy(pc->pbuf->p + pc->so, pc->pshard, pc->sn * sizeof(float));
     if (z->err == PT_OK)
@@ -322,7 +334,7 @@ static void take_grads(pt_zero *z, int i) {
         finish_rs(z, i);
         z->rs_pending = -1;
     }
-    if (pc->gbuf) return;
+    if (pc->gbuf || !pc->count) return;
     pc->gbuf = pool_get(z, 1, pc->count);
     memset(pc->gbuf->p, 0, pc->count * sizeof(float));
     redirect(z, i);
@@ -351,7 +363,7 @@ void pt_zero_before_backward(pt_zero *z, int i) {
     if (i > 0) prefetch(z, i - 1);
 }
 
-void pt_zero_module_done(pt_zero *z, int i) {
+void pt_zero_module_done(pt_zero *z, int i, int last) {
     if (z->stage < 2) return;
     piece *pc = &z->p[i];
     if (i == z->np - 1) {
@@ -360,6 +372,7 @@ void pt_zero_module_done(pt_zero *z, int i) {
     } else {
         release(z, i);
     }
+    if (!pc->count || (z->per_step && !last)) return;
     /* one reduce-scatter in flight: finish the previous one first */
     if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
     z->rs_pending = -1;
@@ -415,14 +428,14 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     }
     /* global norm: partial squares of the slices, summed over the group */
     double total;
-    if (z->tp) { /* and the split tensors' part over the tp group */
+    if (z->tp || z->pp) { /* and the split tensors' part over the tp group, the stages' */
         double parts[2] = {0, 0}, q[2];
         for (int i = 0; i < z->np; i++) {
             pt_grad_sumsq_parts(z->m, gslice(z, i), z->p[i].off + z->p[i].so, z->p[i].sn, q);
             parts[0] += q[0];
             parts[1] += q[1];
         }
-        PT_CHECK(pt_grad_sumsq_global(z->group, z->tp, parts, &total));
+        PT_CHECK(pt_grad_sumsq_global(z->group, z->tp, z->pp, parts, &total));
     } else {
         double part = 0;
         for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(gslice(z, i), z->p[i].sn);

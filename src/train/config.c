@@ -6,6 +6,8 @@
  * Not here: what the keys do (trainer, model). */
 #include "parse_impl.h"
 
+#include "partrain/parallel.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -85,8 +87,14 @@ static const key_def keys[] = {
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
      "none|gpipe|1f1b|interleaved|zb1|zbv",
-     "order of a step's passes (none: each micro-batch's backward after its forward; gpipe: "
-     "every forward, then every backward; the other pipeline schedules are not supported yet)"},
+     "order of a step's passes (none: each micro-batch's backward after its forward, and 1f1b "
+     "at pp > 1; gpipe: every forward, then every backward; 1f1b, interleaved, zb1, zbv: "
+     "pipeline schedules, pp > 1)"},
+    {"parallel.virtual_stages", K_INT, OFF(parallel.virtual_stages), "0", 0,
+     PT_SCHEDULE_MAX_VIRTUAL, NULL,
+     "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own)"},
+    {"parallel.stage_layers", K_STRING, OFF(parallel.stage_layers), "", 0, 0, NULL,
+     "blocks per pipeline stage, e.g. \"3,3,2\" (empty: balanced by cost)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
     {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
@@ -156,7 +164,9 @@ static pt_status store_number(pt_config *c, const key_def *k, double v, const ch
 
 static pt_status store_string(pt_config *c, const key_def *k, const char *s, const char *what) {
     size_t len = strlen(s);
-    size_t cap = !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
+    size_t cap = !strcmp(k->name, "parallel.stage_layers") ? 127
+                 : !strncmp(k->name, "parallel.", 9)       ? 15
+                                                           : STR_MAXLEN;
     if (len > cap)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
                             k->name, len, cap);
@@ -318,6 +328,49 @@ pt_status pt_config_load_file(pt_config *c, const char *path) {
     return st;
 }
 
+const char *pt_config_schedule(const pt_config *c) {
+    return c->parallel.pp > 1 && !strcmp(c->parallel.schedule, "none") ? "1f1b"
+                                                                       : c->parallel.schedule;
+}
+
+int pt_config_virtual_stages(const pt_config *c) {
+    if (c->parallel.virtual_stages > 0) return c->parallel.virtual_stages;
+    return !strcmp(pt_config_schedule(c), "zbv") ? 2 : 1;
+}
+
+/* Pipeline keys: the schedule, its micro-batches and chunks, the stage cut
+ * (one line each, before anything is allocated). */
+static pt_status check_pipeline(const pt_config *c) {
+    const char *name = pt_config_schedule(c);
+    int pp = c->parallel.pp, v = pt_config_virtual_stages(c), nmod = c->model.n_layer + 2;
+    if (pp == 1) {
+        if (strcmp(name, "none") != 0 && strcmp(name, "gpipe") != 0)
+            return pt_error_set(PT_ERR_INVALID,
+                                "parallel.schedule = %s is a pipeline schedule: it needs "
+                                "parallel.pp > 1 (got 1; at pp 1: none or gpipe)",
+                                name);
+        if (c->parallel.virtual_stages > 1)
+            return pt_error_set(PT_ERR_INVALID,
+                                "parallel.virtual_stages = %d needs a pipeline (parallel.pp > 1)",
+                                c->parallel.virtual_stages);
+        if (c->parallel.stage_layers[0])
+            return pt_error_set(PT_ERR_INVALID,
+                                "parallel.stage_layers = \"%s\" needs a pipeline (parallel.pp > 1)",
+                                c->parallel.stage_layers);
+        return PT_OK;
+    }
+    PT_CHECK(pt_schedule_check(name, c->parallel.microbatches, pp, v, nmod));
+    if (strcmp(c->parallel.sync, "sync") != 0)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "parallel.pp = %d needs parallel.sync = sync (got %s)", pp,
+                            c->parallel.sync);
+    pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
+    if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
+    pt_status s = pt_stage_split(&c->model, pp * v, c->parallel.stage_layers, st);
+    free(st);
+    return s;
+}
+
 pt_status pt_config_validate(const pt_config *c) {
     /* ranges (values set through the table are already checked; this also
      * covers structs filled in by code) */
@@ -370,18 +423,7 @@ pt_status pt_config_validate(const pt_config *c) {
                             "parallel.sequence_parallel: model.seq_len (%d) must be divisible by "
                             "parallel.tp (%d)",
                             c->model.seq_len, c->parallel.tp);
-    if (c->parallel.pp != 1)
-        return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "parallel.pp = %d is not supported yet (no pipeline parallelism: 1)",
-                            c->parallel.pp);
-    /* The names DESIGN.md reserves parse, so that configs can be written for
-     * them; of the pipeline schedules only gpipe's order runs (on the whole
-     * model: every forward, then every backward) until pipelines exist. */
-    if (strcmp(c->parallel.schedule, "none") != 0 && strcmp(c->parallel.schedule, "gpipe") != 0)
-        return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "parallel.schedule = %s is not supported yet (no pipeline "
-                            "parallelism: none or gpipe)",
-                            c->parallel.schedule);
+    PT_CHECK(check_pipeline(c));
     if (c->parallel.zero > 0 && c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.zero = %d needs parallel.sync = sync (got %s): sharded "

@@ -1,6 +1,7 @@
-/* Full tensors from tensor-parallel slices: tp rank 0 of a group assembles
- * the whole model's flat layout from every rank's slice buffer, placing
- * each rank's runs (pt_shard_run) where the whole tensor has them. The
+/* Full tensors from model-parallel pieces: rank 0 of a model-parallel
+ * group (tp x pp: every tp slice of every pipeline stage) assembles the
+ * whole model's flat layout from every member's buffer, placing each
+ * member's runs (pt_shard_run) where the whole tensor has them. The
  * trainer uses it for checkpoints (full tensors with GPT-2's names and
  * shapes whatever t is) and for gathering parameters; padding rows of wte
  * are in no run, so they never reach a full buffer.
@@ -11,11 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rank r's slice buffer `local` (laid out like its slice model s) into
- * full (laid out like the whole model w). */
+/* Member buffer `local` (laid out like its model s) into full (laid out
+ * like the whole model w), tensor by tensor: s's tensors are a subsequence
+ * of w's (a stage's modules), found by name in one forward scan. */
 static void place(const pt_model *w, const pt_model *s, const float *local, float *full) {
+    int j = 0, nw = pt_model_num_tensors(w);
     for (int k = 0; k < pt_model_num_tensors(s); k++) {
-        const pt_param_info *ps = pt_model_tensor(s, k), *pw = pt_model_tensor(w, k);
+        const pt_param_info *ps = pt_model_tensor(s, k);
+        while (j < nw && strcmp(pt_model_tensor(w, j)->name, ps->name) != 0) j++;
+        PT_ASSERT(j < nw);
+        const pt_param_info *pw = pt_model_tensor(w, j);
         for (size_t q = 0; q < pt_shard_num_runs(&ps->shard); q++) {
             size_t g, l, len;
             pt_shard_run(&ps->shard, q, &g, &l, &len);
@@ -24,41 +30,48 @@ static void place(const pt_model *w, const pt_model *s, const float *local, floa
     }
 }
 
-/* tp rank 0's side: every rank's slice model and one receive buffer are
- * made first, and the group agrees on that before any transfer, so that a
- * rank 0 out of memory leaves no rank blocked in its send (for as long as a
+/* The table of model-parallel member r: tp slice r % tp of stage r / tp. */
+static pt_status member_table(const pt_trainer *t, int r, pt_model **out) {
+    const pt_config *c = &t->cfg;
+    int tp = c->parallel.tp, nmod = c->model.n_layer + 2;
+    pt_model_options o = {
+        .tp = tp,
+        .tp_rank = r % tp,
+        .owned = t->owned ? t->owned + (size_t)(r / tp) * (size_t)nmod : NULL,
+    };
+    return pt_model_new_opts(out, &c->model, 0, &o);
+}
+
+/* Rank 0's side: every member's table and one receive buffer are made
+ * first, and the group agrees on that before any transfer, so that a rank
+ * 0 out of memory leaves no rank blocked in its send (for as long as a
  * checkpoint's relaxed timeout). */
-static pt_status gather_root(pt_comm *tp, const pt_model *m, const float *local, float *full,
-                             int t) {
-    const pt_model_config *cfg = pt_model_config_of(m);
-    pt_model *w = NULL, **s = calloc((size_t)t, sizeof *s);
+static pt_status gather_root(const pt_trainer *t, const float *local, float *full) {
+    int n = pt_comm_size(t->mp);
+    pt_model **s = calloc((size_t)n, sizeof *s);
     float *buf = NULL;
     size_t most = 0;
-    pt_status st = s ? pt_model_new_slice(&w, cfg, 0, 1, 0)
-                     : pt_error_set(PT_ERR_NOMEM, "tensor-parallel gather");
-    for (int r = 1; r < t && st == PT_OK; r++) {
-        st = pt_model_new_slice(&s[r], cfg, 0, t, r);
+    pt_status st = s ? PT_OK : pt_error_set(PT_ERR_NOMEM, "model-parallel gather");
+    for (int r = 1; r < n && st == PT_OK; r++) {
+        st = member_table(t, r, &s[r]);
         if (st == PT_OK && pt_model_num_params(s[r]) > most) most = pt_model_num_params(s[r]);
     }
-    if (st == PT_OK && t > 1 && !(buf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
-        st = pt_error_set(PT_ERR_NOMEM, "tensor-parallel gather");
-    st = pt_comm_agree(tp, st);
-    if (st == PT_OK) place(w, m, local, full);
-    for (int r = 1; r < t && st == PT_OK; r++) {
-        st = pt_comm_recv(tp, buf, pt_model_num_params(s[r]) * sizeof(float), r, 31);
-        if (st == PT_OK) place(w, s[r], buf, full);
+    if (st == PT_OK && n > 1 && !(buf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "model-parallel gather");
+    st = pt_comm_agree(t->mp, st);
+    if (st == PT_OK) place(t->full, t->model, local, full);
+    for (int r = 1; r < n && st == PT_OK; r++) {
+        st = pt_comm_recv(t->mp, buf, pt_model_num_params(s[r]) * sizeof(float), r, 31);
+        if (st == PT_OK) place(t->full, s[r], buf, full);
     }
     pt_mem_free(buf);
-    for (int r = t - 1; s && r >= 1; r--) pt_model_free(s[r]);
+    for (int r = n - 1; s && r >= 1; r--) pt_model_free(s[r]);
     free(s);
-    pt_model_free(w);
     return st;
 }
 
-pt_status pt_tp_gather_full(pt_comm *tp, const pt_model *m, const float *local, float *full) {
-    int t = 1, me = 0;
-    pt_model_tp(m, &t, &me);
-    if (me == 0) return gather_root(tp, m, local, full, t);
-    PT_CHECK(pt_comm_agree(tp, PT_OK)); /* rank 0 is ready to receive */
-    return pt_comm_send(tp, local, pt_model_num_params(m) * sizeof(float), 0, 31);
+pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
+    if (pt_comm_rank(t->mp) == 0) return gather_root(t, local, full);
+    PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
+    return pt_comm_send(t->mp, local, pt_model_num_params(t->model) * sizeof(float), 0, 31);
 }

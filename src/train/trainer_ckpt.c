@@ -122,7 +122,7 @@ static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
     char *state = state_json(t);
     if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
     pt_status st =
-        pt_ckpt_write_main(tmp, t->tp ? t->full : t->model, params, adam_m, adam_v, state);
+        pt_ckpt_write_main(tmp, t->mp ? t->full : t->model, params, adam_m, adam_v, state);
     free(state);
     if (st != PT_OK) {
         pt_ckpt_abort(tmp);
@@ -148,7 +148,7 @@ enum { CK_P, CK_M, CK_V, CK_N };
 /* Whether this rank's tp group assembles full tensors for the writer: the
  * group of world rank 0 (dp index 0; every rank of a group alike). */
 static int tp_writes(const pt_trainer *t) {
-    return t->tp && t->dp_rank == 0;
+    return t->mp && t->dp_rank == 0;
 }
 
 /* Scratch for a save, all or none (NULL where not needed): zl[] this
@@ -159,8 +159,8 @@ static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int h
     int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
     for (int k = 0; k < CK_N; k++) have[k] = t->zero ? k < 1 + nstate : own[k] != NULL;
     size_t n = pt_model_num_params(t->model);
-    size_t nf = t->tp ? pt_model_num_params(t->full) : 0;
-    int want_full = tp_writes(t) && t->tp_rank == 0;
+    size_t nf = t->mp ? pt_model_num_params(t->full) : 0;
+    int want_full = tp_writes(t) && pt_comm_rank(t->mp) == 0;
     pt_status st = PT_OK;
     for (int k = 0; k < CK_N; k++) {
         if (!have[k]) continue;
@@ -187,17 +187,16 @@ static pt_status save(pt_trainer *t) {
     pt_status st = save_buffers(t, local, have, zl, full);
     /* all or none enter the gathers: a rank out of memory must not leave
      * the others waiting in them */
-    if (t->aux && (t->zero || t->tp)) st = pt_comm_agree(t->aux, st);
+    if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
     if (t->zero) {
         if (st == PT_OK) st = pt_zero_gather_params(t->zero, zl[CK_P]);
         if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zl[CK_M], zl[CK_V]);
         for (int k = 0; k < CK_N; k++) local[k] = zl[k];
     }
     for (int k = 0; k < CK_N; k++)
-        if (st == PT_OK && have[k] && tp_writes(t))
-            st = pt_tp_gather_full(t->tp, t->model, local[k], full[k]);
+        if (st == PT_OK && have[k] && tp_writes(t)) st = pt_mp_gather_full(t, local[k], full[k]);
     const float *out[CK_N];
-    for (int k = 0; k < CK_N; k++) out[k] = !have[k] ? NULL : t->tp ? full[k] : local[k];
+    for (int k = 0; k < CK_N; k++) out[k] = !have[k] ? NULL : t->mp ? full[k] : local[k];
     if (st == PT_OK) st = finish_inflight(t);
     char tmp[PT_CONFIG_STR_MAX + 64];
     int have_tmp = 0;
@@ -307,7 +306,7 @@ static int continues_exactly(const pt_trainer *t, const pt_config *saved, const 
  * this rank's slice of the full tensors (the file is checked against the
  * whole model), tp = 1 the file as it is. */
 static pt_status load_file(pt_trainer *t, const char *path, float *buf) {
-    return t->tp ? pt_safetensors_load_slice(path, t->model, buf)
+    return t->mp ? pt_safetensors_load_slice(path, t->model, buf)
                  : pt_safetensors_load(path, t->model, buf);
 }
 

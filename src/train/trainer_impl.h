@@ -13,6 +13,9 @@
 
 typedef enum { MODE_SYNC, MODE_STALE, MODE_LOCAL } sync_mode;
 
+/* The pipeline runtime of this rank's stage (trainer_pipe.c). */
+typedef struct pt_pipe pt_pipe;
+
 struct pt_trainer {
     pt_config cfg;
     pt_model *model;
@@ -39,8 +42,15 @@ struct pt_trainer {
     pt_comm *tp;          /* the mesh's tp group (the mesh's; NULL: tp = 1): the model's
                              collectives, the norm, full tensors from slices */
     int tp_rank;          /* this rank's index in tp */
-    pt_model *full;       /* tp > 1: the whole model's tensor table (no buffers), the layout of
-                             checkpoints and gathered parameters */
+    pt_model *full;       /* tp or pp > 1: the whole model's tensor table (no buffers), the
+                             layout of checkpoints and gathered parameters */
+    pt_comm *pp;          /* the mesh's pp group (the mesh's; NULL: pp = 1) */
+    pt_comm *mp;          /* the mesh's model-parallel group, tp x pp (NULL: both 1): full
+                             tensors from every stage's slices */
+    int pp_rank, pp_size; /* this rank's stage, and pp */
+    pt_stage *stages;     /* pp > 1: the pp x virtual_stages cut of the modules */
+    unsigned char *owned; /* pp > 1: pp x (n_layer + 2) flags, stage r's modules */
+    pt_pipe *pipe;        /* pp > 1 */
     pt_comm *aux;         /* split of world for metrics / validation / trace (owned), so that
                              the dp group's byte counters hold gradient traffic only */
     int rank, nranks;     /* in the world */
@@ -60,11 +70,38 @@ struct pt_trainer {
     char (*mod_name)[16];
 };
 
-/* tp rank 0 of tp gets the whole model's full tensors (full: laid out like
- * the tp = 1 model's flat buffer) from every rank's slice buffer local
- * (laid out like m, this rank's slice model); the other ranks' full is
- * unused. Collective over tp (tp_full.c). */
-pt_status pt_tp_gather_full(pt_comm *tp, const pt_model *m, const float *local, float *full);
+/* Full tensors on the model-parallel group's rank 0 (full: laid out like
+ * the whole tp = 1 model's flat buffer) from every member's buffer local
+ * (laid out like its own model: member r = pp_i x tp + tp_i holds tp slice
+ * tp_i of stage pp_i's modules, owned[pp_i] of the trainer's table).
+ * Collective over t->mp (tp_full.c). */
+pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full);
+
+/* The pipeline (trainer_pipe.c): built over the stage's model and pp group
+ * for schedule s (lent) and the virtual stages' cut. */
+pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule *s,
+                      const pt_stage *stages);
+void pt_pipe_free(pt_pipe *q);
+/* One step's passes in the schedule's order: loss_sum gets the head's
+ * micro-batch losses (the head's stage only). */
+pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const int *inputs,
+                       const int *targets, float dloss, size_t base, double *loss_sum);
+/* One micro-batch's forward through every stage (validation); *loss on the
+ * head's stage, 0 elsewhere. */
+pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *loss);
+/* Hooks' parts: the tied wte's transfers. */
+void pt_pipe_before_forward(pt_pipe *q, pt_model *m, int module);
+void pt_pipe_after_forward(pt_pipe *q, int module);
+void pt_pipe_grads_final(pt_pipe *q, pt_model *m, int module);
+/* The last step's time waiting for neighbours and the span of its passes. */
+void pt_pipe_take_stats(pt_pipe *q, uint64_t *wait_ns, uint64_t *span_ns);
+int pt_pipe_has_head(const pt_pipe *q);
+/* The test hook's pipeline plants (PT_PLANT_PP_TIED). */
+void pt_pipe_test_plant(pt_pipe *q, pt_plant plant);
+/* The pp rank that holds the head. */
+int pt_pipe_head_stage(const pt_pipe *q);
+/* Bytes this rank has sent to other stages since the pipeline was made. */
+uint64_t pt_pipe_sent_bytes(const pt_pipe *q);
 
 /* Prefix the last error message with prefix ("prefix: message"); returns st
  * (trainer_new.c). */

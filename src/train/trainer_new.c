@@ -53,6 +53,7 @@ void pt_trainer_free(pt_trainer *t) {
     pt_trace_free(t->trace);
     free(t->mod_name);
     pt_comm_free(t->aux);
+    pt_pipe_free(t->pipe);
     pt_mesh_free(t->mesh); /* after the strategies that run on its groups */
     pt_mem_free(t->targets);
     pt_mem_free(t->inputs);
@@ -62,6 +63,9 @@ void pt_trainer_free(pt_trainer *t) {
     if (t->slots)
         for (int k = 1; k < t->sched.in_flight; k++) pt_model_slot_free(t->slots[k]);
     free(t->slots);
+    pt_schedule_free(&t->sched);
+    free(t->stages);
+    free(t->owned);
     pt_model_free(t->full);
     pt_model_free(t->model);
     free(t);
@@ -77,6 +81,7 @@ static void hook_before(pt_trainer *t) {
 static void hook_before_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->zero) pt_zero_before_forward(t->zero, p->module);
+    if (t->pipe) pt_pipe_before_forward(t->pipe, t->model, p->module); /* the tied wte */
     hook_before(t);
 }
 static void hook_before_backward(void *arg, const pt_hook_point *p) {
@@ -94,16 +99,29 @@ static void trace_pass(pt_trainer *t, const char *pass, const char *cat, const p
 }
 static void hook_after_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
+    if (t->pipe) pt_pipe_after_forward(t->pipe, p->module); /* before ZeRO-3 releases wte */
     if (t->zero) pt_zero_after_forward(t->zero, p->module);
     if (t->trace) trace_pass(t, "fwd", "forward", p);
 }
-static void hook_after_backward(void *arg, const pt_hook_point *p) {
-    pt_trainer *t = arg;
-    if (t->trace) trace_pass(t, "bwd", "backward", p);
+/* Module p->module's gradients of this micro-batch are complete: after its
+ * backward, or after its weight-gradient pass when the backward is split. */
+static void grads_done(pt_trainer *t, const pt_hook_point *p) {
+    /* the tied wte's two halves meet before the module's gradient is final */
+    if (t->pipe && p->last) pt_pipe_grads_final(t->pipe, t->model, p->module);
     /* a bucket launches once its modules' gradients are final: after the
      * step's last backward of each */
     if (t->ddp && p->last) pt_ddp_module_done(t->ddp, p->module);
-    if (t->zero) pt_zero_module_done(t->zero, p->module);
+    if (t->zero) pt_zero_module_done(t->zero, p->module, p->last);
+}
+static void hook_after_backward(void *arg, const pt_hook_point *p) {
+    pt_trainer *t = arg;
+    if (t->trace) trace_pass(t, t->sched.split ? "B" : "bwd", "backward", p);
+    if (!t->sched.split) grads_done(t, p);
+}
+static void hook_after_weight_grad(void *arg, const pt_hook_point *p) {
+    pt_trainer *t = arg;
+    if (t->trace) trace_pass(t, "W", "backward", p);
+    grads_done(t, p);
 }
 
 /* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
@@ -118,7 +136,9 @@ static pt_status read_plant(pt_plant *out) {
                  {"no_avg", PT_PLANT_NO_AVG},
                  {"skip_module", PT_PLANT_SKIP_MODULE},
                  {"tp_skip_f", PT_PLANT_TP_SKIP_F},
-                 {"tp_norm", PT_PLANT_TP_NORM}};
+                 {"tp_norm", PT_PLANT_TP_NORM},
+                 {"pp_tied", PT_PLANT_PP_TIED},
+                 {"pp_norm", PT_PLANT_PP_NORM}};
     *out = PT_PLANT_NONE;
     const char *e = getenv("PT_TEST_PLANT");
     if (!e || !*e) return PT_OK;
@@ -129,9 +149,32 @@ static pt_status read_plant(pt_plant *out) {
             return PT_OK;
         }
     return pt_error_set(PT_ERR_INVALID,
-                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg, skip_module, tp_skip_f "
-                        "or tp_norm)",
+                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg, skip_module, tp_skip_f, "
+                        "tp_norm, pp_tied or pp_norm)",
                         e);
+}
+
+/* The pipeline's cut: pp x v virtual stages of contiguous modules, and
+ * which modules each rank holds (its chunks'); rank 0 prints it. */
+static pt_status cut_stages(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    int p = t->pp_size, v = t->sched.virtual_stages, G = p * v, nmod = cfg->model.n_layer + 2;
+    t->stages = malloc((size_t)G * sizeof *t->stages);
+    t->owned = calloc((size_t)p * (size_t)nmod, 1);
+    if (!t->stages || !t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
+    PT_CHECK(pt_stage_split(&cfg->model, G, cfg->parallel.stage_layers, t->stages));
+    for (int g = 0; g < G; g++) {
+        int c, r = pt_schedule_locate(t->sched.name, p, v, g, &c);
+        for (int i = t->stages[g].first; i <= t->stages[g].last; i++)
+            t->owned[(size_t)r * (size_t)nmod + (size_t)i] = 1;
+    }
+    if (t->rank == 0) {
+        char buf[512];
+        pt_stage_describe(&cfg->model, G, t->stages, buf, sizeof buf);
+        PT_INFO("pipeline: %d stages x %d chunk%s, %s (%s, %d micro-batches)", p, v,
+                v > 1 ? "s" : "", buf, t->sched.name, t->sched.microbatches);
+    }
+    return PT_OK;
 }
 
 static int default_threads(int nranks) {
@@ -180,6 +223,10 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
     t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
     t->tp = pt_mesh_comm(t->mesh, PT_MESH_TP);
+    t->pp = pt_mesh_comm(t->mesh, PT_MESH_PP);
+    t->mp = pt_mesh_comm(t->mesh, PT_MESH_MP);
+    t->pp_rank = pt_mesh_index(t->mesh, PT_MESH_PP);
+    t->pp_size = pt_mesh_size(t->mesh, PT_MESH_PP);
     const pt_model_config *mc = &cfg->model;
     t->local_B = cfg->train.batch_size / t->dp_size;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
@@ -194,28 +241,41 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         PT_CHECK_GOTO(
             st, open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len), fail);
 
-    /* tensor parallelism: this rank's slices, run with the tp group */
-    t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
+    /* the step's passes (a pipeline: this stage's) */
+    const char *sched = pt_config_schedule(cfg);
+    int M = cfg->parallel.microbatches, nmod = mc->n_layer + 2;
     PT_CHECK_GOTO(st,
-                  cfg->parallel.sequence_parallel
-                      ? pt_model_new_sp(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank)
-                      : pt_model_new_slice(&t->model, mc, t->micro_B, cfg->parallel.tp, t->tp_rank),
+                  t->pp ? pt_schedule_build_stage(&t->sched, sched, M, t->pp_size, t->pp_rank,
+                                                  pt_config_virtual_stages(cfg))
+                        : pt_schedule_build(&t->sched, sched, M),
                   fail);
+    if (t->pp) PT_CHECK_GOTO(st, cut_stages(t), fail);
+
+    /* tensor parallelism: this rank's slices, run with the tp group; a
+     * pipeline stage: its modules only */
+    t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
+    pt_model_options mo = {.tp = cfg->parallel.tp,
+                           .tp_rank = t->tp_rank,
+                           .sp = cfg->parallel.sequence_parallel,
+                           .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL};
+    PT_CHECK_GOTO(st, pt_model_new_opts(&t->model, mc, t->micro_B, &mo), fail);
     pt_model_set_tp_comm(t->model, t->tp);
-    if (t->tp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
+    if (t->mp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
     pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
-    /* the step's passes; a schedule that holds several micro-batches'
-     * activations gets a slot for each (the first is the model's own) */
-    PT_CHECK_GOTO(
-        st, pt_schedule_build(&t->sched, cfg->parallel.schedule, cfg->parallel.microbatches), fail);
-    t->slots = calloc((size_t)t->sched.in_flight, sizeof *t->slots);
-    if (!t->slots) {
-        st = pt_error_set(PT_ERR_NOMEM, "model slots");
-        goto fail;
+    if (t->pp) {
+        PT_CHECK_GOTO(st, pt_pipe_new(&t->pipe, t->model, t->pp, &t->sched, t->stages), fail);
+    } else {
+        /* a schedule that holds several micro-batches' activations gets a
+         * slot for each (the first is the model's own) */
+        t->slots = calloc((size_t)t->sched.in_flight, sizeof *t->slots);
+        if (!t->slots) {
+            st = pt_error_set(PT_ERR_NOMEM, "model slots");
+            goto fail;
+        }
+        t->slots[0] = pt_model_own_slot(t->model);
+        for (int k = 1; k < t->sched.in_flight; k++)
+            PT_CHECK_GOTO(st, pt_model_slot_new(&t->slots[k], t->model), fail);
     }
-    t->slots[0] = pt_model_own_slot(t->model);
-    for (int k = 1; k < t->sched.in_flight; k++)
-        PT_CHECK_GOTO(st, pt_model_slot_new(&t->slots[k], t->model), fail);
 
     int ntens = pt_model_num_tensors(t->model);
     pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
@@ -239,8 +299,13 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     free(segs);
     if (st != PT_OK) goto fail;
     if (sharded) {
-        pt_zero_options zo = {cfg->parallel.zero, cfg->parallel.zero_group, cfg->parallel.overlap,
-                              cfg->parallel.zero_keep_params, t->tp};
+        pt_zero_options zo = {cfg->parallel.zero,
+                              cfg->parallel.zero_group,
+                              cfg->parallel.overlap,
+                              cfg->parallel.zero_keep_params,
+                              t->tp,
+                              t->pp,
+                              t->pp || t->sched.split};
         PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp), fail);
     }
 
@@ -253,7 +318,6 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     }
     pt_rng_init(&t->data_rng, (uint64_t)cfg->train.seed, "data.train");
 
-    int nmod = pt_model_num_modules(t->model);
     t->mod_name = calloc((size_t)nmod, sizeof *t->mod_name);
     if (!t->mod_name) {
         st = pt_error_set(PT_ERR_NOMEM, "module names");
@@ -306,7 +370,8 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         PT_CHECK_GOTO(st, pt_ckpt_agree(t->aux, ck), fail);
     }
     if (cfg->log.trace[0]) {
-        size_t per_step = (size_t)(2 * nmod * cfg->parallel.microbatches + 8) +
+        size_t per_step = (size_t)(3 * nmod * cfg->parallel.microbatches + 8) +
+                          (size_t)t->sched.npass +
                           (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0) +
                           (t->zero ? (size_t)(8 * nmod * cfg->parallel.microbatches) : 0);
         size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
@@ -318,18 +383,19 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
         if (t->zero) pt_zero_set_trace(t->zero, t->trace);
     }
-    pt_model_hooks hooks = {hook_before_forward,
-                            hook_after_forward,
-                            hook_before_backward,
-                            hook_after_backward,
-                            NULL,
-                            t};
+    pt_model_hooks hooks = {hook_before_forward, hook_after_forward,     hook_before_backward,
+                            hook_after_backward, hook_after_weight_grad, t};
     pt_model_set_hooks(t->model, &hooks);
     if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
         st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");
         goto fail;
     }
     pt_model_test_skip_f(t->model, t->plant == PT_PLANT_TP_SKIP_F);
+    if ((t->plant == PT_PLANT_PP_TIED || t->plant == PT_PLANT_PP_NORM) && !t->pipe) {
+        st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no pipeline");
+        goto fail;
+    }
+    if (t->pipe) pt_pipe_test_plant(t->pipe, t->plant);
     if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
         st = pt_error_set(PT_ERR_INVALID,
                           "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");
@@ -349,20 +415,20 @@ size_t pt_trainer_num_params(const pt_trainer *t) {
     return pt_model_config_num_params(&t->cfg.model);
 }
 pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
-    if (!t->tp) {
+    if (!t->mp) {
         if (t->zero) return pt_zero_gather_params(t->zero, out);
         memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
         return PT_OK;
     }
-    /* this rank's slices (ZeRO: from the dp group's shards), then the tp
-     * group's slices to its rank 0 */
+    /* this rank's slices (ZeRO: from the dp group's shards), then every
+     * model-parallel member's to its rank 0 */
     size_t n = pt_model_num_params(t->model);
     float *local =
         t->zero ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : pt_model_params(t->model);
     pt_status st = local ? PT_OK : pt_error_set(PT_ERR_NOMEM, "gather: parameters");
     if (t->aux) st = pt_comm_agree(t->aux, st);
     if (st == PT_OK && t->zero) st = pt_zero_gather_params(t->zero, local);
-    if (st == PT_OK) st = pt_tp_gather_full(t->tp, t->model, local, out);
+    if (st == PT_OK) st = pt_mp_gather_full(t, local, out);
     if (t->zero) pt_mem_free(local);
     return st;
 }

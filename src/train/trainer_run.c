@@ -58,7 +58,10 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
         pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T, 0, 0};
         float loss = 0;
-        pt_model_forward(t->model, &batch, &loss);
+        if (t->pipe)
+            PT_CHECK(pt_pipe_forward(t->pipe, t, &batch, &loss));
+        else
+            pt_model_forward(t->model, &batch, &loss);
         if (w < mine) sum += (double)loss;
     }
     if (t->zero) pt_zero_release_params(t->zero);
@@ -72,10 +75,13 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         memcpy(all + 2 * (size_t)t->rank, &sum, sizeof sum);
         pt_status st = pt_comm_allgather(t->aux, all, 2 * (size_t)t->nranks);
         sum = 0;
-        int tp = t->cfg.parallel.tp; /* each dp share once: its tp rank 0's (tp fastest) */
-        for (int r = 0; st == PT_OK && r < t->nranks; r += tp) {
+        /* each dp share once: its tp rank 0's on the last stage (the head's) */
+        const pt_config *c = &t->cfg;
+        int dp = c->parallel.dp, tp = c->parallel.tp, pp = c->parallel.pp;
+        int last = t->pipe ? pt_pipe_head_stage(t->pipe) : 0;
+        for (int d = 0; st == PT_OK && d < dp; d++) {
             double part;
-            memcpy(&part, all + 2 * (size_t)r, sizeof part);
+            memcpy(&part, all + 2 * (size_t)pt_mesh_rank_at(dp, tp, pp, last, d, 0), sizeof part);
             sum += part;
         }
         free(all);
@@ -139,7 +145,15 @@ static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
     metrics_printf(t, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
         metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
-    metrics_printf(t, "\"total\":%zu}}\n", t->mem_cur_total);
+    metrics_printf(t, "\"total\":%zu}", t->mem_cur_total);
+    if (t->pipe) { /* the bubble (mean over ranks) and each stage's activation peak */
+        metrics_printf(t, ",\"bubble\":%.6f,\"pp_comm_bytes\":%llu,\"stage_acts\":[", info->bubble,
+                       (unsigned long long)info->pp_comm_bytes);
+        for (int k = 0; k < info->stages && k < PT_STEP_MAX_STAGES; k++)
+            metrics_printf(t, "%s%llu", k ? "," : "", (unsigned long long)info->stage_acts[k]);
+        metrics_printf(t, "]");
+    }
+    metrics_printf(t, "}\n");
     return metrics_flush(t);
 }
 

@@ -32,6 +32,12 @@ static uint64_t sent_bytes(const pt_comm *c) {
     return b;
 }
 
+/* Bytes this rank has sent to its neighbour stages (the pipeline's own
+ * communicators are splits of pp; pp itself carries the norm's sum). */
+static uint64_t sent_bytes_pp(const pt_trainer *t) {
+    return t->pipe ? pt_pipe_sent_bytes(t->pipe) : 0;
+}
+
 /* Bytes this rank has sent on the dp group (gradient and parameter traffic). */
 static uint64_t dp_bytes(const pt_trainer *t) {
     return sent_bytes(t->dp);
@@ -43,14 +49,15 @@ static pt_status apply_update(pt_trainer *t, const float *grads, float lr, float
     uint64_t a = pt_time_ns();
     size_t n = pt_model_num_params(t->model);
     double sumsq;
-    if (t->tp) { /* the norm over the tp group, each parameter once */
+    if (t->tp || t->pp) { /* the norm over the tp group and the stages, each parameter once */
         double parts[2];
         pt_grad_sumsq_parts(t->model, grads, 0, n, parts);
         if (t->plant == PT_PLANT_TP_NORM) { /* the test hook: whole tensors once per rank */
             parts[0] += parts[1];
             parts[1] = 0;
         }
-        pt_status st = pt_grad_sumsq_global(NULL, t->tp, parts, &sumsq);
+        pt_status st = pt_grad_sumsq_global(
+            NULL, t->tp, t->plant == PT_PLANT_PP_NORM ? NULL : t->pp, parts, &sumsq);
         if (st != PT_OK) return pt_trainer_prefix_error(st, "gradient norm");
         float scale = pt_optim_clip_scale(sumsq, (float)t->cfg.train.grad_clip);
         pt_adamw_step(t->opt, pt_model_params(t->model), grads, lr, scale);
@@ -120,7 +127,9 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     const pt_schedule *sc = &t->sched;
     double loss_sum = 0;
     pt_status st = PT_OK;
-    for (int k = 0; k < sc->npass; k++) {
+    uint64_t pp_bytes0 = sent_bytes_pp(t);
+    if (t->pipe) PT_CHECK(pt_pipe_step(t->pipe, t, sc, inputs, targets, dloss, base, &loss_sum));
+    for (int k = 0; !t->pipe && k < sc->npass; k++) {
         int mb = sc->pass[k].micro;
         pt_model_slot *s = t->slots[mb % sc->in_flight];
         if (sc->pass[k].kind == PT_PASS_FORWARD) {
@@ -139,6 +148,15 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     st = pt_model_take_error(t->model); /* a tensor-parallel collective's */
     if (st != PT_OK) return st;
     float loss = (float)(loss_sum / M);
+    /* the pipeline's bubble on this rank: waiting for neighbours over the
+     * span of the step's passes */
+    double bubble = 0;
+    uint64_t stage_acts[PT_STEP_MAX_STAGES] = {0};
+    if (t->pipe) {
+        uint64_t w, span;
+        pt_pipe_take_stats(t->pipe, &w, &span);
+        bubble = span ? (double)w / (double)span : 0;
+    }
     float lr = pt_lr_schedule(t->step, c->train.steps, c->train.warmup_steps, (float)c->train.lr,
                               (float)c->train.min_lr);
     float norm = 0;
@@ -206,7 +224,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         /* rank 0 learns the global loss and every rank's peak memory (max
          * per category); on the aux communicator, so that comm_bytes counts
          * gradient traffic only */
-        double rs[5 + 2 * PT_MEM_NCAT];
+        enum { NRS = 8 + 2 * PT_MEM_NCAT };
+        double rs[NRS];
         rs[0] = loss;
         rs[1] = (double)t->mem_peak_total;
         for (int k = 0; k < PT_MEM_NCAT; k++) rs[2 + k] = (double)t->mem_peak[k];
@@ -214,16 +233,31 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         rs[3 + PT_MEM_NCAT] = (double)ds.end_ns;
         rs[4 + PT_MEM_NCAT] = (double)t->mem_cur_total;
         for (int k = 0; k < PT_MEM_NCAT; k++) rs[5 + PT_MEM_NCAT + k] = (double)t->mem_cur[k];
+        /* pipelines: whether this rank's loss counts (the head's stage), its
+         * stage, and the fraction of its passes' span spent waiting */
+        rs[5 + 2 * PT_MEM_NCAT] = !t->pipe || pt_pipe_has_head(t->pipe);
+        rs[6 + 2 * PT_MEM_NCAT] = t->pp_rank;
+        rs[7 + 2 * PT_MEM_NCAT] = bubble;
         if (t->rank != 0) {
             st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
             if (st != PT_OK) return pt_trainer_prefix_error(st, "step statistics");
         } else {
-            double sum = loss;
+            double sum = rs[5 + 2 * PT_MEM_NCAT] ? loss : 0, nloss = rs[5 + 2 * PT_MEM_NCAT];
+            double bsum = bubble;
+            stage_acts[0] = t->mem_peak[PT_MEM_ACTS];
             for (int r = 1; r < t->nranks; r++) {
-                double o[5 + 2 * PT_MEM_NCAT];
+                double o[NRS];
                 st = pt_comm_recv(t->aux, o, sizeof o, r, 7);
                 if (st != PT_OK) return pt_trainer_prefix_error(st, "step statistics");
-                sum += o[0];
+                if (o[5 + 2 * PT_MEM_NCAT]) {
+                    sum += o[0];
+                    nloss += 1;
+                }
+                bsum += o[7 + 2 * PT_MEM_NCAT];
+                int sg = (int)o[6 + 2 * PT_MEM_NCAT];
+                if (sg >= 0 && sg < PT_STEP_MAX_STAGES &&
+                    (uint64_t)o[2 + PT_MEM_ACTS] > stage_acts[sg])
+                    stage_acts[sg] = (uint64_t)o[2 + PT_MEM_ACTS];
                 if ((size_t)o[1] > t->mem_peak_total) t->mem_peak_total = (size_t)o[1];
                 for (int k = 0; k < PT_MEM_NCAT; k++)
                     if ((size_t)o[2 + k] > t->mem_peak[k]) t->mem_peak[k] = (size_t)o[2 + k];
@@ -236,7 +270,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                 if (o[3 + PT_MEM_NCAT] > 0 && o[3 + PT_MEM_NCAT] < first_end)
                     first_end = o[3 + PT_MEM_NCAT];
             }
-            loss = (float)(sum / t->nranks);
+            loss = (float)(sum / nloss);
+            bubble = bsum / t->nranks;
         }
     }
     if (info) {
@@ -265,6 +300,11 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
          * runs outside it, and the statistics above travel on aux */
         info->tp_comm_bytes = sent_bytes(t->tp) - tp_bytes0;
         info->applied = applied;
+        info->bubble = bubble;
+        info->stages = t->pp_size;
+        info->pp_comm_bytes = sent_bytes_pp(t) - pp_bytes0;
+        for (int k = 0; k < t->pp_size && k < PT_STEP_MAX_STAGES; k++)
+            info->stage_acts[k] = stage_acts[k];
     }
     if (!isfinite(loss))
         return pt_error_set(PT_ERR_INTERNAL, "training diverged at step %d (loss %g)", t->step,

@@ -92,7 +92,7 @@ static int rank_main(void *arg) {
     double parts[2], s = 0, ref = whole_sumsq();
     pt_grad_sumsq_parts(m, pt_model_grads(m), 0, pt_model_num_params(m), parts);
     /* the world as the tp group */
-    if (pt_grad_sumsq_global(NULL, world, parts, &s) != PT_OK) fail = 1;
+    if (pt_grad_sumsq_global(NULL, world, NULL, parts, &s) != PT_OK) fail = 1;
     if (!(fabs(s - ref) <= SUMSQ_RTOL * ref)) fail = 1;
     /* the world as the shard group of a strategy whose ranks hold halves of
      * the same (tp = 1) gradient: each element once */
@@ -101,7 +101,7 @@ static int rank_main(void *arg) {
     fill(w);
     size_t n = pt_model_num_params(w), h = n / 2, off = r ? h : 0, len = r ? n - h : h;
     pt_grad_sumsq_parts(w, pt_model_grads(w) + off, off, len, parts);
-    if (pt_grad_sumsq_global(world, NULL, parts, &s) != PT_OK) fail = 1;
+    if (pt_grad_sumsq_global(world, NULL, NULL, parts, &s) != PT_OK) fail = 1;
     if (!(fabs(s - ref) <= SUMSQ_RTOL * ref)) fail = 1;
     pt_model_free(w);
     pt_model_free(m);

@@ -13,6 +13,10 @@
  *                  c_attn's input gradient not summed over the tp group
  *   tp_norm        the tensors every tp rank holds whole counted once per
  *                  rank in the gradient norm
+ *   pp_tied        the pipeline's tied wte: the head's half of its
+ *                  gradient never reaches the embedding's stage
+ *   pp_norm        each stage's gradient norm its own, not summed over
+ *                  the pipeline
  *
  * Each runs on the layouts where it applies (buckets: plain DDP and ZeRO-1;
  * the loss weight: any layout, ZeRO-3 included). For each, the test prints
@@ -33,6 +37,12 @@ static const planted plants[] = {
     {"skip_module", {"parallel.dp=2 parallel.bucket_mb=0.004", "parallel.dp=4 parallel.zero=1"}},
     {"tp_skip_f", {"parallel.tp=2", "parallel.dp=2 parallel.tp=2 parallel.sequence_parallel=true"}},
     {"tp_norm", {"parallel.tp=2", "parallel.dp=2 parallel.tp=2"}},
+    {"pp_tied",
+     {"model.n_layer=3 parallel.pp=2 parallel.microbatches=2",
+      "model.n_layer=3 parallel.pp=2 parallel.dp=2 parallel.microbatches=2 parallel.zero=3"}},
+    {"pp_norm",
+     {"model.n_layer=3 parallel.pp=2 parallel.microbatches=2",
+      "model.n_layer=5 parallel.pp=4 parallel.microbatches=4 parallel.schedule=zb1"}},
 };
 
 /* "loss norm params" for what caught it (failed), "-" for nothing. */
@@ -49,6 +59,9 @@ static void test_planted_bugs_fail(void) {
     for (size_t p = 0; p < sizeof plants / sizeof plants[0]; p++) {
         for (int l = 0; l < 2; l++) {
             const char *layout = plants[p].layouts[l];
+            /* the layout's oracle (its model keys) before anything is planted */
+            for (int v = 0; v < PARITY_NVARIANTS; v++)
+                CHECK(parity_oracle_for((parity_variant)v, layout) != NULL);
             setenv("PT_TEST_PLANT", plants[p].plant, 1);
             parity_verdict verdict[PARITY_NVARIANTS];
             int all_ok = 1;

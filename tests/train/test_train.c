@@ -114,16 +114,46 @@ static void test_config(void) {
     CHECK_OK(pt_config_set(&c, "model.seq_len=127"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("model.seq_len (127)") &&
           msg_has("divisible by parallel.tp (2)"));
-    /* no pipelines yet: the default schedule is none, and the names DESIGN.md
-     * reserves parse but do not validate */
+    /* pipelines (issue 13, item 8): the default schedule is none (1f1b at
+     * pp > 1); a pipeline schedule needs pp > 1; the schedule's rules on
+     * micro-batches and chunks, and the stage cut, one line each */
     pt_config_defaults(&c);
     CHECK(!strcmp(c.parallel.schedule, "none"));
     CHECK_OK(pt_config_validate(&c));
     CHECK_OK(pt_config_set(&c, "parallel.schedule=1f1b"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.schedule = 1f1b") &&
-          msg_has("not supported yet"));
-    CHECK_OK(pt_config_set(&c, "parallel.schedule=zbv"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED);
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.schedule = 1f1b") &&
+          msg_has("parallel.pp > 1"));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK(!strcmp(pt_config_schedule(&c), "1f1b"));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=none"));
+    CHECK(!strcmp(pt_config_schedule(&c), "1f1b"));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=7")); /* the default model has 6 modules */
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.pp"));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=interleaved"));
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=2"));
+    CHECK_OK(pt_config_set(&c, "parallel.microbatches=3"));
+    CHECK_OK(pt_config_set(&c, "train.batch_size=6"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.microbatches") &&
+          msg_has("3"));
+    CHECK_OK(pt_config_set(&c, "parallel.microbatches=2"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=1f1b"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.virtual_stages"));
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=0"));
+    CHECK_OK(pt_config_set(&c, "parallel.stage_layers=3,3"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.stage_layers"));
+    CHECK_OK(pt_config_set(&c, "parallel.stage_layers=3,1"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=1"));
+    CHECK_OK(pt_config_set(&c, "parallel.schedule=none"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.stage_layers") &&
+          msg_has("pp > 1"));
+    CHECK_OK(pt_config_set(&c, "parallel.stage_layers="));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
+    CHECK_OK(pt_config_set(&c, "parallel.sync=local_sgd"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.sync"));
     pt_config_defaults(&c);
     c.train.batch_size = 6;
     c.parallel.microbatches = 4;

@@ -1,0 +1,490 @@
+/* Pipeline parallelism in the trainer: this rank's stage runs its
+ * schedule's passes (parallel.h, pt_schedule: F, BW, or B and W, of each
+ * micro-batch and chunk), receiving each chunk's input from the rank that
+ * holds the virtual stage below and its output gradient from the one above,
+ * and sending its own onward, all by non-blocking point-to-point.
+ *
+ * Communicators: four splits of the pp group, one per (message kind,
+ * direction around the ring of stages), so that each one's send lane talks
+ * to ONE peer, whose receives of that kind come in the same order as our
+ * sends (the schedules are built so): a send that waits for its receiver
+ * then holds up only messages the receiver will take after it. A fifth
+ * carries the tied wte between the first and the last stage.
+ *
+ * The tied embedding: the stage that holds the head but not the embedding
+ * keeps a copy of wte (pt_model_tied_wte), refreshed from the embedding's
+ * stage at the first forward of every step (and of every validation pass),
+ * and sends the head's wte gradient back after the head's last backward of
+ * the step, which the embedding's stage adds into its own before the
+ * module's gradient is final (before its buckets launch, before ZeRO's
+ * reduce-scatter). Only the embedding's stage optimizes wte; the copy
+ * follows it.
+ *
+ * Buffers per chunk: a slot per micro-batch the schedule holds at once
+ * (pt_model_slot_new_range), each with its received output gradient dy and
+ * its sent input gradient dx. A slot's sends complete before it is reused.
+ *
+ * Not here: the schedules' lists (parallel/schedule.c), the stage cut
+ * (parallel/stages.c), the update after the passes (trainer_step.c). */
+#include "trainer_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_ACT, K_GRAD, K_NKIND };
+enum { D_UP, D_DOWN, D_N }; /* to (r + 1) % p, to (r - 1 + p) % p */
+
+typedef struct {
+    int first, last; /* modules */
+    int g;           /* virtual stage */
+    int prev, next;  /* pp-group ranks of virtual stages g - 1, g + 1 (-1: none) */
+    int nslots;
+    pt_model_slot **slot;
+    pt_module_scratch **scratch; /* split: one per (slot, module) held */
+    float *gbuf;                 /* dy and dx of every slot */
+    float **dy, **dx;
+    pt_comm_req **send_act, **send_grad; /* per slot, in flight */
+    int *owner;                          /* per slot: the micro-batch held, -1 free */
+    int *slot_of;                        /* per micro-batch: its slot, -1 */
+    size_t *nfl;                         /* per slot: floats of its micro-batch's stream */
+} chunk;
+
+struct pt_pipe {
+    int p, r, v, M, L;
+    int split;
+    pt_comm *pp;
+    pt_comm *c[K_NKIND][D_N];
+    pt_comm *tied; /* first <-> last stage: wte and its gradient */
+    chunk ch[PT_SCHEDULE_MAX_VIRTUAL];
+    size_t rc; /* floats of one stream buffer (rows x C) */
+    int tp, C; /* rows of a micro-batch's stream: B T / tp (sequence parallelism) */
+    /* tied wte: the embedding's stage sends (wte_send) and receives the head's
+     * gradient (wte_recv into wte_grad); the head's stage the reverse */
+    int emb_here, head_here, tied_peer; /* tied_peer: pp rank, -1 none */
+    int head_stage;
+    float *wte_grad;
+    size_t wte_n;
+    pt_comm_req *wte_send, *wte_recv, *grad_send, *grad_recv;
+    int want_wte;  /* the embedding's stage: send wte at the next module-0 forward */
+    int skip_tied; /* test hook PT_PLANT_PP_TIED */
+    pt_status err;
+    char errmsg[256];
+    /* the step's waits for neighbours, and the span of its passes */
+    uint64_t wait_ns, span0, span1;
+};
+
+static void keep(pt_pipe *q, pt_status st, const char *what) {
+    if (st == PT_OK || q->err != PT_OK) return;
+    q->err = st;
+    snprintf(q->errmsg, sizeof q->errmsg, "pipeline %s: %s", what, pt_error_message());
+}
+
+static pt_comm *comm_to(pt_pipe *q, int kind, int from, int to) {
+    return q->c[kind][to == (from + 1) % q->p ? D_UP : D_DOWN];
+}
+
+static int tag_of(int g_dest, int mb) {
+    return 64 + g_dest * PT_SCHEDULE_MAX_MICRO + mb;
+}
+
+/* Wait for req, counting the time as waiting for a neighbour. */
+static void wait_neighbour(pt_pipe *q, pt_comm_req **req, const char *what) {
+    if (!*req) return;
+    uint64_t a = pt_time_ns();
+    keep(q, pt_comm_wait(*req), what);
+    *req = NULL;
+    q->wait_ns += pt_time_ns() - a;
+}
+
+static void wait_send(pt_pipe *q, pt_comm_req **req, const char *what) {
+    if (!*req) return;
+    keep(q, pt_comm_wait(*req), what);
+    *req = NULL;
+}
+
+void pt_pipe_free(pt_pipe *q) {
+    if (!q) return;
+    for (int c = 0; c < q->v; c++) {
+        chunk *h = &q->ch[c];
+        for (int k = 0; k < h->nslots; k++) {
+            if (h->send_act) wait_send(q, &h->send_act[k], "send");
+            if (h->send_grad) wait_send(q, &h->send_grad[k], "send");
+            if (h->slot) pt_model_slot_free(h->slot[k]);
+        }
+        if (h->scratch)
+            for (int k = 0; k < h->nslots * (q->L + 2); k++) pt_module_scratch_free(h->scratch[k]);
+        free(h->scratch);
+        free(h->slot);
+        pt_mem_free(h->gbuf);
+        free(h->dy);
+        free(h->dx);
+        free(h->send_act);
+        free(h->send_grad);
+        free(h->owner);
+        free(h->slot_of);
+        free(h->nfl);
+    }
+    wait_send(q, &q->wte_send, "send");
+    wait_send(q, &q->grad_send, "send");
+    wait_send(q, &q->wte_recv, "recv");
+    wait_send(q, &q->grad_recv, "recv");
+    pt_mem_free(q->wte_grad);
+    for (int k = 0; k < K_NKIND; k++)
+        for (int d = 0; d < D_N; d++) pt_comm_free(q->c[k][d]);
+    pt_comm_free(q->tied);
+    free(q);
+}
+
+pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule *s,
+                      const pt_stage *stages) {
+    *out = NULL;
+    pt_status st = PT_OK;
+    pt_pipe *q = calloc(1, sizeof *q);
+    if (!q) return pt_error_set(PT_ERR_NOMEM, "pipeline");
+    q->p = s->stages;
+    q->r = s->stage;
+    q->v = s->virtual_stages;
+    q->M = s->microbatches;
+    q->L = pt_model_config_of(m)->n_layer;
+    q->split = s->split;
+    q->pp = pp;
+    int G = q->p * q->v, nmod = q->L + 2;
+    /* collective over pp, in the same order on every rank */
+    for (int k = 0; k < K_NKIND; k++)
+        for (int d = 0; d < D_N; d++)
+            PT_CHECK_GOTO(st, pt_comm_split(pp, 0, q->r, &q->c[k][d]), fail);
+    PT_CHECK_GOTO(st, pt_comm_split(pp, 0, q->r, &q->tied), fail);
+    int tp = 1, tpr = 0;
+    pt_model_tp(m, &tp, &tpr);
+    const pt_model_config *cfg = pt_model_config_of(m);
+    size_t N = (size_t)pt_model_max_batch(m) * (size_t)cfg->seq_len;
+    /* under sequence parallelism the stream is this rank's rows */
+    int sp = pt_model_sequence_parallel(m);
+    q->rc = (sp ? N / (size_t)tp : N) * (size_t)cfg->n_embd;
+    q->tp = sp ? tp : 1;
+    q->C = cfg->n_embd;
+    for (int c = 0; c < q->v; c++) {
+        chunk *h = &q->ch[c];
+        h->g = pt_schedule_virtual_stage(s, c);
+        h->first = stages[h->g].first;
+        h->last = stages[h->g].last;
+        int cc;
+        h->prev = h->g > 0 ? pt_schedule_locate(s->name, q->p, q->v, h->g - 1, &cc) : -1;
+        h->next = h->g < G - 1 ? pt_schedule_locate(s->name, q->p, q->v, h->g + 1, &cc) : -1;
+        h->nslots = s->chunk_in_flight[c];
+        PT_ASSERT(h->nslots >= 1);
+        h->slot = calloc((size_t)h->nslots, sizeof *h->slot);
+        h->dy = calloc((size_t)h->nslots, sizeof *h->dy);
+        h->dx = calloc((size_t)h->nslots, sizeof *h->dx);
+        h->send_act = calloc((size_t)h->nslots, sizeof *h->send_act);
+        h->send_grad = calloc((size_t)h->nslots, sizeof *h->send_grad);
+        h->owner = malloc((size_t)h->nslots * sizeof *h->owner);
+        h->slot_of = malloc((size_t)q->M * sizeof *h->slot_of);
+        h->nfl = calloc((size_t)h->nslots, sizeof *h->nfl);
+        if (q->split) h->scratch = calloc((size_t)h->nslots * (size_t)nmod, sizeof *h->scratch);
+        if (!h->slot || !h->dy || !h->dx || !h->send_act || !h->send_grad || !h->owner ||
+            !h->slot_of || !h->nfl || (q->split && !h->scratch)) {
+            st = pt_error_set(PT_ERR_NOMEM, "pipeline slots");
+            goto fail;
+        }
+        for (int k = 0; k < h->nslots; k++) h->owner[k] = -1;
+        for (int mb = 0; mb < q->M; mb++) h->slot_of[mb] = -1;
+        /* dy unless the chunk ends with the head; dx unless it starts with the embedding */
+        int ndy = h->last <= q->L, ndx = h->first > 0;
+        if (ndy + ndx) {
+            h->gbuf = pt_mem_alloc(PT_MEM_ACTS,
+                                   (size_t)(ndy + ndx) * (size_t)h->nslots * q->rc * sizeof(float));
+            if (!h->gbuf) {
+                st = pt_error_set(PT_ERR_NOMEM, "pipeline gradient buffers");
+                goto fail;
+            }
+        }
+        float *b = h->gbuf;
+        for (int k = 0; k < h->nslots; k++) {
+            if (ndy) h->dy[k] = b, b += q->rc;
+            if (ndx) h->dx[k] = b, b += q->rc;
+            PT_CHECK_GOTO(st, pt_model_slot_new_range(&h->slot[k], m, h->first, h->last), fail);
+            for (int i = h->first; q->split && i <= h->last; i++) {
+                pt_module_scratch **sc = &h->scratch[k * nmod + i];
+                PT_CHECK_GOTO(st, pt_module_scratch_new(sc, m, pt_model_max_batch(m)), fail);
+                pt_module_ctx_set_scratch(pt_model_slot_ctx(h->slot[k], i), *sc);
+            }
+        }
+    }
+    /* the tied wte: which stages hold the embedding and the head */
+    int c0, cl;
+    int r_emb = pt_schedule_locate(s->name, q->p, q->v, 0, &c0);
+    int r_head = pt_schedule_locate(s->name, q->p, q->v, G - 1, &cl);
+    q->emb_here = r_emb == q->r;
+    q->head_here = r_head == q->r;
+    q->head_stage = r_head;
+    q->tied_peer = r_emb == r_head ? -1 : q->emb_here ? r_head : q->head_here ? r_emb : -1;
+    if (q->tied_peer >= 0) {
+        float *tp_p, *tp_g;
+        pt_model_tied_wte(m, &tp_p, &tp_g, &q->wte_n);
+        if (q->emb_here) {
+            size_t off, cnt;
+            pt_model_module_region(m, 0, &off, &cnt);
+            q->wte_n = pt_model_tensor(m, 0)->numel; /* wte is module 0's first tensor */
+            q->wte_grad = pt_mem_alloc(PT_MEM_COMM, q->wte_n * sizeof(float));
+            if (!q->wte_grad) {
+                st = pt_error_set(PT_ERR_NOMEM, "pipeline: the tied wte's gradient");
+                goto fail;
+            }
+        }
+    }
+    *out = q;
+    return PT_OK;
+fail:
+    pt_pipe_free(q);
+    return st;
+}
+
+/* ---- the tied wte ---- */
+
+/* Before a step's (or a validation's) passes: the head's stage posts the
+ * receive of wte (and the embedding's stage that of the head's gradient,
+ * when grads). */
+static void tied_begin(pt_pipe *q, pt_model *m, int grads) {
+    if (q->tied_peer < 0) return;
+    if (q->head_here) {
+        float *p, *g;
+        size_t n;
+        pt_model_tied_wte(m, &p, &g, &n);
+        keep(q, pt_comm_irecv(q->tied, p, n * sizeof(float), q->tied_peer, 1, &q->wte_recv),
+             "receive of the tied wte");
+    } else {
+        q->want_wte = 1;
+        if (grads)
+            keep(q,
+                 pt_comm_irecv(q->tied, q->wte_grad, q->wte_n * sizeof(float), q->tied_peer, 2,
+                               &q->grad_recv),
+                 "receive of the tied wte's gradient");
+    }
+}
+
+void pt_pipe_before_forward(pt_pipe *q, pt_model *m, int module) {
+    if (q->tied_peer < 0) return;
+    if (module == 0 && q->emb_here && q->want_wte) { /* parameters gathered (ZeRO-3) by now */
+        keep(q,
+             pt_comm_isend(q->tied, pt_model_module_params(m, 0), q->wte_n * sizeof(float),
+                           q->tied_peer, 1, &q->wte_send),
+             "send of the tied wte");
+        q->want_wte = 0;
+    }
+    if (module == q->L + 1 && q->head_here) wait_neighbour(q, &q->wte_recv, "receive of wte");
+}
+
+void pt_pipe_after_forward(pt_pipe *q, int module) {
+    /* before ZeRO-3 releases the unit the send reads */
+    if (module == 0 && q->wte_send) wait_send(q, &q->wte_send, "send of the tied wte");
+}
+
+/* Module i's gradients are final for the step (its last BW or W). */
+void pt_pipe_grads_final(pt_pipe *q, pt_model *m, int module) {
+    if (q->tied_peer < 0) return;
+    if (module == q->L + 1 && q->head_here) {
+        float *p, *g;
+        size_t n;
+        pt_model_tied_wte(m, &p, &g, &n);
+        keep(q, pt_comm_isend(q->tied, g, n * sizeof(float), q->tied_peer, 2, &q->grad_send),
+             "send of the tied wte's gradient");
+    } else if (module == 0 && q->emb_here && q->grad_recv) {
+        wait_neighbour(q, &q->grad_recv, "receive of the tied wte's gradient");
+        float *g = pt_model_module_grads(m, 0);
+        for (size_t k = 0; !q->skip_tied && k < q->wte_n; k++) g[k] += q->wte_grad[k];
+    }
+}
+
+/* ---- the passes ---- */
+
+static int take_slot(pt_pipe *q, chunk *h, int mb) {
+    for (int k = 0; k < h->nslots; k++)
+        if (h->owner[k] < 0) {
+            wait_send(q, &h->send_act[k], "send of activations");
+            wait_send(q, &h->send_grad[k], "send of gradients");
+            h->owner[k] = mb;
+            h->slot_of[mb] = k;
+            return k;
+        }
+    PT_ASSERT(!"pipeline: more micro-batches in flight than the schedule said");
+    return -1;
+}
+
+static void release_slot(chunk *h, int mb) {
+    int k = h->slot_of[mb];
+    h->owner[k] = -1;
+    h->slot_of[mb] = -1;
+}
+
+static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double *loss_sum) {
+    int k = take_slot(q, h, b->micro);
+    pt_model_slot *s = h->slot[k];
+    h->nfl[k] = (size_t)b->B * (size_t)b->T / (size_t)q->tp * (size_t)q->C;
+    size_t bytes = h->nfl[k] * sizeof(float);
+    if (h->first > 0) {
+        pt_comm_req *req = NULL;
+        keep(q,
+             pt_comm_irecv(comm_to(q, K_ACT, h->prev, q->r), pt_model_slot_stream(s, h->first - 1),
+                           bytes, h->prev, tag_of(h->g, b->micro), &req),
+             "receive of activations");
+        wait_neighbour(q, &req, "receive of activations");
+    }
+    float loss = 0;
+    pt_model_forward_range(m, s, b, h->first, h->last, &loss);
+    if (h->last == q->L + 1)
+        *loss_sum += loss;
+    else
+        keep(q,
+             pt_comm_isend(comm_to(q, K_ACT, q->r, h->next), pt_model_slot_stream(s, h->last),
+                           bytes, h->next, tag_of(h->g + 1, b->micro), &h->send_act[k]),
+             "send of activations");
+}
+
+static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
+    int k = h->slot_of[mb];
+    PT_ASSERT(k >= 0);
+    pt_model_slot *s = h->slot[k];
+    size_t bytes = h->nfl[k] * sizeof(float);
+    if (h->last <= q->L) {
+        pt_comm_req *req = NULL;
+        keep(q,
+             pt_comm_irecv(comm_to(q, K_GRAD, h->next, q->r), h->dy[k], bytes, h->next,
+                           tag_of(h->g, mb), &req),
+             "receive of gradients");
+        wait_neighbour(q, &req, "receive of gradients");
+    }
+    pt_model_backward_range(m, s, h->first, h->last, h->last <= q->L ? h->dy[k] : NULL,
+                            h->first > 0 ? h->dx[k] : NULL, split);
+    if (h->first > 0)
+        keep(q,
+             pt_comm_isend(comm_to(q, K_GRAD, q->r, h->prev), h->dx[k], bytes, h->prev,
+                           tag_of(h->g - 1, mb), &h->send_grad[k]),
+             "send of gradients");
+    if (!split) release_slot(h, mb);
+}
+
+static void weight(pt_model *m, chunk *h, int mb) {
+    int k = h->slot_of[mb];
+    PT_ASSERT(k >= 0);
+    pt_model_backward_weight_range(m, h->slot[k], h->first, h->last);
+    release_slot(h, mb);
+}
+
+/* Complete every send of the step (their buffers are the slots'). */
+static void drain(pt_pipe *q) {
+    for (int c = 0; c < q->v; c++)
+        for (int k = 0; k < q->ch[c].nslots; k++) {
+            wait_send(q, &q->ch[c].send_act[k], "send of activations");
+            wait_send(q, &q->ch[c].send_grad[k], "send of gradients");
+        }
+    wait_send(q, &q->wte_send, "send of the tied wte");
+    wait_send(q, &q->grad_send, "send of the tied wte's gradient");
+    /* a receive the passes did not reach (a failed step) */
+    wait_send(q, &q->wte_recv, "receive of the tied wte");
+    wait_send(q, &q->grad_recv, "receive of the tied wte's gradient");
+}
+
+static pt_status take_error(pt_pipe *q) {
+    if (q->err == PT_OK) return PT_OK;
+    pt_status st = q->err;
+    q->err = PT_OK;
+    return pt_error_set(st, "%s", q->errmsg);
+}
+
+pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const int *inputs,
+                       const int *targets, float dloss, size_t base, double *loss_sum) {
+    pt_model *m = t->model;
+    int T = t->cfg.model.seq_len, mB = t->micro_B;
+    q->wait_ns = 0;
+    q->span0 = pt_time_ns();
+    tied_begin(q, m, 1);
+    int armed = 0;
+    for (int k = 0; k < sc->npass; k++) {
+        const pt_pass *ps = &sc->pass[k];
+        chunk *h = &q->ch[ps->chunk];
+        int mb = ps->micro;
+        uint64_t a = pt_time_ns();
+        const char *name = "F";
+        if (ps->kind == PT_PASS_FORWARD) {
+            size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
+            pt_batch b = {inputs + off, targets + off, dloss, mB, T, mb, mb == q->M - 1};
+            forward(q, m, h, &b, loss_sum);
+        } else {
+            /* the step's first backward of its last micro-batch precedes
+             * every module's final one: arm the buckets */
+            if (t->ddp && !armed && mb == q->M - 1 && ps->kind != PT_PASS_BACKWARD_WEIGHT) {
+                pt_ddp_begin(t->ddp, 0, t->cfg.parallel.overlap, t->step + 1);
+                armed = 1;
+            }
+            if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
+                name = "W";
+                weight(m, h, mb);
+            } else {
+                name = ps->kind == PT_PASS_BACKWARD ? "BW" : "B";
+                backward(q, m, h, mb, ps->kind == PT_PASS_BACKWARD_INPUT);
+            }
+        }
+        if (t->trace) {
+            char ev[40];
+            if (q->v > 1)
+                snprintf(ev, sizeof ev, "%s%d c%d", name, mb, ps->chunk);
+            else
+                snprintf(ev, sizeof ev, "%s%d", name, mb);
+            pt_trace_add(t->trace, ev, "pipeline", PT_TRACE_MAIN, a, pt_time_ns(), t->step + 1);
+        }
+    }
+    drain(q);
+    q->span1 = pt_time_ns();
+    return take_error(q);
+}
+
+/* Validation: one forward of a micro-batch through every chunk in model
+ * order (every rank visits its chunks in increasing virtual stage, so the
+ * receives come in send order); *loss on the head's stage. */
+pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *loss) {
+    pt_model *m = t->model;
+    tied_begin(q, m, 0);
+    double sum = 0;
+    for (int c = 0; c < q->v; c++) {
+        chunk *h = &q->ch[c];
+        forward(q, m, h, b, &sum);
+        /* forward-only: the slot is free again once its send is done */
+        release_slot(h, b->micro);
+    }
+    drain(q);
+    *loss = (float)sum;
+    return take_error(q);
+}
+
+void pt_pipe_take_stats(pt_pipe *q, uint64_t *wait_ns, uint64_t *span_ns) {
+    *wait_ns = q->wait_ns;
+    *span_ns = q->span1 > q->span0 ? q->span1 - q->span0 : 0;
+}
+
+int pt_pipe_has_head(const pt_pipe *q) {
+    return q->head_here;
+}
+
+uint64_t pt_pipe_sent_bytes(const pt_pipe *q) {
+    uint64_t b = 0;
+    pt_comm *all[K_NKIND * D_N + 1];
+    int n = 0;
+    for (int k = 0; k < K_NKIND; k++)
+        for (int d = 0; d < D_N; d++) all[n++] = q->c[k][d];
+    all[n++] = q->tied;
+    for (int i = 0; i < n; i++) {
+        pt_comm_stats s;
+        pt_comm_get_stats(all[i], &s);
+        for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
+    }
+    return b;
+}
+
+int pt_pipe_head_stage(const pt_pipe *q) {
+    return q->head_stage;
+}
+
+void pt_pipe_test_plant(pt_pipe *q, pt_plant plant) {
+    q->skip_tied = plant == PT_PLANT_PP_TIED;
+}
