@@ -3,7 +3,9 @@
  * residual branch) and head (ln_f and the LM head tied to wte).
  *
  * Shapes: N = B*T rows, C channels, NH heads, V vocabulary. Saved for
- * backward: everything in the module's context (model_impl.h). Backward
+ * backward: everything in the module's context (model_impl.h); a block's
+ * recompute mode (model.recompute) drops some, rebuilt in backward from
+ * what is kept (block_recompute below). Backward
  * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
  * gradients live in the context's backward scratch (the model's unless the
  * context was given its own). Every pass calls the model's plug points
