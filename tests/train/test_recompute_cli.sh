@@ -2,7 +2,8 @@
 # partrain train with model.recompute: 3 steps of a tiny model under
 # selective and full give none's metrics -- loss and grad_norm of every
 # step, the same text (the gradients are the same bits) -- at --nproc 1 and
-# at parallel.tp = 2 (the recompute's collectives rerun), with fewer peak
+# at parallel.tp = 2 (the recompute's collectives rerun; plain and sequence
+# parallel), under ZeRO-3 and the gpipe schedule, with fewer peak
 # activation bytes (metrics' mem.acts) in each mode; a bad value is one
 # line naming the key; --help lists it.
 #   test_recompute_cli.sh PARTRAIN CONFIG
@@ -35,18 +36,29 @@ run() {
   steps "$dir/$name.jsonl" > "$dir/$name.s"
   [ "$(wc -l < "$dir/$name.s")" = 3 ] || fail "$name: expected 3 step lines, got $(wc -l < "$dir/$name.s")"
 }
-for tp in 1 2; do
-  run none$tp $tp "$@" --set parallel.tp=$tp --set model.recompute=none
+# layout L NPROC ARGS...: none, selective and full under one layout
+layout() {
+  l=$1 np=$2
+  shift 2
+  run none$l $np "$@" --set model.recompute=none
   for mode in selective full; do
-    run $mode$tp $tp "$@" --set parallel.tp=$tp --set model.recompute=$mode
-    cmp -s "$dir/none$tp.s" "$dir/$mode$tp.s" ||
-      fail "tp $tp: $mode's loss/grad_norm differ from none's: $(paste "$dir/none$tp.s" "$dir/$mode$tp.s")"
+    run $mode$l $np "$@" --set model.recompute=$mode
+    cmp -s "$dir/none$l.s" "$dir/$mode$l.s" ||
+      fail "$l: $mode's loss/grad_norm differ from none's: $(paste "$dir/none$l.s" "$dir/$mode$l.s")"
   done
   # the mode reached the model: each keeps fewer activation bytes
-  a0=$(acts "$dir/none$tp.jsonl") a1=$(acts "$dir/selective$tp.jsonl") a2=$(acts "$dir/full$tp.jsonl")
+  a0=$(acts "$dir/none$l.jsonl") a1=$(acts "$dir/selective$l.jsonl") a2=$(acts "$dir/full$l.jsonl")
   [ -n "$a0" ] && [ -n "$a1" ] && [ -n "$a2" ] && [ "$a1" -lt "$a0" ] && [ "$a2" -lt "$a1" ] ||
-    fail "tp $tp: mem.acts none $a0, selective $a1, full $a2: expected strictly decreasing"
-done
+    fail "$l: mem.acts none $a0, selective $a1, full $a2: expected strictly decreasing"
+}
+layout tp1 1 "$@"
+layout tp2 2 "$@" --set parallel.tp=2
+layout tp2-sp 2 "$@" --set parallel.tp=2 --set parallel.sequence_parallel=true
+# ZeRO-3 gathers a unit's parameters again before its backward: the
+# recompute runs after that plug point
+layout dp2-zero3 2 "$@" --set parallel.dp=2 --set parallel.zero=3
+# gpipe: two micro-batches' contexts in flight, one backward scratch
+layout gpipe 1 "$@" --set parallel.microbatches=2 --set parallel.schedule=gpipe
 
 "$bin" train "$@" --set model.recompute=some > "$dir/out" 2> "$dir/err"
 [ $? -ne 0 ] || fail "model.recompute=some accepted"
