@@ -411,7 +411,9 @@ void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *co
 
 /* An activation context for module i and batches up to max_B x seq_len,
  * counted in PT_MEM_ACTS: of a block, only what the model's recompute mode
- * keeps (pt_recompute gives the sizes). */
+ * keeps (pt_recompute gives the sizes; under SELECTIVE and FULL a block's
+ * batches are also bounded by the model's max_B and its scratch's, whose
+ * recompute regions hold the rest). */
 pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B);
 void pt_module_ctx_free(pt_module_ctx *c);
 /* Module i's context in the model's own slot (lent). */
