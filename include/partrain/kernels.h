@@ -130,6 +130,11 @@ void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, cons
 void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const float *weight,
                             const float *bias, int N, int C, int OC);
 
+/* out (n) = gelu(pre): pt_matmul_gelu_forward's activation on its own, bit
+ * for bit (the same lane-wise arithmetic), for a backward that recomputes
+ * the GELU output instead of keeping it (model.recompute). */
+void pt_gelu_forward(float *out, const float *pre, size_t n);
+
 /* The linear's backward as two passes, for a schedule that computes input
  * gradients first and weight gradients later (zero-bubble pipelines' B and
  * W). pt_matmul_backward_set = _input_set then _weight, and

@@ -181,10 +181,37 @@ pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B,
                           int tp_rank);
 /* Activation recomputation (model.recompute): what a block's forward keeps
  * for its backward. NONE keeps every intermediate; SELECTIVE drops the
- * attention probabilities and the GELU input (recomputed in backward from
- * what is kept: Korthikanti et al. 2022's selective recomputation); FULL
- * keeps only the module's input and reruns its forward in backward. The
- * gradients are bitwise those of NONE. */
+ * attention probabilities att (B,NH,T,T) and the GELU output gelu(fch)
+ * (N,4C), recomputed in backward from qkv and fch, which are kept
+ * (Korthikanti et al. 2022's selective recomputation; no collective);
+ * FULL keeps only the module's input (lent, as in every mode) and reruns
+ * its forward up to gelu(fch) in backward, without the plug points and
+ * without touching gradients. The embedding keeps nothing in any mode and
+ * the head keeps what NONE keeps (the fused cross-entropy leaves dlogits
+ * in the logits, which its backward needs): recomputation is the blocks'.
+ * Per block context, in floats, with N = B*T rows (max_B), Cl = C/tp, NHl
+ * = NH/tp, R = N (N/tp under sequence parallelism):
+ *   NONE       3RC + 4R + N Cl + 3N Cl + B NHl T^2 + 8N Cl
+ *   SELECTIVE  NONE - B NHl T^2 - 4N Cl
+ *   FULL       0
+ * What a context does not keep lives in a RECOMPUTE REGION of a backward
+ * scratch (pt_module_scratch_new grows it by one block's dropped buffers:
+ * B NHl T^2 + 4N Cl under SELECTIVE, NONE's block under FULL): the forward
+ * writes its transient ones into the model's scratch, the backward
+ * recomputes them into the context's scratch -- the input-gradient pass B
+ * recomputes, the weight-gradient pass W reads, so a context with a
+ * scratch of its own keeps them from its B to its W (other passes between,
+ * other micro-batches' forwards included). One scratch per deferred W: two
+ * contexts sharing one would overwrite each other's.
+ * Under tensor parallelism every rank of the group recomputes the same
+ * block in the same backward, so the collectives match; FULL reruns the
+ * forward's collectives up to c_fc -- per block and backward, plain tp one
+ * more all-reduce of (N,C) (attention c_proj's), sequence parallelism two
+ * more all-gathers (ln_1's, ln_2's) and one more reduce-scatter (c_proj's)
+ * -- extra traffic counted in the comm stats like any other; SELECTIVE
+ * adds none. The gradients, input gradients and losses are bitwise those
+ * of NONE (the same kernels on the same data, in the same order), for the
+ * fused backward and for B then W. */
 typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL } pt_recompute;
 
 /* Everything about a model's layout beyond the architecture; zero-filled
@@ -323,6 +350,9 @@ pt_model_slot *pt_model_own_slot(pt_model *m);
 /* Module i's context in slot s (lent). */
 pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i);
 
+/* Scratch for batches up to max_B (PT_MEM_ACTS); under a recompute mode it
+ * also holds one block's recompute region (pt_recompute), which B fills and
+ * W reads: its max_B bounds the batches of the contexts that use it. */
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B);
 void pt_module_scratch_free(pt_module_scratch *s);
 /* The scratch module backward in context c uses (lent until replaced);
@@ -386,13 +416,17 @@ pt_module_kind pt_model_module_kind(const pt_model *m, int i);
 void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *count);
 
 /* An activation context for module i and batches up to max_B x seq_len,
- * counted in PT_MEM_ACTS. */
+ * counted in PT_MEM_ACTS: of a block, only what the model's recompute mode
+ * keeps (pt_recompute gives the sizes; under SELECTIVE and FULL a block's
+ * batches are also bounded by the model's max_B and its scratch's, whose
+ * recompute regions hold the rest). */
 pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B);
 void pt_module_ctx_free(pt_module_ctx *c);
 /* Module i's context in the model's own slot (lent). */
 pt_module_ctx *pt_model_ctx(pt_model *m, int i);
 
-/* Forward of module i.
+/* Forward of module i. A block writes what its model's recompute mode
+ * does not keep into the model's backward scratch (pt_recompute).
  *   embedding: in unused (NULL), out (B,T,C)
  *   block:     in (B,T,C), out (B,T,C)
  *   head:      in (B,T,C); out (B,T) per-position losses when b->targets,
@@ -427,7 +461,8 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  *           all-gathers and their weight gradients' all-reduce
  *           (modules_tp.c says why).
  * Between the two, ctx's activations, its input, b->tokens and its scratch
- * must stay as they are: a context whose W comes after other modules'
+ * (with the activations B recomputed there, pt_recompute) must stay as
+ * they are: a context whose W comes after other modules'
  * passes needs a scratch of its own (pt_module_ctx_set_scratch). B then W
  * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
  * ones' halves) and under tensor parallelism (the same collectives on the

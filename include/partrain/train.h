@@ -53,6 +53,9 @@ typedef struct {
         double lr, min_lr, weight_decay, beta1, beta2, grad_clip;
         double momentum;    /* sgd */
         char optimizer[16]; /* adamw | sgd */
+        /* the key model.recompute (none | selective | full; pt_recompute):
+         * here, since pt_model_config is the architecture only */
+        char recompute[16];
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;

@@ -1,5 +1,5 @@
 /* GELU's tanh form and its derivative, for the matrix product's fused
- * epilogues (gemm.c): GELU has no kernel of its own.
+ * epilogues (gemm.c) and pt_gelu_forward (matmul.c), a recompute's GELU.
  *
  * gelu(x) = x / (1 + exp(-2u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi):
  * the same function as 0.5 x (1 + tanh u), accurate in relative terms for

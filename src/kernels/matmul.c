@@ -4,6 +4,7 @@
  * applied there too, and the bias gradient is summed while the product
  * packs dout. No separate pass over an activation-sized array. */
 
+#include "gelu.h"
 #include "kernels_impl.h"
 
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
@@ -22,6 +23,14 @@ void pt_matmul_gelu_forward(float *pre, float *out, const float *inp, const floa
                             const float *bias, int N, int C, int OC) {
     pt_gemm_epilogue e = {.bias = bias, .act = out};
     pt_sgemm(0, 0, N, OC, C, inp, C, weight, OC, 0.0f, pre, OC, &e);
+}
+
+/* The GEMM epilogue's GELU (gemm.c): vector lanes, then a scalar tail; the
+ * two are the same steps (fastmath.h), so any split gives the same bits. */
+void pt_gelu_forward(float *out, const float *pre, size_t n) {
+    size_t x = 0;
+    for (; x + PT_VW <= n; x += PT_VW) pt_v8_store(out + x, pt_v8_gelu(pt_v8_load(pre + x)));
+    for (; x < n; x++) out[x] = pt_gelu(pre[x]);
 }
 
 /* The fused backwards below are their input-gradient pass followed by

@@ -124,6 +124,46 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n) {
 
 /* ---- lifecycle ---- */
 
+size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt_module_ctx *c) {
+    /* the whole-width buffers (LayerNorms, residual) and this rank's share
+     * of the split ones (tp: heads, MLP columns) */
+    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
+    size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
+    size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
+    const struct {
+        float **ptr;
+        size_t n;
+        unsigned kind;
+    } buf[] = {
+        {&c->ln1, R * C, PT_ACTS_KEPT},
+        {&c->ln1_mean, R, PT_ACTS_KEPT},
+        {&c->ln1_rstd, R, PT_ACTS_KEPT},
+        {&c->qkv, N * 3 * Cl, PT_ACTS_KEPT},
+        {&c->att, (size_t)max_B * NHl * T * T, PT_ACTS_DROPPED},
+        {&c->atty, N * Cl, PT_ACTS_KEPT},
+        {&c->res2, R * C, PT_ACTS_KEPT},
+        {&c->ln2, R * C, PT_ACTS_KEPT},
+        {&c->ln2_mean, R, PT_ACTS_KEPT},
+        {&c->ln2_rstd, R, PT_ACTS_KEPT},
+        {&c->fch, N * 4 * Cl, PT_ACTS_KEPT},
+        {&c->fch_gelu, N * 4 * Cl, PT_ACTS_DROPPED},
+    };
+    size_t total = 0;
+    for (size_t k = 0; k < sizeof buf / sizeof buf[0]; k++) {
+        if (!(buf[k].kind & which)) continue;
+        if (p) *buf[k].ptr = p + total;
+        total += buf[k].n;
+    }
+    return total;
+}
+
+/* What a block's context keeps under each recompute mode. */
+static unsigned block_kept(const pt_model *m) {
+    return m->recompute == PT_RECOMPUTE_FULL        ? 0
+           : m->recompute == PT_RECOMPUTE_SELECTIVE ? PT_ACTS_KEPT
+                                                    : PT_ACTS_ALL;
+}
+
 pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B) {
     *out = NULL;
     PT_ASSERT(i >= 0 && i < pt_model_num_modules(m) && max_B > 0);
@@ -135,13 +175,13 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
     /* the whole-width buffers (LayerNorms, residual) and this rank's share
      * of the split ones (tp: heads, MLP columns, vocabulary rows) */
     size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
+    size_t C = (size_t)m->cfg.n_embd;
     size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
     size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
     size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
     size_t total = 0;
     if (c->kind == PT_MODULE_BLOCK)
-        total = R * C * 3 + N * Cl + R * 4 + N * 3 * Cl + (size_t)max_B * NHl * T * T + N * 8 * Cl;
+        total = pt_block_carve(m, max_B, block_kept(m), NULL, c);
     else if (c->kind == PT_MODULE_HEAD)
         total = R * C + 2 * R + N * Vl + N + xent;
     if (total) {
@@ -158,18 +198,7 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
         p += (n);                                                                                  \
     } while (0)
     if (c->kind == PT_MODULE_BLOCK) {
-        TAKE(c->ln1, R * C);
-        TAKE(c->ln1_mean, R);
-        TAKE(c->ln1_rstd, R);
-        TAKE(c->qkv, N * 3 * Cl);
-        TAKE(c->att, (size_t)max_B * NHl * T * T);
-        TAKE(c->atty, N * Cl);
-        TAKE(c->res2, R * C);
-        TAKE(c->ln2, R * C);
-        TAKE(c->ln2_mean, R);
-        TAKE(c->ln2_rstd, R);
-        TAKE(c->fch, N * 4 * Cl);
-        TAKE(c->fch_gelu, N * 4 * Cl);
+        if (total) p += pt_block_carve(m, max_B, block_kept(m), p, c);
     } else if (c->kind == PT_MODULE_HEAD) {
         TAKE(c->lnf, R * C);
         TAKE(c->lnf_mean, R);
@@ -204,8 +233,12 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     size_t att =
         pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
     size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    s->buf = pt_mem_alloc(PT_MEM_ACTS, (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp) *
-                                           sizeof(float));
+    pt_module_ctx dummy = {0};
+    unsigned region = PT_ACTS_ALL & ~block_kept(m);
+    size_t rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
+    s->buf =
+        pt_mem_alloc(PT_MEM_ACTS, (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + rc) *
+                                      sizeof(float));
     if (!s->buf) {
         free(s);
         return PT_ERR_NOMEM;
@@ -221,8 +254,10 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     s->att = p, p += att;
     if (sp) {
         s->full = p, p += N * C;
-        s->ln_g = p;
+        s->ln_g = p, p += 2 * C;
     }
+    s->max_B = max_B;
+    if (rc) s->recomp = p;
     *out = s;
     return PT_OK;
 }

@@ -8,7 +8,9 @@
 #include "partrain/model.h"
 
 /* Saved activations of one module for one (micro-)batch. One allocation in
- * PT_MEM_ACTS, carved into the buffers below (unused ones stay NULL). */
+ * PT_MEM_ACTS, carved into the buffers below (unused ones stay NULL). A
+ * block keeps only what its model's recompute mode keeps (pt_block_carve);
+ * the rest lives in a scratch's recompute region while a pass needs it. */
 struct pt_module_ctx {
     int module;
     pt_module_kind kind;
@@ -48,7 +50,21 @@ struct pt_module_scratch {
      * the embedding's lookup) and a LayerNorm's partial parameter gradient
      * (2C) before its all-reduce */
     float *full, *ln_g;
+    /* model.recompute: one block's activations that its context does not
+     * keep (FULL: all; SELECTIVE: att, fch_gelu), for batches up to max_B:
+     * the forward's transient ones (the model's scratch), the backward's
+     * recomputed ones (B writes them, W reads them). NULL under NONE. */
+    int max_B;
+    float *recomp;
 };
+
+/* A block's activation buffers, by which recompute mode keeps them:
+ * PT_ACTS_KEPT those SELECTIVE keeps, PT_ACTS_DROPPED those it does not
+ * (att, fch_gelu), PT_ACTS_ALL both (NONE's context, FULL's region). */
+enum { PT_ACTS_KEPT = 1, PT_ACTS_DROPPED = 2, PT_ACTS_ALL = 3 };
+/* The floats of the `which` buffers of a block for max_B; p non-NULL: they
+ * are carved from p in that order into c's pointers (the others left). */
+size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt_module_ctx *c);
 
 /* One micro-batch in flight: a context per module and the residual stream
  * between them (one PT_MEM_ACTS allocation for the stream). */

@@ -3,7 +3,9 @@
  * residual branch) and head (ln_f and the LM head tied to wte).
  *
  * Shapes: N = B*T rows, C channels, NH heads, V vocabulary. Saved for
- * backward: everything in the module's context (model_impl.h). Backward
+ * backward: everything in the module's context (model_impl.h); a block's
+ * recompute mode (model.recompute) drops some, rebuilt in backward from
+ * what is kept (block_recompute below). Backward
  * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
  * gradients live in the context's backward scratch (the model's unless the
  * context was given its own). Every pass calls the model's plug points
@@ -33,7 +35,9 @@ static void embedding_backward(pt_model *m, const pt_batch *b, const float *dout
 
 /* x (N,C) -> out (N,C):
  *   res2 = x + c_proj(attn(c_attn(ln_1(x))))
- *   out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2)))) */
+ *   out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
+ * out NULL: up to fch_gelu only (a FULL recompute: the backward never
+ * reads out). */
 static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                           float *out) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
@@ -47,6 +51,7 @@ static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *
                          W(m, i, BLK_LN2_B), N, C);
     pt_matmul_gelu_forward(c->fch, c->fch_gelu, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
                            4 * C);
+    if (!out) return;
     pt_matmul_forward_res(out, c->res2, c->fch_gelu, W(m, i, BLK_FCPROJ_W), W(m, i, BLK_FCPROJ_B),
                           N, 4 * C, C);
 }
@@ -167,6 +172,50 @@ static void head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_
                                  c->lnf_mean, c->lnf_rstd, N, C);
 }
 
+/* ---- activation recomputation (model.recompute) ----
+ * A block's passes run on a VIEW of its context: the buffers the context
+ * keeps, and those it does not in a scratch's recompute region. The
+ * forward writes the dropped ones into the model's scratch, where nothing
+ * outlives a pass; the backward (B) recomputes them into the context's
+ * scratch, where W finds them. The recompute runs the forward's own
+ * kernels on the kept inputs, so the view holds the forward's bits. */
+
+static pt_module_ctx block_view(const pt_model *m, const pt_module_ctx *c, pt_module_scratch *s,
+                                const pt_batch *b) {
+    pt_module_ctx v = *c;
+    if (m->recompute == PT_RECOMPUTE_NONE) return v;
+    PT_ASSERT(s->recomp && b->B <= s->max_B);
+    pt_block_carve(m, s->max_B, m->recompute == PT_RECOMPUTE_FULL ? PT_ACTS_ALL : PT_ACTS_DROPPED,
+                   s->recomp, &v);
+    return v;
+}
+
+/* Fill the view's dropped buffers from what the context kept. SELECTIVE:
+ * att from qkv (the attention output, kept, is rewritten into d_atty,
+ * which the backward overwrites before reading) and gelu(fch): no
+ * collective. FULL: the block's forward up to fch_gelu, without the plug
+ * points and without touching gradients; under tensor parallelism with its
+ * collectives (modules_tp.c), which every rank of the group reruns. */
+static void block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_batch *b) {
+    int B = b->B, T = b->T, N = B * T;
+    int Cl = m->cfg.n_embd / m->tp, NHl = m->cfg.n_head / m->tp;
+    pt_module_scratch *s = scratch_of(m, v);
+    switch (m->recompute) {
+    case PT_RECOMPUTE_NONE:
+        break;
+    case PT_RECOMPUTE_SELECTIVE:
+        pt_attention_forward(s->d_atty, v->att, v->qkv, B, T, Cl, NHl);
+        pt_gelu_forward(v->fch_gelu, v->fch, (size_t)N * 4 * Cl);
+        break;
+    case PT_RECOMPUTE_FULL:
+        if (m->tp > 1)
+            pt_tp_block_forward(m, i, v, b, v->in, NULL);
+        else
+            block_forward(m, i, v, b, v->in, NULL);
+        break;
+    }
+}
+
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
@@ -187,13 +236,15 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
         else
             embedding_forward(m, ctx, b, out);
         break;
-    case PT_MODULE_BLOCK:
+    case PT_MODULE_BLOCK: {
         PT_ASSERT(in && out && in != out);
+        pt_module_ctx v = block_view(m, ctx, m->scratch, b);
         if (m->tp > 1)
-            pt_tp_block_forward(m, i, ctx, b, in, out);
+            pt_tp_block_forward(m, i, &v, b, in, out);
         else
-            block_forward(m, i, ctx, b, in, out);
+            block_forward(m, i, &v, b, in, out);
         break;
+    }
     case PT_MODULE_HEAD:
         PT_ASSERT(in);
         if (m->tp > 1)
@@ -220,13 +271,16 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
         else
             embedding_backward(m, b, dout);
         break;
-    case PT_MODULE_BLOCK:
+    case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
+        pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b);
+        block_recompute(m, i, &v, b);
         if (m->tp > 1)
-            pt_tp_block_backward(m, i, ctx, b, dout, din);
+            pt_tp_block_backward(m, i, &v, b, dout, din);
         else
-            block_backward(m, i, ctx, b, dout, din);
+            block_backward(m, i, &v, b, dout, din);
         break;
+    }
     case PT_MODULE_HEAD:
         PT_ASSERT(b->targets && din);
         if (m->tp > 1)
@@ -254,13 +308,16 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
         else
             memcpy(s->d_out, dout, (size_t)b->B * b->T * m->cfg.n_embd * sizeof(float));
         break;
-    case PT_MODULE_BLOCK:
+    case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
+        pt_module_ctx v = block_view(m, ctx, s, b);
+        block_recompute(m, i, &v, b);
         if (m->tp > 1)
-            pt_tp_block_backward_input(m, i, ctx, b, dout, din);
+            pt_tp_block_backward_input(m, i, &v, b, dout, din);
         else
-            block_backward_input(m, i, ctx, b, dout, din);
+            block_backward_input(m, i, &v, b, dout, din);
         break;
+    }
     case PT_MODULE_HEAD:
         PT_ASSERT(b->targets && din);
         if (m->tp > 1)
@@ -285,12 +342,15 @@ void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_
             pt_encoder_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), scratch_of(m, ctx)->d_out,
                                 b->tokens, b->B, b->T, m->cfg.n_embd);
         break;
-    case PT_MODULE_BLOCK:
+    case PT_MODULE_BLOCK: {
+        /* B's recomputed activations, where B left them */
+        pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b);
         if (m->tp > 1)
-            pt_tp_block_backward_weight(m, i, ctx, b);
+            pt_tp_block_backward_weight(m, i, &v, b);
         else
-            block_backward_weight(m, i, ctx, b);
+            block_backward_weight(m, i, &v, b);
         break;
+    }
     case PT_MODULE_HEAD:
         if (m->tp > 1)
             pt_tp_head_backward_weight(m, i, ctx, b);

@@ -149,7 +149,8 @@ void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout)
 }
 
 /* x, out, c->ln1, res2, ln2 and their statistics: (N,C), or this rank's R
- * rows under sequence parallelism. */
+ * rows under sequence parallelism. out NULL: up to fch_gelu only (a FULL
+ * recompute; the MLP c_proj's collective is not rerun). */
 void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
                          float *out) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = m->sp ? N / m->tp : N;
@@ -169,6 +170,7 @@ void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b
     const float *ln2 = col_input(m, s, c->ln2, N, "ln_2 all-gather");
     pt_matmul_gelu_forward(c->fch, c->fch_gelu, ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
                            4 * Cl);
+    if (!out) return;
     p = m->sp ? s->d_ln : out;
     pt_matmul_forward(p, c->fch_gelu, W(m, i, BLK_FCPROJ_W), NULL, N, 4 * Cl, C);
     p = row_output(m, p, N, "MLP c_proj sum");

@@ -39,6 +39,10 @@ static const key_def keys[] = {
      "vocabulary (V); 256 for byte-level text"},
     {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
      "sequence length (T), also the number of learned positions"},
+    {"model.recompute", K_STRING, OFF(train.recompute), "none", 0, 0, "none|selective|full",
+     "activation recomputation: none (keep every activation), selective (drop attention's "
+     "probabilities and the GELU output, recomputed in backward), full (a block keeps only its "
+     "input and reruns its forward in backward); gradients bitwise none's"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
      "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,

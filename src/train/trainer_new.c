@@ -254,10 +254,14 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     /* tensor parallelism: this rank's slices, run with the tp group; a
      * pipeline stage: its modules only */
     t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
+    const char *rc = cfg->train.recompute;
     pt_model_options mo = {.tp = cfg->parallel.tp,
                            .tp_rank = t->tp_rank,
                            .sp = cfg->parallel.sequence_parallel,
-                           .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL};
+                           .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
+                           .recompute = !strcmp(rc, "full")        ? PT_RECOMPUTE_FULL
+                                        : !strcmp(rc, "selective") ? PT_RECOMPUTE_SELECTIVE
+                                                                   : PT_RECOMPUTE_NONE};
     PT_CHECK_GOTO(st, pt_model_new_opts(&t->model, mc, t->micro_B, &mo), fail);
     pt_model_set_tp_comm(t->model, t->tp);
     if (t->mp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);

@@ -84,9 +84,26 @@ static void test_compose(void) {
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }
 
+/* Activation recomputation inside pipeline stages: a zero-bubble W after
+ * its B reads what the B recomputed (the context's own scratch). */
+static void test_recompute(void) {
+    static const char *const layouts[] = {
+        L3 "parallel.pp=2 parallel.microbatches=4 model.recompute=selective",
+        L3 "parallel.pp=2 parallel.microbatches=4 model.recompute=full",
+        L3 "parallel.pp=2 parallel.microbatches=4 parallel.schedule=zb1 model.recompute=selective",
+        L3 "parallel.pp=2 parallel.microbatches=4 parallel.schedule=zb1 model.recompute=full",
+        L3 "parallel.pp=2 parallel.microbatches=4 parallel.schedule=zbv model.recompute=full",
+        L6 "parallel.pp=4 parallel.microbatches=8 parallel.schedule=interleaved "
+           "parallel.virtual_stages=2 model.recompute=selective",
+        L3 "parallel.pp=2 parallel.tp=2 parallel.microbatches=2 model.recompute=full",
+    };
+    for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+}
+
 int main(int argc, char **argv) {
     if (parity_init(argc, argv, "test-pp")) return 1;
     RUN(test_schedules);
     RUN(test_compose);
+    RUN(test_recompute);
     return parity_done();
 }
