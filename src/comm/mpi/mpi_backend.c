@@ -1220,6 +1220,13 @@ static const pt_comm_backend mpi_backend = {
     .free = mpi_free,
     .set_timeout = mpi_set_timeout,
     .fault_reported = mpi_fault_reported,
+    /* a receive may run beside a send or a collective on the same
+     * communicator: MPI matches point-to-point by (source, tag), our
+     * collectives use reserved tags, and every MPI call is either
+     * MPI_THREAD_MULTIPLE's or serialized by the lock, never held across a
+     * wait. A pipeline stage's receive must not wait behind its own send
+     * (both on one communicator: their order differs between ranks). */
+    .concurrent_p2p = 1,
 };
 
 /* Seconds of the deadline: the option, else PT_COMM_TIMEOUT, else 10. */
