@@ -45,28 +45,96 @@ extern "C" {
 
 /* ---- schedules: the passes of one rank's step ------------------------------- */
 /* A step's forward and backward passes over its micro-batches, in the order
- * one rank runs them (schedule.c); the trainer's step is a driver over the
- * list. Today's schedules, with the whole model on every rank:
+ * one rank runs them (schedule.c, pipeline/); the trainer's step is a driver
+ * over the list. With the whole model on one rank (pt_schedule_build):
  *   none   F0 B0 F1 B1 ... : one micro-batch of activations in flight;
  *   gpipe  F0 F1 ... B0 B1 ... : every micro-batch's activations held.
- * Both give the same gradient (the sum over micro-batches). */
-#define PT_SCHEDULE_MAX_MICRO 1024
-typedef enum { PT_PASS_FORWARD, PT_PASS_BACKWARD } pt_pass_kind;
+ * Both give the same gradient (the sum over micro-batches).
+ *
+ * Pipeline schedules (pt_schedule_build_stage) give rank r of p its own list
+ * over its v chunks (virtual stages). The model's G = p*v virtual stages
+ * g = 0..G-1 (0 holds the embedding, G-1 the head) map to (rank, chunk):
+ *   gpipe, 1f1b, zb1  v = 1, g = r;
+ *   interleaved       chunk c of rank r is g = c*p + r (Megatron's);
+ *   zbv               v = 2, chunk 0 is g = r, chunk 1 is g = 2p-1-r (a V).
+ * gpipe, 1f1b and interleaved run BACKWARD passes (input and weight
+ * gradients together); zb1 and zbv split each into BACKWARD_INPUT (B, on the
+ * critical path) and BACKWARD_WEIGHT (W, moved to fill the bubble).
+ * Dependencies: F(mb, g) after F(mb, g-1); the backward (BW or B) of
+ * (mb, g) after F(mb, g) and the backward of (mb, g+1); W(mb, g) after
+ * B(mb, g). A chunk's activations of a micro-batch are held from its F until
+ * its last backward pass (BW, or W). Every list holds each pass its rank owns
+ * exactly once, and a chunk's backwards run in increasing micro-batch order.
+ * Lifecycle: build, read pass[], pt_schedule_free. */
+#define PT_SCHEDULE_MAX_MICRO   1024
+#define PT_SCHEDULE_MAX_VIRTUAL 8
+typedef enum {
+    PT_PASS_FORWARD,
+    PT_PASS_BACKWARD,        /* input and weight gradients together (BW) */
+    PT_PASS_BACKWARD_INPUT,  /* B: the input gradient, sent upstream */
+    PT_PASS_BACKWARD_WEIGHT, /* W: the weight gradients, after B */
+} pt_pass_kind;
 typedef struct {
     pt_pass_kind kind;
     int micro;
+    int chunk; /* 0..virtual_stages-1 (0 when positional {kind, micro}) */
 } pt_pass;
 typedef struct {
-    int microbatches;
+    char name[16];
+    int microbatches;   /* m */
+    int stages;         /* p */
+    int stage;          /* r, this rank */
+    int virtual_stages; /* v, chunks per rank */
+    int split;          /* 1: backwards are B + W passes */
     int npass;
-    int in_flight;  /* micro-batches whose activations are held at once */
-    int last_micro; /* the micro-batch of the step's last backward */
-    pt_pass pass[2 * PT_SCHEDULE_MAX_MICRO];
+    pt_pass *pass; /* owned: pt_schedule_free */
+    int in_flight; /* max over time of (mb, chunk) activations held, all chunks */
+    int chunk_in_flight[PT_SCHEDULE_MAX_VIRTUAL]; /* the same per chunk */
+    int last_micro; /* the micro-batch of the step's last backward (the p = 1 driver) */
+    /* index in pass[] of chunk c's last backward pass of the step: its
+     * gradients are final after it (the BW, or the W when split) */
+    int last_pass[PT_SCHEDULE_MAX_VIRTUAL];
 } pt_schedule;
 
-/* The schedule `name` (parallel.schedule) over `microbatches` micro-batches;
- * one line naming an unknown or unsupported schedule. */
+/* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
+ * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
+ * naming an unknown or unsupported schedule. */
 pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches);
+/* Rank `stage` of `stages`' list of the pipeline schedule `name` (gpipe,
+ * 1f1b, interleaved, zb1, zbv; none only at stages = 1), virtual_stages
+ * chunks per rank; the same checks as pt_schedule_check (nmodules not
+ * checked). s->pass is allocated (scratch); on failure s is zeroed. */
+pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
+                                  int stage, int virtual_stages);
+/* Frees s->pass and zeroes s; NULL-safe and idempotent. */
+void pt_schedule_free(pt_schedule *s);
+/* Whether the configuration is valid, before anything is allocated: one
+ * line naming the key (parallel.schedule, parallel.microbatches,
+ * parallel.virtual_stages, parallel.pp) and its value. nmodules: the
+ * model's modules (L + 2), each virtual stage needing at least one. */
+pt_status pt_schedule_check(const char *name, int microbatches, int stages, int virtual_stages,
+                            int nmodules);
+/* The virtual stage g of chunk `chunk` on s's rank. */
+int pt_schedule_virtual_stage(const pt_schedule *s, int chunk);
+/* The rank holding virtual stage g under `name`'s mapping, its chunk there
+ * in *chunk (may be NULL); -1 for g outside [0, stages * virtual_stages). */
+int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, int *chunk);
+/* The bubble of the whole step, idle / (idle + busy) averaged over the
+ * ranks, with F, B and W passes taking tf, tb and tw (BW = tb + tw). Closed
+ * forms (checked against the simulator in test_schedule.c):
+ *   gpipe, 1f1b   (p-1) / (m+p-1), at any times;
+ *   interleaved   (p-1) / (v*m+p-1), at any times;
+ *   zb1, zbv      from the simulator (see docs/parallel.md).
+ * Returns a negative value (and sets the last error) for an invalid
+ * configuration. */
+double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, double tb, double tw);
+/* Runs all p ranks' lists with passes taking tf, tb, tw (BW = tb + tw):
+ * each rank runs its list in order, a pass starting when the rank is free
+ * and its dependencies are done (zero latency). *makespan: the step's end;
+ * busy: p entries of busy time (may be NULL). PT_ERR_INTERNAL with one line
+ * on a deadlock or a pass missing or duplicated. */
+pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
+                               double tw, double *makespan, double *busy);
 
 /* ---- pipeline stages (stages.c) ----------------------------------------------- */
 /* Stage k of a p-stage pipeline holds modules [first, last] (0 the

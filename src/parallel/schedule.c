@@ -3,43 +3,323 @@
  * such a list (trainer_step.c), so that a schedule is data, not code: the
  * data-parallel modes run `none` (each micro-batch's backward right after
  * its forward, one micro-batch in flight) or `gpipe` (every forward, then
- * every backward: M in flight); pipeline schedules will add their lists
- * per stage.
+ * every backward: M in flight); the pipeline schedules give each rank its
+ * own list (pipeline/, one generator per schedule).
+ *
+ * This file is the dispatcher: validation, the virtual-stage mapping, the
+ * counts read off a list (in_flight, last_pass), and the simulator that
+ * runs every rank's list against the dependencies and proves the lists
+ * right (no deadlock, every pass once) and measures their bubble.
  *
  * Not here: running the passes (the trainer), the stages' communication. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "partrain/parallel.h"
+#include "pipeline/pipeline_impl.h"
+
+typedef struct {
+    const char *name;
+    int split; /* backwards are B + W */
+} sched_info;
+
+static const sched_info SCHEDS[] = {
+    {"none", 0}, {"gpipe", 0}, {"1f1b", 0}, {"interleaved", 0}, {"zb1", 1}, {"zbv", 1},
+};
+#define NSCHED ((int)(sizeof SCHEDS / sizeof SCHEDS[0]))
+
+static const sched_info *sched_find(const char *name) {
+    for (int i = 0; name && i < NSCHED; i++)
+        if (!strcmp(SCHEDS[i].name, name)) return &SCHEDS[i];
+    return NULL;
+}
+
+static int is(const char *name, const char *s) {
+    return !strcmp(name, s);
+}
+
+pt_status pt_schedule_check(const char *name, int microbatches, int stages, int virtual_stages,
+                            int nmodules) {
+    int m = microbatches, p = stages, v = virtual_stages;
+    if (!sched_find(name))
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.schedule = %s is unknown (none, gpipe, 1f1b, interleaved, "
+                            "zb1 or zbv)",
+                            name ? name : "(null)");
+    if (p < 1) return pt_error_set(PT_ERR_INVALID, "parallel.pp must be >= 1 (got %d)", p);
+    if (m < 1 || m > PT_SCHEDULE_MAX_MICRO)
+        return pt_error_set(PT_ERR_INVALID, "parallel.microbatches must be in [1, %d] (got %d)",
+                            PT_SCHEDULE_MAX_MICRO, m);
+    if (v < 1 || v > PT_SCHEDULE_MAX_VIRTUAL)
+        return pt_error_set(PT_ERR_INVALID, "parallel.virtual_stages must be in [1, %d] (got %d)",
+                            PT_SCHEDULE_MAX_VIRTUAL, v);
+    if (is(name, "none") && p > 1)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.schedule = none runs the whole model on one rank (got "
+                            "parallel.pp = %d): use gpipe, 1f1b, interleaved, zb1 or zbv",
+                            p);
+    if (is(name, "interleaved") && v < 2)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.schedule = interleaved needs parallel.virtual_stages >= 2 "
+                            "(got %d)",
+                            v);
+    if (is(name, "zbv") && v != 2)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.schedule = zbv needs parallel.virtual_stages = 2 (got %d)",
+                            v);
+    if (v > 1 && !is(name, "interleaved") && !is(name, "zbv"))
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.virtual_stages = %d needs parallel.schedule = interleaved "
+                            "or zbv (got %s)",
+                            v, name);
+    if (is(name, "interleaved") && m % p)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.microbatches = %d must be a multiple of parallel.pp = %d "
+                            "for parallel.schedule = interleaved",
+                            m, p);
+    if (nmodules > 0 && p * v > nmodules)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.pp x parallel.virtual_stages = %d virtual stages, more than "
+                            "the model's %d modules",
+                            p * v, nmodules);
+    return PT_OK;
+}
+
+static int vstage(const char *name, int p, int r, int c) {
+    if (is(name, "zbv")) return c == 0 ? r : 2 * p - 1 - r;
+    return c * p + r; /* interleaved; c = 0 for the others */
+}
+
+int pt_schedule_virtual_stage(const pt_schedule *s, int chunk) {
+    return vstage(s->name, s->stages, s->stage, chunk);
+}
+
+int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, int *chunk) {
+    int p = stages, G = stages * virtual_stages, r, c;
+    if (g < 0 || g >= G) return -1;
+    if (is(name, "zbv"))
+        r = g < p ? g : 2 * p - 1 - g, c = g < p ? 0 : 1;
+    else
+        r = g % p, c = g / p;
+    if (chunk) *chunk = c;
+    return r;
+}
+
+/* in_flight, chunk_in_flight, last_pass and last_micro, read off the list:
+ * a (mb, chunk)'s activations are held from its F to its BW or W. */
+static void count_list(pt_schedule *s) {
+    int held[PT_SCHEDULE_MAX_VIRTUAL] = {0}, total = 0;
+    for (int k = 0; k < s->npass; k++) {
+        const pt_pass *q = &s->pass[k];
+        if (q->kind == PT_PASS_FORWARD) {
+            total++, held[q->chunk]++;
+            if (held[q->chunk] > s->chunk_in_flight[q->chunk])
+                s->chunk_in_flight[q->chunk] = held[q->chunk];
+            if (total > s->in_flight) s->in_flight = total;
+        } else if (q->kind == PT_PASS_BACKWARD || q->kind == PT_PASS_BACKWARD_WEIGHT) {
+            total--, held[q->chunk]--;
+            s->last_pass[q->chunk] = k;
+            s->last_micro = q->micro;
+        }
+    }
+}
+
+pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
+                                  int stage, int virtual_stages) {
+    memset(s, 0, sizeof *s);
+    PT_CHECK(pt_schedule_check(name, microbatches, stages, virtual_stages, 0));
+    int m = microbatches, p = stages, r = stage, v = virtual_stages;
+    if (r < 0 || r >= p)
+        return pt_error_set(PT_ERR_INVALID, "pipeline stage %d outside [0, parallel.pp = %d)", r,
+                            p);
+    const sched_info *info = sched_find(name);
+    s->pass = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(pt_pass) * (size_t)(info->split ? 3 : 2) * m * v);
+    if (!s->pass) return PT_ERR_NOMEM; /* the last error set by pt_mem_alloc */
+    int n;
+    if (is(name, "none"))
+        n = pt_pipe_none(s->pass, m);
+    else if (is(name, "gpipe"))
+        n = pt_pipe_gpipe(s->pass, m, p, r);
+    else if (is(name, "1f1b"))
+        n = pt_pipe_1f1b(s->pass, m, p, r);
+    else if (is(name, "interleaved"))
+        n = pt_pipe_interleaved(s->pass, m, p, r, v);
+    else if (is(name, "zb1"))
+        n = pt_pipe_zb1(s->pass, m, p, r);
+    else
+        n = pt_pipe_zbv(s->pass, m, p, r);
+    if (n < 0) {
+        pt_schedule_free(s);
+        return PT_ERR_NOMEM;
+    }
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->npass = n;
+    s->microbatches = m, s->stages = p, s->stage = r, s->virtual_stages = v;
+    s->split = info->split;
+    count_list(s);
+    return PT_OK;
+}
 
 pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches) {
     memset(s, 0, sizeof *s);
     if (microbatches < 1 || microbatches > PT_SCHEDULE_MAX_MICRO)
         return pt_error_set(PT_ERR_INVALID, "parallel.microbatches must be in [1, %d] (got %d)",
                             PT_SCHEDULE_MAX_MICRO, microbatches);
-    int M = microbatches, n = 0;
-    if (!strcmp(name, "none")) {
-        for (int mb = 0; mb < M; mb++) {
-            s->pass[n++] = (pt_pass){PT_PASS_FORWARD, mb};
-            s->pass[n++] = (pt_pass){PT_PASS_BACKWARD, mb};
-        }
-        s->in_flight = 1;
-    } else if (!strcmp(name, "gpipe")) {
-        for (int mb = 0; mb < M; mb++) s->pass[n++] = (pt_pass){PT_PASS_FORWARD, mb};
-        for (int mb = 0; mb < M; mb++) s->pass[n++] = (pt_pass){PT_PASS_BACKWARD, mb};
-        s->in_flight = M;
-    } else {
+    if (!name || (!is(name, "none") && !is(name, "gpipe")))
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.schedule = %s is not supported yet (no pipeline "
                             "parallelism: none or gpipe)",
-                            name);
+                            name ? name : "(null)");
+    return pt_schedule_build_stage(s, name, microbatches, 1, 0, 1);
+}
+
+void pt_schedule_free(pt_schedule *s) {
+    if (!s) return;
+    pt_mem_free(s->pass);
+    memset(s, 0, sizeof *s);
+}
+
+static const char *kind_name(pt_pass_kind k) {
+    static const char *names[] = {"F", "BW", "B", "W"};
+    return names[k];
+}
+
+/* Every pass rank r owns exactly once, of the kinds its schedule uses.
+ * cnt: 3 * m * v scratch (F, BW or B, W per micro-batch and chunk). */
+static pt_status check_list(const pt_schedule *s, int *cnt) {
+    int m = s->microbatches, v = s->virtual_stages;
+    memset(cnt, 0, sizeof(int) * 3 * (size_t)m * v);
+    for (int k = 0; k < s->npass; k++) {
+        const pt_pass *q = &s->pass[k];
+        int bad =
+            q->micro < 0 || q->micro >= m || q->chunk < 0 || q->chunk >= v || (int)q->kind < 0 ||
+            q->kind > PT_PASS_BACKWARD_WEIGHT ||
+            (s->split ? q->kind == PT_PASS_BACKWARD
+                      : q->kind == PT_PASS_BACKWARD_INPUT || q->kind == PT_PASS_BACKWARD_WEIGHT);
+        if (bad)
+            return pt_error_set(PT_ERR_INTERNAL,
+                                "schedule %s rank %d: pass %d (kind %d, micro-batch %d, chunk %d) "
+                                "does not belong in its list",
+                                s->name, s->stage, k, (int)q->kind, q->micro, q->chunk);
+        int slot = q->kind == PT_PASS_FORWARD ? 0 : q->kind == PT_PASS_BACKWARD_WEIGHT ? 2 : 1;
+        cnt[((size_t)slot * m + q->micro) * v + q->chunk]++;
     }
-    s->npass = n;
-    s->microbatches = M;
-    /* the last backward of the step completes every module's gradients */
-    for (int k = n - 1; k >= 0; k--)
-        if (s->pass[k].kind == PT_PASS_BACKWARD) {
-            s->last_micro = s->pass[k].micro;
-            break;
-        }
+    for (int slot = 0; slot < (s->split ? 3 : 2); slot++)
+        for (int mb = 0; mb < m; mb++)
+            for (int c = 0; c < v; c++) {
+                int n = cnt[((size_t)slot * m + mb) * v + c];
+                if (n != 1)
+                    return pt_error_set(PT_ERR_INTERNAL,
+                                        "schedule %s rank %d: %s of micro-batch %d chunk %d "
+                                        "appears %d times (want 1)",
+                                        s->name, s->stage,
+                                        slot == 0   ? "F"
+                                        : slot == 2 ? "W"
+                                        : s->split  ? "B"
+                                                    : "BW",
+                                        mb, c, n);
+            }
     return PT_OK;
+}
+
+pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
+                               double tw, double *makespan, double *busy) {
+    PT_CHECK(pt_schedule_check(name, m, p, v, 0));
+    if (!(tf >= 0 && tb >= 0 && tw >= 0) || !isfinite(tf + tb + tw))
+        return pt_error_set(PT_ERR_INVALID, "schedule times must be finite and >= 0 (got %g %g %g)",
+                            tf, tb, tw);
+    int G = p * v;
+    pt_status st = PT_OK;
+    pt_schedule *s = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *s * (size_t)p);
+    /* fin: finish time of F, BW/B, W per (mb, g), -1 until it has run */
+    double *fin = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * 3 * (size_t)m * G);
+    double *t = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p);
+    int *pos = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)p);
+    int *cnt = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * 3 * (size_t)m * v);
+    if (!s || !fin || !t || !pos || !cnt) {
+        st = PT_ERR_NOMEM;
+        goto done;
+    }
+    for (int r = 0; r < p; r++) {
+        PT_CHECK_GOTO(st, pt_schedule_build_stage(&s[r], name, m, p, r, v), done);
+        PT_CHECK_GOTO(st, check_list(&s[r], cnt), done);
+    }
+#define FIN(slot, mb, g) fin[((size_t)(slot)*m + (mb)) * G + (g)]
+    for (size_t i = 0; i < 3 * (size_t)m * G; i++) fin[i] = -1;
+    /* Each rank runs its list in order; a pass whose dependencies have not
+     * run yet stops its rank until another rank has made progress. */
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < p; r++)
+            for (; pos[r] < s[r].npass; pos[r]++) {
+                const pt_pass *q = &s[r].pass[pos[r]];
+                int g = vstage(name, p, r, q->chunk), mb = q->micro;
+                double start = t[r], dep[2] = {0, 0}, dur;
+                int slot;
+                if (q->kind == PT_PASS_FORWARD) {
+                    slot = 0, dur = tf;
+                    dep[0] = g > 0 ? FIN(0, mb, g - 1) : 0;
+                } else if (q->kind == PT_PASS_BACKWARD_WEIGHT) {
+                    slot = 2, dur = tw;
+                    dep[0] = FIN(1, mb, g);
+                } else {
+                    slot = 1, dur = q->kind == PT_PASS_BACKWARD ? tb + tw : tb;
+                    dep[0] = FIN(0, mb, g);
+                    dep[1] = g < G - 1 ? FIN(1, mb, g + 1) : 0;
+                }
+                if (dep[0] < 0 || dep[1] < 0) break;
+                start = fmax(start, fmax(dep[0], dep[1]));
+                t[r] = FIN(slot, mb, g) = start + dur;
+                progress = 1;
+            }
+    }
+#undef FIN
+    double end = 0;
+    for (int r = 0; r < p; r++) {
+        if (pos[r] < s[r].npass) {
+            const pt_pass *q = &s[r].pass[pos[r]];
+            st = pt_error_set(PT_ERR_INTERNAL,
+                              "schedule %s (m %d, p %d, v %d) deadlocks: rank %d waits at pass "
+                              "%d (%s of micro-batch %d chunk %d)",
+                              name, m, p, v, r, pos[r], kind_name(q->kind), q->micro, q->chunk);
+            goto done;
+        }
+        end = fmax(end, t[r]);
+    }
+    if (makespan) *makespan = end;
+    for (int r = 0; busy && r < p; r++) {
+        double b = 0;
+        for (int k = 0; k < s[r].npass; k++) {
+            pt_pass_kind kd = s[r].pass[k].kind;
+            b += kd == PT_PASS_FORWARD          ? tf
+                 : kd == PT_PASS_BACKWARD       ? tb + tw
+                 : kd == PT_PASS_BACKWARD_INPUT ? tb
+                                                : tw;
+        }
+        busy[r] = b;
+    }
+done:
+    for (int r = 0; s && r < p; r++) pt_schedule_free(&s[r]);
+    pt_mem_free(cnt);
+    pt_mem_free(pos);
+    pt_mem_free(t);
+    pt_mem_free(fin);
+    pt_mem_free(s);
+    return st;
+}
+
+double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, double tb, double tw) {
+    if (pt_schedule_check(name, m, p, v, 0)) return -1;
+    if (is(name, "none") || is(name, "gpipe") || is(name, "1f1b"))
+        return (double)(p - 1) / (m + p - 1);
+    if (is(name, "interleaved")) return (double)(p - 1) / ((double)v * m + p - 1);
+    double end, busy[64], *b = busy;
+    if (p > 64 && !(b = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p))) return -1;
+    double sum = 0;
+    pt_status st = pt_schedule_simulate(name, m, p, v, tf, tb, tw, &end, b);
+    for (int r = 0; !st && r < p; r++) sum += b[r];
+    if (b != busy) pt_mem_free(b);
+    if (st) return -1;
+    return end > 0 ? 1 - sum / ((double)p * end) : 0;
 }
