@@ -314,6 +314,12 @@ double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, doub
     if (is(name, "none") || is(name, "gpipe") || is(name, "1f1b"))
         return (double)(p - 1) / (m + p - 1);
     if (is(name, "interleaved")) return (double)(p - 1) / ((double)v * m + p - 1);
+    /* zb1's W's fill the whole cool-down once there are p micro-batches and
+     * a W fits in the gaps (tw <= tf, tb); otherwise the simulator */
+    if (is(name, "zb1") && m >= p && tw <= tf && tw <= tb) {
+        double idle = (p - 1) * (tf + tb - tw);
+        return idle > 0 ? idle / (m * (tf + tb + tw) + idle) : 0;
+    }
     double end, busy[64], *b = busy;
     if (p > 64 && !(b = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p))) return -1;
     double sum = 0;
