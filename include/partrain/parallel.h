@@ -124,7 +124,9 @@ int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, 
  * forms (checked against the simulator in test_schedule.c):
  *   gpipe, 1f1b   (p-1) / (m+p-1), at any times;
  *   interleaved   (p-1) / (v*m+p-1), at any times;
- *   zb1, zbv      from the simulator (see docs/parallel.md).
+ *   zb1           (p-1)(tf+tb-tw) / (m(tf+tb+tw) + (p-1)(tf+tb-tw)) when
+ *                 m >= p and tw <= min(tf, tb); else the simulator;
+ *   zbv           the simulator (6m + about p-1 at unit times, m >= 2p).
  * Returns a negative value (and sets the last error) for an invalid
  * configuration. */
 double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, double tb, double tw);

@@ -223,28 +223,21 @@ static pt_status check_list(const pt_schedule *s, int *cnt) {
     return PT_OK;
 }
 
-pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
-                               double tw, double *makespan, double *busy) {
-    PT_CHECK(pt_schedule_check(name, m, p, v, 0));
-    if (!(tf >= 0 && tb >= 0 && tw >= 0) || !isfinite(tf + tb + tw))
-        return pt_error_set(PT_ERR_INVALID, "schedule times must be finite and >= 0 (got %g %g %g)",
-                            tf, tb, tw);
-    int G = p * v;
+pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw, double *makespan,
+                           double *busy) {
+    const char *name = s[0].name;
+    int m = s[0].microbatches, p = s[0].stages, v = s[0].virtual_stages, G = p * v;
     pt_status st = PT_OK;
-    pt_schedule *s = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *s * (size_t)p);
     /* fin: finish time of F, BW/B, W per (mb, g), -1 until it has run */
     double *fin = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * 3 * (size_t)m * G);
     double *t = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p);
     int *pos = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)p);
     int *cnt = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * 3 * (size_t)m * v);
-    if (!s || !fin || !t || !pos || !cnt) {
+    if (!fin || !t || !pos || !cnt) {
         st = PT_ERR_NOMEM;
         goto done;
     }
-    for (int r = 0; r < p; r++) {
-        PT_CHECK_GOTO(st, pt_schedule_build_stage(&s[r], name, m, p, r, v), done);
-        PT_CHECK_GOTO(st, check_list(&s[r], cnt), done);
-    }
+    for (int r = 0; r < p; r++) PT_CHECK_GOTO(st, check_list(&s[r], cnt), done);
 #define FIN(slot, mb, g) fin[((size_t)(slot)*m + (mb)) * G + (g)]
     for (size_t i = 0; i < 3 * (size_t)m * G; i++) fin[i] = -1;
     /* Each rank runs its list in order; a pass whose dependencies have not
@@ -255,7 +248,7 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
             for (; pos[r] < s[r].npass; pos[r]++) {
                 const pt_pass *q = &s[r].pass[pos[r]];
                 int g = vstage(name, p, r, q->chunk), mb = q->micro;
-                double start = t[r], dep[2] = {0, 0}, dur;
+                double dep[2] = {0, 0}, dur;
                 int slot;
                 if (q->kind == PT_PASS_FORWARD) {
                     slot = 0, dur = tf;
@@ -269,23 +262,29 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
                     dep[1] = g < G - 1 ? FIN(1, mb, g + 1) : 0;
                 }
                 if (dep[0] < 0 || dep[1] < 0) break;
-                start = fmax(start, fmax(dep[0], dep[1]));
-                t[r] = FIN(slot, mb, g) = start + dur;
+                t[r] = FIN(slot, mb, g) = fmax(t[r], fmax(dep[0], dep[1])) + dur;
                 progress = 1;
             }
     }
 #undef FIN
+    /* a deadlock names every stuck rank's pass (the first 8) */
+    char why[512] = "";
+    int stuck = 0;
     double end = 0;
     for (int r = 0; r < p; r++) {
-        if (pos[r] < s[r].npass) {
-            const pt_pass *q = &s[r].pass[pos[r]];
-            st = pt_error_set(PT_ERR_INTERNAL,
-                              "schedule %s (m %d, p %d, v %d) deadlocks: rank %d waits at pass "
-                              "%d (%s of micro-batch %d chunk %d)",
-                              name, m, p, v, r, pos[r], kind_name(q->kind), q->micro, q->chunk);
-            goto done;
-        }
         end = fmax(end, t[r]);
+        if (pos[r] == s[r].npass) continue;
+        const pt_pass *q = &s[r].pass[pos[r]];
+        size_t len = strlen(why);
+        if (stuck++ < 8)
+            snprintf(why + len, sizeof why - len,
+                     "%srank %d waits at pass %d (%s of micro-batch %d chunk %d)", len ? ", " : "",
+                     r, pos[r], kind_name(q->kind), q->micro, q->chunk);
+    }
+    if (stuck) {
+        st = pt_error_set(PT_ERR_INTERNAL, "schedule %s (m %d, p %d, v %d) deadlocks: %s%s", name,
+                          m, p, v, why, stuck > 8 ? ", ..." : "");
+        goto done;
     }
     if (makespan) *makespan = end;
     for (int r = 0; busy && r < p; r++) {
@@ -300,11 +299,27 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
         busy[r] = b;
     }
 done:
-    for (int r = 0; s && r < p; r++) pt_schedule_free(&s[r]);
     pt_mem_free(cnt);
     pt_mem_free(pos);
     pt_mem_free(t);
     pt_mem_free(fin);
+    return st;
+}
+
+pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
+                               double tw, double *makespan, double *busy) {
+    PT_CHECK(pt_schedule_check(name, m, p, v, 0));
+    if (!(tf >= 0 && tb >= 0 && tw >= 0) || !isfinite(tf + tb + tw))
+        return pt_error_set(PT_ERR_INVALID, "schedule times must be finite and >= 0 (got %g %g %g)",
+                            tf, tb, tw);
+    pt_status st = PT_OK;
+    pt_schedule *s = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *s * (size_t)p);
+    if (!s) return PT_ERR_NOMEM;
+    for (int r = 0; r < p; r++)
+        PT_CHECK_GOTO(st, pt_schedule_build_stage(&s[r], name, m, p, r, v), done);
+    st = pt_pipe_simulate(s, tf, tb, tw, makespan, busy);
+done:
+    for (int r = 0; r < p; r++) pt_schedule_free(&s[r]);
     pt_mem_free(s);
     return st;
 }
@@ -314,6 +329,12 @@ double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, doub
     if (is(name, "none") || is(name, "gpipe") || is(name, "1f1b"))
         return (double)(p - 1) / (m + p - 1);
     if (is(name, "interleaved")) return (double)(p - 1) / ((double)v * m + p - 1);
+    /* zb1's W's fill the whole cool-down once there are p micro-batches and
+     * a W fits in the gaps (tw <= tf, tb); otherwise the simulator */
+    if (is(name, "zb1") && m >= p && tw <= tf && tw <= tb) {
+        double idle = (p - 1) * (tf + tb - tw);
+        return idle > 0 ? idle / (m * (tf + tb + tw) + idle) : 0;
+    }
     double end, busy[64], *b = busy;
     if (p > 64 && !(b = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p))) return -1;
     double sum = 0;

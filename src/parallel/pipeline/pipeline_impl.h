@@ -6,7 +6,7 @@
  * communication.
  *
  * Not here: validation, in_flight and last_pass (schedule.c counts them
- * from the list), the simulator. */
+ * from the list). */
 #ifndef PARTRAIN_PIPELINE_IMPL_H
 #define PARTRAIN_PIPELINE_IMPL_H
 
@@ -18,5 +18,12 @@ int pt_pipe_1f1b(pt_pass *out, int m, int p, int r);
 int pt_pipe_interleaved(pt_pass *out, int m, int p, int r, int v);
 int pt_pipe_zb1(pt_pass *out, int m, int p, int r);
 int pt_pipe_zbv(pt_pass *out, int m, int p, int r);
+
+/* The simulator over given lists (schedule.c): s[0..p-1] are ranks 0..p-1
+ * of one schedule (name, m, p, v from s[0]), lent. What
+ * pt_schedule_simulate runs once it has built them; tests hand it broken
+ * lists. */
+pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw, double *makespan,
+                           double *busy);
 
 #endif

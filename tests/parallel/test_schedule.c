@@ -1,0 +1,340 @@
+/* Schedules (parallel.h, schedule.c, pipeline/): for every schedule, p in
+ * {1, 2, 3, 4, 8}, m in 1..16 and 32 and the valid v, each rank's list
+ * holds every pass it owns exactly once with a chunk's backwards in
+ * micro-batch order; in_flight, chunk_in_flight and last_pass equal a
+ * recount from the list and the closed forms; the simulator runs every
+ * rank's list to the end at four sets of pass times; the bubble equals the
+ * closed forms where they hold; zb1 has a third of 1f1b's idle time and zbv
+ * less bubble than zb1; every bad configuration is one line naming its key;
+ * the simulator refuses lists that deadlock or miss or repeat a pass; and
+ * none / gpipe through pt_schedule_build are the lists they were. */
+#include <string.h>
+
+#include "../../src/parallel/pipeline/pipeline_impl.h" /* pt_pipe_simulate: broken lists */
+#include "partrain/parallel.h"
+#include "pt_test.h"
+
+static const char *NAMES[] = {"none", "gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+static const int PS[] = {1, 2, 3, 4, 8};
+/* the brief's three, and one where W is longer than F (zb1's closed form
+ * no longer holds: the bubble comes from the simulator) */
+static const double TIMES[4][3] = {{1, 1, 1}, {1, 2, 1}, {1, 1, 0.5}, {1, 1, 2}};
+
+static int imin(int a, int b) {
+    return a < b ? a : b;
+}
+
+/* The v values to try for a schedule (0-terminated). */
+static const int *vs_of(const char *name) {
+    static const int one[] = {1, 0}, two[] = {2, 0}, many[] = {2, 3, 4, 0};
+    if (!strcmp(name, "interleaved")) return many;
+    if (!strcmp(name, "zbv")) return two;
+    return one;
+}
+
+static int valid(const char *name, int m, int p, int v) {
+    int ok = pt_schedule_check(name, m, p, v, 0) == PT_OK;
+    pt_error_clear();
+    return ok;
+}
+
+/* The list against an independent recount; returns 0 on a failed check. */
+static void check_rank(const pt_schedule *s, const char *name, int m, int p, int r, int v) {
+    int split = !strcmp(name, "zb1") || !strcmp(name, "zbv");
+    CHECK_EQ(s->split, split);
+    CHECK_EQ(s->npass, (split ? 3 : 2) * m * v);
+    CHECK(!strcmp(s->name, name));
+    CHECK_EQ(s->microbatches, m);
+    CHECK_EQ(s->stages, p);
+    CHECK_EQ(s->stage, r);
+    CHECK_EQ(s->virtual_stages, v);
+    static int cnt[4][PT_SCHEDULE_MAX_MICRO][PT_SCHEDULE_MAX_VIRTUAL];
+    memset(cnt, 0, sizeof cnt);
+    int held[PT_SCHEDULE_MAX_VIRTUAL] = {0}, peak[PT_SCHEDULE_MAX_VIRTUAL] = {0}, total = 0,
+        tpeak = 0, last[PT_SCHEDULE_MAX_VIRTUAL], nextb[PT_SCHEDULE_MAX_VIRTUAL] = {0},
+        last_micro = -1, ok = 1;
+    for (int c = 0; c < v; c++) last[c] = -1;
+    for (int k = 0; k < s->npass; k++) {
+        pt_pass q = s->pass[k];
+        if (q.micro < 0 || q.micro >= m || q.chunk < 0 || q.chunk >= v) {
+            ok = 0;
+            break;
+        }
+        cnt[q.kind][q.micro][q.chunk]++;
+        if (q.kind == PT_PASS_FORWARD) {
+            if (++held[q.chunk] > peak[q.chunk]) peak[q.chunk] = held[q.chunk];
+            if (++total > tpeak) tpeak = total;
+        }
+        if (q.kind == PT_PASS_BACKWARD || q.kind == PT_PASS_BACKWARD_INPUT) {
+            /* a chunk's backwards in increasing micro-batch order */
+            if (q.micro != nextb[q.chunk]) ok = 0;
+            nextb[q.chunk]++;
+        }
+        if (q.kind == PT_PASS_BACKWARD || q.kind == PT_PASS_BACKWARD_WEIGHT) {
+            held[q.chunk]--, total--;
+            last[q.chunk] = k, last_micro = q.micro;
+        }
+    }
+    CHECK(ok);
+    for (int mb = 0; ok && mb < m; mb++)
+        for (int c = 0; c < v; c++) {
+            if (cnt[PT_PASS_FORWARD][mb][c] != 1) ok = 0;
+            if (cnt[PT_PASS_BACKWARD][mb][c] != !split) ok = 0;
+            if (cnt[PT_PASS_BACKWARD_INPUT][mb][c] != split) ok = 0;
+            if (cnt[PT_PASS_BACKWARD_WEIGHT][mb][c] != split) ok = 0;
+        }
+    CHECK(ok);
+    CHECK_EQ(s->in_flight, tpeak);
+    CHECK_EQ(s->last_micro, last_micro);
+    for (int c = 0; c < v; c++) {
+        CHECK_EQ(s->chunk_in_flight[c], peak[c]);
+        CHECK_EQ(s->last_pass[c], last[c]);
+        CHECK(last[c] >= 0 && s->pass[last[c]].micro == m - 1);
+    }
+    /* the closed forms */
+    if (!strcmp(name, "none")) CHECK_EQ(s->in_flight, 1);
+    if (!strcmp(name, "gpipe")) CHECK_EQ(s->in_flight, m);
+    if (!strcmp(name, "1f1b")) CHECK_EQ(s->in_flight, imin(p - r, m));
+    /* zb1 defers rank r's W's by r: p - r + r = p, 1F1B's peak (rank 0's) */
+    if (!strcmp(name, "zb1")) CHECK_EQ(s->in_flight, imin(p, m));
+    if (!strcmp(name, "interleaved")) {
+        int w = imin(2 * (p - r - 1) + (v - 1) * p, m * v);
+        CHECK_EQ(s->in_flight, imin(w + 1, m * v));
+    }
+    /* zbv: at most 2p chunks (p stages' bytes); the greedy fills them */
+    if (!strcmp(name, "zbv")) CHECK_EQ(s->in_flight, imin(2 * p, 2 * m));
+}
+
+static void test_lists_and_simulation(void) {
+    for (int si = 0; si < 6; si++)
+        for (int pi = 0; pi < 5; pi++)
+            for (int m = 1; m <= 32; m = m < 16 ? m + 1 : 2 * m)
+                for (const int *vp = vs_of(NAMES[si]); *vp; vp++) {
+                    const char *name = NAMES[si];
+                    int p = PS[pi], v = *vp;
+                    if (!valid(name, m, p, v)) continue;
+                    for (int r = 0; r < p; r++) {
+                        pt_schedule s;
+                        CHECK_OK(pt_schedule_build_stage(&s, name, m, p, r, v));
+                        check_rank(&s, name, m, p, r, v);
+                        for (int c = 0; c < v; c++) {
+                            int ch = -1, g = pt_schedule_virtual_stage(&s, c);
+                            CHECK_EQ(pt_schedule_locate(name, p, v, g, &ch), r);
+                            CHECK_EQ(ch, c);
+                        }
+                        pt_schedule_free(&s);
+                    }
+                    for (int ti = 0; ti < 4; ti++) {
+                        double tf = TIMES[ti][0], tb = TIMES[ti][1], tw = TIMES[ti][2];
+                        double end = 0, busy[8], sum = 0;
+                        CHECK_OK(pt_schedule_simulate(name, m, p, v, tf, tb, tw, &end, busy));
+                        for (int r = 0; r < p; r++) {
+                            CHECK_NEAR(busy[r], m * v * (tf + tb + tw), 1e-9, 0);
+                            sum += busy[r];
+                        }
+                        double b = 1 - sum / (p * end), cf = -1;
+                        if (!strcmp(name, "none") || !strcmp(name, "gpipe") ||
+                            !strcmp(name, "1f1b"))
+                            cf = (double)(p - 1) / (m + p - 1);
+                        if (!strcmp(name, "interleaved")) cf = (double)(p - 1) / (v * m + p - 1);
+                        if (!strcmp(name, "zb1") && m >= p && tw <= tf && tw <= tb) {
+                            double idle = (p - 1) * (tf + tb - tw);
+                            cf = idle / (m * (tf + tb + tw) + idle);
+                        }
+                        if (cf >= 0) CHECK_NEAR(b, cf, 1e-9, 0);
+                        CHECK_NEAR(pt_schedule_bubble(name, m, p, v, tf, tb, tw), b, 1e-9, 0);
+                    }
+                }
+}
+
+/* Per-rank idle time at unit times: the bubble in time, not as a fraction
+ * of the (longer) 1F1B step. */
+static double idle_unit(const char *name, int m, int p, int v) {
+    double end = 0, busy[8], idle = 0;
+    CHECK_OK(pt_schedule_simulate(name, m, p, v, 1, 1, 1, &end, busy));
+    for (int r = 0; r < p; r++) idle += end - busy[r];
+    return idle / p;
+}
+
+static void test_zero_bubble(void) {
+    for (int pi = 1; pi < 5; pi++)
+        for (int m = PS[pi]; m <= 32; m = m < 16 ? m + 1 : 2 * m) {
+            int p = PS[pi];
+            double i1 = idle_unit("1f1b", m, p, 1), iz = idle_unit("zb1", m, p, 1);
+            CHECK_NEAR(i1, 3.0 * (p - 1), 1e-9, 0);
+            CHECK(iz <= i1 / 3 + 1e-9);
+            if (m >= 2 * p) {
+                double bz = pt_schedule_bubble("zb1", m, p, 1, 1, 1, 1);
+                double bv = pt_schedule_bubble("zbv", m, p, 2, 1, 1, 1);
+                CHECK(bv >= 0 && bv < bz);
+                if (!(bv < bz)) fprintf(stderr, "  zbv m %d p %d: %g vs zb1 %g\n", m, p, bv, bz);
+            }
+        }
+}
+
+static void expect_error(pt_status st, const char *key) {
+    CHECK_EQ(st, PT_ERR_INVALID);
+    CHECK(strstr(pt_error_message(), key) != NULL);
+    if (!strstr(pt_error_message(), key))
+        fprintf(stderr, "  message \"%s\" lacks %s\n", pt_error_message(), key);
+}
+
+static void test_check_errors(void) {
+    CHECK_OK(pt_schedule_check("zbv", 8, 4, 2, 14));
+    CHECK_OK(pt_schedule_check("interleaved", 8, 4, 3, 12));
+    expect_error(pt_schedule_check("pipedream", 8, 4, 1, 14), "parallel.schedule = pipedream");
+    expect_error(pt_schedule_check("1f1b", 0, 4, 1, 14), "parallel.microbatches");
+    expect_error(pt_schedule_check("1f1b", 1025, 4, 1, 14), "(got 1025)");
+    expect_error(pt_schedule_check("interleaved", 6, 4, 2, 14), "parallel.microbatches = 6");
+    expect_error(pt_schedule_check("interleaved", 6, 4, 2, 14), "parallel.pp = 4");
+    expect_error(pt_schedule_check("interleaved", 8, 4, 1, 14), "parallel.virtual_stages >= 2");
+    expect_error(pt_schedule_check("1f1b", 8, 4, 2, 14), "parallel.virtual_stages = 2");
+    expect_error(pt_schedule_check("zb1", 8, 4, 2, 14), "interleaved or zbv");
+    expect_error(pt_schedule_check("zbv", 8, 4, 3, 14), "parallel.virtual_stages = 2 (got 3)");
+    expect_error(pt_schedule_check("none", 8, 2, 1, 14), "parallel.pp = 2");
+    expect_error(pt_schedule_check("none", 8, 2, 1, 14), "gpipe, 1f1b");
+    expect_error(pt_schedule_check("zbv", 8, 4, 2, 7),
+                 "parallel.pp x parallel.virtual_stages = 8 virtual stages, more than the "
+                 "model's 7 modules");
+    expect_error(pt_schedule_check("1f1b", 8, 0, 1, 14), "parallel.pp");
+    expect_error(pt_schedule_check("interleaved", 8, 1, 9, 14), "parallel.virtual_stages");
+    pt_schedule s;
+    expect_error(pt_schedule_build_stage(&s, "1f1b", 4, 4, 4, 1), "parallel.pp = 4");
+    CHECK(s.pass == NULL && s.npass == 0);
+    expect_error(pt_schedule_build_stage(&s, "gpipe", 0, 2, 0, 1), "parallel.microbatches");
+    CHECK(pt_schedule_bubble("none", 4, 2, 1, 1, 1, 1) < 0);
+    double end;
+    expect_error(pt_schedule_simulate("1f1b", 4, 2, 1, -1, 1, 1, &end, NULL), "times");
+    CHECK_EQ(pt_schedule_locate("zbv", 4, 2, 8, NULL), -1);
+    CHECK_EQ(pt_schedule_locate("zbv", 4, 2, -1, NULL), -1);
+    pt_error_clear();
+}
+
+/* The V and the interleaving by hand (p = 4). */
+static void test_mapping(void) {
+    int c = -1;
+    CHECK_EQ(pt_schedule_locate("zbv", 4, 2, 0, &c), 0);
+    CHECK_EQ(c, 0);
+    CHECK_EQ(pt_schedule_locate("zbv", 4, 2, 7, &c), 0);
+    CHECK_EQ(c, 1);
+    CHECK_EQ(pt_schedule_locate("zbv", 4, 2, 4, &c), 3);
+    CHECK_EQ(c, 1);
+    CHECK_EQ(pt_schedule_locate("interleaved", 4, 2, 5, &c), 1);
+    CHECK_EQ(c, 1);
+    CHECK_EQ(pt_schedule_locate("1f1b", 4, 1, 3, &c), 3);
+    CHECK_EQ(c, 0);
+}
+
+/* none and gpipe for the trainer, exactly as before pipelines. */
+static void test_legacy(void) {
+    for (int m = 1; m <= 16; m++) {
+        pt_schedule s;
+        CHECK_OK(pt_schedule_build(&s, "none", m));
+        CHECK_EQ(s.npass, 2 * m);
+        CHECK_EQ(s.in_flight, 1);
+        CHECK_EQ(s.last_micro, m - 1);
+        for (int k = 0; k < s.npass; k++) {
+            CHECK_EQ(s.pass[k].kind, k % 2 ? PT_PASS_BACKWARD : PT_PASS_FORWARD);
+            CHECK_EQ(s.pass[k].micro, k / 2);
+            CHECK_EQ(s.pass[k].chunk, 0);
+        }
+        pt_schedule_free(&s);
+        CHECK_OK(pt_schedule_build(&s, "gpipe", m));
+        CHECK_EQ(s.npass, 2 * m);
+        CHECK_EQ(s.in_flight, m);
+        CHECK_EQ(s.last_micro, m - 1);
+        CHECK_EQ(s.last_pass[0], 2 * m - 1);
+        for (int k = 0; k < s.npass; k++) {
+            CHECK_EQ(s.pass[k].kind, k < m ? PT_PASS_FORWARD : PT_PASS_BACKWARD);
+            CHECK_EQ(s.pass[k].micro, k % m);
+        }
+        pt_schedule_free(&s);
+        pt_schedule_free(&s); /* idempotent */
+        CHECK(s.pass == NULL);
+    }
+    pt_schedule_free(NULL);
+    pt_schedule s;
+    CHECK_EQ(pt_schedule_build(&s, "1f1b", 4), PT_ERR_UNSUPPORTED);
+    CHECK(strstr(pt_error_message(), "parallel.schedule = 1f1b") != NULL);
+    CHECK_EQ(pt_schedule_build(&s, "gpipe", 0), PT_ERR_INVALID);
+    CHECK(strstr(pt_error_message(), "parallel.microbatches") != NULL);
+    CHECK_EQ(pt_schedule_build(&s, "gpipe", PT_SCHEDULE_MAX_MICRO + 1), PT_ERR_INVALID);
+    CHECK(s.pass == NULL);
+    /* the largest step still builds, simulates and frees */
+    CHECK_OK(pt_schedule_build(&s, "gpipe", PT_SCHEDULE_MAX_MICRO));
+    CHECK_EQ(s.in_flight, PT_SCHEDULE_MAX_MICRO);
+    pt_schedule_free(&s);
+    double end;
+    CHECK_OK(pt_schedule_simulate("zbv", PT_SCHEDULE_MAX_MICRO, 8, 2, 1, 1, 1, &end, NULL));
+    CHECK_EQ(pt_mem_current(PT_MEM_SCRATCH), 0);
+    pt_error_clear();
+}
+
+/* The simulator is the oracle of every list above: it must refuse broken
+ * ones. gpipe at p = 2, m = 2, rewritten by hand. */
+static void test_simulator_refuses(void) {
+    pt_schedule s[2];
+    double end;
+    for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "gpipe", 2, 2, r, 1));
+    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, &end, NULL));
+    CHECK_NEAR(end, 9, 1e-12, 0); /* (m+p-1)(tf+tb+tw) */
+    /* rank 0 runs none's order, rank 1 BW1 before BW0: rank 0's BW0 waits
+     * on rank 1's BW0, behind its BW1, behind F1, behind rank 0's BW0 */
+    pt_pass r0[4] = {{PT_PASS_FORWARD, 0, 0},
+                     {PT_PASS_BACKWARD, 0, 0},
+                     {PT_PASS_FORWARD, 1, 0},
+                     {PT_PASS_BACKWARD, 1, 0}};
+    pt_pass r1[4] = {{PT_PASS_FORWARD, 0, 0},
+                     {PT_PASS_FORWARD, 1, 0},
+                     {PT_PASS_BACKWARD, 1, 0},
+                     {PT_PASS_BACKWARD, 0, 0}};
+    memcpy(s[0].pass, r0, sizeof r0);
+    memcpy(s[1].pass, r1, sizeof r1);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK(strstr(pt_error_message(), "deadlocks: rank 0 waits at pass 1") != NULL);
+    /* a backward before its own forward */
+    pt_pass early[4] = {{PT_PASS_BACKWARD, 0, 0},
+                        {PT_PASS_FORWARD, 0, 0},
+                        {PT_PASS_FORWARD, 1, 0},
+                        {PT_PASS_BACKWARD, 1, 0}};
+    memcpy(s[1].pass, early, sizeof early);
+    memcpy(s[0].pass, r0, sizeof r0);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK(strstr(pt_error_message(), "deadlocks") != NULL);
+    /* a pass repeated (so another missing) */
+    s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD, 0, 0};
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK(strstr(pt_error_message(), "BW of micro-batch 0 chunk 0 appears 2 times") != NULL);
+    /* a split pass in a non-split schedule */
+    s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD_INPUT, 1, 0};
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK(strstr(pt_error_message(), "does not belong") != NULL);
+    for (int r = 0; r < 2; r++) pt_schedule_free(&s[r]);
+    /* zb1 with a W moved before its B */
+    for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "zb1", 2, 2, r, 1));
+    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, &end, NULL));
+    int kb = -1, kw = -1;
+    for (int k = 0; k < s[1].npass; k++) {
+        if (s[1].pass[k].kind == PT_PASS_BACKWARD_INPUT && s[1].pass[k].micro == 0) kb = k;
+        if (s[1].pass[k].kind == PT_PASS_BACKWARD_WEIGHT && s[1].pass[k].micro == 0) kw = k;
+    }
+    CHECK(kb >= 0 && kw > kb);
+    pt_pass tmp = s[1].pass[kb];
+    s[1].pass[kb] = s[1].pass[kw], s[1].pass[kw] = tmp;
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    char want[96];
+    snprintf(want, sizeof want, "rank 1 waits at pass %d (W of micro-batch 0 chunk 0)", kb);
+    CHECK(strstr(pt_error_message(), want) != NULL);
+    for (int r = 0; r < 2; r++) pt_schedule_free(&s[r]);
+    pt_error_clear();
+}
+
+int main(void) {
+    RUN(test_legacy);
+    RUN(test_mapping);
+    RUN(test_check_errors);
+    RUN(test_simulator_refuses);
+    RUN(test_lists_and_simulation);
+    RUN(test_zero_bubble);
+    return TEST_DONE();
+}
