@@ -365,6 +365,13 @@ void pt_module_ctx_set_scratch(pt_module_ctx *c, pt_module_scratch *s);
  * pipeline chunk keeps per micro-batch in flight. pt_model_slot_new is the
  * range [0, n_layer + 1]. */
 pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last);
+/* The same slot with its contexts and stream carved from mem, the caller's
+ * (at least pt_model_slot_bytes, 64-byte aligned, lent until the slot is
+ * freed and not counted by the slot): slots of different ranges may share
+ * memory when they are never in use at once (a pipeline rank's chunks). */
+size_t pt_model_slot_bytes(const pt_model *m, int first, int last);
+pt_status pt_model_slot_new_range_in(pt_model_slot **out, pt_model *m, int first, int last,
+                                     void *mem);
 /* The residual stream buffer j of slot s (lent; j in [0, n_layer]: the
  * output of module j, (N,C), or (N/tp,C) under sequence parallelism): where
  * a stage receives its input and sends its output. */

@@ -9,6 +9,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,14 +165,10 @@ static unsigned block_kept(const pt_model *m) {
                                                     : PT_ACTS_ALL;
 }
 
-pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B) {
-    *out = NULL;
-    PT_ASSERT(i >= 0 && i < pt_model_num_modules(m) && max_B > 0);
-    pt_module_ctx *c = calloc(1, sizeof *c);
-    if (!c) return pt_error_set(PT_ERR_NOMEM, "module context");
-    c->module = i;
-    c->kind = pt_model_module_kind(m, i);
-    c->max_B = max_B;
+/* Floats of module i's context for batches up to max_B (0: none), rounded
+ * up to 16 (64 bytes) so that contexts carved one after another stay
+ * aligned. */
+static size_t ctx_floats(const pt_model *m, int i, int max_B) {
     /* the whole-width buffers (LayerNorms, residual) and this rank's share
      * of the split ones (tp: heads, MLP columns, vocabulary rows) */
     size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
@@ -180,12 +177,35 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
     size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
     size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
     size_t total = 0;
-    if (c->kind == PT_MODULE_BLOCK)
-        total = pt_block_carve(m, max_B, block_kept(m), NULL, c);
-    else if (c->kind == PT_MODULE_HEAD)
+    pt_module_ctx dummy = {0};
+    pt_module_kind kind = pt_model_module_kind(m, i);
+    if (kind == PT_MODULE_BLOCK)
+        total = pt_block_carve(m, max_B, block_kept(m), NULL, &dummy);
+    else if (kind == PT_MODULE_HEAD)
         total = R * C + 2 * R + N * Vl + N + xent;
-    if (total) {
+    return (total + 15) & ~(size_t)15;
+}
+
+/* A context on mem (ctx_floats(m, i, max_B) floats; NULL: allocated). */
+static pt_status ctx_make(pt_module_ctx **out, const pt_model *m, int i, int max_B, float *mem) {
+    *out = NULL;
+    PT_ASSERT(i >= 0 && i < pt_model_num_modules(m) && max_B > 0);
+    pt_module_ctx *c = calloc(1, sizeof *c);
+    if (!c) return pt_error_set(PT_ERR_NOMEM, "module context");
+    c->module = i;
+    c->kind = pt_model_module_kind(m, i);
+    c->max_B = max_B;
+    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
+    size_t C = (size_t)m->cfg.n_embd;
+    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
+    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
+    size_t R = m->sp ? N / t : N;
+    size_t total = ctx_floats(m, i, max_B);
+    if (total && mem) {
+        c->buf = mem;
+    } else if (total) {
         c->buf = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
+        c->own_buf = 1;
         if (!c->buf) {
             free(c);
             return PT_ERR_NOMEM;
@@ -213,9 +233,13 @@ pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int m
     return PT_OK;
 }
 
+pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B) {
+    return ctx_make(out, m, i, max_B, NULL);
+}
+
 void pt_module_ctx_free(pt_module_ctx *c) {
     if (!c) return;
-    pt_mem_free(c->buf);
+    if (c->own_buf) pt_mem_free(c->buf);
     free(c);
 }
 
@@ -278,7 +302,7 @@ void pt_model_slot_free(pt_model_slot *s) {
         for (int i = s->nmod - 1; i >= 0; i--) pt_module_ctx_free(s->ctx[i]);
     free(s->ctx);
     free(s->resid);
-    pt_mem_free(s->stream);
+    if (s->own_stream) pt_mem_free(s->stream);
     free(s);
 }
 
@@ -286,7 +310,30 @@ pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
     return pt_model_slot_new_range(out, m, 0, m->cfg.n_layer + 1);
 }
 
-pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last) {
+/* The stream buffers a range reads and writes: its input resid[first - 1]
+ * and its modules' outputs resid[first..last], of the held modules only. */
+static int stream_needed(const pt_model *m, int last, int j) {
+    return m->owned[j] || (j + 1 <= last && m->owned[j + 1]);
+}
+
+/* Floats of a range slot's stream (rounded to 16) and of all of it. */
+static size_t stream_floats(const pt_model *m, int first, int last) {
+    int L = m->cfg.n_layer, lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L, nres = 0;
+    for (int j = lo; j <= hi; j++) nres += stream_needed(m, last, j);
+    int head = last == L + 1 && m->owned[L + 1];
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
+    size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
+    return (R * C * (size_t)nres + (head ? N : 0) + 15) & ~(size_t)15;
+}
+
+size_t pt_model_slot_bytes(const pt_model *m, int first, int last) {
+    size_t n = stream_floats(m, first, last);
+    for (int i = first; i <= last; i++)
+        if (m->owned[i]) n += ctx_floats(m, i, m->max_B);
+    return n * sizeof(float);
+}
+
+static pt_status slot_make(pt_model_slot **out, pt_model *m, int first, int last, float *mem) {
     *out = NULL;
     int L = m->cfg.n_layer;
     PT_ASSERT(m->max_B > 0 && first >= 0 && first <= last && last <= L + 1);
@@ -300,18 +347,17 @@ pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, i
         st = pt_error_set(PT_ERR_NOMEM, "model slot");
         goto fail;
     }
-    /* the stream buffers the range reads and writes: its input
-     * resid[first - 1] and its modules' outputs resid[first..last], of the
-     * held modules only */
-    int lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L, nres = 0;
-    for (int j = lo; j <= hi; j++)
-        if (m->owned[j] || (j + 1 <= last && m->owned[j + 1])) nres++;
+    int lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L;
     int head = last == L + 1 && m->owned[L + 1];
     size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
-    size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
-    size_t total = R * C * (size_t)nres + (head ? N : 0);
-    if (total) {
+    size_t R = m->sp ? N / (size_t)m->tp : N;
+    size_t total = stream_floats(m, first, last);
+    if (total && mem) {
+        s->stream = mem;
+        mem += total;
+    } else if (total) {
         s->stream = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
+        s->own_stream = 1;
         if (!s->stream) {
             st = PT_ERR_NOMEM;
             goto fail;
@@ -319,15 +365,28 @@ pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, i
     }
     float *p = s->stream;
     for (int j = lo; j <= hi; j++)
-        if (m->owned[j] || (j + 1 <= last && m->owned[j + 1])) s->resid[j] = p, p += R * C;
+        if (stream_needed(m, last, j)) s->resid[j] = p, p += R * C;
     if (head) s->losses = p;
-    for (int i = first; i <= last; i++)
-        if (m->owned[i]) PT_CHECK_GOTO(st, pt_module_ctx_new(&s->ctx[i], m, i, m->max_B), fail);
+    for (int i = first; i <= last; i++) {
+        if (!m->owned[i]) continue;
+        PT_CHECK_GOTO(st, ctx_make(&s->ctx[i], m, i, m->max_B, mem), fail);
+        if (mem) mem += ctx_floats(m, i, m->max_B);
+    }
     *out = s;
     return PT_OK;
 fail:
     pt_model_slot_free(s);
     return st;
+}
+
+pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last) {
+    return slot_make(out, m, first, last, NULL);
+}
+
+pt_status pt_model_slot_new_range_in(pt_model_slot **out, pt_model *m, int first, int last,
+                                     void *mem) {
+    PT_ASSERT(mem && ((uintptr_t)mem & 63) == 0);
+    return slot_make(out, m, first, last, mem);
 }
 
 float *pt_model_slot_stream(pt_model_slot *s, int j) {

@@ -18,6 +18,7 @@ struct pt_module_ctx {
     int B, T;        /* of the last forward */
     const float *in; /* lent input of the last forward, read by backward */
     float *buf;
+    int own_buf; /* buf is ours to free (else the caller's memory: pt_model_slot_new_range_in) */
     /* block */
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
@@ -70,6 +71,7 @@ size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt
  * between them (one PT_MEM_ACTS allocation for the stream). */
 struct pt_model_slot {
     int nmod;
+    int own_stream; /* stream is ours to free */
     pt_module_ctx **ctx;
     float *stream;
     float **resid; /* L+1 buffers (N,C): resid[0] embedding out, resid[i+1] block i out */

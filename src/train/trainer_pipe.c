@@ -20,9 +20,13 @@
  * reduce-scatter). Only the embedding's stage optimizes wte; the copy
  * follows it.
  *
- * Buffers per chunk: a slot per micro-batch the schedule holds at once
- * (pt_model_slot_new_range), each with its received output gradient dy and
- * its sent input gradient dx. A slot's sends complete before it is reused.
+ * Buffers: BLOCKS of memory, as many as the micro-batches the schedule
+ * holds at once over all of a rank's chunks, each as large as the largest
+ * chunk's micro-batch (its slot: pt_model_slot_new_range_in, its received
+ * output gradient dy, its sent input gradient dx; under a split backward a
+ * scratch per module). Every chunk has a view of every block, so that the
+ * memory is the schedule's count, whichever chunk each micro-batch is in.
+ * A block's sends complete before it is reused.
  *
  * Not here: the schedules' lists (parallel/schedule.c), the stage cut
  * (parallel/stages.c), the update after the passes (trainer_step.c). */
@@ -34,19 +38,15 @@
 enum { K_ACT, K_GRAD, K_NKIND };
 enum { D_UP, D_DOWN, D_N }; /* to (r + 1) % p, to (r - 1 + p) % p */
 
+/* A chunk: its modules and neighbours, and a view of every block (its
+ * slot, dy and dx carved from the block's memory). */
 typedef struct {
-    int first, last; /* modules */
-    int g;           /* virtual stage */
-    int prev, next;  /* pp-group ranks of virtual stages g - 1, g + 1 (-1: none) */
-    int nslots;
-    pt_model_slot **slot;
-    pt_module_scratch **scratch; /* split: one per (slot, module) held */
-    float *gbuf;                 /* dy and dx of every slot */
-    float **dy, **dx;
-    pt_comm_req **send_act, **send_grad; /* per slot, in flight */
-    int *owner;                          /* per slot: the micro-batch held, -1 free */
-    int *slot_of;                        /* per micro-batch: its slot, -1 */
-    size_t *nfl;                         /* per slot: floats of its micro-batch's stream */
+    int first, last;      /* modules */
+    int g;                /* virtual stage */
+    int prev, next;       /* pp-group ranks of virtual stages g - 1, g + 1 (-1: none) */
+    pt_model_slot **slot; /* per block */
+    float **dy, **dx;     /* per block (NULL where the chunk has no such neighbour) */
+    int *slot_of;         /* per micro-batch: the block holding it, -1 */
 } chunk;
 
 struct pt_pipe {
@@ -56,7 +56,19 @@ struct pt_pipe {
     pt_comm *c[K_NKIND][D_N];
     pt_comm *tied; /* first <-> last stage: wte and its gradient */
     chunk ch[PT_SCHEDULE_MAX_VIRTUAL];
-    size_t rc; /* floats of one stream buffer (rows x C) */
+    /* BLOCKS: one micro-batch of any chunk each, as many as the schedule
+     * holds at once over all chunks (pt_schedule.in_flight), each as large
+     * as the largest chunk's micro-batch: what a rank holds is the
+     * schedule's count, not the sum of its chunks' own peaks */
+    int nblocks;
+    float *mem; /* nblocks x block_floats, PT_MEM_ACTS */
+    size_t block_floats;
+    int *owner;                          /* per block: chunk x M + micro-batch held, -1 free */
+    pt_comm_req **send_act, **send_grad; /* per block, in flight */
+    size_t *nfl;                         /* per block: floats of its micro-batch's stream */
+    pt_module_scratch **scratch;         /* split: per block, one per module of a chunk */
+    int nscr;                            /* modules of the largest chunk */
+    size_t rc;                           /* floats of one stream buffer (rows x C) */
     int tp, C; /* rows of a micro-batch's stream: B T / tp (sequence parallelism) */
     /* tied wte: the embedding's stage sends (wte_send) and receives the head's
      * gradient (wte_recv into wte_grad); the head's stage the reverse */
@@ -104,26 +116,26 @@ static void wait_send(pt_pipe *q, pt_comm_req **req, const char *what) {
 
 void pt_pipe_free(pt_pipe *q) {
     if (!q) return;
+    for (int k = 0; k < q->nblocks; k++) {
+        if (q->send_act) wait_send(q, &q->send_act[k], "send");
+        if (q->send_grad) wait_send(q, &q->send_grad[k], "send");
+    }
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
-        for (int k = 0; k < h->nslots; k++) {
-            if (h->send_act) wait_send(q, &h->send_act[k], "send");
-            if (h->send_grad) wait_send(q, &h->send_grad[k], "send");
-            if (h->slot) pt_model_slot_free(h->slot[k]);
-        }
-        if (h->scratch)
-            for (int k = 0; k < h->nslots * (q->L + 2); k++) pt_module_scratch_free(h->scratch[k]);
-        free(h->scratch);
+        for (int k = 0; h->slot && k < q->nblocks; k++) pt_model_slot_free(h->slot[k]);
         free(h->slot);
-        pt_mem_free(h->gbuf);
         free(h->dy);
         free(h->dx);
-        free(h->send_act);
-        free(h->send_grad);
-        free(h->owner);
         free(h->slot_of);
-        free(h->nfl);
     }
+    if (q->scratch)
+        for (int k = 0; k < q->nblocks * q->nscr; k++) pt_module_scratch_free(q->scratch[k]);
+    free(q->scratch);
+    pt_mem_free(q->mem);
+    free(q->owner);
+    free(q->send_act);
+    free(q->send_grad);
+    free(q->nfl);
     wait_send(q, &q->wte_send, "send");
     wait_send(q, &q->grad_send, "send");
     wait_send(q, &q->wte_recv, "recv");
@@ -148,7 +160,7 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->L = pt_model_config_of(m)->n_layer;
     q->split = s->split;
     q->pp = pp;
-    int G = q->p * q->v, nmod = q->L + 2;
+    int G = q->p * q->v;
     /* collective over pp, in the same order on every rank */
     for (int k = 0; k < K_NKIND; k++)
         for (int d = 0; d < D_N; d++)
@@ -163,6 +175,9 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->rc = (sp ? N / (size_t)tp : N) * (size_t)cfg->n_embd;
     q->tp = sp ? tp : 1;
     q->C = cfg->n_embd;
+    /* the chunks, and the largest micro-batch of any of them: a block */
+    q->nblocks = s->in_flight;
+    PT_ASSERT(q->nblocks >= 1);
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
         h->g = pt_schedule_virtual_stage(s, c);
@@ -171,44 +186,52 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         int cc;
         h->prev = h->g > 0 ? pt_schedule_locate(s->name, q->p, q->v, h->g - 1, &cc) : -1;
         h->next = h->g < G - 1 ? pt_schedule_locate(s->name, q->p, q->v, h->g + 1, &cc) : -1;
-        h->nslots = s->chunk_in_flight[c];
-        PT_ASSERT(h->nslots >= 1);
-        h->slot = calloc((size_t)h->nslots, sizeof *h->slot);
-        h->dy = calloc((size_t)h->nslots, sizeof *h->dy);
-        h->dx = calloc((size_t)h->nslots, sizeof *h->dx);
-        h->send_act = calloc((size_t)h->nslots, sizeof *h->send_act);
-        h->send_grad = calloc((size_t)h->nslots, sizeof *h->send_grad);
-        h->owner = malloc((size_t)h->nslots * sizeof *h->owner);
+        /* dy unless the chunk ends with the head; dx unless it starts with the embedding */
+        size_t fl = pt_model_slot_bytes(m, h->first, h->last) / sizeof(float) +
+                    (size_t)((h->last <= q->L) + (h->first > 0)) * q->rc;
+        if (fl > q->block_floats) q->block_floats = fl;
+        if (h->last - h->first + 1 > q->nscr) q->nscr = h->last - h->first + 1;
+        h->slot = calloc((size_t)q->nblocks, sizeof *h->slot);
+        h->dy = calloc((size_t)q->nblocks, sizeof *h->dy);
+        h->dx = calloc((size_t)q->nblocks, sizeof *h->dx);
         h->slot_of = malloc((size_t)q->M * sizeof *h->slot_of);
-        h->nfl = calloc((size_t)h->nslots, sizeof *h->nfl);
-        if (q->split) h->scratch = calloc((size_t)h->nslots * (size_t)nmod, sizeof *h->scratch);
-        if (!h->slot || !h->dy || !h->dx || !h->send_act || !h->send_grad || !h->owner ||
-            !h->slot_of || !h->nfl || (q->split && !h->scratch)) {
+        if (!h->slot || !h->dy || !h->dx || !h->slot_of) {
             st = pt_error_set(PT_ERR_NOMEM, "pipeline slots");
             goto fail;
         }
-        for (int k = 0; k < h->nslots; k++) h->owner[k] = -1;
         for (int mb = 0; mb < q->M; mb++) h->slot_of[mb] = -1;
-        /* dy unless the chunk ends with the head; dx unless it starts with the embedding */
-        int ndy = h->last <= q->L, ndx = h->first > 0;
-        if (ndy + ndx) {
-            h->gbuf = pt_mem_alloc(PT_MEM_ACTS,
-                                   (size_t)(ndy + ndx) * (size_t)h->nslots * q->rc * sizeof(float));
-            if (!h->gbuf) {
-                st = pt_error_set(PT_ERR_NOMEM, "pipeline gradient buffers");
-                goto fail;
-            }
-        }
-        float *b = h->gbuf;
-        for (int k = 0; k < h->nslots; k++) {
-            if (ndy) h->dy[k] = b, b += q->rc;
-            if (ndx) h->dx[k] = b, b += q->rc;
-            PT_CHECK_GOTO(st, pt_model_slot_new_range(&h->slot[k], m, h->first, h->last), fail);
-            for (int i = h->first; q->split && i <= h->last; i++) {
-                pt_module_scratch **sc = &h->scratch[k * nmod + i];
-                PT_CHECK_GOTO(st, pt_module_scratch_new(sc, m, pt_model_max_batch(m)), fail);
-                pt_module_ctx_set_scratch(pt_model_slot_ctx(h->slot[k], i), *sc);
-            }
+    }
+    q->block_floats = (q->block_floats + 15) & ~(size_t)15; /* 64-byte aligned blocks */
+    q->owner = malloc((size_t)q->nblocks * sizeof *q->owner);
+    q->send_act = calloc((size_t)q->nblocks, sizeof *q->send_act);
+    q->send_grad = calloc((size_t)q->nblocks, sizeof *q->send_grad);
+    q->nfl = calloc((size_t)q->nblocks, sizeof *q->nfl);
+    if (q->split) q->scratch = calloc((size_t)(q->nblocks * q->nscr), sizeof *q->scratch);
+    q->mem = pt_mem_alloc(PT_MEM_ACTS, (size_t)q->nblocks * q->block_floats * sizeof(float));
+    if (!q->owner || !q->send_act || !q->send_grad || !q->nfl || (q->split && !q->scratch) ||
+        !q->mem) {
+        st = pt_error_set(PT_ERR_NOMEM, "pipeline activations (%d blocks of %zu bytes)", q->nblocks,
+                          q->block_floats * sizeof(float));
+        goto fail;
+    }
+    for (int k = 0; k < q->nblocks; k++) {
+        q->owner[k] = -1;
+        /* a zero-bubble W reads what its B left: a scratch per module of the block */
+        for (int j = 0; q->split && j < q->nscr; j++)
+            PT_CHECK_GOTO(
+                st, pt_module_scratch_new(&q->scratch[k * q->nscr + j], m, pt_model_max_batch(m)),
+                fail);
+        float *blk = q->mem + (size_t)k * q->block_floats;
+        for (int c = 0; c < q->v; c++) {
+            chunk *h = &q->ch[c];
+            PT_CHECK_GOTO(st, pt_model_slot_new_range_in(&h->slot[k], m, h->first, h->last, blk),
+                          fail);
+            float *b = blk + pt_model_slot_bytes(m, h->first, h->last) / sizeof(float);
+            if (h->last <= q->L) h->dy[k] = b, b += q->rc;
+            if (h->first > 0) h->dx[k] = b;
+            for (int i = h->first; q->split && i <= h->last; i++)
+                pt_module_ctx_set_scratch(pt_model_slot_ctx(h->slot[k], i),
+                                          q->scratch[k * q->nscr + (i - h->first)]);
         }
     }
     /* the tied wte: which stages hold the embedding and the head */
@@ -299,11 +322,12 @@ void pt_pipe_grads_final(pt_pipe *q, pt_model *m, int module) {
 /* ---- the passes ---- */
 
 static int take_slot(pt_pipe *q, chunk *h, int mb) {
-    for (int k = 0; k < h->nslots; k++)
-        if (h->owner[k] < 0) {
-            wait_send(q, &h->send_act[k], "send of activations");
-            wait_send(q, &h->send_grad[k], "send of gradients");
-            h->owner[k] = mb;
+    for (int k = 0; k < q->nblocks; k++)
+        if (q->owner[k] < 0) {
+            /* the block's last sends read it */
+            wait_send(q, &q->send_act[k], "send of activations");
+            wait_send(q, &q->send_grad[k], "send of gradients");
+            q->owner[k] = (int)(h - q->ch) * q->M + mb;
             h->slot_of[mb] = k;
             return k;
         }
@@ -311,17 +335,17 @@ static int take_slot(pt_pipe *q, chunk *h, int mb) {
     return -1;
 }
 
-static void release_slot(chunk *h, int mb) {
+static void release_slot(pt_pipe *q, chunk *h, int mb) {
     int k = h->slot_of[mb];
-    h->owner[k] = -1;
+    q->owner[k] = -1;
     h->slot_of[mb] = -1;
 }
 
 static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double *loss_sum) {
     int k = take_slot(q, h, b->micro);
     pt_model_slot *s = h->slot[k];
-    h->nfl[k] = (size_t)b->B * (size_t)b->T / (size_t)q->tp * (size_t)q->C;
-    size_t bytes = h->nfl[k] * sizeof(float);
+    q->nfl[k] = (size_t)b->B * (size_t)b->T / (size_t)q->tp * (size_t)q->C;
+    size_t bytes = q->nfl[k] * sizeof(float);
     if (h->first > 0) {
         pt_comm_req *req = NULL;
         keep(q,
@@ -337,7 +361,7 @@ static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double
     else
         keep(q,
              pt_comm_isend(comm_to(q, K_ACT, q->r, h->next), pt_model_slot_stream(s, h->last),
-                           bytes, h->next, tag_of(h->g + 1, b->micro), &h->send_act[k]),
+                           bytes, h->next, tag_of(h->g + 1, b->micro), &q->send_act[k]),
              "send of activations");
 }
 
@@ -345,7 +369,7 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     int k = h->slot_of[mb];
     PT_ASSERT(k >= 0);
     pt_model_slot *s = h->slot[k];
-    size_t bytes = h->nfl[k] * sizeof(float);
+    size_t bytes = q->nfl[k] * sizeof(float);
     if (h->last <= q->L) {
         pt_comm_req *req = NULL;
         keep(q,
@@ -359,25 +383,24 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     if (h->first > 0)
         keep(q,
              pt_comm_isend(comm_to(q, K_GRAD, q->r, h->prev), h->dx[k], bytes, h->prev,
-                           tag_of(h->g - 1, mb), &h->send_grad[k]),
+                           tag_of(h->g - 1, mb), &q->send_grad[k]),
              "send of gradients");
-    if (!split) release_slot(h, mb);
+    if (!split) release_slot(q, h, mb);
 }
 
-static void weight(pt_model *m, chunk *h, int mb) {
+static void weight(pt_pipe *q, pt_model *m, chunk *h, int mb) {
     int k = h->slot_of[mb];
     PT_ASSERT(k >= 0);
     pt_model_backward_weight_range(m, h->slot[k], h->first, h->last);
-    release_slot(h, mb);
+    release_slot(q, h, mb);
 }
 
 /* Complete every send of the step (their buffers are the slots'). */
 static void drain(pt_pipe *q) {
-    for (int c = 0; c < q->v; c++)
-        for (int k = 0; k < q->ch[c].nslots; k++) {
-            wait_send(q, &q->ch[c].send_act[k], "send of activations");
-            wait_send(q, &q->ch[c].send_grad[k], "send of gradients");
-        }
+    for (int k = 0; k < q->nblocks; k++) {
+        wait_send(q, &q->send_act[k], "send of activations");
+        wait_send(q, &q->send_grad[k], "send of gradients");
+    }
     wait_send(q, &q->wte_send, "send of the tied wte");
     wait_send(q, &q->grad_send, "send of the tied wte's gradient");
     /* a receive the passes did not reach (a failed step) */
@@ -419,7 +442,7 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
             }
             if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
                 name = "W";
-                weight(m, h, mb);
+                weight(q, m, h, mb);
             } else {
                 name = ps->kind == PT_PASS_BACKWARD ? "BW" : "B";
                 backward(q, m, h, mb, ps->kind == PT_PASS_BACKWARD_INPUT);
@@ -449,8 +472,8 @@ pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *l
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
         forward(q, m, h, b, &sum);
-        /* forward-only: the slot is free again once its send is done */
-        release_slot(h, b->micro);
+        /* forward-only: the block is free again once its send is done */
+        release_slot(q, h, b->micro);
     }
     drain(q);
     *loss = (float)sum;

@@ -1,0 +1,206 @@
+/* Per-stage activation memory of a pipeline equals its schedule's formula:
+ * the PT_MEM_ACTS peak of each stage in a step (pt_step_info.stage_acts,
+ * the metrics' "stage_acts") is
+ *     tokens + F(r) + k(r) x U(r)
+ * where k(r) is how many micro-batches' activations stage r holds at once
+ * (all its chunks together) and the rest is what one of them costs:
+ *   tokens  the trainer's global batch (inputs and targets, ints);
+ *   F(r)    the stage model's own buffers (backward scratch, the gradient
+ *           ping-pong), measured by building that model here;
+ *   U(r)    one micro-batch of the rank's largest chunk (a rank's blocks
+ *           serve any of its chunks, trainer_pipe.c): a slot of its modules
+ *           (pt_model_slot_new_range: contexts and stream), its received
+ *           and sent gradients (rows x C floats each, where the chunk has a
+ *           neighbour), and under a split backward a scratch per module
+ *           (a W after its B reads it), measured by allocating them here.
+ * The counts are the schedules' formulas (Narayanan et al. 2021 for 1F1B
+ * and interleaving, Qi et al. 2024 for the zero-bubble ones), summed over
+ * a rank's chunks:
+ *   gpipe m;  1f1b min(p - r, m);  zb1 min(p, m) (its W's delayed by r);
+ *   interleaved min(2 (p - r - 1) + (v - 1) p + 1, m v);  zbv min(2p, 2m),
+ * which the schedule's own list must hold (pt_schedule.in_flight). Every
+ * schedule at p 2 and 4, m 2, 4, 8, under every recompute mode (which
+ * changes U, not k): within 5% (they are equal to the byte: every buffer
+ * is allocated up front). shm: the ranks are forked. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "partrain/comm.h"
+#include "partrain/parallel.h"
+#include "partrain/train.h"
+#include "pt_test.h"
+#include "pt_test_files.h"
+
+typedef struct {
+    pt_config cfg;
+} job;
+
+static void base_config(pt_config *c, int L, int p, int m, const char *sched, const char *rc) {
+    pt_config_defaults(c);
+    c->model = (pt_model_config){L, 32, 2, 64, 16};
+    c->train.steps = 2;
+    c->train.batch_size = 2 * m; /* micro-batches of 2 sequences */
+    c->train.threads = 1;
+    c->train.warmup_steps = 1;
+    c->train.val_every = 0;
+    c->parallel.pp = p;
+    c->parallel.microbatches = m;
+    snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "%s", sched);
+    c->parallel.virtual_stages = !strcmp(sched, "interleaved") ? 2 : 0;
+    snprintf(c->train.recompute, sizeof c->train.recompute, "%s", rc);
+}
+
+static int rank_main(void *arg) {
+    const job *j = arg;
+    pt_comm *world = NULL;
+    pt_comm_options opt = {"shm", 20};
+    if (pt_comm_init(&world, &opt) != PT_OK) return 1;
+    pt_trainer *t = NULL;
+    pt_status st = pt_trainer_new_dist(&t, &j->cfg, world);
+    int n = j->cfg.train.batch_size * j->cfg.model.seq_len;
+    int *in = calloc((size_t)n, sizeof(int)), *tg = calloc((size_t)n, sizeof(int));
+    for (int i = 0; i < n; i++) {
+        in[i] = (i * 7) % j->cfg.model.vocab_size;
+        tg[i] = (i * 3 + 1) % j->cfg.model.vocab_size;
+    }
+    pt_step_info info;
+    memset(&info, 0, sizeof info);
+    for (int s = 0; st == PT_OK && s < j->cfg.train.steps; s++)
+        st = pt_trainer_step_batch(t, in, tg, &info);
+    if (st != PT_OK) fprintf(stderr, "rank %d: %s\n", pt_comm_rank(world), pt_error_message());
+    if (st == PT_OK && pt_comm_rank(world) == 0)
+        write_bytes(tmp_path("stage_acts"), info.stage_acts, sizeof info.stage_acts);
+    free(in);
+    free(tg);
+    pt_trainer_free(t);
+    pt_comm_free(world);
+    return st == PT_OK ? 0 : 1;
+}
+
+static size_t acts_now(void) {
+    return pt_mem_current(PT_MEM_ACTS);
+}
+
+/* The schedules' formulas: micro-batch activations stage r holds at once,
+ * all its chunks together. */
+static int formula(const char *s, int p, int r, int m, int v) {
+    int k = !strcmp(s, "gpipe")         ? m
+            : !strcmp(s, "1f1b")        ? (p - r < m ? p - r : m)
+            : !strcmp(s, "zb1")         ? (p < m ? p : m)
+            : !strcmp(s, "interleaved") ? 2 * (p - r - 1) + (v - 1) * p + 1
+                                        : 2 * p;
+    int cap = !strcmp(s, "interleaved") || !strcmp(s, "zbv") ? m * v : m;
+    /* zbv counts chunks; m micro-batches enter each of the two */
+    return k < cap ? k : cap;
+}
+
+/* Expected PT_MEM_ACTS peak of stage r (bytes). */
+static size_t expected(const pt_config *c, int r, const pt_stage *stages, const char *sched) {
+    int p = c->parallel.pp, v = pt_config_virtual_stages(c), L = c->model.n_layer;
+    int m = c->parallel.microbatches, mB = c->train.batch_size / m;
+    pt_schedule s;
+    CHECK_OK(pt_schedule_build_stage(&s, sched, m, p, r, v));
+    unsigned char owned[64] = {0};
+    for (int g = 0; g < p * v; g++) {
+        int ch, rr = pt_schedule_locate(sched, p, v, g, &ch);
+        for (int i = stages[g].first; rr == r && i <= stages[g].last; i++) owned[i] = 1;
+    }
+    pt_recompute rc = !strcmp(c->train.recompute, "full")        ? PT_RECOMPUTE_FULL
+                      : !strcmp(c->train.recompute, "selective") ? PT_RECOMPUTE_SELECTIVE
+                                                                 : PT_RECOMPUTE_NONE;
+    pt_model_options o = {.owned = owned, .recompute = rc};
+    size_t a0 = acts_now();
+    pt_model *mdl = NULL;
+    CHECK_OK(pt_model_new_opts(&mdl, &c->model, mB, &o));
+    size_t total = acts_now() - a0; /* F(r) */
+    size_t rows_c = (size_t)mB * (size_t)c->model.seq_len * (size_t)c->model.n_embd;
+    /* U: the largest chunk's micro-batch (a slot measured by allocating
+     * one, its gradients in and out), and under a split backward a scratch
+     * per module of the largest chunk (measured the same way) */
+    size_t unit = 0;
+    int most = 0;
+    for (int ch = 0; ch < v; ch++) {
+        const pt_stage *st = &stages[pt_schedule_virtual_stage(&s, ch)];
+        size_t b0 = acts_now();
+        pt_model_slot *slot = NULL;
+        CHECK_OK(pt_model_slot_new_range(&slot, mdl, st->first, st->last));
+        size_t u = acts_now() - b0;
+        pt_model_slot_free(slot);
+        u += rows_c * sizeof(float) * (size_t)((st->last <= L) + (st->first > 0)); /* dy, dx */
+        u = (u + 63) & ~(size_t)63;
+        if (u > unit) unit = u;
+        if (st->last - st->first + 1 > most) most = st->last - st->first + 1;
+    }
+    if (s.split) {
+        size_t b0 = acts_now();
+        pt_module_scratch *sc = NULL;
+        CHECK_OK(pt_module_scratch_new(&sc, mdl, mB));
+        unit += (size_t)most * (acts_now() - b0);
+        pt_module_scratch_free(sc);
+    }
+    /* the list's holding is the formula */
+    int want = formula(sched, p, r, m, v);
+    if (s.in_flight != want)
+        printf("  %s p %d r %d m %d: the list holds %d, the formula says %d\n", sched, p, r, m,
+               s.in_flight, want);
+    CHECK_EQ(s.in_flight, want);
+    total += (size_t)want * unit;
+    pt_model_free(mdl);
+    pt_schedule_free(&s);
+    return total + 2 * (size_t)c->train.batch_size * (size_t)c->model.seq_len * sizeof(int);
+}
+
+static void check(int L, int p, int m, const char *sched, const char *rc) {
+    job j;
+    base_config(&j.cfg, L, p, m, sched, rc);
+    CHECK_OK(pt_config_validate(&j.cfg));
+    int code = -1;
+    pt_comm_options o = {"shm", 20};
+    CHECK_OK(pt_launch(p, rank_main, &j, &o, &code));
+    CHECK_EQ(code, 0);
+    uint64_t got[PT_STEP_MAX_STAGES] = {0};
+    FILE *f = fopen(tmp_path("stage_acts"), "rb");
+    CHECK(f && fread(got, 1, sizeof got, f) == sizeof got);
+    if (f) fclose(f);
+    remove(tmp_path("stage_acts"));
+    int v = pt_config_virtual_stages(&j.cfg);
+    pt_stage stages[64];
+    CHECK_OK(pt_stage_split(&j.cfg.model, p * v, "", stages));
+    for (int r = 0; r < p; r++) {
+        size_t want = expected(&j.cfg, r, stages, sched);
+        double rel = want ? ((double)got[r] - (double)want) / (double)want : 1;
+        if (rel > 0.05 || rel < -0.05 || r == 0)
+            printf("  %-11s %-9s p %d m %d stage %d: measured %llu B, formula %zu B (%+.2f%%)\n",
+                   sched, rc, p, m, r, (unsigned long long)got[r], want, 100 * rel);
+        CHECK(rel <= 0.05 && rel >= -0.05);
+    }
+}
+
+static void test_every_schedule(void) {
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+    static const char *const modes[] = {"none", "selective", "full"};
+    static const int ms[] = {2, 4, 8};
+    for (size_t s = 0; s < 5; s++)
+        for (size_t k = 0; k < 3; k++)
+            for (size_t r = 0; r < 3; r++) {
+                check(3, 2, ms[k], scheds[s], modes[r]);
+                int two = !strcmp(scheds[s], "interleaved") || !strcmp(scheds[s], "zbv");
+                /* 8 virtual stages at p 4 with two chunks: 6 blocks */
+                if (!two || ms[k] >= 4) check(two ? 6 : 5, 4, ms[k], scheds[s], modes[r]);
+            }
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    pt_log_set_level(PT_LOG_WARN);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pt-test-pp-memory-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_every_schedule);
+    rmdir(tmpdir);
+    return TEST_DONE();
+}
