@@ -4,12 +4,15 @@
  * holds the virtual stage below and its output gradient from the one above,
  * and sending its own onward, all by non-blocking point-to-point.
  *
- * Communicators: four splits of the pp group, one per (message kind,
- * direction around the ring of stages), so that each one's send lane talks
- * to ONE peer, whose receives of that kind come in the same order as our
- * sends (the schedules are built so): a send that waits for its receiver
- * then holds up only messages the receiver will take after it. A fifth
- * carries the tied wte between the first and the last stage.
+ * Communicators: splits of the pp group, one per (message kind, receiving
+ * chunk), so that on each one a rank sends to ONE rank and receives from
+ * ONE, in increasing micro-batch order at both ends (a chunk's forwards and
+ * backwards run in that order in every schedule): a send that waits for
+ * its receiver then holds up only messages the receiver takes after it. (By
+ * direction instead, interleaving at p 2 deadlocked under MPI: rank 1's
+ * gradient for chunk 1 waited in its lane ahead of the one for chunk 0 that
+ * rank 0 needed first.) One more carries the tied wte between the first
+ * and the last stage.
  *
  * The tied embedding: the stage that holds the head but not the embedding
  * keeps a copy of wte (pt_model_tied_wte), refreshed from the embedding's
@@ -36,25 +39,26 @@
 #include <string.h>
 
 enum { K_ACT, K_GRAD, K_NKIND };
-enum { D_UP, D_DOWN, D_N }; /* to (r + 1) % p, to (r - 1 + p) % p */
 
 /* A chunk: its modules and neighbours, and a view of every block (its
  * slot, dy and dx carved from the block's memory). */
 typedef struct {
-    int first, last;      /* modules */
-    int g;                /* virtual stage */
-    int prev, next;       /* pp-group ranks of virtual stages g - 1, g + 1 (-1: none) */
-    pt_model_slot **slot; /* per block */
-    float **dy, **dx;     /* per block (NULL where the chunk has no such neighbour) */
-    int *slot_of;         /* per micro-batch: the block holding it, -1 */
+    int first, last;            /* modules */
+    int g;                      /* virtual stage */
+    int prev, next;             /* pp-group ranks of virtual stages g - 1, g + 1 (-1: none) */
+    int prev_chunk, next_chunk; /* their chunks there */
+    int chunk;                  /* this chunk's index on this rank */
+    pt_model_slot **slot;       /* per block */
+    float **dy, **dx;           /* per block (NULL where the chunk has no such neighbour) */
+    int *slot_of;               /* per micro-batch: the block holding it, -1 */
 } chunk;
 
 struct pt_pipe {
     int p, r, v, M, L;
     int split;
     pt_comm *pp;
-    pt_comm *c[K_NKIND][D_N];
-    pt_comm *tied; /* first <-> last stage: wte and its gradient */
+    pt_comm *c[K_NKIND][PT_SCHEDULE_MAX_VIRTUAL]; /* by kind and the receiving chunk */
+    pt_comm *tied;                                /* first <-> last stage: wte and its gradient */
     chunk ch[PT_SCHEDULE_MAX_VIRTUAL];
     /* BLOCKS: one micro-batch of any chunk each, as many as the schedule
      * holds at once over all chunks (pt_schedule.in_flight), each as large
@@ -65,6 +69,7 @@ struct pt_pipe {
     size_t block_floats;
     int *owner;                          /* per block: chunk x M + micro-batch held, -1 free */
     pt_comm_req **send_act, **send_grad; /* per block, in flight */
+    pt_comm_req **recv_grad;             /* per block: its dy, posted at its forward */
     size_t *nfl;                         /* per block: floats of its micro-batch's stream */
     pt_module_scratch **scratch;         /* split: per block, one per module of a chunk */
     int nscr;                            /* modules of the largest chunk */
@@ -91,8 +96,13 @@ static void keep(pt_pipe *q, pt_status st, const char *what) {
     snprintf(q->errmsg, sizeof q->errmsg, "pipeline %s: %s", what, pt_error_message());
 }
 
-static pt_comm *comm_to(pt_pipe *q, int kind, int from, int to) {
-    return q->c[kind][to == (from + 1) % q->p ? D_UP : D_DOWN];
+/* The communicator of messages of `kind` to chunk `chunk` of their
+ * receiver: each rank sends on it to one rank (the holder of its chunk's
+ * neighbour virtual stage) and receives on it from one, both in increasing
+ * micro-batch order, so that neither end's lane ever waits for a message
+ * the other end will send later. */
+static pt_comm *comm_to(pt_pipe *q, int kind, int chunk) {
+    return q->c[kind][chunk];
 }
 
 static int tag_of(int g_dest, int mb) {
@@ -119,6 +129,7 @@ void pt_pipe_free(pt_pipe *q) {
     for (int k = 0; k < q->nblocks; k++) {
         if (q->send_act) wait_send(q, &q->send_act[k], "send");
         if (q->send_grad) wait_send(q, &q->send_grad[k], "send");
+        if (q->recv_grad) wait_send(q, &q->recv_grad[k], "recv");
     }
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
@@ -135,6 +146,7 @@ void pt_pipe_free(pt_pipe *q) {
     free(q->owner);
     free(q->send_act);
     free(q->send_grad);
+    free(q->recv_grad);
     free(q->nfl);
     wait_send(q, &q->wte_send, "send");
     wait_send(q, &q->grad_send, "send");
@@ -142,7 +154,7 @@ void pt_pipe_free(pt_pipe *q) {
     wait_send(q, &q->grad_recv, "recv");
     pt_mem_free(q->wte_grad);
     for (int k = 0; k < K_NKIND; k++)
-        for (int d = 0; d < D_N; d++) pt_comm_free(q->c[k][d]);
+        for (int d = 0; d < PT_SCHEDULE_MAX_VIRTUAL; d++) pt_comm_free(q->c[k][d]);
     pt_comm_free(q->tied);
     free(q);
 }
@@ -163,7 +175,7 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     int G = q->p * q->v;
     /* collective over pp, in the same order on every rank */
     for (int k = 0; k < K_NKIND; k++)
-        for (int d = 0; d < D_N; d++)
+        for (int d = 0; d < q->v; d++)
             PT_CHECK_GOTO(st, pt_comm_split(pp, 0, q->r, &q->c[k][d]), fail);
     PT_CHECK_GOTO(st, pt_comm_split(pp, 0, q->r, &q->tied), fail);
     int tp = 1, tpr = 0;
@@ -181,11 +193,12 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
         h->g = pt_schedule_virtual_stage(s, c);
+        h->chunk = c;
         h->first = stages[h->g].first;
         h->last = stages[h->g].last;
-        int cc;
-        h->prev = h->g > 0 ? pt_schedule_locate(s->name, q->p, q->v, h->g - 1, &cc) : -1;
-        h->next = h->g < G - 1 ? pt_schedule_locate(s->name, q->p, q->v, h->g + 1, &cc) : -1;
+        h->prev = h->g > 0 ? pt_schedule_locate(s->name, q->p, q->v, h->g - 1, &h->prev_chunk) : -1;
+        h->next =
+            h->g < G - 1 ? pt_schedule_locate(s->name, q->p, q->v, h->g + 1, &h->next_chunk) : -1;
         /* dy unless the chunk ends with the head; dx unless it starts with the embedding */
         size_t fl = pt_model_slot_bytes(m, h->first, h->last) / sizeof(float) +
                     (size_t)((h->last <= q->L) + (h->first > 0)) * q->rc;
@@ -205,11 +218,12 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->owner = malloc((size_t)q->nblocks * sizeof *q->owner);
     q->send_act = calloc((size_t)q->nblocks, sizeof *q->send_act);
     q->send_grad = calloc((size_t)q->nblocks, sizeof *q->send_grad);
+    q->recv_grad = calloc((size_t)q->nblocks, sizeof *q->recv_grad);
     q->nfl = calloc((size_t)q->nblocks, sizeof *q->nfl);
     if (q->split) q->scratch = calloc((size_t)(q->nblocks * q->nscr), sizeof *q->scratch);
     q->mem = pt_mem_alloc(PT_MEM_ACTS, (size_t)q->nblocks * q->block_floats * sizeof(float));
-    if (!q->owner || !q->send_act || !q->send_grad || !q->nfl || (q->split && !q->scratch) ||
-        !q->mem) {
+    if (!q->owner || !q->send_act || !q->send_grad || !q->recv_grad || !q->nfl ||
+        (q->split && !q->scratch) || !q->mem) {
         st = pt_error_set(PT_ERR_NOMEM, "pipeline activations (%d blocks of %zu bytes)", q->nblocks,
                           q->block_floats * sizeof(float));
         goto fail;
@@ -341,7 +355,13 @@ static void release_slot(pt_pipe *q, chunk *h, int mb) {
     h->slot_of[mb] = -1;
 }
 
-static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double *loss_sum) {
+/* grads: the micro-batch's backward follows (not validation): its output
+ * gradient's receive is posted now, so that the rank above can complete
+ * its send whenever it runs its backward, whatever this rank is doing:
+ * a send never waits for its receiver's main thread (which might wait for
+ * the sender: a deadlock, seen with rendezvous-size messages under MPI). */
+static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double *loss_sum,
+                    int grads) {
     int k = take_slot(q, h, b->micro);
     pt_model_slot *s = h->slot[k];
     q->nfl[k] = (size_t)b->B * (size_t)b->T / (size_t)q->tp * (size_t)q->C;
@@ -349,18 +369,23 @@ static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double
     if (h->first > 0) {
         pt_comm_req *req = NULL;
         keep(q,
-             pt_comm_irecv(comm_to(q, K_ACT, h->prev, q->r), pt_model_slot_stream(s, h->first - 1),
+             pt_comm_irecv(comm_to(q, K_ACT, h->chunk), pt_model_slot_stream(s, h->first - 1),
                            bytes, h->prev, tag_of(h->g, b->micro), &req),
              "receive of activations");
         wait_neighbour(q, &req, "receive of activations");
     }
     float loss = 0;
     pt_model_forward_range(m, s, b, h->first, h->last, &loss);
+    if (grads && h->last <= q->L)
+        keep(q,
+             pt_comm_irecv(comm_to(q, K_GRAD, h->chunk), h->dy[k], bytes, h->next,
+                           tag_of(h->g, b->micro), &q->recv_grad[k]),
+             "receive of gradients");
     if (h->last == q->L + 1)
         *loss_sum += loss;
     else
         keep(q,
-             pt_comm_isend(comm_to(q, K_ACT, q->r, h->next), pt_model_slot_stream(s, h->last),
+             pt_comm_isend(comm_to(q, K_ACT, h->next_chunk), pt_model_slot_stream(s, h->last),
                            bytes, h->next, tag_of(h->g + 1, b->micro), &q->send_act[k]),
              "send of activations");
 }
@@ -370,19 +395,12 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     PT_ASSERT(k >= 0);
     pt_model_slot *s = h->slot[k];
     size_t bytes = q->nfl[k] * sizeof(float);
-    if (h->last <= q->L) {
-        pt_comm_req *req = NULL;
-        keep(q,
-             pt_comm_irecv(comm_to(q, K_GRAD, h->next, q->r), h->dy[k], bytes, h->next,
-                           tag_of(h->g, mb), &req),
-             "receive of gradients");
-        wait_neighbour(q, &req, "receive of gradients");
-    }
+    if (h->last <= q->L) wait_neighbour(q, &q->recv_grad[k], "receive of gradients");
     pt_model_backward_range(m, s, h->first, h->last, h->last <= q->L ? h->dy[k] : NULL,
                             h->first > 0 ? h->dx[k] : NULL, split);
     if (h->first > 0)
         keep(q,
-             pt_comm_isend(comm_to(q, K_GRAD, q->r, h->prev), h->dx[k], bytes, h->prev,
+             pt_comm_isend(comm_to(q, K_GRAD, h->prev_chunk), h->dx[k], bytes, h->prev,
                            tag_of(h->g - 1, mb), &q->send_grad[k]),
              "send of gradients");
     if (!split) release_slot(q, h, mb);
@@ -400,6 +418,7 @@ static void drain(pt_pipe *q) {
     for (int k = 0; k < q->nblocks; k++) {
         wait_send(q, &q->send_act[k], "send of activations");
         wait_send(q, &q->send_grad[k], "send of gradients");
+        wait_send(q, &q->recv_grad[k], "receive of gradients"); /* a failed step's */
     }
     wait_send(q, &q->wte_send, "send of the tied wte");
     wait_send(q, &q->grad_send, "send of the tied wte's gradient");
@@ -432,7 +451,7 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
         if (ps->kind == PT_PASS_FORWARD) {
             size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
             pt_batch b = {inputs + off, targets + off, dloss, mB, T, mb, mb == q->M - 1};
-            forward(q, m, h, &b, loss_sum);
+            forward(q, m, h, &b, loss_sum, 1);
         } else {
             /* the step's first backward of its last micro-batch precedes
              * every module's final one: arm the buckets */
@@ -471,7 +490,7 @@ pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *l
     double sum = 0;
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
-        forward(q, m, h, b, &sum);
+        forward(q, m, h, b, &sum, 0);
         /* forward-only: the block is free again once its send is done */
         release_slot(q, h, b->micro);
     }
@@ -491,10 +510,10 @@ int pt_pipe_has_head(const pt_pipe *q) {
 
 uint64_t pt_pipe_sent_bytes(const pt_pipe *q) {
     uint64_t b = 0;
-    pt_comm *all[K_NKIND * D_N + 1];
+    pt_comm *all[K_NKIND * PT_SCHEDULE_MAX_VIRTUAL + 1];
     int n = 0;
     for (int k = 0; k < K_NKIND; k++)
-        for (int d = 0; d < D_N; d++) all[n++] = q->c[k][d];
+        for (int d = 0; d < q->v; d++) all[n++] = q->c[k][d];
     all[n++] = q->tied;
     for (int i = 0; i < n; i++) {
         pt_comm_stats s;
