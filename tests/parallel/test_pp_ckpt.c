@@ -48,6 +48,9 @@ static const ckpt_case cases[] = {
     {L3, PP2 "parallel.schedule=interleaved parallel.virtual_stages=2", "parallel.pp=1"},
     {L3, PP2 "parallel.schedule=zbv", PP2 "parallel.schedule=1f1b"},
     {L3, PP2 "parallel.stage_layers=1,2", PP2},
+    /* beyond the list: into ZeRO 3's shards of stages, into stages of tp slices */
+    {L3, "parallel.pp=1", PP2 "parallel.dp=2 parallel.zero=3"},
+    {L3, PP2, PP2 "parallel.tp=2"},
 };
 
 /* layout without its "parallel." and "model." prefixes, for the report */
