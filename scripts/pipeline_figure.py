@@ -6,7 +6,7 @@
 Each trace is one panel: a row per pipeline stage (the trace's pid is the
 world rank; with dp = tp = 1 it is the stage), one box per pass of the step
 (the trainer's "pipeline" events: F<mb>, B<mb>, W<mb>, BW<mb>, with " c<k>"
-for chunk k), coloured by pass, on the panel's own time axis. The step
+for chunk k), coloured by pass, on one time axis shared by the panels (the longest step fills the width). The step
 drawn is --step (default: the last one in each trace). Standard library
 only, so that it runs wherever the tests do.
 """
@@ -20,10 +20,8 @@ PASS = re.compile(r"^(BW|F|B|W)(\d+)(?: c(\d+))?$")
 
 
 def load(path):
-    text = open(path).read().strip()
-    if not text.startswith("["):
-        text = "[" + text.rstrip(",") + "]"
-    events = json.loads(text)
+    doc = json.load(open(path))
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
     return [e for e in events if e.get("ph") == "X" and e.get("cat") == "pipeline"]
 
 
@@ -54,10 +52,14 @@ def main():
     a = ap.parse_args()
     W, ROW, GAP, LEFT = 900, 22, 46, 70
     parts, y = [], 10
+    panels = []
     for spec in a.traces:
         path, _, title = spec.partition("=")
-        step, span, nrows, boxes = panel(load(path), a.step)
-        scale = (W - LEFT - 10) / span if span > 0 else 1
+        panels.append((path, title) + panel(load(path), a.step))
+    # one time axis for every panel, so that the steps compare by length
+    longest = max(p[3] for p in panels)
+    scale = (W - LEFT - 10) / longest if longest > 0 else 1
+    for path, title, step, span, nrows, boxes in panels:
         parts.append('<text x="4" y="%d" font-size="13" font-weight="bold">%s (step %d, %.1f ms)</text>'
                      % (y + 13, title or path, step, span / 1e3))
         y += 20

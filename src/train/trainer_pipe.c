@@ -88,6 +88,7 @@ struct pt_pipe {
     char errmsg[256];
     /* the step's waits for neighbours, and the span of its passes */
     uint64_t wait_ns, span0, span1;
+    uint64_t compute_ns; /* when the current pass's work began (its wait done) */
 };
 
 static void keep(pt_pipe *q, pt_status st, const char *what) {
@@ -375,6 +376,7 @@ static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double
         wait_neighbour(q, &req, "receive of activations");
     }
     float loss = 0;
+    q->compute_ns = pt_time_ns(); /* the pass's work starts: after its wait */
     pt_model_forward_range(m, s, b, h->first, h->last, &loss);
     if (grads && h->last <= q->L)
         keep(q,
@@ -396,6 +398,7 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     pt_model_slot *s = h->slot[k];
     size_t bytes = q->nfl[k] * sizeof(float);
     if (h->last <= q->L) wait_neighbour(q, &q->recv_grad[k], "receive of gradients");
+    q->compute_ns = pt_time_ns();
     pt_model_backward_range(m, s, h->first, h->last, h->last <= q->L ? h->dy[k] : NULL,
                             h->first > 0 ? h->dx[k] : NULL, split);
     if (h->first > 0)
@@ -409,6 +412,7 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
 static void weight(pt_pipe *q, pt_model *m, chunk *h, int mb) {
     int k = h->slot_of[mb];
     PT_ASSERT(k >= 0);
+    q->compute_ns = pt_time_ns();
     pt_model_backward_weight_range(m, h->slot[k], h->first, h->last);
     release_slot(q, h, mb);
 }
@@ -473,7 +477,12 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
                 snprintf(ev, sizeof ev, "%s%d c%d", name, mb, ps->chunk);
             else
                 snprintf(ev, sizeof ev, "%s%d", name, mb);
-            pt_trace_add(t->trace, ev, "pipeline", PT_TRACE_MAIN, a, pt_time_ns(), t->step + 1);
+            /* the pass is its work; the wait for its input before it is the bubble */
+            if (q->compute_ns > a + 1000)
+                pt_trace_add(t->trace, "wait", "wait", PT_TRACE_MAIN, a, q->compute_ns,
+                             t->step + 1);
+            pt_trace_add(t->trace, ev, "pipeline", PT_TRACE_MAIN, q->compute_ns, pt_time_ns(),
+                         t->step + 1);
         }
     }
     drain(q);
