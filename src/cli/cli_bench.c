@@ -7,6 +7,8 @@
 
 /* bench_comm.c */
 int pt_cli_bench_comm(int argc, char **argv);
+/* bench_schedule.c */
+int pt_cli_bench_schedule(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -15,6 +17,8 @@ static const struct {
 } benches[] = {
     {"comm", pt_cli_bench_comm,
      "collectives per backend (shm, mpi, mpi_native, memcpy): latency and bus bandwidth"},
+    {"schedule", pt_cli_bench_schedule,
+     "a pipeline schedule's bubble, makespan and activations in flight for given pass times"},
 };
 
 static void usage(FILE *f) {
@@ -22,7 +26,7 @@ static void usage(FILE *f) {
             "usage: partrain bench <benchmark> [options]   (partrain bench <benchmark> --help)\n\n"
             "benchmarks:\n");
     for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
-        fprintf(f, "  %-6s %s\n", benches[i].name, benches[i].help);
+        fprintf(f, "  %-8s %s\n", benches[i].name, benches[i].help);
 }
 
 int pt_cli_bench(int argc, char **argv) {

@@ -1,0 +1,236 @@
+#!/bin/sh
+# Pipeline parallelism, measured against its formula: per model config and
+# micro-batch count m, the one-rank baseline (one thread, the same global
+# batch, parallel.microbatches=1) and pp=2 (two ranks, one thread each,
+# train.threads=1) under every schedule. Runs ALTERNATE: each round runs the
+# baseline and every schedule once, the order rotated by one each round (the
+# machine is shared and noisy). The pp runs write a Chrome trace
+# (log.trace), from which the script takes the mean F, B, W (or BW) pass
+# time over the timed steps, per stage and over both stages. A pass's time
+# is its compute: the trace's pass event also spans the wait for the
+# neighbour's activations or gradients, so the script sums the module events
+# nested in it instead (a W pass receives nothing: its whole event);
+# pass_wall_ms in the JSON keeps the whole events.
+#
+# Formula bubble: `partrain bench schedule` with tf, tb, tw from zb1's trace
+# of the same config and m (split B and W passes; mean over rounds); when zb1
+# is not measured, each schedule's own times with tb = tw = BW/2 (column
+# "times" says which). The bubble is a ratio: scaling all three times leaves
+# it unchanged, so a whole stage's times serve the chunked schedules too.
+#
+# Columns: step_ms (median over rounds of each run's median timed step),
+# speed-up = baseline_ms / pp_ms, bubble (median over the timed steps and
+# rounds of the metric), formula bubble, |difference|, goal = 0.9 * 2 /
+# (1 + formula bubble) and whether the speed-up meets it, stage_acts per
+# stage (MiB, the PT_MEM_ACTS peak). One JSON line per (config, m, schedule).
+#
+#   bench/pp_bench.sh [--rounds R] [--warmup W] [--steps S] [--configs "small gpt2"]
+#                     [--micro "2 4 8"] [--schedules "gpipe 1f1b interleaved zb1 zbv"] [--save]
+#
+# Configs: small = L6 C384 NH6 V256 T256 batch 8; gpt2 = L12 C768 NH12 V50257
+# T64 batch 4 (an m that does not divide the batch is skipped, said on stderr).
+# interleaved runs with parallel.virtual_stages=2; zbv always has 2 chunks.
+# --save also writes the output to bench/results/pp_<date>.txt.
+# PARTRAIN=path overrides the binary (default: build-bench/src/cli/partrain,
+# built if missing).
+set -eu
+ROUNDS=3 WARMUP=2 STEPS=4 CONFIGS="small gpt2" MICRO="2 4 8" SAVE=0
+SCHEDULES="gpipe 1f1b interleaved zb1 zbv"
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --configs) CONFIGS=$2; shift 2 ;;
+    --micro) MICRO=$2; shift 2 ;;
+    --schedules) SCHEDULES=$2; shift 2 ;;
+    --save) SAVE=1; shift ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    *) echo "pp_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+BIN=${PARTRAIN:-$ROOT/build-bench/src/cli/partrain}
+if [ -z "${PARTRAIN:-}" ]; then
+    cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$ROOT/build-bench" --target partrain -j2 >/dev/null
+fi
+DATA="$ROOT/data/fortunes/train.txt"
+[ -f "$DATA" ] || { echo "pp_bench.sh: $DATA missing (scripts/prepare-data.sh)" >&2; exit 1; }
+for s in $SCHEDULES; do
+    case "$s" in gpipe | 1f1b | interleaved | zb1 | zbv) ;;
+    *) echo "pp_bench.sh: unknown schedule '$s' (gpipe 1f1b interleaved zb1 zbv)" >&2; exit 2 ;;
+    esac
+done
+export OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+TMP=$(mktemp -d /tmp/pt-pp-bench-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+OUTFILE=/dev/null
+if [ "$SAVE" = 1 ]; then
+    mkdir -p "$ROOT/bench/results"
+    OUTFILE="$ROOT/bench/results/pp_$(date -u '+%Y-%m-%d_%H%M').txt"
+fi
+START=$(date +%s)
+
+shape() { # config -> "L C NH V T batch"
+    case "$1" in
+    small) echo "6 384 6 256 256 8" ;;
+    gpt2) echo "12 768 12 50257 64 4" ;;
+    *) echo "pp_bench.sh: unknown config '$1' (small gpt2)" >&2; exit 2 ;;
+    esac
+}
+
+# run CONFIG M SCHED ROUND: one training run; SCHED "base" is the one-rank
+# baseline. Appends one JSON line (its medians, pass times, stage_acts) to
+# $TMP/CONFIG_M_SCHED.
+run() {
+    cfg=$1 m=$2 sch=$3 rd=$4
+    set -- $(shape "$cfg")
+    tag="${cfg}_${m}_${sch}_$rd"
+    if [ "$sch" = base ]; then
+        par="--set parallel.microbatches=1"
+    else
+        par="--nproc 2 --set parallel.pp=2 --set parallel.schedule=$sch --set parallel.microbatches=$m"
+        par="$par --set log.trace=$TMP/$tag.trace.json"
+        [ "$sch" = interleaved ] && par="$par --set parallel.virtual_stages=2"
+    fi
+    # shellcheck disable=SC2086
+    if ! "$BIN" train $par --set model.n_layer=$1 --set model.n_embd=$2 --set model.n_head=$3 \
+        --set model.vocab_size=$4 --set model.seq_len=$5 --set train.batch_size=$6 \
+        --set train.steps=$((WARMUP + STEPS)) --set train.warmup_steps=0 --set train.lr=3e-4 \
+        --set train.threads=1 --set data.train="$DATA" \
+        --set log.metrics="$TMP/$tag.jsonl" >"$TMP/$tag.log" 2>&1; then
+        echo "pp_bench.sh: run $tag failed; its last lines:" >&2
+        tail -3 "$TMP/$tag.log" >&2
+        exit 1
+    fi
+    python3 - "$TMP/$tag.jsonl" "$TMP/$tag.trace.json" "$WARMUP" <<'PY' >>"$TMP/${cfg}_${m}_$sch"
+import bisect, json, os, re, statistics, sys
+metrics, trace, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = [json.loads(l) for l in open(metrics)]
+rows = [r for r in rows if "step_ms" in r and r["step"] > warmup]
+out = {"step_ms": statistics.median(r["step_ms"] for r in rows)}
+if "bubble" in rows[0]:
+    out["bubbles"] = [r["bubble"] for r in rows]
+    out["stage_acts"] = rows[-1]["stage_acts"]
+if os.path.exists(trace):
+    # A pipeline pass's event spans its wait for the neighbour's activations
+    # or gradients too; its compute is the sum of the module events
+    # (cat forward / backward) nested in it, on the same rank (pid).
+    ev = json.load(open(trace))["traceEvents"]
+    mods = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") in ("forward", "backward"):
+            mods.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for v in mods.values():
+        v.sort()
+    starts = {p: [a for a, _ in v] for p, v in mods.items()}
+    name = re.compile(r"^(F|BW|B|W)\d+( c\d+)?$")
+    kinds, walls = {}, {}  # kind -> stage (pid) -> [ms]
+    for e in ev:
+        if e.get("cat") != "pipeline" or e.get("args", {}).get("step", 0) <= warmup:
+            continue
+        k = name.match(e["name"])
+        if not k:
+            continue
+        p, a, b = e["pid"], e["ts"], e["ts"] + e["dur"]
+        i, busy = bisect.bisect_left(starts.get(p, []), a), 0.0
+        while i < len(starts.get(p, [])) and mods[p][i][0] < b:
+            if mods[p][i][1] <= b:
+                busy += mods[p][i][1] - mods[p][i][0]
+            i += 1
+        # W waits for no one (no receive), and its module events start at the
+        # preceding B's last hook (no before-hook on the weight pass): whole event
+        if k.group(1) == "W":
+            busy = b - a
+        kinds.setdefault(k.group(1), {}).setdefault(str(p), []).append(busy / 1e3)
+        walls.setdefault(k.group(1), {}).setdefault(str(p), []).append(e["dur"] / 1e3)
+    # mean pass time (ms) per kind: over both stages, and per stage
+    for key, src in (("pass_ms", kinds), ("pass_wall_ms", walls)):
+        out[key] = {k: statistics.mean(d for v in s.values() for d in v) for k, s in src.items()}
+        out[key + "_stage"] = {k: {p: statistics.mean(v) for p, v in sorted(s.items())}
+                               for k, s in src.items()}
+print(json.dumps(out))
+PY
+}
+
+{
+    echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, partrain $(git -C "$ROOT" rev-parse --short HEAD), rounds $ROUNDS, warm-up $WARMUP, timed $STEPS; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf "%-6s %2s %-11s %9s %7s %7s %7s %6s %6s %4s %6s %-15s %s\n" config m schedule step_ms \
+        speedup bubble formula diff goal met times stage_acts_MiB "compute_ms F/B/W/BW (stage0 | stage1)"
+} | tee "$OUTFILE"
+for cfg in $CONFIGS; do
+    set -- $(shape "$cfg")
+    batch=$6
+    for m in $MICRO; do
+        if [ $((batch % m)) != 0 ]; then
+            echo "pp_bench.sh: $cfg: m $m does not divide the batch $batch: skipped" >&2
+            continue
+        fi
+        runs="base $SCHEDULES"
+        nruns=$(echo $runs | wc -w)
+        r=1
+        while [ "$r" -le "$ROUNDS" ]; do
+            # rotate the order by r-1
+            k=0
+            order=$(for s in $runs; do echo "$(( (k - r + 1 + nruns * ROUNDS) % nruns )) $s"; k=$((k + 1)); done |
+                sort -n | cut -d' ' -f2)
+            for s in $order; do run "$cfg" "$m" "$s" "$r"; done
+            r=$((r + 1))
+        done
+        python3 - "$BIN" "$TMP" "$cfg" "$m" "$SCHEDULES" <<'PY' | tee -a "$OUTFILE"
+import json, statistics, subprocess, sys
+bin_, tmp, cfg, m, schedules = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
+load = lambda s: [json.loads(l) for l in open("%s/%s_%d_%s" % (tmp, cfg, m, s))]
+med = statistics.median
+base = load("base")
+base_ms = med(r["step_ms"] for r in base)
+def times(runs, key="pass_ms"):  # mean over rounds of each kind's mean pass time
+    ks = {k for r in runs for k in r[key]}
+    return {k: statistics.mean(r[key][k] for r in runs if k in r[key]) for k in ks}
+zb1 = times(load("zb1")) if "zb1" in schedules else None
+rows, lines = [], []
+for s in schedules:
+    runs = load(s)
+    ms = med(r["step_ms"] for r in runs)
+    bub = med(b for r in runs for b in r["bubbles"])
+    own = times(runs)
+    if zb1 and all(k in zb1 for k in "FBW"):
+        tf, tb, tw, src = zb1["F"], zb1["B"], zb1["W"], "zb1"
+    elif "BW" in own:
+        tf, tb, tw, src = own["F"], own["BW"] / 2, own["BW"] / 2, "BW/2"
+    else:
+        tf, tb, tw, src = own["F"], own["B"], own["W"], "own"
+    v = 2 if s in ("interleaved", "zbv") else 1
+    f = json.loads(subprocess.run([bin_, "bench", "schedule", "--schedule", s, "--pp", "2",
+                                   "--microbatches", str(m), "--virtual-stages", str(v),
+                                   "--tf", "%.6f" % tf, "--tb", "%.6f" % tb, "--tw", "%.6f" % tw,
+                                   "--json"], check=True, capture_output=True, text=True).stdout)
+    speedup = base_ms / ms
+    goal = 0.9 * 2 / (1 + f["bubble"])
+    acts = [a / 2**20 for a in runs[-1]["stage_acts"]]
+    per = {k: [statistics.mean(r["pass_ms_stage"][k][p] for r in runs) for p in ("0", "1")]
+           for k in own}
+    order = [k for k in ("F", "B", "W", "BW") if k in own]
+    ptxt = "/".join("%.0f" % own[k] for k in order) + " (" + \
+        "/".join("%.0f" % per[k][0] for k in order) + " | " + \
+        "/".join("%.0f" % per[k][1] for k in order) + ")"
+    rows.append("%-6s %2d %-11s %9.1f %6.2fx %7.3f %7.3f %6.3f %5.2fx %4s %6s %-15s %s" % (
+        cfg, m, s, ms, speedup, bub, f["bubble"], abs(bub - f["bubble"]), goal,
+        "yes" if speedup >= goal else "no", src, "/".join("%.1f" % a for a in acts), ptxt))
+    lines.append(json.dumps({"bench": "pp", "config": cfg, "pp": 2, "microbatches": m, "schedule": s,
+                      "virtual_stages": v, "threads_per_rank": 1,
+                      "baseline_ms": base_ms, "step_ms": ms, "speedup": speedup,
+                      "bubble": bub, "formula_bubble": f["bubble"],
+                      "bubble_diff": abs(bub - f["bubble"]), "goal_speedup": goal,
+                      "goal_met": speedup >= goal, "times_from": src,
+                      "tf_ms": tf, "tb_ms": tb, "tw_ms": tw, "formula_makespan_ms": f["makespan"],
+                      "in_flight": f["in_flight"], "pass_ms": own, "pass_ms_stage": per,
+                      "pass_wall_ms": times(runs, "pass_wall_ms"),
+                      "stage_acts_mib": acts, "baseline_runs": [r["step_ms"] for r in base],
+                      "runs": [r["step_ms"] for r in runs]}))
+print("\n".join(rows + lines))
+PY
+    done
+done
+echo "# took $(( $(date +%s) - START )) s" | tee -a "$OUTFILE"
