@@ -323,6 +323,9 @@ typedef struct {
      * only here, with p->last set (the same meaning as after_backward's). */
     void (*after_weight_grad)(void *arg, const pt_hook_point *p);
     void *arg; /* lent; passed to every hook */
+    /* Before a module's weight-gradient pass (timing; after `arg` so that
+     * positional initializers of the others stay valid). */
+    void (*before_weight_grad)(void *arg, const pt_hook_point *p);
 } pt_model_hooks;
 /* Install hooks (copied); NULL removes them. */
 void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);

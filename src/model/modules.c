@@ -334,6 +334,7 @@ void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_
     PT_ASSERT(m->tp == 1 || m->tp_comm);
     PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
     pt_hook_point hp = {i, b->micro, b->last, ctx};
+    if (m->hooks.before_weight_grad) m->hooks.before_weight_grad(m->hooks.arg, &hp);
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
         if (m->tp > 1)

@@ -152,3 +152,94 @@ void pt_stage_describe(const pt_model_config *c, int p, const pt_stage *s, char 
                              s[k].last == c->n_layer + 1 ? " + head" : "");
     }
 }
+
+/* ---- a rank's chunks together ---- */
+
+typedef struct {
+    const pt_model_config *c;
+    int G, p, nmod;
+    const int *rank_of; /* virtual stage -> rank */
+    const double *pre;  /* prefix sums of the modules' costs */
+    int *cur, *best;    /* starts of virtual stages 1..G-1 */
+    double best_rank, best_stage;
+    long budget; /* cuts left to try */
+} search;
+
+/* Every cut whose stages 0..g-1 are chosen (cur[k - 1]: the first module
+ * of stage k), stage g - 1 starting at `at`: the rest by recursion; each
+ * complete cut scored by its most loaded rank, then its costliest stage. */
+static void try_cuts(search *x, int g, int at) {
+    if (x->budget <= 0) return;
+    if (g == x->G) {
+        x->budget--;
+        double rank[PT_SCHEDULE_MAX_VIRTUAL * 64] = {0}, top = 0, stage = 0;
+        for (int k = 0; k < x->G; k++) {
+            int a = k ? x->cur[k - 1] : 0, b = k + 1 < x->G ? x->cur[k] : x->nmod;
+            double v = x->pre[b] - x->pre[a];
+            rank[x->rank_of[k]] += v;
+            if (v > stage) stage = v;
+        }
+        for (int r = 0; r < x->p; r++)
+            if (rank[r] > top) top = rank[r];
+        if (top < x->best_rank * (1 - 1e-12) ||
+            (top <= x->best_rank * (1 + 1e-12) && stage < x->best_stage * (1 - 1e-12))) {
+            x->best_rank = top;
+            x->best_stage = stage;
+            memcpy(x->best, x->cur, (size_t)(x->G - 1) * sizeof *x->cur);
+        }
+        return;
+    }
+    /* stage g - 1 starts at `at`; stage g at `next`, leaving a module for
+     * each stage after it */
+    for (int next = at + 1; next <= x->nmod - (x->G - g); next++) {
+        x->cur[g - 1] = next;
+        try_cuts(x, g + 1, next);
+    }
+}
+
+pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int p, int v,
+                             const char *layers, pt_stage *out) {
+    int G = p * v, nmod = c->n_layer + 2;
+    PT_CHECK(pt_stage_split(c, G, layers, out));
+    /* one chunk a rank, or the cut given: as it is */
+    if (v == 1 || (layers && *layers) || G > PT_SCHEDULE_MAX_VIRTUAL * 64) return PT_OK;
+    /* Several chunks a rank: what a rank works is the SUM of its chunks,
+     * which the per-stage cut does not balance (ZB-V at p 2 over 6 blocks:
+     * 2 blocks and 4). Try every cut (up to a budget; past it, the
+     * per-stage cut stays) for the smallest largest rank, then stage. */
+    int rank_of[PT_SCHEDULE_MAX_VIRTUAL * 64];
+    for (int g = 0; g < G; g++) rank_of[g] = pt_schedule_locate(schedule, p, v, g, NULL);
+    double *pre = malloc((size_t)(nmod + 1) * sizeof *pre);
+    int *cur = malloc((size_t)G * sizeof *cur), *best = malloc((size_t)G * sizeof *best);
+    if (!pre || !cur || !best) {
+        free(pre);
+        free(cur);
+        free(best);
+        return pt_error_set(PT_ERR_NOMEM, "stage split");
+    }
+    pre[0] = 0;
+    for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, i);
+    search x = {c, G, p, nmod, rank_of, pre, cur, best, 0, 0, 2000000};
+    /* the per-stage cut is the one to beat */
+    for (int k = 1; k < G; k++) best[k - 1] = cur[k - 1] = out[k].first;
+    {
+        double rank[PT_SCHEDULE_MAX_VIRTUAL * 64] = {0};
+        for (int k = 0; k < G; k++) {
+            rank[rank_of[k]] += out[k].cost;
+            if (out[k].cost > x.best_stage) x.best_stage = out[k].cost;
+        }
+        for (int r = 0; r < p; r++)
+            if (rank[r] > x.best_rank) x.best_rank = rank[r];
+    }
+    long total = 1; /* C(nmod - 1, G - 1), capped: the search's size */
+    for (int k = 1; k < G && total <= x.budget; k++) total = total * (nmod - k) / k;
+    if (total <= x.budget) try_cuts(&x, 1, 0);
+    for (int k = 0; k < G; k++) {
+        int a = k ? best[k - 1] : 0, b = k + 1 < G ? best[k] : nmod;
+        fill(c, &out[k], a, b - 1, k == G - 1);
+    }
+    free(pre);
+    free(cur);
+    free(best);
+    return PT_OK;
+}

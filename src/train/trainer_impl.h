@@ -93,8 +93,9 @@ pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *l
 void pt_pipe_before_forward(pt_pipe *q, pt_model *m, int module);
 void pt_pipe_after_forward(pt_pipe *q, int module);
 void pt_pipe_grads_final(pt_pipe *q, pt_model *m, int module);
-/* The last step's time waiting for neighbours and the span of its passes. */
-void pt_pipe_take_stats(pt_pipe *q, uint64_t *wait_ns, uint64_t *span_ns);
+/* The last step's passes: their work (waits excluded), and their span
+ * (the step's first pass to the end of its last send). */
+void pt_pipe_take_stats(pt_pipe *q, uint64_t *busy_ns, uint64_t *span_ns);
 int pt_pipe_has_head(const pt_pipe *q);
 /* The test hook's pipeline plants (PT_PLANT_PP_TIED). */
 void pt_pipe_test_plant(pt_pipe *q, pt_plant plant);

@@ -118,6 +118,10 @@ static void hook_after_backward(void *arg, const pt_hook_point *p) {
     if (t->trace) trace_pass(t, t->sched.split ? "B" : "bwd", "backward", p);
     if (!t->sched.split) grads_done(t, p);
 }
+static void hook_before_weight_grad(void *arg, const pt_hook_point *p) {
+    (void)p;
+    hook_before(arg);
+}
 static void hook_after_weight_grad(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->trace) trace_pass(t, "W", "backward", p);
@@ -162,7 +166,8 @@ static pt_status cut_stages(pt_trainer *t) {
     t->stages = malloc((size_t)G * sizeof *t->stages);
     t->owned = calloc((size_t)p * (size_t)nmod, 1);
     if (!t->stages || !t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
-    PT_CHECK(pt_stage_split(&cfg->model, G, cfg->parallel.stage_layers, t->stages));
+    PT_CHECK(pt_stage_split_for(&cfg->model, t->sched.name, p, v, cfg->parallel.stage_layers,
+                                t->stages));
     for (int g = 0; g < G; g++) {
         int c, r = pt_schedule_locate(t->sched.name, p, v, g, &c);
         for (int i = t->stages[g].first; i <= t->stages[g].last; i++)
@@ -387,8 +392,9 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
         if (t->zero) pt_zero_set_trace(t->zero, t->trace);
     }
-    pt_model_hooks hooks = {hook_before_forward, hook_after_forward,     hook_before_backward,
-                            hook_after_backward, hook_after_weight_grad, t};
+    pt_model_hooks hooks = {hook_before_forward,    hook_after_forward,     hook_before_backward,
+                            hook_after_backward,    hook_after_weight_grad, t,
+                            hook_before_weight_grad};
     pt_model_set_hooks(t->model, &hooks);
     if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
         st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");

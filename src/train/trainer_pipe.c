@@ -89,6 +89,7 @@ struct pt_pipe {
     /* the step's waits for neighbours, and the span of its passes */
     uint64_t wait_ns, span0, span1;
     uint64_t compute_ns; /* when the current pass's work began (its wait done) */
+    uint64_t busy_ns;    /* the step's passes' work */
 };
 
 static void keep(pt_pipe *q, pt_status st, const char *what) {
@@ -442,7 +443,7 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
                        const int *targets, float dloss, size_t base, double *loss_sum) {
     pt_model *m = t->model;
     int T = t->cfg.model.seq_len, mB = t->micro_B;
-    q->wait_ns = 0;
+    q->wait_ns = q->busy_ns = 0;
     q->span0 = pt_time_ns();
     tied_begin(q, m, 1);
     int armed = 0;
@@ -471,6 +472,8 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
                 backward(q, m, h, mb, ps->kind == PT_PASS_BACKWARD_INPUT);
             }
         }
+        uint64_t done = pt_time_ns();
+        q->busy_ns += done - q->compute_ns;
         if (t->trace) {
             char ev[40];
             if (q->v > 1)
@@ -481,8 +484,7 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
             if (q->compute_ns > a + 1000)
                 pt_trace_add(t->trace, "wait", "wait", PT_TRACE_MAIN, a, q->compute_ns,
                              t->step + 1);
-            pt_trace_add(t->trace, ev, "pipeline", PT_TRACE_MAIN, q->compute_ns, pt_time_ns(),
-                         t->step + 1);
+            pt_trace_add(t->trace, ev, "pipeline", PT_TRACE_MAIN, q->compute_ns, done, t->step + 1);
         }
     }
     drain(q);
@@ -508,8 +510,8 @@ pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *l
     return take_error(q);
 }
 
-void pt_pipe_take_stats(pt_pipe *q, uint64_t *wait_ns, uint64_t *span_ns) {
-    *wait_ns = q->wait_ns;
+void pt_pipe_take_stats(pt_pipe *q, uint64_t *busy_ns, uint64_t *span_ns) {
+    *busy_ns = q->busy_ns;
     *span_ns = q->span1 > q->span0 ? q->span1 - q->span0 : 0;
 }
 

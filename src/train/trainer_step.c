@@ -148,14 +148,18 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
     st = pt_model_take_error(t->model); /* a tensor-parallel collective's */
     if (st != PT_OK) return st;
     float loss = (float)(loss_sum / M);
-    /* the pipeline's bubble on this rank: waiting for neighbours over the
-     * span of the step's passes */
-    double bubble = 0;
+    /* the pipeline's bubble: the part of the step's passes' span S (the
+     * longest rank's) in which a rank is not working, 1 - busy / S, mean
+     * over ranks -- the schedules' idle / (idle + busy)
+     * (pt_schedule_bubble), so that the two compare */
+    double bubble = 0, busy = 0, span = 0;
     uint64_t stage_acts[PT_STEP_MAX_STAGES] = {0};
     if (t->pipe) {
-        uint64_t w, span;
-        pt_pipe_take_stats(t->pipe, &w, &span);
-        bubble = span ? (double)w / (double)span : 0;
+        uint64_t b, sp;
+        pt_pipe_take_stats(t->pipe, &b, &sp);
+        busy = (double)b;
+        span = (double)sp;
+        bubble = span > 0 ? 1 - busy / span : 0;
     }
     float lr = pt_lr_schedule(t->step, c->train.steps, c->train.warmup_steps, (float)c->train.lr,
                               (float)c->train.min_lr);
@@ -224,7 +228,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
         /* rank 0 learns the global loss and every rank's peak memory (max
          * per category); on the aux communicator, so that comm_bytes counts
          * gradient traffic only */
-        enum { NRS = 8 + 2 * PT_MEM_NCAT };
+        enum { NRS = 9 + 2 * PT_MEM_NCAT };
         double rs[NRS];
         rs[0] = loss;
         rs[1] = (double)t->mem_peak_total;
@@ -237,13 +241,14 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
          * stage, and the fraction of its passes' span spent waiting */
         rs[5 + 2 * PT_MEM_NCAT] = !t->pipe || pt_pipe_has_head(t->pipe);
         rs[6 + 2 * PT_MEM_NCAT] = t->pp_rank;
-        rs[7 + 2 * PT_MEM_NCAT] = bubble;
+        rs[7 + 2 * PT_MEM_NCAT] = busy;
+        rs[8 + 2 * PT_MEM_NCAT] = span;
         if (t->rank != 0) {
             st = pt_comm_send(t->aux, rs, sizeof rs, 0, 7);
             if (st != PT_OK) return pt_trainer_prefix_error(st, "step statistics");
         } else {
             double sum = rs[5 + 2 * PT_MEM_NCAT] ? loss : 0, nloss = rs[5 + 2 * PT_MEM_NCAT];
-            double bsum = bubble;
+            double busy_sum = busy, span_max = span;
             stage_acts[0] = t->mem_peak[PT_MEM_ACTS];
             for (int r = 1; r < t->nranks; r++) {
                 double o[NRS];
@@ -253,7 +258,8 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                     sum += o[0];
                     nloss += 1;
                 }
-                bsum += o[7 + 2 * PT_MEM_NCAT];
+                busy_sum += o[7 + 2 * PT_MEM_NCAT];
+                if (o[8 + 2 * PT_MEM_NCAT] > span_max) span_max = o[8 + 2 * PT_MEM_NCAT];
                 int sg = (int)o[6 + 2 * PT_MEM_NCAT];
                 if (sg >= 0 && sg < PT_STEP_MAX_STAGES &&
                     (uint64_t)o[2 + PT_MEM_ACTS] > stage_acts[sg])
@@ -271,7 +277,7 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
                     first_end = o[3 + PT_MEM_NCAT];
             }
             loss = (float)(sum / nloss);
-            bubble = bsum / t->nranks;
+            if (t->pipe && span_max > 0) bubble = 1 - busy_sum / t->nranks / span_max;
         }
     }
     if (info) {

@@ -382,7 +382,7 @@ static void test_hooks_and_slots(void) {
     pt_model_slot *slot[2] = {pt_model_own_slot(m), second};
     hook_log lg;
     memset(&lg, 0, sizeof lg);
-    pt_model_hooks h = {on_bf, on_af, on_bb, on_ab, NULL, &lg};
+    pt_model_hooks h = {on_bf, on_af, on_bb, on_ab, NULL, &lg, NULL};
     pt_model_set_hooks(m, &h);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) pt_model_forward_in(m, slot[k], &b[k], NULL);
@@ -547,7 +547,7 @@ static void test_split_micro_batches(void) {
     static chain_bufs cb[2];
     for (int k = 0; k < 2; k++) ctx_set_new(&cs[k], m, 1);
     hook_log lg;
-    pt_model_hooks h = {NULL, NULL, NULL, on_ab, on_wg, &lg};
+    pt_model_hooks h = {NULL, NULL, NULL, on_ab, on_wg, &lg, NULL};
     for (int order = 0; order < 2; order++) {
         memset(&lg, 0, sizeof lg);
         pt_model_zero_grads(m);

@@ -99,8 +99,59 @@ static void test_errors(void) {
           strstr(pt_error_message(), "stage 1 holds no module"));
 }
 
+/* The smallest most-loaded-rank cost over every cut of n modules into 4
+ * virtual stages, rank_of mapping stages to 2 ranks. */
+static double brute_ranks(const double *cost, int n, const int *rank_of) {
+    double best = -1;
+    for (int a = 1; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            for (int d = b + 1; d < n; d++) {
+                int cut[5] = {0, a, b, d, n};
+                double r[2] = {0, 0};
+                for (int k = 0; k < 4; k++)
+                    for (int i = cut[k]; i < cut[k + 1]; i++) r[rank_of[k]] += cost[i];
+                double m = r[0] > r[1] ? r[0] : r[1];
+                if (best < 0 || m < best) best = m;
+            }
+    return best;
+}
+
+/* Several chunks a rank: the cut balances each rank's SUM of chunks (zbv:
+ * rank 0 holds stages 0 and 3; interleaved: 0 and 2), the best of every
+ * cut; with one chunk a rank it is pt_stage_split's. */
+static void test_ranks_balanced(void) {
+    pt_stage s[16], one[16];
+    static const struct {
+        const char *name;
+        int rank_of[4];
+    } sch[] = {{"zbv", {0, 1, 1, 0}}, {"interleaved", {0, 1, 0, 1}}};
+    for (int L = 2; L <= 9; L++) {
+        pt_model_config c = model(L);
+        int n = L + 2;
+        double cost[16];
+        CHECK_OK(pt_stage_split(&c, n, "", one));
+        for (int i = 0; i < n; i++) cost[i] = one[i].cost;
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(pt_stage_split_for(&c, sch[k].name, 2, 2, "", s));
+            double r[2] = {0, 0};
+            int next = 0;
+            for (int g = 0; g < 4; g++) {
+                CHECK(s[g].first == next && s[g].last >= s[g].first);
+                next = s[g].last + 1;
+                r[sch[k].rank_of[g]] += s[g].cost;
+            }
+            CHECK_EQ(next, n);
+            CHECK_NEAR(r[0] > r[1] ? r[0] : r[1], brute_ranks(cost, n, sch[k].rank_of), 0, 1e-12);
+        }
+        CHECK_OK(pt_stage_split_for(&c, "1f1b", 2, 1, "", s));
+        CHECK_OK(pt_stage_split(&c, 2, "", one));
+        CHECK(s[0].last == one[0].last && s[1].first == one[1].first);
+    }
+}
+
 int main(void) {
     RUN(test_balanced_is_best);
+    RUN(test_ranks_balanced);
     RUN(test_override);
     RUN(test_errors);
     return TEST_DONE();
