@@ -357,6 +357,13 @@ pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i);
  * also holds one block's recompute region (pt_recompute), which B fills and
  * W reads: its max_B bounds the batches of the contexts that use it. */
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B);
+/* A scratch for a context whose weight-gradient pass is deferred (a
+ * zero-bubble W after other passes): it holds what its B leaves for its W
+ * (the intermediate gradients, the recomputed activations); what only one
+ * pass reads while it runs (the attention backward's workspace, sequence
+ * parallelism's gathered rows) stays the model's own scratch's, shared.
+ * max_B at most the model's. */
+pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B);
 void pt_module_scratch_free(pt_module_scratch *s);
 /* The scratch module backward in context c uses (lent until replaced);
  * NULL: the model's. */

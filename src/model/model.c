@@ -245,7 +245,21 @@ void pt_module_ctx_free(pt_module_ctx *c) {
 
 /* ---- backward scratch and slots ---- */
 
+static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B, int deferred);
+
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B) {
+    return scratch_make(out, m, max_B, 0);
+}
+
+pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B) {
+    PT_ASSERT(m->scratch && max_B <= m->scratch->max_B);
+    return scratch_make(out, m, max_B, 1);
+}
+
+/* deferred: the buffers only one pass reads at a time (the attention
+ * backward's workspace; under sequence parallelism the gathered rows and a
+ * LayerNorm's partial gradient) are the model's scratch's. */
+static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B, int deferred) {
     *out = NULL;
     PT_ASSERT(max_B > 0);
     const pt_model_config *cfg = &m->cfg;
@@ -257,6 +271,7 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     size_t att =
         pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
     size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
+    if (deferred) att = sp = 0;
     pt_module_ctx dummy = {0};
     unsigned region = PT_ACTS_ALL & ~block_kept(m);
     size_t rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
@@ -279,6 +294,11 @@ pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int 
     if (sp) {
         s->full = p, p += N * C;
         s->ln_g = p, p += 2 * C;
+    }
+    if (deferred) {
+        s->att = m->scratch->att;
+        s->full = m->scratch->full;
+        s->ln_g = m->scratch->ln_g;
     }
     s->max_B = max_B;
     if (rc) s->recomp = p;

@@ -234,9 +234,10 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         q->owner[k] = -1;
         /* a zero-bubble W reads what its B left: a scratch per module of the block */
         for (int j = 0; q->split && j < q->nscr; j++)
-            PT_CHECK_GOTO(
-                st, pt_module_scratch_new(&q->scratch[k * q->nscr + j], m, pt_model_max_batch(m)),
-                fail);
+            PT_CHECK_GOTO(st,
+                          pt_module_scratch_new_deferred(&q->scratch[k * q->nscr + j], m,
+                                                         pt_model_max_batch(m)),
+                          fail);
         float *blk = q->mem + (size_t)k * q->block_floats;
         for (int c = 0; c < q->v; c++) {
             chunk *h = &q->ch[c];

@@ -292,9 +292,17 @@ pt_status pt_trainer_run(pt_trainer *t) {
         PT_INFO("gradient buckets: %d (largest %.2f MiB), overlap %s", pt_ddp_num_buckets(t->ddp),
                 (double)n * 4 / 1048576.0, c->parallel.overlap ? "on" : "off");
     }
-    PT_INFO("model: %zu parameters, %d layers, n_embd %d, %d heads, seq_len %d, vocab %d",
-            pt_model_num_params(t->model), c->model.n_layer, c->model.n_embd, c->model.n_head,
-            c->model.seq_len, c->model.vocab_size);
+    /* the whole model's count, and what this rank holds of it (a tp slice,
+     * a pipeline stage) */
+    if (t->mp)
+        PT_INFO("model: %zu parameters (%zu on this rank), %d layers, n_embd %d, %d heads, "
+                "seq_len %d, vocab %d",
+                pt_trainer_num_params(t), pt_model_num_params(t->model), c->model.n_layer,
+                c->model.n_embd, c->model.n_head, c->model.seq_len, c->model.vocab_size);
+    else
+        PT_INFO("model: %zu parameters, %d layers, n_embd %d, %d heads, seq_len %d, vocab %d",
+                pt_model_num_params(t->model), c->model.n_layer, c->model.n_embd, c->model.n_head,
+                c->model.seq_len, c->model.vocab_size);
     int last_val = -1, last_save = -1, start = t->step;
     double t_start = pt_time_s();
     if (t->val) {

@@ -80,6 +80,9 @@ static void test_compose(void) {
         L3 "parallel.pp=2 parallel.tp=2 parallel.microbatches=2",
         L3 "parallel.pp=2 parallel.tp=2 parallel.microbatches=4 parallel.schedule=zb1",
         L3 "parallel.pp=2 parallel.tp=2 parallel.microbatches=2 parallel.sequence_parallel=true",
+        /* deferred W's scratch shares the gathered rows (sequence parallelism) */
+        L3 "parallel.pp=2 parallel.tp=2 parallel.microbatches=4 parallel.sequence_parallel=true "
+           "parallel.schedule=zb1",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
 }

@@ -136,7 +136,7 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
     if (s.split) {
         size_t b0 = acts_now();
         pt_module_scratch *sc = NULL;
-        CHECK_OK(pt_module_scratch_new(&sc, mdl, mB));
+        CHECK_OK(pt_module_scratch_new_deferred(&sc, mdl, mB));
         unit += (size_t)most * (acts_now() - b0);
         pt_module_scratch_free(sc);
     }
