@@ -79,3 +79,21 @@ mh_mpirun() {
 mh_startup_failed() {
   grep -q -E "orte_init failed|unable to reliably start|ORTE_ERROR_LOG" "$1"
 }
+
+# mh_run_placed BIN OUT: run "BIN --mpi" on every rank through the caller's
+# mpi() function, each rank first printing "placement: rank R on
+# 10.213.0.H" (the host it really runs on); a start-up failure before any
+# rank ran (mh_startup_failed) is retried, twice. Sets rc; prints OUT.
+mh_run_placed() {
+  probe='echo "placement: rank $OMPI_COMM_WORLD_RANK on $(ip -o -4 addr show | grep -o "10\.213\.0\.[0-9]*")"; exec "$0" --mpi'
+  attempt=1
+  while :; do
+    mpi sh -c "$probe" "$1" >"$2" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && mh_startup_failed "$2" && ! grep -q "^placement:" "$2" && [ $attempt -lt 3 ] || break
+    echo "(Open MPI failed to start on the simulated hosts, attempt $attempt; retrying)"
+    attempt=$((attempt + 1))
+    sleep 1
+  done
+  cat "$2"
+}

@@ -29,19 +29,8 @@ mpi() {
     -np 2 --host 10.213.0.1:1,10.213.0.2:1 "$@"
 }
 
-# Each rank: "placement: rank R on 10.213.0.H", then test_pp --mpi. A
-# start-up failure before any rank ran (mh_startup_failed) is retried.
-probe='echo "placement: rank $OMPI_COMM_WORLD_RANK on $(ip -o -4 addr show | grep -o "10\.213\.0\.[0-9]*")"; exec "$0" --mpi'
-attempt=1
-while :; do
-  mpi sh -c "$probe" "$bin" >"$out" 2>&1
-  rc=$?
-  [ $rc -ne 0 ] && mh_startup_failed "$out" && ! grep -q "^placement:" "$out" && [ $attempt -lt 3 ] || break
-  echo "(Open MPI failed to start on the simulated hosts, attempt $attempt; retrying)"
-  attempt=$((attempt + 1))
-  sleep 1
-done
-cat "$out"
+# Each rank: "placement: rank R on 10.213.0.H", then test_pp --mpi.
+mh_run_placed "$bin" "$out"
 
 fail=0
 [ $rc -eq 0 ] || { echo "FAIL: test_pp --mpi across 2 hosts exited $rc"; fail=1; }

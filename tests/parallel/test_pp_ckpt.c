@@ -248,46 +248,7 @@ static void test_file_shapes(void) {
 
 /* ---- out of memory inside a save ---- */
 
-#define OOM_RANKS 4
-
-typedef struct {
-    int status[OOM_RANKS], shared[OOM_RANKS];
-    char msg[OOM_RANKS][256];
-} oom_results;
-
-static oom_results *oom; /* MAP_SHARED: the ranks write here */
-
-typedef struct {
-    pt_config cfg;
-    int fail_rank;
-    long fail_after; /* that rank's n-th allocation in the save fails */
-} oom_case;
-
-static int rank_oom_save(void *arg) {
-    const oom_case *oc = arg;
-    pt_comm *w = NULL;
-    pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&w, &o) != PT_OK) return 2;
-    int me = pt_comm_rank(w), n = oc->cfg.train.batch_size * oc->cfg.model.seq_len;
-    int *in = malloc((size_t)n * sizeof(int)), *tg = malloc((size_t)n * sizeof(int));
-    step_tokens(&oc->cfg, 0, in, tg);
-    pt_trainer *t = NULL;
-    pt_status st = pt_trainer_new_dist(&t, &oc->cfg, w);
-    if (st == PT_OK) st = pt_trainer_step_batch(t, in, tg, NULL);
-    if (st == PT_OK) {
-        if (me == oc->fail_rank) pt_mem_fail_after(oc->fail_after);
-        st = pt_trainer_save(t);
-        pt_mem_fail_after(0);
-    }
-    oom->status[me] = st;
-    oom->shared[me] = st != PT_OK && pt_error_is_shared();
-    snprintf(oom->msg[me], sizeof oom->msg[me], "%s", st == PT_OK ? "" : pt_error_message());
-    pt_trainer_free(t);
-    free(in);
-    free(tg);
-    pt_comm_free(w);
-    return 0;
-}
+#include "parallel/ckpt_oom.h"
 
 /* C 256: a stage's buffer (MBs) does not fit the shm ring, so that a send
  * waits for its receiver: a rank 0 that skipped its receives would leave
