@@ -18,9 +18,13 @@ export OPENBLAS_NUM_THREADS=1
 
 labels=(-L quick)
 [ "$mode" = --full ] && labels=()
+# One test per core: the multi-rank tests oversubscribe anyway (one BLAS
+# thread a rank), and the tests that must run alone say so (RUN_SERIAL:
+# the simulated hosts); serial, the three trees took 28 minutes.
+jobs=(-j "$(nproc)")
 
 echo "== release build: tests"
-ctest --test-dir build --output-on-failure "${labels[@]}"
+ctest --test-dir build --output-on-failure "${jobs[@]}" "${labels[@]}"
 
 if [ "$mode" != --quick ]; then
   echo "== sanitizer build (ASan + UBSan): tests"
@@ -30,7 +34,7 @@ if [ "$mode" != --quick ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure "${labels[@]}"
+    ctest --test-dir build-asan --output-on-failure "${jobs[@]}" "${labels[@]}"
 
   # Both trees above are -march=native (AVX-512 on some CI machines, not on
   # others); the kernels' portable vector code and the OpenBLAS-only GEMM
@@ -38,5 +42,5 @@ if [ "$mode" != --quick ]; then
   echo "== portable build (no -march=native): tests"
   cmake -S . -B build-portable -DCMAKE_BUILD_TYPE=Release -DPT_NATIVE=OFF >/dev/null
   cmake --build build-portable -j "$(nproc)" >/dev/null
-  ctest --test-dir build-portable --output-on-failure "${labels[@]}"
+  ctest --test-dir build-portable --output-on-failure "${jobs[@]}" "${labels[@]}"
 fi
