@@ -87,8 +87,10 @@ void pt_pipe_free(pt_pipe *q);
 pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const int *inputs,
                        const int *targets, float dloss, size_t base, double *loss_sum);
 /* One micro-batch's forward through every stage (validation); *loss on the
- * head's stage, 0 elsewhere. */
-pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *loss);
+ * head's stage, 0 elsewhere. refresh: the head's copy of the tied wte is
+ * sent first (the first forward after a step; parameters change only in
+ * steps). */
+pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, int refresh, float *loss);
 /* Hooks' parts: the tied wte's transfers. */
 void pt_pipe_before_forward(pt_pipe *q, pt_model *m, int module);
 void pt_pipe_after_forward(pt_pipe *q, int module);

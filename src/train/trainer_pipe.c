@@ -259,19 +259,16 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->head_here = r_head == q->r;
     q->head_stage = r_head;
     q->tied_peer = r_emb == r_head ? -1 : q->emb_here ? r_head : q->head_here ? r_emb : -1;
-    if (q->tied_peer >= 0) {
+    if (q->tied_peer >= 0 && q->emb_here) {
+        q->wte_n = pt_model_tensor(m, 0)->numel; /* wte is module 0's first tensor */
+        q->wte_grad = pt_mem_alloc(PT_MEM_COMM, q->wte_n * sizeof(float));
+        if (!q->wte_grad) {
+            st = pt_error_set(PT_ERR_NOMEM, "pipeline: the tied wte's gradient");
+            goto fail;
+        }
+    } else if (q->tied_peer >= 0) {
         float *tp_p, *tp_g;
         pt_model_tied_wte(m, &tp_p, &tp_g, &q->wte_n);
-        if (q->emb_here) {
-            size_t off, cnt;
-            pt_model_module_region(m, 0, &off, &cnt);
-            q->wte_n = pt_model_tensor(m, 0)->numel; /* wte is module 0's first tensor */
-            q->wte_grad = pt_mem_alloc(PT_MEM_COMM, q->wte_n * sizeof(float));
-            if (!q->wte_grad) {
-                st = pt_error_set(PT_ERR_NOMEM, "pipeline: the tied wte's gradient");
-                goto fail;
-            }
-        }
     }
     *out = q;
     return PT_OK;
@@ -496,9 +493,9 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
 /* Validation: one forward of a micro-batch through every chunk in model
  * order (every rank visits its chunks in increasing virtual stage, so the
  * receives come in send order); *loss on the head's stage. */
-pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, float *loss) {
+pt_status pt_pipe_forward(pt_pipe *q, pt_trainer *t, const pt_batch *b, int refresh, float *loss) {
     pt_model *m = t->model;
-    tied_begin(q, m, 0);
+    if (refresh) tied_begin(q, m, 0);
     double sum = 0;
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];

@@ -59,7 +59,7 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T, 0, 0};
         float loss = 0;
         if (t->pipe)
-            PT_CHECK(pt_pipe_forward(t->pipe, t, &batch, &loss));
+            PT_CHECK(pt_pipe_forward(t->pipe, t, &batch, w == 0, &loss));
         else
             pt_model_forward(t->model, &batch, &loss);
         if (w < mine) sum += (double)loss;
