@@ -22,14 +22,9 @@
 #include <sys/mman.h>
 
 #include "parallel/parity_harness.h"
+#include "parallel/ckpt_test.h"
 
-#define SAVE_AT 10
 #define HEADS4  "model.n_head=4 "
-
-/* A case: the model keys, the layout that saves, the one that resumes. */
-typedef struct {
-    const char *model, *from, *to;
-} ckpt_case;
 
 static const ckpt_case cases[] = {
     {"", "parallel.tp=2", "parallel.tp=1"},
@@ -48,48 +43,8 @@ static const ckpt_case cases[] = {
     {"", "parallel.tp=1", "parallel.dp=2 parallel.tp=2 parallel.zero=2"},
 };
 
-/* Variant v's config on one worker with the model keys and a layout. */
-static void case_config(job *j, parity_variant v, const char *model, const char *layout,
-                        const char *dir) {
-    memset(j, 0, sizeof *j);
-    parity_base(&j->cfg, v);
-    if (v == PARITY_SGD) j->cfg.train.momentum = 0.9;
-    CHECK_OK(parity_apply(&j->cfg, model));
-    CHECK_OK(parity_apply(&j->cfg, layout));
-    snprintf(j->cfg.checkpoint.dir, sizeof j->cfg.checkpoint.dir, "%s", tmp_path(dir));
-}
-
 static void test_cross_layout(void) {
-    for (int v = 0; v < PARITY_NVARIANTS; v++) {
-        const char *last_model = NULL;
-        result straight = {0};
-        for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-            const ckpt_case *c = &cases[k];
-            job j;
-            if (!last_model || strcmp(last_model, c->model) != 0) {
-                result_free(&straight);
-                case_config(&j, (parity_variant)v, c->model, "", "unused");
-                j.cfg.checkpoint.dir[0] = 0;
-                CHECK_OK(run_dp(&j, &straight));
-                last_model = c->model;
-            }
-            char dir[64];
-            snprintf(dir, sizeof dir, "ckpt_%s_%zu", parity_variant_name[v], k);
-            result first, resumed;
-            case_config(&j, (parity_variant)v, c->model, c->from, dir);
-            j.stop_at = SAVE_AT;
-            CHECK_OK(run_dp(&j, &first));
-            case_config(&j, (parity_variant)v, c->model, c->to, dir);
-            j.resume = 1;
-            CHECK_OK(run_dp(&j, &resumed));
-            char what[120];
-            snprintf(what, sizeof what, "%s%s ckpt at %d -> %s", c->model, c->from, SAVE_AT, c->to);
-            parity_expect_same(&straight, &resumed, (parity_variant)v, SAVE_AT, what);
-            result_free(&first);
-            result_free(&resumed);
-        }
-        result_free(&straight);
-    }
+    ckpt_cross_layout(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* A layout resumed from its own checkpoint is bitwise the straight run. */
@@ -116,25 +71,6 @@ static void test_same_layout(void) {
         result_free(&first);
         result_free(&resumed);
     }
-}
-
-/* The safetensors header of path (malloc'd JSON), or NULL. */
-static cJSON *read_header(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    uint64_t len = 0;
-    char *text = NULL;
-    if (fread(&len, sizeof len, 1, f) == 1 && len < (1u << 24) && (text = malloc(len + 1)) &&
-        fread(text, 1, len, f) == len)
-        text[len] = 0;
-    else {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    cJSON *h = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    return h;
 }
 
 /* A tp 2 checkpoint of a padded vocabulary: GPT-2's shapes in the header
@@ -253,8 +189,6 @@ static void test_rank_state(void) {
 }
 
 /* ---- out of memory inside a save ---- */
-
-#include "parallel/ckpt_oom.h"
 
 /* C 256: a tp slice (about 3 MB) does not fit the shm ring, so that a send
  * waits for its receiver: a rank 0 that skipped its receives would leave
