@@ -204,7 +204,8 @@ typedef struct {
     pt_plan_entry *entry; /* fitting first, by step time; then the rejected (the search may
                            * keep only some of those, smallest memory first) */
     int n, n_fit;
-    long n_considered;
+    long n_considered; /* valid layouts whose memory was predicted */
+    long n_fitting;    /* of which fit (n_fit of them kept: the fastest) */
 } pt_plan_result;
 
 /* Every layout of `world` ranks that the validator accepts with the

@@ -1,0 +1,71 @@
+/* Private to the planner's time model, search and simulated trace: the
+ * per-stage pass times of a layout and the pipeline's simulated timeline,
+ * shared so that the search can reuse one simulation across the layouts
+ * that differ only in ZeRO (which moves no pass) and the trace can draw the
+ * same timeline the prediction measured.
+ *
+ * Not here: memory (memory.c), the public API (partrain/plan.h). */
+#ifndef PT_PLAN_TIME_IMPL_H
+#define PT_PLAN_TIME_IMPL_H
+
+#include "partrain/parallel.h"
+#include "partrain/plan.h"
+
+/* The pipeline part of a prediction: what ZeRO does not change. */
+typedef struct {
+    int G;                              /* virtual stages p x v */
+    double f[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* per virtual stage, seconds a micro-batch */
+    double b[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* input gradient (+ recompute) */
+    double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* weight gradient */
+    double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
+    double p2p_intra, p2p_inter;        /* one activation transfer between stages, per link */
+    int p, v, m, stride, dpn;           /* pipeline shape; mesh stride of pp; devices a node */
+    int rank_of[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* virtual stage -> pp rank */
+    double makespan;                    /* the pipeline's step, passes and p2p */
+    double makespan_nop2p;              /* the same with instant transfers */
+    int crit;                           /* the busiest pipeline rank */
+    double busy[PT_PLAN_MAX_STAGES];    /* per rank: seconds in passes */
+    double tp_busy[PT_PLAN_MAX_STAGES]; /* per rank: of which tp collectives */
+    double last_bw[PT_PLAN_MAX_STAGES]; /* per rank: its last backward's length (dp overlap) */
+    double stage_params[PT_PLAN_MAX_STAGES]; /* per rank: parameters it holds (tp shard) */
+    int first[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* modules of each virtual stage */
+    int last[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    int threads;                        /* BLAS threads per rank */
+    double slow;                        /* oversubscription factor (>= 1) */
+} pt_plan_pipe;
+
+/* The pipeline part of l's step in two halves: the pass times (and each
+ * rank's busy seconds, parameters, transfer times), then the simulated
+ * schedule (makespan with and without transfers); _predict is both. */
+pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                             pt_plan_pipe *pp);
+pt_status pt_plan_pipe_run(const pt_plan_layout *l, pt_plan_pipe *pp);
+pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                               pt_plan_pipe *pp);
+/* The rest: data-parallel and ZeRO traffic, optimizer, totals. */
+void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                         const pt_plan_pipe *pp, pt_plan_time *out);
+
+/* One pass as the simulator placed it (for the trace). */
+typedef struct {
+    int rank, kind, micro, chunk; /* kind: pt_pass_kind */
+    double start, end;
+} pt_plan_slot;
+/* Simulate l's schedule with pp's times (transfers instant unless
+ * with_p2p) into *makespan and pp->busy; when slots is not NULL, every
+ * pass placed into *slots (malloc'd, *nslots of them; the caller frees). */
+pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
+                                double *makespan, pt_plan_slot **slots, int *nslots);
+
+/* Ring collective seconds over n ranks of `bytes` (the whole buffer), on a
+ * link with bandwidth bw (already times the comm efficiency) and latency. */
+double pt_plan_allreduce_s(int n, double bytes, double bw, double lat);
+double pt_plan_allgather_s(int n, double bytes, double bw, double lat);
+/* The link a group of n ranks at stride `stride` in the mesh crosses. */
+const pt_link *pt_plan_group_link(const pt_cluster *cl, int n, int stride);
+/* Bytes of an element of activations and gradients: 2 for bf16, 4 fp32. */
+int pt_plan_bf16(const pt_config *c);
+/* Model flops of one step (the MFU numerator; formula in time.c). */
+double pt_plan_model_flops(const pt_config *c);
+
+#endif

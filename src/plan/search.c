@@ -1,0 +1,469 @@
+/* The planner's search: every layout of `world` ranks that the config
+ * validator and the schedule check accept, each with its memory
+ * (pt_plan_memory) and, when it fits the device, its step time
+ * (pt_plan_time_predict's model), ranked by step time.
+ *
+ * The space: dp x tp x pp = world (tp divides the heads, pp at most the
+ * modules), sequence parallelism at tp > 1, every schedule at pp > 1
+ * (gpipe, 1f1b, interleaved with 2..8 chunks, zb1, zbv; none at pp 1),
+ * micro-batches dividing the rank's share of the batch, the three
+ * recompute modes, ZeRO 0-3 (at dp > 1) over the whole dp group or a
+ * dividing HSDP group. Keys the caller fixes are held at the base config's
+ * values. Per part: a pipeline whose only overflowing stages are some of
+ * its ranks recomputes on those alone (the cheapest mode that fits each,
+ * model.stage_recompute); ZeRO-3 keeps the embedding and the head whole
+ * when they fit (parallel.zero_whole); the stage cut is the runtime's
+ * balanced one, written out (parallel.stage_layers) when it is uneven.
+ *
+ * Speed (GPT-3 175B on 1,024 ranks, docs/plan.md): the config is copied
+ * once and the layout written into that copy; validity is decided once per
+ * (dp, tp, pp, sp, micro-batches, ZeRO) and the schedule check once per
+ * schedule; the pipeline is simulated once for the ZeRO variants of a
+ * layout (ZeRO moves no pass) and only when the layout could enter the
+ * kept set (its busiest rank's compute alone beats the slowest kept);
+ * only the PT_PLAN_KEEP fastest fitting layouts and the few smallest
+ * rejected ones are kept.
+ *
+ * Not here: the models themselves (memory.c, time.c), output (the CLI). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_time_impl.h"
+
+#define PT_PLAN_KEEP     256 /* fitting layouts kept, fastest first */
+#define PT_PLAN_REJECTED 8   /* rejected layouts kept, smallest memory first */
+
+enum {
+    F_DP, F_TP, F_PP, F_ZERO, F_ZG, F_SP, F_SCHED, F_M, F_V, F_REC, F_SREC, F_WHOLE, F_LAYERS,
+    F_THREADS, F_N
+};
+static const char *const fixed_names[F_N] = {
+    "parallel.dp",       "parallel.tp",          "parallel.pp",         "parallel.zero",
+    "parallel.zero_group", "parallel.sequence_parallel", "parallel.schedule",
+    "parallel.microbatches", "parallel.virtual_stages", "model.recompute", "model.stage_recompute",
+    "parallel.zero_whole", "parallel.stage_layers", "train.threads"};
+
+static int recompute_mode(const char *s) {
+    return !strcmp(s, "full") ? PT_RECOMPUTE_FULL
+           : !strcmp(s, "selective") ? PT_RECOMPUTE_SELECTIVE
+                                     : PT_RECOMPUTE_NONE;
+}
+static const char *recompute_name(int r) {
+    return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+typedef struct {
+    const pt_config *base;
+    pt_config *scratch; /* base with the layout under test written in */
+    const pt_cluster *cl;
+    int world, fix[F_N];
+    double cap; /* device bytes */
+    pt_plan_entry *fit; /* max-heap on step time, PT_PLAN_KEEP */
+    int n_fit;
+    long n_fitting;
+    pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
+    int n_rej;
+    long n_valid;
+    char last_invalid[256];
+    pt_plan_pipe pipe;
+    pt_plan_mem mem, mem2;
+} search;
+
+/* ---- the kept sets ---- */
+
+static void heap_down(pt_plan_entry *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, big = i;
+        if (l < n && h[l].time.step_s > h[big].time.step_s) big = l;
+        if (r < n && h[r].time.step_s > h[big].time.step_s) big = r;
+        if (big == i) return;
+        pt_plan_entry t = h[i];
+        h[i] = h[big], h[big] = t;
+        i = big;
+    }
+}
+
+static void heap_up(pt_plan_entry *h, int i) {
+    while (i > 0 && h[(i - 1) / 2].time.step_s < h[i].time.step_s) {
+        pt_plan_entry t = h[i];
+        h[i] = h[(i - 1) / 2], h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
+/* The step time a layout must beat to be kept (infinite until full). */
+static double keep_bound(const search *s) {
+    return s->n_fit < PT_PLAN_KEEP ? INFINITY : s->fit[0].time.step_s;
+}
+
+static void keep_fit(search *s, const pt_plan_entry *e) {
+    s->n_fitting++;
+    if (s->n_fit < PT_PLAN_KEEP) {
+        s->fit[s->n_fit] = *e;
+        heap_up(s->fit, s->n_fit++);
+    } else if (e->time.step_s < s->fit[0].time.step_s) {
+        s->fit[0] = *e;
+        heap_down(s->fit, s->n_fit, 0);
+    }
+}
+
+static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_rank *m) {
+    int n = s->n_rej;
+    if (n == PT_PLAN_REJECTED && m->total >= s->rej[n - 1].mem.total) return;
+    int i = n < PT_PLAN_REJECTED ? n++ : n - 1;
+    while (i > 0 && s->rej[i - 1].mem.total > m->total) {
+        s->rej[i] = s->rej[i - 1];
+        i--;
+    }
+    pt_plan_entry *e = &s->rej[i];
+    memset(e, 0, sizeof *e);
+    e->layout = *l, e->mem = *m, e->fits = 0;
+    pt_plan_mem_overflow(m, s->cap, e->reason, sizeof e->reason);
+    s->n_rej = n;
+}
+
+/* ---- per-part choices ---- */
+
+/* "stage layers 7,8,8,7" into l when the runtime's balanced cut is uneven. */
+static void explain_layers(const pt_config *c, pt_plan_entry *e, const search *s) {
+    pt_plan_layout *l = &e->layout;
+    if (l->pp < 2 || l->virtual_stages > 1 || s->fix[F_LAYERS] || l->stage_layers[0]) return;
+    pt_stage st[PT_PLAN_MAX_STAGES];
+    if (pt_stage_split(&c->model, l->pp, "", st) != PT_OK) return;
+    int L = c->model.n_layer, uneven = 0;
+    size_t n = 0;
+    for (int k = 0; k < l->pp; k++) {
+        int first = st[k].first < 1 ? 1 : st[k].first, last = st[k].last > L ? L : st[k].last;
+        int blocks = last >= first ? last - first + 1 : 0;
+        if (k > 0 && blocks * l->pp != L) uneven = 1;
+        if (k == 0 && blocks * l->pp != L) uneven = 1;
+        n += (size_t)snprintf(l->stage_layers + n, sizeof l->stage_layers - n, "%s%d", k ? "," : "",
+                              blocks);
+        if (n >= sizeof l->stage_layers) {
+            l->stage_layers[0] = 0;
+            return;
+        }
+    }
+    if (!uneven) {
+        l->stage_layers[0] = 0;
+        return;
+    }
+    if (e->n_why < 4)
+        snprintf(e->why[e->n_why++], sizeof e->why[0],
+                 "stages hold %s blocks: the embedding and the head make the end stages heavier "
+                 "(the cut balanced by flops)",
+                 l->stage_layers);
+}
+
+/* The entry of layout l that fits, with its pipeline already in s->pipe. */
+static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_rank *m,
+                        const char (*why)[256], int n_why) {
+    pt_plan_entry e;
+    memset(&e, 0, sizeof e);
+    e.layout = *l, e.mem = *m, e.fits = 1;
+    pt_plan_time_finish(s->base, l, s->cl, &s->pipe, &e.time);
+    if (e.time.step_s >= keep_bound(s)) {
+        s->n_fitting++;
+        return;
+    }
+    for (int i = 0; i < n_why && i < 4; i++) memcpy(e.why[e.n_why++], why[i], sizeof e.why[0]);
+    explain_layers(s->base, &e, s);
+    keep_fit(s, &e);
+}
+
+/* The pipeline of l into s->pipe: 1 when simulated; 0 when even its
+ * busiest rank's passes (no bubble, no data-parallel traffic) lose to
+ * every kept layout, or on an error (*st). */
+static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
+    *st = pt_plan_pipe_times(s->base, l, s->cl, &s->pipe);
+    if (*st != PT_OK) return 0;
+    if (s->pipe.busy[s->pipe.crit] >= keep_bound(s)) return 0;
+    *st = pt_plan_pipe_run(l, &s->pipe);
+    return *st == PT_OK;
+}
+
+/* Whether l passes the config validator: l written into the scratch copy. */
+static int valid(search *s, const pt_plan_layout *l) {
+    pt_plan_layout_apply(l, s->scratch);
+    if (pt_plan_validate_layout(s->scratch) == PT_OK) return 1;
+    snprintf(s->last_invalid, sizeof s->last_invalid, "%s", pt_error_message());
+    return 0;
+}
+
+static void set_schedule(pt_plan_layout *l, const char *name, int v) {
+    snprintf(l->schedule, sizeof l->schedule, "%s", name);
+    l->virtual_stages = v;
+}
+
+/* Per-stage recompute for a layout that overflows under recompute none:
+ * each overflowing stage takes the cheapest mode that fits it. 1 with l's
+ * stage_recompute and why lines set; 0 when no assignment fits or every
+ * stage would need the same mode (the uniform layout covers that). */
+static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *none,
+                               char (*why)[256], int *n_why) {
+    int p = l->pp, mode[PT_PLAN_MAX_STAGES];
+    if (p < 2 || s->fix[F_REC] || s->fix[F_SREC] || none->n_stage != p) return 0;
+    pt_plan_layout t = *l;
+    pt_plan_mem *m = &s->mem2;
+    int any_none = 0, any_other = 0;
+    for (int k = 0; k < p; k++) mode[k] = none->stage[k].total <= s->cap ? 0 : -1;
+    for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
+        t.recompute = r;
+        if (pt_plan_memory(s->base, &t, s->cl, m) != PT_OK || m->n_stage != p) return 0;
+        for (int k = 0; k < p; k++)
+            if (mode[k] < 0 && m->stage[k].total <= s->cap) mode[k] = r;
+    }
+    size_t n = 0;
+    for (int k = 0; k < p; k++) {
+        if (mode[k] < 0) return 0;
+        any_none |= mode[k] == 0, any_other |= mode[k] > 0;
+        n += (size_t)snprintf(l->stage_recompute + n, sizeof l->stage_recompute - n, "%s%s",
+                              k ? "," : "", recompute_name(mode[k]));
+        if (n >= sizeof l->stage_recompute) return 0;
+    }
+    if (!any_none || !any_other) return 0;
+    for (int k = 0; k < p && *n_why < 3; k++)
+        if (mode[k] > 0)
+            snprintf(why[(*n_why)++], 256,
+                     "stage %d recomputes (%s): %.1f GB a rank with %.1f GB of activations "
+                     "would not fit the device's %.1f GB",
+                     k, recompute_name(mode[k]), none->stage[k].total / 1e9,
+                     none->stage[k].cat[PT_MEM_ACTS] / 1e9, s->cap / 1e9);
+    return 1;
+}
+
+/* The ZeRO variants of one layout (its pipeline shared): memory, then the
+ * time of those that fit. */
+static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid) {
+    int dp = l->dp, simulated = 0;
+    pt_status st = PT_OK;
+    for (int z = 0; z <= 3; z++) {
+        if (s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) continue;
+        for (int g = 0; g <= dp; g++) {
+            if (g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) continue;
+            if (s->fix[F_ZG] ? g != s->base->parallel.zero_group : 0) continue;
+            if (!zvalid[z * (dp + 1) + g]) continue;
+            pt_plan_layout t = *l;
+            t.zero = z, t.zero_group = g;
+            if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
+            s->n_valid++;
+            PT_CHECK(pt_plan_memory(s->base, &t, s->cl, &s->mem));
+            char why[4][256];
+            int n_why = 0;
+            if (s->mem.max.total > s->cap) {
+                pt_plan_mem none = s->mem;
+                if (t.recompute != PT_RECOMPUTE_NONE ||
+                    !per_stage_recompute(s, &t, &none, why, &n_why) ||
+                    pt_plan_memory(s->base, &t, s->cl, &s->mem) != PT_OK ||
+                    s->mem.max.total > s->cap) {
+                    t.stage_recompute[0] = 0;
+                    keep_rejected(s, &t, &none.max);
+                    continue;
+                }
+            }
+            /* ZeRO-3: the embedding and the head whole (no gathers) when they fit */
+            if (z == 3 && !s->fix[F_WHOLE]) {
+                pt_plan_layout w = t;
+                snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
+                if (pt_plan_memory(s->base, &w, s->cl, &s->mem2) == PT_OK &&
+                    s->mem2.max.total <= s->cap) {
+                    snprintf(why[n_why++], 256,
+                             "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
+                             "device has %.1f GB): no gathers for them",
+                             s->mem2.max.total / 1e9, s->cap / 1e9);
+                    t = w;
+                    s->mem = s->mem2;
+                }
+            }
+            if (!simulated || t.stage_recompute[0]) {
+                /* a per-stage recompute changes the passes: its own pipeline */
+                if (!pipe_for(s, &t, &st)) {
+                    if (st != PT_OK) return st;
+                    s->n_fitting++;
+                    simulated = 0;
+                    continue;
+                }
+                simulated = !t.stage_recompute[0];
+            }
+            add_fitting(s, &t, &s->mem.max, (const char(*)[256])why, n_why);
+        }
+    }
+    return st;
+}
+
+static const char *const pipe_schedules[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+
+static int cmp_step(const void *a, const void *b) {
+    double x = ((const pt_plan_entry *)a)->time.step_s, y = ((const pt_plan_entry *)b)->time.step_s;
+    return x < y ? -1 : x > y;
+}
+
+/* "parallel.tp=3, parallel.pp=2" of the fixed keys that name layout fields */
+static void fixed_list(const search *s, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    const pt_config *c = s->base;
+    for (int f = 0; f < F_N && k < n; f++) {
+        if (!s->fix[f]) continue;
+        char v[160];
+        switch (f) {
+        case F_DP: snprintf(v, sizeof v, "%d", c->parallel.dp); break;
+        case F_TP: snprintf(v, sizeof v, "%d", c->parallel.tp); break;
+        case F_PP: snprintf(v, sizeof v, "%d", c->parallel.pp); break;
+        case F_ZERO: snprintf(v, sizeof v, "%d", c->parallel.zero); break;
+        case F_ZG: snprintf(v, sizeof v, "%d", c->parallel.zero_group); break;
+        case F_SP: snprintf(v, sizeof v, "%s", c->parallel.sequence_parallel ? "true" : "false"); break;
+        case F_SCHED: snprintf(v, sizeof v, "%s", c->parallel.schedule); break;
+        case F_M: snprintf(v, sizeof v, "%d", c->parallel.microbatches); break;
+        case F_V: snprintf(v, sizeof v, "%d", c->parallel.virtual_stages); break;
+        case F_REC: snprintf(v, sizeof v, "%s", c->train.recompute); break;
+        /* model.stage_recompute and parallel.zero_whole are not searched
+         * when fixed: the layout leaves them to the config */
+        case F_SREC:
+        case F_WHOLE: snprintf(v, sizeof v, "(as given)"); break;
+        case F_LAYERS: snprintf(v, sizeof v, "%s", c->parallel.stage_layers); break;
+        default: snprintf(v, sizeof v, "%d", c->train.threads); break;
+        }
+        k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", fixed_names[f], v);
+    }
+}
+
+pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_fixed,
+                         const pt_cluster *cl, int world, pt_plan_result *out) {
+    memset(out, 0, sizeof *out);
+    if (world < 1)
+        return pt_error_set(PT_ERR_INVALID, "plan: --world must be >= 1 (got %d)", world);
+    search *s = calloc(1, sizeof *s);
+    pt_config *scratch = malloc(sizeof *scratch);
+    pt_plan_entry *fit = malloc(sizeof *fit * PT_PLAN_KEEP);
+    int *zvalid = NULL;
+    pt_status st = PT_OK;
+    if (!s || !scratch || !fit) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
+        goto done;
+    }
+    *scratch = *base;
+    s->base = base, s->scratch = scratch, s->cl = cl, s->world = world, s->fit = fit;
+    s->cap = cl->device.memory_bytes;
+    for (int i = 0; i < n_fixed; i++) {
+        int f = 0;
+        while (f < F_N && strcmp(fixed[i], fixed_names[f])) f++;
+        if (f < F_N) s->fix[f] = 1;
+    }
+    const pt_config *c = base;
+    int L = c->model.n_layer, B = c->train.batch_size;
+    if (!(zvalid = malloc(sizeof *zvalid * 4 * (size_t)(world + 1)))) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
+        goto done;
+    }
+    pt_plan_layout l;
+    memset(&l, 0, sizeof l);
+    l.threads = c->train.threads;
+    if (s->fix[F_LAYERS]) snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    for (int tp = 1; tp <= world; tp++) {
+        if (world % tp || (s->fix[F_TP] && tp != c->parallel.tp)) continue;
+        if (c->model.n_head % tp) continue;
+        for (int pp = 1; pp * tp <= world; pp++) {
+            if ((world / tp) % pp || (s->fix[F_PP] && pp != c->parallel.pp)) continue;
+            if (pp > L + 2 || pp > PT_PLAN_MAX_STAGES) continue;
+            int dp = world / tp / pp;
+            if (s->fix[F_DP] && dp != c->parallel.dp) continue;
+            if (B % dp) {
+                snprintf(s->last_invalid, sizeof s->last_invalid,
+                         "train.batch_size (%d) is not divisible by parallel.dp (%d)", B, dp);
+                continue;
+            }
+            for (int sp = 0; sp <= (tp > 1); sp++) {
+                if (s->fix[F_SP] && sp != c->parallel.sequence_parallel) continue;
+                for (int m = 1; m <= B / dp && m <= PT_SCHEDULE_MAX_MICRO; m++) {
+                    if ((B / dp) % m || (s->fix[F_M] && m != c->parallel.microbatches)) continue;
+                    l.dp = dp, l.tp = tp, l.pp = pp, l.sequence_parallel = sp, l.microbatches = m;
+                    l.recompute = PT_RECOMPUTE_NONE;
+                    set_schedule(&l, pp == 1 ? "none" : "1f1b", 1);
+                    /* validity of each ZeRO variant of (dp, tp, pp, sp, m) */
+                    int any = 0;
+                    for (int z = 0; z <= 3; z++)
+                        for (int g = 0; g <= dp; g++) {
+                            int ok = 0;
+                            if (!(g > 0 && (z == 0 || g == 1 || g == dp || dp % g))) {
+                                l.zero = z, l.zero_group = g;
+                                ok = valid(s, &l);
+                            }
+                            zvalid[z * (dp + 1) + g] = ok;
+                            any |= ok;
+                        }
+                    if (!any) continue;
+                    int nsched = pp == 1 ? 1 : 5;
+                    for (int si = 0; si < nsched; si++) {
+                        const char *name = pp == 1 ? "none" : pipe_schedules[si];
+                        int v0 = 1, v1 = 1;
+                        if (!strcmp(name, "interleaved")) v0 = 2, v1 = PT_SCHEDULE_MAX_VIRTUAL;
+                        if (!strcmp(name, "zbv")) v0 = v1 = 2;
+                        if (s->fix[F_SCHED]) {
+                            const char *want = c->parallel.schedule;
+                            if (!strcmp(want, "none") && pp > 1) want = "1f1b";
+                            if (strcmp(want, name)) continue;
+                        }
+                        for (int v = v0; v <= v1; v++) {
+                            if (s->fix[F_V] && c->parallel.virtual_stages > 0 &&
+                                v != c->parallel.virtual_stages)
+                                continue;
+                            if (pt_schedule_check(name, m, pp, v, L + 2) != PT_OK) {
+                                snprintf(s->last_invalid, sizeof s->last_invalid, "%s",
+                                         pt_error_message());
+                                continue;
+                            }
+                            set_schedule(&l, name, v);
+                            for (int r = 0; r <= PT_RECOMPUTE_FULL; r++) {
+                                if (s->fix[F_REC] && r != recompute_mode(c->train.recompute))
+                                    continue;
+                                l.recompute = r;
+                                st = zero_variants(s, &l, zvalid);
+                                if (st != PT_OK) goto done;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* out: the fitting by step time, then the rejected by memory */
+    out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
+    if (!out->entry) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: %d results", s->n_fit + s->n_rej);
+        goto done;
+    }
+    memcpy(out->entry, s->fit, sizeof *s->fit * (size_t)s->n_fit);
+    qsort(out->entry, (size_t)s->n_fit, sizeof *out->entry, cmp_step);
+    memcpy(out->entry + s->n_fit, s->rej, sizeof *s->rej * (size_t)s->n_rej);
+    out->n = s->n_fit + s->n_rej, out->n_fit = s->n_fit;
+    out->n_considered = s->n_valid;
+    out->n_fitting = s->n_fitting;
+    /* the transfer split of the kept ones (the search simulated with
+     * transfers only) */
+    if (s->n_valid == 0) {
+        char fx[512];
+        fixed_list(s, fx, sizeof fx);
+        st = pt_error_set(PT_ERR_INVALID, "no layout of %d ranks is valid%s%s%s: %s", world,
+                          fx[0] ? " with " : "", fx, fx[0] ? " (fixed)" : "",
+                          s->last_invalid[0] ? s->last_invalid : "no dp x tp x pp factorization");
+    } else if (s->n_fit == 0 && s->n_rej > 0) {
+        char lname[PT_PLAN_NAME_MAX];
+        pt_plan_layout_name(&s->rej[0].layout, lname, sizeof lname);
+        st = pt_error_set(PT_ERR_INVALID, "fits on no layout of %d ranks: the smallest (%s) %s",
+                          world, lname, s->rej[0].reason);
+    }
+done:
+    free(zvalid);
+    free(fit);
+    free(scratch);
+    free(s);
+    return st;
+}
+
+void pt_plan_result_free(pt_plan_result *r) {
+    if (!r) return;
+    free(r->entry);
+    memset(r, 0, sizeof *r);
+}

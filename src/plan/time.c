@@ -1,0 +1,519 @@
+/* The planner's time model: a layout's step time on a cluster, without
+ * running anything.
+ *
+ * Per pipeline virtual stage, the F, B and W seconds of one micro-batch of
+ * b = batch / (dp m) sequences (N = b T rows) over its modules (shapes in
+ * llm.c's letters: C n_embd, NH n_head, T seq_len, V vocab_size, t tp):
+ *   measured  the cluster's profile, when it has the module at this shape
+ *             (interpolated log-log in tokens, the nearest thread count
+ *             scaled linearly; a tp shard without its own entry is the
+ *             tp = 1 time / t, scaled by the gemm table's rate at the full
+ *             over the shard shape);
+ *   modelled  matrix flops / (peak(precision) x efficiency.matmul) plus
+ *             elementwise bytes / (memory_bw x efficiency.elementwise).
+ *             A block's forward is 24 N C^2 / t + 4 N T C / t flops (the
+ *             B pass 24 N C^2 / t + 8 N T C / t, W 24 N C^2 / t); its
+ *             elementwise traffic per row is Megatron's kernel list
+ *             (LayerNorms, bias-dropout-adds, bias-GELU: 11 C whole, or
+ *             / t under sequence parallelism, + 8 C / t; the fused
+ *             scale-mask-softmax and attention dropout: 4.5 NH T / t),
+ *             elements of 2 bytes (bf16) or 4 (fp32), backward twice the
+ *             forward's. The head: 2 N C V / t flops a pass and the loss
+ *             over fp32 logits; the embedding: its gather and scatter-add.
+ *   recompute FULL adds the block's whole forward (collectives included)
+ *             to B; SELECTIVE the attention scores (2 N T C / t flops)
+ *             and the softmax and GELU traffic.
+ *   tp        per block 2 all-reduces of (N, C) in F and 2 in B (sequence
+ *             parallelism: an all-gather and a reduce-scatter for each,
+ *             the same ring time), on the critical path; the embedding's
+ *             forward and the head's backward one each.
+ * The pipeline: the schedule's real pass lists (pt_schedule_build_stage)
+ * simulated with these per-stage times and the point-to-point transfer of
+ * a micro-batch's activations between ranks (over the link between their
+ * nodes). Then per step: the data-parallel gradient all-reduce (ring, over
+ * the link the dp group crosses), of which only what exceeds the last
+ * backward is exposed when parallel.overlap is on; ZeRO 1/2 a
+ * reduce-scatter of gradients (overlapped the same way) and an exposed
+ * all-gather of the updated shards; ZeRO-3 an all-gather of the sharded
+ * parameters in each forward and backward and a reduce-scatter of
+ * gradients per micro-batch, prefetched under the compute (exposed: what
+ * exceeds the rank's busy time); HSDP the shard's all-reduce across the
+ * replicas; the optimizer from the profile's adamw_s / sgd_s, else 28
+ * bytes a parameter over memory_bw. Ranks beyond the cluster's devices
+ * share them: compute slows by world / devices, and BLAS threads per rank
+ * are max(1, cores / world) unless train.threads is set.
+ *
+ * Not here: memory (memory.c), the choice of layout (search.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_time_impl.h"
+
+int pt_plan_bf16(const pt_config *c) {
+    return !strcmp(c->train.precision, "bf16");
+}
+
+/* 6 P tokens + 12 L C T tokens: every parameter's multiply-add forward and
+ * backward (P counts the tied wte once, so the LM head's product is in)
+ * and the attention scores and their weighting (PaLM's appendix B). */
+double pt_plan_model_flops(const pt_config *c) {
+    double P = (double)pt_model_config_num_params(&c->model);
+    double tokens = (double)c->train.batch_size * c->model.seq_len;
+    return 6.0 * P * tokens +
+           12.0 * c->model.n_layer * (double)c->model.n_embd * c->model.seq_len * tokens;
+}
+
+double pt_plan_allreduce_s(int n, double bytes, double bw, double lat) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+
+double pt_plan_allgather_s(int n, double bytes, double bw, double lat) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+/* n ranks at mesh stride `stride` share a node when they fit in one (the
+ * mesh is laid out node by node, tp fastest). */
+const pt_link *pt_plan_group_link(const pt_cluster *cl, int n, int stride) {
+    return (long)n * stride <= cl->devices_per_node ? &cl->intra_node : &cl->inter_node;
+}
+
+static double link_bw(const pt_cluster *cl, const pt_link *k) {
+    return k->bw * cl->efficiency.comm;
+}
+
+/* ---- the profile's tables ---- */
+
+/* Log-log interpolation of y(x) through (x0, y0), (x1, y1); linear (y
+ * proportional to x) outside them, as plan.h says. */
+static double interp(double x, double x0, double y0, double x1, double y1) {
+    if (x0 == x1 || y0 <= 0 || y1 <= 0) return y0 * x / x0;
+    if (x > x1) return y1 * x / x1;
+    if (x < x0) return y0 * x / x0;
+    double a = (log(x) - log(x0)) / (log(x1) - log(x0));
+    return exp(log(y0) + a * (log(y1) - log(y0)));
+}
+
+/* The gemm table's rate nearest (in log distance over m, n, k) to the
+ * shape at `threads`; 0 without a table. */
+static double gemm_rate(const pt_profile *p, double m, double n, double k, int threads) {
+    double best = INFINITY, rate = 0;
+    for (int i = 0; p && i < p->n_gemm; i++) {
+        const pt_profile_gemm *g = &p->gemm[i];
+        double d = fabs(log(g->m / m)) + fabs(log(g->n / n)) + fabs(log(g->k / k)) +
+                   fabs(log((double)g->threads / threads));
+        if (d < best) best = d, rate = g->flops_s;
+    }
+    return rate;
+}
+
+static int same_shape(const pt_profile_module *e, const pt_model_config *m, int kind) {
+    return e->kind == kind && e->n_embd == m->n_embd && e->n_head == m->n_head &&
+           e->seq_len == m->seq_len && (kind == PT_MODULE_BLOCK || e->vocab_size == m->vocab_size);
+}
+
+/* The measured passes of module `kind` at tp shard t for N rows and
+ * `threads` threads: 1 with t4 = {fwd, bgrad, wgrad, recompute[rec]}, 0
+ * when the profile lacks the shape. */
+static int profile_module(const pt_profile *p, const pt_model_config *m, int kind, int t, double N,
+                          int threads, int rec, double t4[4]) {
+    if (!p) return 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int want_tp = pass == 0 ? t : 1;
+        if (pass == 1 && t == 1) break;
+        /* the thread count measured nearest to the one wanted */
+        int th = -1;
+        for (int i = 0; i < p->n_module; i++) {
+            const pt_profile_module *e = &p->module[i];
+            if (!same_shape(e, m, kind) || e->tp != want_tp) continue;
+            if (th < 0 || abs(e->threads - threads) < abs(th - threads)) th = e->threads;
+        }
+        if (th < 0) continue;
+        const pt_profile_module *lo = NULL, *hi = NULL;
+        for (int i = 0; i < p->n_module; i++) {
+            const pt_profile_module *e = &p->module[i];
+            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th) continue;
+            if (e->tokens <= N && (!lo || e->tokens > lo->tokens)) lo = e;
+            if (e->tokens >= N && (!hi || e->tokens < hi->tokens)) hi = e;
+        }
+        if (!lo) lo = hi;
+        if (!hi) hi = lo;
+        double a[4] = {lo->fwd_s, lo->bgrad_s, lo->wgrad_s, lo->recompute_s[rec]};
+        double b[4] = {hi->fwd_s, hi->bgrad_s, hi->wgrad_s, hi->recompute_s[rec]};
+        double scale = (double)th / threads; /* threads scale linearly */
+        if (want_tp != t) {
+            /* a shard's products: 1/t of the work at the shard shape's rate */
+            double C = m->n_embd, full = gemm_rate(p, N, 3 * C, C, threads),
+                   part = gemm_rate(p, N, 3 * C / t, C, threads);
+            scale *= (full > 0 && part > 0 ? full / part : 1.0) / t;
+        }
+        for (int j = 0; j < 4; j++)
+            t4[j] = a[j] > 0 ? interp(N, lo->tokens, a[j], hi->tokens, b[j]) * scale : 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the modelled passes ---- */
+
+typedef struct {
+    double flops_s, bytes_s; /* the rank's matrix and elementwise rates */
+    double el;               /* bytes an element */
+    double tp_bw, tp_lat;    /* the tp group's link */
+} rates;
+
+/* Module `kind`'s F, B, W seconds of one micro-batch (N rows) under
+ * recompute mode rec, and the tp collectives among them (*tpc). */
+static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                         const rates *r, int kind, double N, int rec, double *f, double *b,
+                         double *w, double *tpc) {
+    const pt_model_config *m = &c->model;
+    double C = m->n_embd, T = m->seq_len, V = m->vocab_size, NH = m->n_head, t = l->tp;
+    double ar = l->tp > 1 ? pt_plan_allreduce_s(l->tp, N * C * r->el, r->tp_bw, r->tp_lat) : 0;
+    double meas[4];
+    int have = profile_module(cl->profile, m, kind, l->tp, N, l->threads > 0 ? l->threads : 1, rec,
+                              meas);
+    *tpc = 0;
+    if (kind == PT_MODULE_EMBEDDING) {
+        if (have) {
+            *f = meas[0], *b = meas[1], *w = meas[2];
+        } else {
+            *f = 3 * N * C * r->el / r->bytes_s;
+            *b = 0;
+            *w = 2 * N * C * r->el / r->bytes_s;
+        }
+        *f += ar, *tpc = ar;
+        return;
+    }
+    if (kind == PT_MODULE_HEAD) {
+        if (have) {
+            *f = meas[0], *b = meas[1], *w = meas[2];
+        } else {
+            double mm = 2 * N * C * V / t / r->flops_s;
+            double logits = N * V / t * 4; /* the loss is taken in fp32 */
+            *f = mm + (3 * logits + 2 * N * C * r->el) / r->bytes_s;
+            *b = mm + (2 * logits + 4 * N * C * r->el) / r->bytes_s;
+            *w = mm;
+        }
+        double small = l->tp > 1 ? pt_plan_allreduce_s(l->tp, 2 * N * 4, r->tp_bw, r->tp_lat) : 0;
+        *f += small, *b += ar, *tpc = small + ar;
+        return;
+    }
+    double whole = l->sequence_parallel ? 11 * C / t : 11 * C, gelu = 8 * C / t,
+           att = 4.5 * NH * T / t;
+    double ff, fb, fw, fr;
+    if (have) {
+        ff = meas[0], fb = meas[1], fw = meas[2], fr = meas[3];
+    } else {
+        double e = N * (whole + gelu + att) * r->el / r->bytes_s;
+        ff = (24 * N * C * C / t + 4 * N * T * C / t) / r->flops_s + e;
+        fb = (24 * N * C * C / t + 8 * N * T * C / t) / r->flops_s + 2 * e;
+        fw = 24 * N * C * C / t / r->flops_s;
+        fr = rec == PT_RECOMPUTE_FULL ? ff
+             : rec == PT_RECOMPUTE_SELECTIVE
+                 ? 2 * N * T * C / t / r->flops_s + N * (gelu + att) * r->el / r->bytes_s
+                 : 0;
+    }
+    double tpr = rec == PT_RECOMPUTE_FULL ? 2 * ar : 0;
+    *f = ff + 2 * ar;
+    *b = fb + fr + 2 * ar + tpr;
+    *w = fw;
+    *tpc = 4 * ar + tpr;
+}
+
+/* The recompute mode of pipeline rank r: its entry of stage_recompute
+ * ("full,none,..."), else the layout's. */
+static int stage_recompute(const pt_plan_layout *l, int r) {
+    const char *s = l->stage_recompute;
+    if (!*s) return l->recompute;
+    for (int i = 0; i < r && s; i++) {
+        s = strchr(s, ',');
+        if (s) s++;
+    }
+    if (!s) return l->recompute;
+    return !strncmp(s, "full", 4) ? PT_RECOMPUTE_FULL
+           : !strncmp(s, "selective", 9) ? PT_RECOMPUTE_SELECTIVE
+                                         : PT_RECOMPUTE_NONE;
+}
+
+/* Whether module i (0 embedding, 1..L h.0.., L+1 head) is named in
+ * parallel.zero_whole ("embedding,head,h.0"). */
+static int kept_whole(const char *list, int i, int L) {
+    char name[24];
+    if (i == 0)
+        snprintf(name, sizeof name, "embedding");
+    else if (i > L)
+        snprintf(name, sizeof name, "head");
+    else
+        snprintf(name, sizeof name, "h.%d", i - 1);
+    size_t n = strlen(name);
+    for (const char *s = list; s && *s; s = strchr(s, ','), s = s ? s + 1 : s)
+        if (!strncmp(s, name, n) && (s[n] == ',' || !s[n])) return 1;
+    return 0;
+}
+
+/* Parameters (floats) of module i, the tied wte's copy on a head-only
+ * stage included (stages.c's count, which pt_stage gives per stage only). */
+static double module_params(const pt_model_config *c, int i, int first) {
+    double C = c->n_embd, V = c->vocab_size;
+    if (i == 0) return V * C + (double)c->seq_len * C;
+    if (i <= c->n_layer) return 12 * C * C + 13 * C;
+    return 2 * C + (first > 0 ? V * C : 0);
+}
+
+static int cluster_devices(const pt_cluster *cl) {
+    return cl->nodes * cl->devices_per_node;
+}
+
+pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                             pt_plan_pipe *pp) {
+    memset(pp, 0, sizeof *pp);
+    int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, G = p * v;
+    if (p > PT_PLAN_MAX_STAGES || v > PT_SCHEDULE_MAX_VIRTUAL)
+        return pt_error_set(PT_ERR_INVALID, "plan: parallel.pp = %d x parallel.virtual_stages = %d "
+                                            "is beyond the planner's %d x %d stages",
+                            p, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
+    int bf16 = pt_plan_bf16(c);
+    double peak = bf16 ? cl->device.peak_flops_bf16 : cl->device.peak_flops_fp32;
+    if (!(peak > 0))
+        return pt_error_set(PT_ERR_INVALID,
+                            "plan: train.precision = %s but the cluster '%s' has no "
+                            "device.peak_flops.%s",
+                            bf16 ? "bf16" : "fp32", cl->name, bf16 ? "bf16" : "fp32");
+    int world = l->dp * l->tp * l->pp, dev = cluster_devices(cl);
+    pp->slow = world > dev ? (double)world / dev : 1.0;
+    /* a measured machine's device is one core: a rank runs its threads on
+     * as many of them */
+    int cores = cl->profile && cl->profile->cores > 0 ? cl->profile->cores : dev;
+    pp->threads = l->threads > 0 ? l->threads : (cl->profile ? (cores / world > 1 ? cores / world : 1) : 1);
+    double per = cl->profile ? pp->threads : 1;
+    rates r = {peak * cl->efficiency.matmul * per / pp->slow,
+               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow, bf16 ? 2 : 4};
+    const pt_link *tl = pt_plan_group_link(cl, l->tp, 1);
+    r.tp_bw = link_bw(cl, tl), r.tp_lat = tl->latency;
+
+    pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    PT_CHECK(pt_stage_split_for(&c->model, l->schedule, p, v, l->stage_layers, st));
+    double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
+    pt_plan_layout lt = *l;
+    lt.threads = pp->threads;
+    int L = c->model.n_layer;
+    for (int g = 0; g < G; g++) {
+        int chunk = 0, rank = p > 1 ? pt_schedule_locate(l->schedule, p, v, g, &chunk) : 0;
+        PT_ASSERT(rank >= 0 && rank < p);
+        pp->rank_of[g] = rank;
+        pp->first[g] = st[g].first, pp->last[g] = st[g].last;
+        int rec = stage_recompute(l, rank);
+        for (int i = st[g].first; i <= st[g].last; i++) {
+            int kind = i == 0 ? PT_MODULE_EMBEDDING : i <= L ? PT_MODULE_BLOCK : PT_MODULE_HEAD;
+            double f, b, w, tpc;
+            module_times(c, &lt, cl, &r, kind, N, rec, &f, &b, &w, &tpc);
+            pp->f[g] += f, pp->b[g] += b, pp->w[g] += w, pp->tp[g] += tpc;
+        }
+        /* parameters this rank holds (its tp shard; the tied wte's copy on
+         * the last stage is in st's count) */
+        pp->stage_params[rank] += (double)st[g].params / l->tp;
+    }
+    pp->G = G, pp->p = p, pp->v = v, pp->m = l->microbatches;
+    pp->stride = l->dp * l->tp, pp->dpn = cl->devices_per_node;
+    double act = N * c->model.n_embd * r.el / (l->sequence_parallel ? l->tp : 1);
+    pp->p2p_intra = act / link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
+    pp->p2p_inter = act / link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
+    for (int g = 0; g < G; g++) {
+        int rk = pp->rank_of[g];
+        pp->tp_busy[rk] += l->microbatches * pp->tp[g];
+        pp->last_bw[rk] += pp->b[g] + pp->w[g];
+        pp->busy[rk] += l->microbatches * (pp->f[g] + pp->b[g] + pp->w[g]);
+    }
+    for (int k = 0; k < p; k++)
+        if (pp->busy[k] > pp->busy[pp->crit]) pp->crit = k;
+    return PT_OK;
+}
+
+pt_status pt_plan_pipe_run(const pt_plan_layout *l, pt_plan_pipe *pp) {
+    if (pp->p == 1) {
+        pp->makespan = pp->makespan_nop2p = pp->busy[0];
+        return PT_OK;
+    }
+    PT_CHECK(pt_plan_pipe_simulate(l, pp, 0, &pp->makespan_nop2p, NULL, NULL));
+    PT_CHECK(pt_plan_pipe_simulate(l, pp, 1, &pp->makespan, NULL, NULL));
+    return PT_OK;
+}
+
+pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                               pt_plan_pipe *pp) {
+    PT_CHECK(pt_plan_pipe_times(c, l, cl, pp));
+    return pt_plan_pipe_run(l, pp);
+}
+
+static double p2p_between(const pt_plan_pipe *pp, int ra, int rb) {
+    if (ra == rb) return 0;
+    long na = (long)ra * pp->stride / pp->dpn, nb = (long)rb * pp->stride / pp->dpn;
+    return na == nb ? pp->p2p_intra : pp->p2p_inter;
+}
+
+pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
+                                double *makespan, pt_plan_slot **slots, int *nslots) {
+    int p = pp->p, v = pp->v, m = pp->m, G = pp->G;
+    pt_status st = PT_OK;
+    pt_schedule *s = calloc((size_t)p, sizeof *s);
+    double *fdone = malloc(sizeof(double) * (size_t)G * m * 2), *bdone = fdone + (size_t)G * m;
+    int *idx = calloc((size_t)p, sizeof *idx);
+    double *free_at = calloc((size_t)p, sizeof *free_at);
+    pt_plan_slot *sl = NULL;
+    int ns = 0, total = 0;
+    if (slots) *slots = NULL;
+    if (!s || !fdone || !idx || !free_at) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
+        goto done;
+    }
+    for (size_t i = 0; i < (size_t)G * m * 2; i++) fdone[i] = -1;
+    for (int r = 0; r < p; r++) {
+        st = pt_schedule_build_stage(&s[r], l->schedule, m, p, r, v);
+        if (st != PT_OK) goto done;
+        total += s[r].npass;
+        pp->busy[r] = 0;
+    }
+    if (slots && !(sl = malloc(sizeof *sl * (size_t)total))) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
+        goto done;
+    }
+    for (int left = total; left > 0;) {
+        int progress = 0;
+        for (int r = 0; r < p; r++) {
+            while (idx[r] < s[r].npass) {
+                const pt_pass *ps = &s[r].pass[idx[r]];
+                int g = pt_schedule_virtual_stage(&s[r], ps->chunk), mb = ps->micro;
+                double ready = 0, dur;
+                if (ps->kind == PT_PASS_FORWARD) {
+                    if (g > 0) {
+                        double d = fdone[(size_t)(g - 1) * m + mb];
+                        if (d < 0) break;
+                        ready = d + (with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
+                    }
+                    dur = pp->f[g];
+                } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
+                    double d = bdone[(size_t)g * m + mb];
+                    if (d < 0) break;
+                    ready = d;
+                    dur = pp->w[g];
+                } else {
+                    double d = fdone[(size_t)g * m + mb];
+                    if (d < 0) break;
+                    ready = d;
+                    if (g + 1 < G) {
+                        double e = bdone[(size_t)(g + 1) * m + mb];
+                        if (e < 0) break;
+                        e += with_p2p ? p2p_between(pp, pp->rank_of[g + 1], r) : 0;
+                        if (e > ready) ready = e;
+                    }
+                    dur = pp->b[g] + (ps->kind == PT_PASS_BACKWARD ? pp->w[g] : 0);
+                }
+                double start = ready > free_at[r] ? ready : free_at[r], end = start + dur;
+                if (ps->kind == PT_PASS_FORWARD)
+                    fdone[(size_t)g * m + mb] = end;
+                else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
+                    bdone[(size_t)g * m + mb] = end;
+                if (sl) sl[ns++] = (pt_plan_slot){r, ps->kind, mb, ps->chunk, start, end};
+                free_at[r] = end;
+                pp->busy[r] += dur;
+                idx[r]++, left--, progress = 1;
+            }
+        }
+        if (!progress) {
+            st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
+                              l->schedule, p, m, v);
+            goto done;
+        }
+    }
+    *makespan = 0;
+    for (int r = 0; r < p; r++)
+        if (free_at[r] > *makespan) *makespan = free_at[r];
+    if (slots) {
+        *slots = sl, *nslots = ns;
+        sl = NULL;
+    }
+done:
+    for (int r = 0; s && r < p; r++) pt_schedule_free(&s[r]);
+    free(s);
+    free(fdone);
+    free(idx);
+    free(free_at);
+    free(sl);
+    return st;
+}
+
+void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                         const pt_plan_pipe *pp, pt_plan_time *out) {
+    memset(out, 0, sizeof *out);
+    int bf16 = pt_plan_bf16(c), dp = l->dp, k = pp->crit;
+    double gb = bf16 ? 2 : 4; /* gradient bytes a parameter */
+    int zg = l->zero > 0 && l->zero_group > 0 && l->zero_group < dp ? l->zero_group : dp;
+    const pt_link *shard = pt_plan_group_link(cl, zg, l->tp),
+                  *repl = pt_plan_group_link(cl, dp / zg, zg * l->tp);
+    double sbw = link_bw(cl, shard), slat = shard->latency, rbw = link_bw(cl, repl),
+           rlat = repl->latency;
+    double params = pp->stage_params[k], whole = 0;
+    for (int g = 0; l->zero == 3 && l->zero_whole[0] && g < pp->G; g++)
+        for (int i = pp->first[g]; pp->rank_of[g] == k && i <= pp->last[g]; i++)
+            if (kept_whole(l->zero_whole, i, c->model.n_layer))
+                whole += module_params(&c->model, i, pp->first[g]) / l->tp;
+    double window = c->parallel.overlap ? pp->last_bw[k] : 0, busy = pp->busy[k];
+    double dp_s = 0;
+    if (dp > 1) {
+        if (l->zero == 0) {
+            double ar = pt_plan_allreduce_s(dp, params * gb, sbw, slat);
+            dp_s = ar > window ? ar - window : 0;
+        } else if (l->zero < 3) {
+            double rs = pt_plan_allgather_s(zg, params * gb, sbw, slat);
+            double ag = pt_plan_allgather_s(zg, params * gb, sbw, slat);
+            dp_s = (rs > window ? rs - window : 0) + ag;
+        } else {
+            double sh = params - whole, m = l->microbatches;
+            double z3 = 3 * m * pt_plan_allgather_s(zg, sh * gb, sbw, slat);
+            dp_s = z3 > busy ? z3 - busy : 0;
+            double ar = pt_plan_allreduce_s(dp, whole * gb, sbw, slat);
+            dp_s += ar > window ? ar - window : 0;
+        }
+        if (l->zero > 0 && zg < dp) /* HSDP: the shard across the replicas */
+            dp_s += pt_plan_allreduce_s(dp / zg, (params - whole) / zg * gb, rbw, rlat);
+    }
+    double upd = params / (l->zero > 0 ? zg : 1);
+    const pt_profile *pr = cl->profile;
+    int adam = strcmp(c->train.optimizer, "sgd") != 0;
+    double per = pr && (adam ? pr->adamw_s : pr->sgd_s) > 0 ? (adam ? pr->adamw_s : pr->sgd_s) / pp->threads
+                                                      : (adam ? 28.0 : 12.0) /
+                                                            (cl->device.memory_bw * cl->efficiency.elementwise);
+    out->optim_s = upd * per * pp->slow;
+    out->comm_s[PT_MESH_TP] = pp->tp_busy[k];
+    out->comm_s[PT_MESH_DP] = dp_s;
+    out->comm_s[PT_MESH_PP] = pp->makespan - pp->makespan_nop2p;
+    out->compute_s = pp->busy[k] - pp->tp_busy[k];
+    out->bubble_s = pp->makespan_nop2p - pp->busy[k];
+    out->step_s = pp->makespan + dp_s + out->optim_s;
+    double mean = 0;
+    for (int r = 0; r < pp->p; r++) mean += pp->busy[r] / pp->p;
+    out->bubble = pp->makespan > 0 ? 1 - mean / pp->makespan : 0;
+    double tokens = (double)c->train.batch_size * c->model.seq_len;
+    out->tokens_per_s = tokens / out->step_s;
+    int world = l->dp * l->tp * l->pp;
+    double peak = bf16 ? cl->device.peak_flops_bf16 : cl->device.peak_flops_fp32;
+    /* a measured machine's device is one core; a rank uses threads of them */
+    double ranks_peak = cl->profile ? (double)(world < cluster_devices(cl) ? world * pp->threads
+                                                                           : cluster_devices(cl))
+                                    : world;
+    out->mfu = pt_plan_model_flops(c) / (ranks_peak * peak * out->step_s);
+}
+
+pt_status pt_plan_time_predict(const pt_config *model, const pt_plan_layout *l,
+                               const pt_cluster *cl, pt_plan_time *out) {
+    memset(out, 0, sizeof *out);
+    pt_plan_pipe *pp = malloc(sizeof *pp);
+    if (!pp) return pt_error_set(PT_ERR_NOMEM, "plan: time model");
+    pt_status st = pt_plan_pipe_predict(model, l, cl, pp);
+    if (st == PT_OK) pt_plan_time_finish(model, l, cl, pp, out);
+    free(pp);
+    return st;
+}
