@@ -56,6 +56,7 @@ typedef struct {
         /* the key model.recompute (none | selective | full; pt_recompute):
          * here, since pt_model_config is the architecture only */
         char recompute[16];
+        char precision[16]; /* train.precision: fp32 | bf16 (bf16: planning GPU runs only) */
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;

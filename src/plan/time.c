@@ -289,10 +289,10 @@ pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const 
     int cores = cl->profile && cl->profile->cores > 0 ? cl->profile->cores : dev;
     pp->threads = l->threads > 0 ? l->threads : (cl->profile ? (cores / world > 1 ? cores / world : 1) : 1);
     double per = cl->profile ? pp->threads : 1;
-    rates r = {peak * cl->efficiency.matmul * per / pp->slow,
-               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow, bf16 ? 2 : 4};
     const pt_link *tl = pt_plan_group_link(cl, l->tp, 1);
-    r.tp_bw = link_bw(cl, tl), r.tp_lat = tl->latency;
+    rates r = {peak * cl->efficiency.matmul * per / pp->slow,
+               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow, bf16 ? 2 : 4,
+               link_bw(cl, tl), tl->latency};
 
     pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     PT_CHECK(pt_stage_split_for(&c->model, l->schedule, p, v, l->stage_layers, st));

@@ -1,0 +1,214 @@
+/* The planner's time model (src/plan/time.c) on hand-built clusters:
+ *   - the simulated pipeline with F = B = W and instant transfers gives the
+ *     schedule's closed-form makespan and the runtime simulator's;
+ *   - the data-parallel all-reduce and tp's per-block all-reduces are the
+ *     ring formula, computed here from the formula text;
+ *   - ranks beyond the cluster's cores slow compute by world / cores, and
+ *     a rank's threads are cores / world;
+ *   - a measured profile's module times replace the datasheet model,
+ *     interpolated log-log in tokens. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/plan/plan_time_impl.h"
+#include "pt_test.h"
+
+static pt_cluster hand_cluster(int nodes, int dpn) {
+    pt_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "hand");
+    c.nodes = nodes, c.devices_per_node = dpn;
+    c.device.peak_flops_fp32 = 1e12, c.device.peak_flops_bf16 = 1e13;
+    c.device.memory_bytes = 16e9, c.device.memory_bw = 1e11;
+    c.intra_node = (pt_link){1e10, 1e-6};
+    c.inter_node = (pt_link){1e9, 1e-5};
+    c.efficiency = (pt_efficiency){0.5, 0.5, 0.5};
+    return c;
+}
+
+static pt_config small_model(void) {
+    pt_config c;
+    pt_config_defaults(&c);
+    c.model = (pt_model_config){.n_layer = 8, .n_embd = 256, .n_head = 8, .vocab_size = 512,
+                                .seq_len = 128};
+    c.train.batch_size = 32;
+    c.parallel.overlap = 0;
+    return c;
+}
+
+static pt_plan_layout layout(int dp, int tp, int pp, const char *sched, int v, int m) {
+    pt_plan_layout l;
+    memset(&l, 0, sizeof l);
+    l.dp = dp, l.tp = tp, l.pp = pp, l.microbatches = m, l.virtual_stages = v;
+    snprintf(l.schedule, sizeof l.schedule, "%s", sched);
+    return l;
+}
+
+/* F = B = W = 1 on every virtual stage, no transfer time: the makespan is
+ * the closed form (m + p - 1) x 3 for gpipe / 1f1b, (v m + p - 1) x 3 / v
+ * per chunk unit for interleaved, and the runtime simulator's for all. */
+static void test_bubble_formula(void) {
+    static const struct {
+        const char *name;
+        int p, v, m;
+    } cases[] = {{"gpipe", 4, 1, 8},       {"1f1b", 4, 1, 8}, {"1f1b", 2, 1, 6},
+                 {"interleaved", 2, 2, 4}, {"zb1", 4, 1, 8},  {"zbv", 2, 2, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int p = cases[i].p, v = cases[i].v, m = cases[i].m;
+        pt_plan_layout l = layout(1, 1, p, cases[i].name, v, m);
+        pt_plan_pipe *pp = calloc(1, sizeof *pp);
+        pp->p = p, pp->v = v, pp->m = m, pp->G = p * v, pp->stride = 1, pp->dpn = 64;
+        for (int g = 0; g < p * v; g++) {
+            pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
+            pp->rank_of[g] = pt_schedule_locate(cases[i].name, p, v, g, NULL);
+        }
+        double mk = 0, ref = 0;
+        CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, NULL, NULL));
+        CHECK_OK(pt_schedule_simulate(cases[i].name, m, p, v, 1, 1, 1, &ref, NULL));
+        CHECK_NEAR(mk, ref, 1e-9, 0);
+        double busy = 3.0 * m * v; /* per rank */
+        for (int r = 0; r < p; r++) CHECK_NEAR(pp->busy[r], busy, 1e-9, 0);
+        double bubble = 1 - busy / mk;
+        CHECK_NEAR(bubble, pt_schedule_bubble(cases[i].name, m, p, v, 1, 1, 1), 1e-9, 0);
+        if (!strcmp(cases[i].name, "1f1b") || !strcmp(cases[i].name, "gpipe"))
+            CHECK_NEAR(mk, 3.0 * (m + p - 1), 1e-9, 0);
+        if (!strcmp(cases[i].name, "interleaved"))
+            CHECK_NEAR(bubble, (double)(p - 1) / (v * m + p - 1), 1e-9, 0);
+        /* a transfer time makes it no shorter */
+        pp->p2p_intra = pp->p2p_inter = 0.25;
+        double mk2 = 0;
+        CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk2, NULL, NULL));
+        CHECK(mk2 > mk);
+        free(pp);
+    }
+}
+
+static double ring_ar(int n, double bytes, double bw, double lat) {
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+
+/* dp n: the exposed all-reduce (overlap off) of every parameter in fp32. */
+static void test_dp_ring(void) {
+    pt_cluster cl = hand_cluster(1, 8);
+    pt_config c = small_model();
+    double P = (double)pt_model_config_num_params(&c.model), prev = 0;
+    for (int n = 2; n <= 8; n *= 2) {
+        pt_plan_layout l = layout(n, 1, 1, "none", 1, 1);
+        pt_plan_time t;
+        CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+        double want = ring_ar(n, P * 4, cl.intra_node.bw * cl.efficiency.comm, cl.intra_node.latency);
+        CHECK_NEAR(t.comm_s[PT_MESH_DP], want, 0, 1e-9);
+        CHECK(t.comm_s[PT_MESH_DP] > prev);
+        prev = t.comm_s[PT_MESH_DP];
+        CHECK_NEAR(t.step_s, t.compute_s + t.comm_s[PT_MESH_DP] + t.optim_s, 0, 1e-9);
+    }
+    /* a group wider than a node crosses the inter-node link */
+    pt_cluster two = hand_cluster(2, 4);
+    pt_plan_layout l = layout(8, 1, 1, "none", 1, 1);
+    pt_plan_time t;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &two, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP],
+               ring_ar(8, P * 4, two.inter_node.bw * two.efficiency.comm, two.inter_node.latency), 0,
+               1e-9);
+    /* overlap on: only what exceeds the last backward is exposed */
+    c.parallel.overlap = 1;
+    pt_plan_time t2;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &two, &t2));
+    CHECK(t2.comm_s[PT_MESH_DP] < t.comm_s[PT_MESH_DP]);
+}
+
+/* tp 2: per micro-batch 4 all-reduces of (N, C) a block, the embedding's
+ * forward and the head's backward one each, and the head's (max, sum). */
+static void test_tp_ring(void) {
+    pt_cluster cl = hand_cluster(1, 8);
+    pt_config c = small_model();
+    int m = 2, L = c.model.n_layer;
+    pt_plan_layout l = layout(1, 2, 1, "none", 1, m);
+    pt_plan_time t;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    double N = 32.0 / m * 128, bw = cl.intra_node.bw * cl.efficiency.comm,
+           lat = cl.intra_node.latency;
+    double ar = ring_ar(2, N * 256 * 4, bw, lat), small = ring_ar(2, 2 * N * 4, bw, lat);
+    CHECK_NEAR(t.comm_s[PT_MESH_TP], m * ((4 * L + 2) * ar + small), 0, 1e-9);
+    /* full recompute reruns the forward's two a block */
+    l.recompute = PT_RECOMPUTE_FULL;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_TP], m * ((6 * L + 2) * ar + small), 0, 1e-9);
+}
+
+/* A measured machine of 2 cores: 4 ranks share them, each at half speed;
+ * 1 rank gets both cores as threads. */
+static void test_oversubscription(void) {
+    pt_cluster cl = hand_cluster(1, 2);
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 2;
+    cl.profile = &prof;
+    pt_config c = small_model();
+    pt_plan_time t2, t4, t1;
+    c.train.batch_size = 8;
+    pt_plan_layout l2 = layout(2, 1, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l2, &cl, &t2));
+    c.train.batch_size = 16; /* the same share a rank */
+    pt_plan_layout l4 = layout(4, 1, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l4, &cl, &t4));
+    CHECK_NEAR(t4.compute_s, 2 * t2.compute_s, 0, 1e-9);
+    c.train.batch_size = 4;
+    pt_plan_layout l1 = layout(1, 1, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l1, &cl, &t1));
+    CHECK_NEAR(t1.compute_s, 0.5 * t2.compute_s, 0, 1e-9);
+    /* train.threads fixed: the rank keeps its one thread */
+    l1.threads = 1;
+    CHECK_OK(pt_plan_time_predict(&c, &l1, &cl, &t1));
+    CHECK_NEAR(t1.compute_s, t2.compute_s, 0, 1e-9);
+}
+
+/* Block times from the profile: log-log between the measured tokens. */
+static void test_profile_modules(void) {
+    pt_cluster cl = hand_cluster(1, 1);
+    pt_config c = small_model();
+    c.model.n_layer = 1;
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 1;
+    pt_profile_module mods[2];
+    for (int i = 0; i < 2; i++) {
+        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK, .n_embd = 256, .n_head = 8,
+                                      .seq_len = 128, .vocab_size = 512, .tp = 1,
+                                      .tokens = 1024 << (2 * i), .threads = 1};
+        mods[i].fwd_s = 0.01 * (i ? 8 : 1), mods[i].bgrad_s = 0.02 * (i ? 8 : 1);
+        mods[i].wgrad_s = 0.01 * (i ? 8 : 1);
+    }
+    prof.module = mods, prof.n_module = 2;
+    cl.profile = &prof;
+    c.train.batch_size = 16; /* 2048 tokens: the geometric middle */
+    pt_plan_layout l = layout(1, 1, 1, "none", 1, 1);
+    pt_plan_pipe *pp = calloc(1, sizeof *pp), *none = calloc(1, sizeof *none);
+    CHECK_OK(pt_plan_pipe_times(&c, &l, &cl, pp));
+    cl.profile = NULL;
+    CHECK_OK(pt_plan_pipe_times(&c, &l, &cl, none));
+    /* the stage = embedding + block + head; the block's share is measured */
+    double emb_head_f = none->f[0], block_f_model;
+    {
+        pt_config c0 = c;
+        c0.model.n_layer = 2;
+        pt_plan_pipe *two = calloc(1, sizeof *two);
+        CHECK_OK(pt_plan_pipe_times(&c0, &l, &cl, two));
+        block_f_model = two->f[0] - none->f[0];
+        free(two);
+    }
+    emb_head_f -= block_f_model;
+    CHECK_NEAR(pp->f[0] - emb_head_f, sqrt(0.01 * 0.08), 0, 1e-9);
+    free(pp);
+    free(none);
+}
+
+int main(void) {
+    RUN(test_bubble_formula);
+    RUN(test_dp_ring);
+    RUN(test_tp_ring);
+    RUN(test_oversubscription);
+    RUN(test_profile_modules);
+    return TEST_DONE();
+}
