@@ -217,6 +217,27 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                          const pt_cluster *cl, int world, pt_plan_result *out);
 void pt_plan_result_free(pt_plan_result *r);
 
+/* ---- output (planfile.c, trace.c) ------------------------------------------ */
+/* One layout as JSON (malloc'd text): layout, dp, tp, pp, zero, zero_group,
+ * sequence_parallel, schedule, microbatches, virtual_stages, recompute,
+ * stage_layers, stage_recompute, zero_whole, fits, reason, mem (bytes per
+ * category, slack, total), and when it fits step_ms, tokens_per_s, mfu,
+ * breakdown (compute_ms, bubble_ms, tp_ms, dp_ms, pp_ms, optim_ms, bubble);
+ * why (the per-part choices). NULL when out of memory. */
+char *pt_plan_entry_to_json(const pt_plan_entry *e);
+/* A plan file (docs/plan.md): cfg with e's layout applied, as
+ * pt_config_to_json writes it, under "config", and e's prediction and
+ * reasons under "plan". Written atomically (a temporary renamed). */
+pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_plan_entry *e);
+/* Apply a plan file's "config" to c (as pt_config_load_string: unknown
+ * keys and wrong types are errors naming the file and the key). */
+pt_status pt_plan_file_load(const char *path, pt_config *c);
+/* The simulated timeline of layout l (Chrome trace JSON, docs/plan.md):
+ * one track per pipeline rank (passes, tp collectives, exposed dp traffic,
+ * optimizer) and one per link. */
+pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_plan_layout *l,
+                              const pt_cluster *cl);
+
 #ifdef __cplusplus
 }
 #endif
