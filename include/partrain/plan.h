@@ -171,6 +171,7 @@ typedef struct {
     int n_stage;
 } pt_plan_mem;
 
+/* (planmem) */ int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reason, size_t n);
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out);
 

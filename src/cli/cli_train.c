@@ -10,12 +10,15 @@
 #include <string.h>
 
 #include "partrain/comm.h"
+#include "partrain/plan.h"
 #include "partrain/train.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: partrain train [--config FILE] [--set key=value ...] [--resume]\n"
-               "                      [--nproc N | --backend shm|mpi]\n\n"
+    fprintf(f, "usage: partrain train [--config FILE | --plan FILE] [--set key=value ...]\n"
+               "                      [--resume] [--nproc N | --backend shm|mpi]\n\n"
                "  --config FILE    JSON config (see configs/default.json)\n"
+               "  --plan FILE      a plan file (partrain plan --write): its config, as planned;\n"
+               "                   --set still applies on top\n"
                "  --set key=value  override one key (repeatable, applied after --config)\n"
                "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
                "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
@@ -69,7 +72,7 @@ static int rank_main(void *arg) {
 }
 
 int pt_cli_train(int argc, char **argv) {
-    const char *backend = NULL;
+    const char *backend = NULL, *plan = NULL;
     int resume = 0, nproc = 0;
     pt_cli_config_args ca;
     if (pt_cli_config_args_init(&ca, argc) != 0) return 1;
@@ -83,6 +86,9 @@ int pt_cli_train(int argc, char **argv) {
             return 0;
         } else if ((r = pt_cli_config_arg(&ca, argc, argv, &i, "train")) != 0) {
             if (r < 0) rc = 2; /* applied below, after the walk: file first, then each --set */
+        } else if ((r = pt_cli_option(argc, argv, &i, "--plan", "train", &v)) != 0) {
+            if (r < 0) rc = 2;
+            plan = v;
         } else if (!strcmp(a, "--resume")) {
             resume = 1;
         } else if ((r = pt_cli_option(argc, argv, &i, "--nproc", "train", &v)) != 0) {
@@ -102,8 +108,22 @@ int pt_cli_train(int argc, char **argv) {
             rc = 2;
         }
     }
+    if (rc == 0 && plan && ca.config) {
+        fprintf(stderr, "partrain: train takes --config or --plan, not both (a plan file holds "
+                        "its whole config)\n");
+        rc = 2;
+    }
     pt_config cfg;
-    if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) rc = pt_cli_fail(pt_error_message());
+    if (rc == 0 && plan) {
+        /* the plan's config in place of --config; each --set on top */
+        pt_config_defaults(&cfg);
+        pt_status st = pt_plan_file_load(plan, &cfg);
+        for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
+        if (st == PT_OK) st = pt_config_validate(&cfg);
+        if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
+    } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
+        rc = pt_cli_fail(pt_error_message());
+    }
     pt_cli_config_args_deinit(&ca);
     if (rc != 0) return rc;
     if (!cfg.data.train[0])

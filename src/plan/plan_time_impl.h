@@ -39,7 +39,13 @@ typedef struct {
  * schedule (makespan with and without transfers); _predict is both. */
 pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                              pt_plan_pipe *pp);
+/* _times with the stage cut given (pt_stage_split_for's, p x v entries). */
+pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
+                                   const pt_cluster *cl, const pt_stage *st, pt_plan_pipe *pp);
 pt_status pt_plan_pipe_run(const pt_plan_layout *l, pt_plan_pipe *pp);
+/* _run with transfers only (makespan_nop2p set to the same): the search's,
+ * which splits the transfers out for the layouts it keeps. */
+pt_status pt_plan_pipe_run_fast(const pt_plan_layout *l, pt_plan_pipe *pp);
 pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                                pt_plan_pipe *pp);
 /* The rest: data-parallel and ZeRO traffic, optimizer, totals. */

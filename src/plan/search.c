@@ -26,6 +26,7 @@
  *
  * Not here: the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,9 +65,12 @@ typedef struct {
     long n_fitting;
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
     int n_rej;
-    long n_valid;
+    long n_valid, n_sim;
     char last_invalid[256];
     pt_plan_pipe pipe;
+    /* the stage cut per (pp, virtual stages, V-shaped or not): computed
+     * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
+    pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
 } search;
 
@@ -172,14 +176,54 @@ static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_ra
     keep_fit(s, &e);
 }
 
+/* A lower bound on the pipeline's makespan from the pass times alone:
+ * rank r starts no earlier than the first micro-batch's forwards on the
+ * stages before it, and (one chunk a rank, backwards not split) its last
+ * pass is a backward after which every earlier stage runs one more. Exact
+ * for 1f1b and gpipe at equal stages. */
+static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
+    if (pp->p == 1) return pp->busy[0];
+    int split = !strcmp(l->schedule, "zb1") || !strcmp(l->schedule, "zbv");
+    double best = 0, head = 0, tail = 0;
+    for (int r = 0; r < pp->p; r++) {
+        double b = pp->busy[r];
+        if (pp->v == 1) b += head + (split ? 0 : tail);
+        if (b > best) best = b;
+        if (pp->v == 1) head += pp->f[r], tail += pp->b[r] + pp->w[r];
+    }
+    return best;
+}
+
 /* The pipeline of l into s->pipe: 1 when simulated; 0 when even its
  * busiest rank's passes (no bubble, no data-parallel traffic) lose to
  * every kept layout, or on an error (*st). */
+static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **out) {
+    int v = l->virtual_stages > 0 ? l->virtual_stages : 1, zbv = !strcmp(l->schedule, "zbv");
+    pt_stage **c = &s->cut[l->pp][v][zbv];
+    if (!*c) {
+        pt_stage *st = malloc(sizeof *st * (size_t)l->pp * v);
+        if (!st) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
+        pt_status e = pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->stage_layers, st);
+        if (e != PT_OK) {
+            free(st);
+            return e;
+        }
+        *c = st;
+    }
+    *out = *c;
+    return PT_OK;
+}
+
 static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
-    *st = pt_plan_pipe_times(s->base, l, s->cl, &s->pipe);
+    pt_plan_pipe *pp = &s->pipe;
+    const pt_stage *cut = NULL;
+    *st = stage_cut(s, l, &cut);
     if (*st != PT_OK) return 0;
-    if (s->pipe.busy[s->pipe.crit] >= keep_bound(s)) return 0;
-    *st = pt_plan_pipe_run(l, &s->pipe);
+    *st = pt_plan_pipe_times_split(s->base, l, s->cl, cut, pp);
+    if (*st != PT_OK) return 0;
+    if (pipe_bound(pp, l) >= keep_bound(s)) return 0;
+    s->n_sim++;
+    *st = pt_plan_pipe_run_fast(l, pp);
     return *st == PT_OK;
 }
 
@@ -445,6 +489,16 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     out->n_fitting = s->n_fitting;
     /* the transfer split of the kept ones (the search simulated with
      * transfers only) */
+    for (int i = 0; i < out->n_fit; i++) {
+        pt_plan_entry *e = &out->entry[i];
+        if (e->layout.pp == 1) continue;
+        st = pt_plan_pipe_predict(base, &e->layout, cl, &s->pipe);
+        if (st != PT_OK) goto done;
+        pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
+    }
+    if (getenv("PT_PLAN_STATS"))
+        fprintf(stderr, "plan: %ld valid, %ld fit, %ld simulated\n", s->n_valid, s->n_fitting,
+                s->n_sim);
     if (s->n_valid == 0) {
         char fx[512];
         fixed_list(s, fx, sizeof fx);
@@ -458,6 +512,9 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                           world, lname, s->rej[0].reason);
     }
 done:
+    for (int p = 0; s && p <= PT_PLAN_MAX_STAGES; p++)
+        for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
+            for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);
     free(zvalid);
     free(fit);
     free(scratch);

@@ -269,6 +269,18 @@ static int cluster_devices(const pt_cluster *cl) {
 
 pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                              pt_plan_pipe *pp) {
+    int v = l->virtual_stages > 0 ? l->virtual_stages : 1;
+    if (l->pp > PT_PLAN_MAX_STAGES || v > PT_SCHEDULE_MAX_VIRTUAL)
+        return pt_error_set(PT_ERR_INVALID, "plan: parallel.pp = %d x parallel.virtual_stages = %d "
+                                            "is beyond the planner's %d x %d stages",
+                            l->pp, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
+    pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    PT_CHECK(pt_stage_split_for(&c->model, l->schedule, l->pp, v, l->stage_layers, st));
+    return pt_plan_pipe_times_split(c, l, cl, st, pp);
+}
+
+pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
+                                   const pt_cluster *cl, const pt_stage *st, pt_plan_pipe *pp) {
     memset(pp, 0, sizeof *pp);
     int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, G = p * v;
     if (p > PT_PLAN_MAX_STAGES || v > PT_SCHEDULE_MAX_VIRTUAL)
@@ -294,8 +306,6 @@ pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const 
                cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow, bf16 ? 2 : 4,
                link_bw(cl, tl), tl->latency};
 
-    pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    PT_CHECK(pt_stage_split_for(&c->model, l->schedule, p, v, l->stage_layers, st));
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
     pt_plan_layout lt = *l;
     lt.threads = pp->threads;
@@ -339,6 +349,13 @@ pt_status pt_plan_pipe_run(const pt_plan_layout *l, pt_plan_pipe *pp) {
     }
     PT_CHECK(pt_plan_pipe_simulate(l, pp, 0, &pp->makespan_nop2p, NULL, NULL));
     PT_CHECK(pt_plan_pipe_simulate(l, pp, 1, &pp->makespan, NULL, NULL));
+    return PT_OK;
+}
+
+pt_status pt_plan_pipe_run_fast(const pt_plan_layout *l, pt_plan_pipe *pp) {
+    if (pp->p == 1) return pt_plan_pipe_run(l, pp);
+    PT_CHECK(pt_plan_pipe_simulate(l, pp, 1, &pp->makespan, NULL, NULL));
+    pp->makespan_nop2p = pp->makespan;
     return PT_OK;
 }
 
