@@ -1,0 +1,156 @@
+/* The planner's search (src/plan/search.c) on a small model and a
+ * hand-built cluster of 8 devices:
+ *   - every layout returned is valid (the config validator accepts it
+ *     written into the config), has dp x tp x pp = world, fits the device
+ *     and comes in step-time order; each has its time model's prediction;
+ *   - fixed keys are held at the base config's values;
+ *   - rejected layouts say why, naming a memory category and the device;
+ *   - a fixed key no layout satisfies, and a device nothing fits, are one
+ *     clear error each. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "partrain/plan.h"
+#include "pt_test.h"
+
+static pt_cluster hand_cluster(double mem) {
+    pt_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "hand");
+    c.nodes = 2, c.devices_per_node = 4;
+    c.device.peak_flops_fp32 = 1e12, c.device.peak_flops_bf16 = 1e13;
+    c.device.memory_bytes = mem, c.device.memory_bw = 1e11;
+    c.intra_node = (pt_link){1e10, 1e-6};
+    c.inter_node = (pt_link){1e9, 1e-5};
+    c.efficiency = (pt_efficiency){0.5, 0.5, 0.5};
+    return c;
+}
+
+static pt_config small_model(void) {
+    pt_config c;
+    pt_config_defaults(&c);
+    c.model = (pt_model_config){.n_layer = 4, .n_embd = 64, .n_head = 4, .vocab_size = 256,
+                                .seq_len = 32};
+    c.train.batch_size = 16;
+    return c;
+}
+
+static const char *const cats[] = {"params", "grads", "optim", "acts", "comm", "scratch"};
+
+static int names_category(const char *reason) {
+    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
+        if (strstr(reason, cats[i])) return 1;
+    return 0;
+}
+
+static void check_result(const pt_config *base, const pt_cluster *cl, int world,
+                         const pt_plan_result *r) {
+    CHECK(r->n_fit > 0);
+    CHECK(r->n_fitting >= r->n_fit);
+    CHECK(r->n_considered >= r->n_fitting);
+    pt_config *c = malloc(sizeof *c);
+    for (int i = 0; i < r->n_fit; i++) {
+        const pt_plan_entry *e = &r->entry[i];
+        const pt_plan_layout *l = &e->layout;
+        CHECK(e->fits);
+        CHECK_EQ(l->dp * l->tp * l->pp, world);
+        CHECK(e->mem.total <= cl->device.memory_bytes);
+        CHECK(e->time.step_s > 0 && e->time.tokens_per_s > 0 && e->time.mfu > 0);
+        if (i > 0) CHECK(e->time.step_s >= r->entry[i - 1].time.step_s);
+        *c = *base;
+        pt_plan_layout_apply(l, c);
+        CHECK_OK(pt_config_validate(c));
+        /* the search's numbers are the models' own */
+        pt_plan_time t;
+        CHECK_OK(pt_plan_time_predict(base, l, cl, &t));
+        CHECK_NEAR(t.step_s, e->time.step_s, 0, 1e-9);
+    }
+    for (int i = r->n_fit; i < r->n; i++) {
+        CHECK(!r->entry[i].fits);
+        CHECK(names_category(r->entry[i].reason));
+        CHECK(strstr(r->entry[i].reason, "device") != NULL);
+    }
+    free(c);
+}
+
+/* A device that holds some layouts but not all: both kinds come back. */
+static void test_space(void) {
+    pt_config base = small_model();
+    /* between the smallest and the largest layout's need */
+    pt_cluster big = hand_cluster(64e9);
+    pt_plan_result r;
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &big, 8, &r));
+    check_result(&base, &big, 8, &r);
+    /* the span of the kept layouts' needs */
+    double lo = 1e300, hi = 0;
+    for (int i = 0; i < r.n_fit; i++) {
+        if (r.entry[i].mem.total < lo) lo = r.entry[i].mem.total;
+        if (r.entry[i].mem.total > hi) hi = r.entry[i].mem.total;
+    }
+    pt_plan_result_free(&r);
+    CHECK(hi > lo);
+    pt_cluster mid = hand_cluster((lo + hi) / 2);
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &mid, 8, &r));
+    check_result(&base, &mid, 8, &r);
+    CHECK(r.n > r.n_fit); /* some were rejected */
+    pt_plan_result_free(&r);
+}
+
+static void test_fixed(void) {
+    pt_config base = small_model();
+    pt_cluster cl = hand_cluster(64e9);
+    base.parallel.tp = 2;
+    snprintf(base.parallel.schedule, sizeof base.parallel.schedule, "zb1");
+    base.parallel.zero = 1;
+    const char *fixed[] = {"parallel.tp", "parallel.schedule", "parallel.zero"};
+    pt_plan_result r;
+    CHECK_OK(pt_plan_search(&base, fixed, 3, &cl, 8, &r));
+    check_result(&base, &cl, 8, &r);
+    for (int i = 0; i < r.n; i++) {
+        CHECK_EQ(r.entry[i].layout.tp, 2);
+        CHECK_EQ(r.entry[i].layout.zero, 1);
+        CHECK(!strcmp(r.entry[i].layout.schedule, "zb1"));
+    }
+    pt_plan_result_free(&r);
+    /* the recompute mode fixed */
+    pt_config b2 = small_model();
+    snprintf(b2.train.recompute, sizeof b2.train.recompute, "full");
+    const char *f2[] = {"model.recompute"};
+    CHECK_OK(pt_plan_search(&b2, f2, 1, &cl, 4, &r));
+    for (int i = 0; i < r.n; i++) CHECK_EQ(r.entry[i].layout.recompute, PT_RECOMPUTE_FULL);
+    pt_plan_result_free(&r);
+}
+
+static void test_errors(void) {
+    pt_config base = small_model();
+    pt_cluster cl = hand_cluster(64e9);
+    pt_plan_result r;
+    /* tp 3 does not divide 4 heads: nothing is valid */
+    base.parallel.tp = 3;
+    const char *fixed[] = {"parallel.tp"};
+    pt_status st = pt_plan_search(&base, fixed, 1, &cl, 6, &r);
+    CHECK(st != PT_OK);
+    CHECK(strstr(pt_error_message(), "no layout of 6 ranks is valid with parallel.tp=3 (fixed)"));
+    CHECK(strchr(pt_error_message(), '\n') == NULL);
+    pt_plan_result_free(&r);
+    /* a device of 1 kB: nothing fits; the smallest need is named */
+    pt_config b2 = small_model();
+    pt_cluster tiny = hand_cluster(1e3);
+    st = pt_plan_search(&b2, NULL, 0, &tiny, 8, &r);
+    CHECK(st != PT_OK);
+    CHECK(strstr(pt_error_message(), "fits on no layout of 8 ranks: the smallest"));
+    CHECK(strstr(pt_error_message(), "device"));
+    CHECK(strchr(pt_error_message(), '\n') == NULL);
+    CHECK_EQ(r.n_fit, 0);
+    CHECK(r.n > 0);
+    for (int i = 1; i < r.n && r.n_fit == 0; i++)
+        CHECK(r.entry[i].mem.total >= r.entry[i - 1].mem.total);
+    pt_plan_result_free(&r);
+}
+
+int main(void) {
+    RUN(test_space);
+    RUN(test_fixed);
+    RUN(test_errors);
+    return TEST_DONE();
+}
