@@ -230,7 +230,11 @@ static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
 /* Whether l passes the config validator: l written into the scratch copy. */
 static int valid(search *s, const pt_plan_layout *l) {
     pt_plan_layout_apply(l, s->scratch);
-    if (pt_config_validate(s->scratch) == PT_OK) return 1;
+    /* an fp32 plan runs on partrain's runtime: its own limits apply too; a
+     * bf16 plan is for a GPU run of the same keys */
+    pt_status st = pt_plan_bf16(s->base) ? pt_config_validate_layout(s->scratch)
+                                         : pt_config_validate(s->scratch);
+    if (st == PT_OK) return 1;
     snprintf(s->last_invalid, sizeof s->last_invalid, "%s", pt_error_message());
     return 0;
 }
@@ -388,9 +392,6 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         goto done;
     }
     *scratch = *base;
-    /* the validator judges the layout for the runtime, which trains in
-     * fp32; a bf16 plan is for a GPU run of the same layout */
-    snprintf(scratch->train.precision, sizeof scratch->train.precision, "fp32");
     s->base = base, s->scratch = scratch, s->cl = cl, s->world = world, s->fit = fit;
     s->cap = cl->device.memory_bytes;
     for (int i = 0; i < n_fixed; i++) {
