@@ -211,8 +211,10 @@ typedef struct {
     pt_plan_entry *entry; /* fitting first, by step time; then the rejected (the search may
                            * keep only some of those, smallest memory first) */
     int n, n_fit;
-    long n_considered; /* valid layouts whose memory was predicted */
-    long n_fitting;    /* of which fit (n_fit of them kept: the fastest) */
+    long n_considered; /* valid layouts */
+    long n_evaluated;  /* of which memory was predicted: the rest could not beat the kept
+                        * ones on their lower bound (search.c) */
+    long n_fitting;    /* of the evaluated, those that fit (n_fit of them kept: the fastest) */
 } pt_plan_result;
 
 /* Every layout of `world` ranks that the validator accepts with the

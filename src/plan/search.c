@@ -65,9 +65,9 @@ typedef struct {
     long n_fitting;
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
     int n_rej;
-    long n_valid, n_sim;
+    long n_valid, n_eval, n_sim;
     char last_invalid[256];
-    pt_plan_pipe pipe;
+    pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
     /* the stage cut per (pp, virtual stages, V-shaped or not): computed
      * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
     pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
@@ -102,7 +102,6 @@ static double keep_bound(const search *s) {
 }
 
 static void keep_fit(search *s, const pt_plan_entry *e) {
-    s->n_fitting++;
     if (s->n_fit < PT_PLAN_KEEP) {
         s->fit[s->n_fit] = *e;
         heap_up(s->fit, s->n_fit++);
@@ -167,10 +166,7 @@ static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_ra
     memset(&e, 0, sizeof e);
     e.layout = *l, e.mem = *m, e.fits = 1;
     pt_plan_time_finish(s->base, l, s->cl, &s->pipe, &e.time);
-    if (e.time.step_s >= keep_bound(s)) {
-        s->n_fitting++;
-        return;
-    }
+    if (e.time.step_s >= keep_bound(s)) return;
     for (int i = 0; i < n_why && i < 4; i++) memcpy(e.why[e.n_why++], why[i], sizeof e.why[0]);
     explain_layers(s->base, &e, s);
     keep_fit(s, &e);
@@ -281,63 +277,147 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     return 1;
 }
 
-/* The ZeRO variants of one layout (its pipeline shared): memory, then the
- * time of those that fit. */
-static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid) {
-    int dp = l->dp, simulated = 0;
+/* s->pipe as l's pass times; for recompute none, s->wide as full
+ * recompute's (the widest overlap window a per-stage variant can have). */
+static pt_status family_times(search *s, const pt_plan_layout *l) {
+    const pt_stage *cut = NULL;
+    PT_CHECK(stage_cut(s, l, &cut));
+    PT_CHECK(pt_plan_pipe_times_split(s->base, l, s->cl, cut, &s->pipe));
+    if (l->recompute != PT_RECOMPUTE_NONE || s->fix[F_REC] || s->fix[F_SREC] || l->pp < 2)
+        return PT_OK;
+    pt_plan_layout f = *l;
+    f.recompute = PT_RECOMPUTE_FULL;
+    return pt_plan_pipe_times_split(s->base, &f, s->cl, cut, &s->wide);
+}
+
+/* A lower bound on variant t's step (t's family in s->pipe, family_times):
+ * the pipeline's bound plus t's exact data-parallel traffic and optimizer
+ * given that makespan, with the widest overlap window its per-stage
+ * variants could have. Least over ZeRO-3's whole and sharded modules. */
+static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
+    pt_plan_pipe *pp = &s->pipe;
+    double keep[PT_PLAN_MAX_STAGES];
+    int widen = t->recompute == PT_RECOMPUTE_NONE && !s->fix[F_REC] && !s->fix[F_SREC] && pp->p > 1;
+    for (int r = 0; widen && r < pp->p; r++) {
+        keep[r] = pp->last_bw[r];
+        if (s->wide.last_bw[r] > pp->last_bw[r]) pp->last_bw[r] = s->wide.last_bw[r];
+    }
+    double mk = pp->makespan, mk0 = pp->makespan_nop2p;
+    pp->makespan = pp->makespan_nop2p = lb;
+    pt_plan_time tm;
+    pt_plan_time_finish(s->base, t, s->cl, pp, &tm);
+    double best = tm.step_s;
+    if (t->zero == 3 && !s->fix[F_WHOLE]) {
+        pt_plan_layout w = *t;
+        snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
+        pt_plan_time_finish(s->base, &w, s->cl, pp, &tm);
+        if (tm.step_s < best) best = tm.step_s;
+    }
+    pp->makespan = mk, pp->makespan_nop2p = mk0;
+    for (int r = 0; widen && r < pp->p; r++) pp->last_bw[r] = keep[r];
+    return best;
+}
+
+/* The ZeRO variants of one layout family (its pipeline shared), the most
+ * sharded first (ZeRO-3 over the whole dp group): when even that one does
+ * not fit, none of the others can, and they are passed over. Memory, then
+ * the time of those that fit; a variant is evaluated only while the
+ * family's lower bound can still enter the kept set. */
+static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, double bound) {
+    int dp = l->dp, simulated = 0, nvar = 0;
+    int zs[4 * 64], gs[4 * 64];
     pt_status st = PT_OK;
-    for (int z = 0; z <= 3; z++) {
+    for (int z = 3; z >= 0; z--) {
         if (s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) continue;
-        for (int g = 0; g <= dp; g++) {
+        for (int g = 0; g <= dp && nvar < 4 * 64; g++) {
             if (g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) continue;
-            if (s->fix[F_ZG] ? g != s->base->parallel.zero_group : 0) continue;
+            if (s->fix[F_ZG] && g != s->base->parallel.zero_group) continue;
             if (!zvalid[z * (dp + 1) + g]) continue;
-            pt_plan_layout t = *l;
-            t.zero = z, t.zero_group = g;
-            if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
-            s->n_valid++;
-            PT_CHECK(pt_plan_memory(s->base, &t, s->cl, &s->mem));
-            char why[4][256];
-            int n_why = 0;
-            if (s->mem.max.total > s->cap) {
-                pt_plan_mem none = s->mem;
-                if (t.recompute != PT_RECOMPUTE_NONE ||
-                    !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                    pt_plan_memory(s->base, &t, s->cl, &s->mem) != PT_OK ||
-                    s->mem.max.total > s->cap) {
-                    t.stage_recompute[0] = 0;
-                    keep_rejected(s, &t, &none.max);
-                    continue;
-                }
-            }
-            /* ZeRO-3: the embedding and the head whole (no gathers) when they fit */
-            if (z == 3 && !s->fix[F_WHOLE]) {
-                pt_plan_layout w = t;
-                snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
-                if (pt_plan_memory(s->base, &w, s->cl, &s->mem2) == PT_OK &&
-                    s->mem2.max.total <= s->cap) {
-                    snprintf(why[n_why++], 256,
-                             "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
-                             "device has %.1f GB): no gathers for them",
-                             s->mem2.max.total / 1e9, s->cap / 1e9);
-                    t = w;
-                    s->mem = s->mem2;
-                }
-            }
-            if (!simulated || t.stage_recompute[0]) {
-                /* a per-stage recompute changes the passes: its own pipeline */
-                if (!pipe_for(s, &t, &st)) {
-                    if (st != PT_OK) return st;
-                    s->n_fitting++;
-                    simulated = 0;
-                    continue;
-                }
-                simulated = !t.stage_recompute[0];
-            }
-            add_fitting(s, &t, &s->mem.max, (const char(*)[256])why, n_why);
+            zs[nvar] = z, gs[nvar++] = g;
         }
     }
+    PT_CHECK(family_times(s, l));
+    double lb = pipe_bound(&s->pipe, l);
+    for (int k = 0; k < nvar; k++) {
+        if (bound >= keep_bound(s)) break;
+        pt_plan_layout t = *l;
+        t.zero = zs[k], t.zero_group = gs[k];
+        if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
+        /* s->pipe is the family's until a pipeline is simulated */
+        if (!simulated && k > 0) PT_CHECK(family_times(s, l));
+        if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
+        s->n_eval++;
+        PT_CHECK(pt_plan_memory(s->base, &t, s->cl, &s->mem));
+        char why[4][256];
+        int n_why = 0;
+        if (s->mem.max.total > s->cap) {
+            pt_plan_mem none = s->mem;
+            if (t.recompute != PT_RECOMPUTE_NONE || !per_stage_recompute(s, &t, &none, why, &n_why) ||
+                pt_plan_memory(s->base, &t, s->cl, &s->mem) != PT_OK || s->mem.max.total > s->cap) {
+                t.stage_recompute[0] = 0;
+                keep_rejected(s, &t, &none.max);
+                /* the most sharded does not fit: neither does the rest */
+                if (k == 0 && t.zero == 3 && t.zero_group == 0) break;
+                continue;
+            }
+        }
+        /* ZeRO-3: the embedding and the head whole (no gathers) when they fit */
+        if (t.zero == 3 && !s->fix[F_WHOLE]) {
+            pt_plan_layout w = t;
+            snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
+            if (pt_plan_memory(s->base, &w, s->cl, &s->mem2) == PT_OK &&
+                s->mem2.max.total <= s->cap) {
+                snprintf(why[n_why++], 256,
+                         "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
+                         "device has %.1f GB): no gathers for them",
+                         s->mem2.max.total / 1e9, s->cap / 1e9);
+                t = w;
+                s->mem = s->mem2;
+            }
+        }
+        s->n_fitting++;
+        if (!simulated || t.stage_recompute[0]) {
+            /* a per-stage recompute changes the passes: its own pipeline */
+            if (!pipe_for(s, &t, &st)) {
+                if (st != PT_OK) return st;
+                simulated = 0;
+                continue;
+            }
+            simulated = !t.stage_recompute[0];
+        }
+        add_fitting(s, &t, &s->mem.max, (const char(*)[256])why, n_why);
+    }
     return st;
+}
+
+/* A layout family: everything but ZeRO, and the lower bound on its step. */
+typedef struct {
+    double bound;
+    int tp, pp, sp, m, si, v, rec;
+} family;
+
+static int cmp_family(const void *a, const void *b) {
+    double x = ((const family *)a)->bound, y = ((const family *)b)->bound;
+    return x < y ? -1 : x > y;
+}
+
+/* Validity of each ZeRO variant of l's (dp, tp, pp, sp, m) into
+ * zvalid[z (dp + 1) + g]; the number valid. */
+static int valid_zero(search *s, pt_plan_layout *l, int *zvalid) {
+    int any = 0, dp = l->dp;
+    for (int z = 0; z <= 3; z++)
+        for (int g = 0; g <= dp; g++) {
+            int ok = 0;
+            if (!(g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) &&
+                !(s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) &&
+                !(s->fix[F_ZG] && g != s->base->parallel.zero_group)) {
+                l->zero = z, l->zero_group = g;
+                ok = valid(s, l);
+            }
+            zvalid[z * (dp + 1) + g] = ok;
+            any += ok;
+        }
+    return any;
 }
 
 static const char *const pipe_schedules[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
@@ -386,6 +466,8 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     pt_config *scratch = malloc(sizeof *scratch);
     pt_plan_entry *fit = malloc(sizeof *fit * PT_PLAN_KEEP);
     int *zvalid = NULL;
+    family *fam = NULL;
+    long nfam = 0, capfam = 0;
     pt_status st = PT_OK;
     if (!s || !scratch || !fit) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
@@ -409,12 +491,23 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     memset(&l, 0, sizeof l);
     l.threads = c->train.threads;
     if (s->fix[F_LAYERS]) snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    /* phase 1: every valid family with the lower bound on its step */
     for (int tp = 1; tp <= world; tp++) {
         if (world % tp || (s->fix[F_TP] && tp != c->parallel.tp)) continue;
-        if (c->model.n_head % tp) continue;
+        if (c->model.n_head % tp) {
+            snprintf(s->last_invalid, sizeof s->last_invalid,
+                     "model.n_head (%d) is not divisible by parallel.tp (%d)", c->model.n_head, tp);
+            continue;
+        }
         for (int pp = 1; pp * tp <= world; pp++) {
             if ((world / tp) % pp || (s->fix[F_PP] && pp != c->parallel.pp)) continue;
-            if (pp > L + 2 || pp > PT_PLAN_MAX_STAGES) continue;
+            if (pp > L + 2 || pp > PT_PLAN_MAX_STAGES) {
+                snprintf(s->last_invalid, sizeof s->last_invalid,
+                         "parallel.pp (%d) exceeds the model's %d modules or the planner's %d "
+                         "stages",
+                         pp, L + 2, PT_PLAN_MAX_STAGES);
+                continue;
+            }
             int dp = world / tp / pp;
             if (s->fix[F_DP] && dp != c->parallel.dp) continue;
             if (B % dp) {
@@ -429,19 +522,8 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                     l.dp = dp, l.tp = tp, l.pp = pp, l.sequence_parallel = sp, l.microbatches = m;
                     l.recompute = PT_RECOMPUTE_NONE;
                     set_schedule(&l, pp == 1 ? "none" : "1f1b", 1);
-                    /* validity of each ZeRO variant of (dp, tp, pp, sp, m) */
-                    int any = 0;
-                    for (int z = 0; z <= 3; z++)
-                        for (int g = 0; g <= dp; g++) {
-                            int ok = 0;
-                            if (!(g > 0 && (z == 0 || g == 1 || g == dp || dp % g))) {
-                                l.zero = z, l.zero_group = g;
-                                ok = valid(s, &l);
-                            }
-                            zvalid[z * (dp + 1) + g] = ok;
-                            any |= ok;
-                        }
-                    if (!any) continue;
+                    int nz = valid_zero(s, &l, zvalid);
+                    if (!nz) continue;
                     int nsched = pp == 1 ? 1 : 5;
                     for (int si = 0; si < nsched; si++) {
                         const char *name = pp == 1 ? "none" : pipe_schedules[si];
@@ -467,14 +549,46 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                                 if (s->fix[F_REC] && r != recompute_mode(c->train.recompute))
                                     continue;
                                 l.recompute = r;
-                                st = zero_variants(s, &l, zvalid);
+                                st = family_times(s, &l);
                                 if (st != PT_OK) goto done;
+                                /* the family's bound: its least variant's */
+                                double lb = pipe_bound(&s->pipe, &l), fb = INFINITY;
+                                for (int z = 0; z <= 3; z++)
+                                    for (int g = 0; g <= dp; g++) {
+                                        if (!zvalid[z * (dp + 1) + g]) continue;
+                                        l.zero = z, l.zero_group = g;
+                                        double b = variant_bound(s, &l, lb);
+                                        if (b < fb) fb = b;
+                                    }
+                                if (nfam == capfam) {
+                                    long nc = capfam ? 2 * capfam : 1024;
+                                    family *g = realloc(fam, sizeof *g * (size_t)nc);
+                                    if (!g) {
+                                        st = pt_error_set(PT_ERR_NOMEM, "plan: %ld layouts", nc);
+                                        goto done;
+                                    }
+                                    fam = g, capfam = nc;
+                                }
+                                fam[nfam++] = (family){fb, tp, pp, sp, m, si, v, r};
+                                s->n_valid += nz;
                             }
                         }
                     }
                 }
             }
         }
+    }
+    /* phase 2: best bound first, until no family can beat the kept ones */
+    qsort(fam, (size_t)nfam, sizeof *fam, cmp_family);
+    for (long i = 0; i < nfam; i++) {
+        const family *f = &fam[i];
+        if (f->bound >= keep_bound(s)) break;
+        l.tp = f->tp, l.pp = f->pp, l.dp = world / f->tp / f->pp, l.sequence_parallel = f->sp;
+        l.microbatches = f->m, l.recompute = f->rec;
+        set_schedule(&l, f->pp == 1 ? "none" : pipe_schedules[f->si], f->v);
+        valid_zero(s, &l, zvalid);
+        st = zero_variants(s, &l, zvalid, f->bound);
+        if (st != PT_OK) goto done;
     }
     /* out: the fitting by step time, then the rejected by memory */
     out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
@@ -487,6 +601,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     memcpy(out->entry + s->n_fit, s->rej, sizeof *s->rej * (size_t)s->n_rej);
     out->n = s->n_fit + s->n_rej, out->n_fit = s->n_fit;
     out->n_considered = s->n_valid;
+    out->n_evaluated = s->n_eval;
     out->n_fitting = s->n_fitting;
     /* the transfer split of the kept ones (the search simulated with
      * transfers only) */
@@ -498,9 +613,9 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
     }
     if (getenv("PT_PLAN_STATS"))
-        fprintf(stderr, "plan: %ld valid, %ld fit, %ld simulated\n", s->n_valid, s->n_fitting,
-                s->n_sim);
-    if (s->n_valid == 0) {
+        fprintf(stderr, "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated\n",
+                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim);
+    if (nfam == 0) {
         char fx[512];
         fixed_list(s, fx, sizeof fx);
         st = pt_error_set(PT_ERR_INVALID, "no layout of %d ranks is valid%s%s%s: %s", world,
@@ -513,6 +628,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                           world, lname, s->rej[0].reason);
     }
 done:
+    free(fam);
     for (int p = 0; s && p <= PT_PLAN_MAX_STAGES; p++)
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
             for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);

@@ -49,7 +49,7 @@ sed 's/"memory_bytes": 4e9/"memory_bytes": 1000/' cpu.json >tiny-mem.json
 
 # ---- the table ----
 if "$P" plan --config tiny.json --cluster cpu.json >table.txt 2>err &&
-    grep -q "valid layouts of 2 ranks fit two-cores" table.txt && grep -q "^1 " table.txt &&
+    grep -q "valid layouts of 2 ranks on two-cores" table.txt && grep -q "^1 " table.txt &&
     grep -q "step ms" table.txt; then
     ok "table"
 else
