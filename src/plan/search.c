@@ -26,6 +26,7 @@
  *
  * Not here: the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,38 @@ static const char *recompute_name(int r) {
     return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
+/* ---- memory, remembered ----
+ * pt_plan_memory by layout name (which spells every field), so that the
+ * per-stage recompute's uniform layouts and ZeRO-3's whole modules are not
+ * computed twice; a table of MEMO_SLOTS, the oldest entry overwritten. */
+#define MEMO_SLOTS 4096
+typedef struct {
+    uint64_t key; /* 0: empty */
+    pt_plan_mem mem;
+} memo;
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static pt_status mem_of(memo *tab, long *calls, const pt_config *c, const pt_plan_layout *l,
+                        const pt_cluster *cl, pt_plan_mem *out) {
+    char name[PT_PLAN_NAME_MAX * 4];
+    pt_plan_layout_name(l, name, sizeof name);
+    uint64_t h = name_hash(name);
+    memo *e = &tab[h % MEMO_SLOTS];
+    if (e->key == h) {
+        *out = e->mem;
+        return PT_OK;
+    }
+    (*calls)++;
+    PT_CHECK(pt_plan_memory(c, l, cl, out));
+    e->key = h, e->mem = *out;
+    return PT_OK;
+}
+
 typedef struct {
     const pt_config *base;
     pt_config *scratch; /* base with the layout under test written in */
@@ -72,6 +105,8 @@ typedef struct {
      * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
     pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
+    memo *memo;
+    long n_mem;
 } search;
 
 /* ---- the kept sets ---- */
@@ -254,7 +289,7 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     for (int k = 0; k < p; k++) mode[k] = none->stage[k].total <= s->cap ? 0 : -1;
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
         t.recompute = r;
-        if (pt_plan_memory(s->base, &t, s->cl, m) != PT_OK || m->n_stage != p) return 0;
+        if (mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, m) != PT_OK || m->n_stage != p) return 0;
         for (int k = 0; k < p; k++)
             if (mode[k] < 0 && m->stage[k].total <= s->cap) mode[k] = r;
     }
@@ -347,13 +382,14 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
         if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
         s->n_eval++;
-        PT_CHECK(pt_plan_memory(s->base, &t, s->cl, &s->mem));
+        PT_CHECK(mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
         if (s->mem.max.total > s->cap) {
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE || !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                pt_plan_memory(s->base, &t, s->cl, &s->mem) != PT_OK || s->mem.max.total > s->cap) {
+                mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, &s->mem) != PT_OK ||
+                s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
                 /* the most sharded does not fit: neither does the rest */
@@ -365,7 +401,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (t.zero == 3 && !s->fix[F_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
-            if (pt_plan_memory(s->base, &w, s->cl, &s->mem2) == PT_OK &&
+            if (mem_of(s->memo, &s->n_mem, s->base, &w, s->cl, &s->mem2) == PT_OK &&
                 s->mem2.max.total <= s->cap) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
@@ -469,7 +505,8 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     family *fam = NULL;
     long nfam = 0, capfam = 0;
     pt_status st = PT_OK;
-    if (!s || !scratch || !fit) {
+    if (s) s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
+    if (!s || !scratch || !fit || !s->memo) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
         goto done;
     }
@@ -613,8 +650,10 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
     }
     if (getenv("PT_PLAN_STATS"))
-        fprintf(stderr, "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated\n",
-                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim);
+        fprintf(stderr,
+                "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated, %ld "
+                "memory calls\n",
+                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem);
     if (nfam == 0) {
         char fx[512];
         fixed_list(s, fx, sizeof fx);
@@ -633,6 +672,7 @@ done:
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
             for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);
     free(zvalid);
+    if (s) free(s->memo);
     free(fit);
     free(scratch);
     free(s);
