@@ -20,7 +20,8 @@ static const struct {
     {"eval", pt_cli_eval, "mean loss of a checkpoint on a data file"},
     {"sample", pt_cli_sample, "generate text from a checkpoint"},
     {"bench", pt_cli_bench, "benchmarks (bench comm: collectives per backend)"},
-    {"plan", pt_cli_plan, "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
+    {"plan", pt_cli_plan,
+     "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
 };
 
 static void usage(FILE *f) {

@@ -13,25 +13,26 @@
 
 /* The pipeline part of a prediction: what ZeRO does not change. */
 typedef struct {
-    int G;                              /* virtual stages p x v */
-    double f[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* per virtual stage, seconds a micro-batch */
-    double b[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* input gradient (+ recompute) */
-    double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* weight gradient */
+    int G; /* virtual stages p x v */
+    double f[PT_PLAN_MAX_STAGES *
+             PT_SCHEDULE_MAX_VIRTUAL]; /* per virtual stage, seconds a micro-batch */
+    double b[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* input gradient (+ recompute) */
+    double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* weight gradient */
     double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
-    double p2p_intra, p2p_inter;        /* one activation transfer between stages, per link */
-    int p, v, m, stride, dpn;           /* pipeline shape; mesh stride of pp; devices a node */
+    double p2p_intra, p2p_inter; /* one activation transfer between stages, per link */
+    int p, v, m, stride, dpn;    /* pipeline shape; mesh stride of pp; devices a node */
     int rank_of[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* virtual stage -> pp rank */
-    double makespan;                    /* the pipeline's step, passes and p2p */
-    double makespan_nop2p;              /* the same with instant transfers */
-    int crit;                           /* the busiest pipeline rank */
-    double busy[PT_PLAN_MAX_STAGES];    /* per rank: seconds in passes */
-    double tp_busy[PT_PLAN_MAX_STAGES]; /* per rank: of which tp collectives */
-    double last_bw[PT_PLAN_MAX_STAGES]; /* per rank: its last backward's length (dp overlap) */
+    double makespan;                         /* the pipeline's step, passes and p2p */
+    double makespan_nop2p;                   /* the same with instant transfers */
+    int crit;                                /* the busiest pipeline rank */
+    double busy[PT_PLAN_MAX_STAGES];         /* per rank: seconds in passes */
+    double tp_busy[PT_PLAN_MAX_STAGES];      /* per rank: of which tp collectives */
+    double last_bw[PT_PLAN_MAX_STAGES];      /* per rank: its last backward's length (dp overlap) */
     double stage_params[PT_PLAN_MAX_STAGES]; /* per rank: parameters it holds (tp shard) */
     int first[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* modules of each virtual stage */
     int last[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    int threads;                        /* BLAS threads per rank */
-    double slow;                        /* oversubscription factor (>= 1) */
+    int threads; /* BLAS threads per rank */
+    double slow; /* oversubscription factor (>= 1) */
 } pt_plan_pipe;
 
 /* The pipeline part of l's step in two halves: the pass times (and each

@@ -27,8 +27,9 @@ static cJSON *entry_json(const pt_plan_entry *e) {
     char name[PT_PLAN_NAME_MAX * 4];
     pt_plan_layout_name(l, name, sizeof name);
     int rc = l->recompute >= 0 && l->recompute <= 2 ? l->recompute : 0;
-    int ok = cJSON_AddStringToObject(o, "layout", name) && cJSON_AddNumberToObject(o, "dp", l->dp) &&
-             cJSON_AddNumberToObject(o, "tp", l->tp) && cJSON_AddNumberToObject(o, "pp", l->pp) &&
+    int ok = cJSON_AddStringToObject(o, "layout", name) &&
+             cJSON_AddNumberToObject(o, "dp", l->dp) && cJSON_AddNumberToObject(o, "tp", l->tp) &&
+             cJSON_AddNumberToObject(o, "pp", l->pp) &&
              cJSON_AddNumberToObject(o, "zero", l->zero) &&
              cJSON_AddNumberToObject(o, "zero_group", l->zero_group) &&
              cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel) &&
@@ -48,7 +49,8 @@ static cJSON *entry_json(const pt_plan_entry *e) {
 #undef PT_X_NAME
     };
     ok = mem != NULL;
-    for (int k = 0; ok && k < PT_MEM_NCAT; k++) ok = cJSON_AddNumberToObject(mem, cat[k], e->mem.cat[k]) != NULL;
+    for (int k = 0; ok && k < PT_MEM_NCAT; k++)
+        ok = cJSON_AddNumberToObject(mem, cat[k], e->mem.cat[k]) != NULL;
     ok = ok && cJSON_AddNumberToObject(mem, "slack", e->mem.slack) &&
          cJSON_AddNumberToObject(mem, "total", e->mem.total);
     const pt_plan_time *t = &e->time;
@@ -150,8 +152,9 @@ pt_status pt_plan_file_load(const char *path, pt_config *c) {
     const cJSON *conf = cJSON_GetObjectItemCaseSensitive(root, "config");
     pt_status st;
     if (!cJSON_IsObject(conf)) {
-        st = pt_error_set(PT_ERR_FORMAT, "%s: no \"config\" object (a plan file from partrain "
-                                         "plan --write)",
+        st = pt_error_set(PT_ERR_FORMAT,
+                          "%s: no \"config\" object (a plan file from partrain "
+                          "plan --write)",
                           path);
     } else {
         char *cj = cJSON_PrintUnformatted(conf);

@@ -37,17 +37,31 @@
 #define PT_PLAN_REJECTED 8   /* rejected layouts kept, smallest memory first */
 
 enum {
-    F_DP, F_TP, F_PP, F_ZERO, F_ZG, F_SP, F_SCHED, F_M, F_V, F_REC, F_SREC, F_WHOLE, F_LAYERS,
-    F_THREADS, F_N
+    F_DP,
+    F_TP,
+    F_PP,
+    F_ZERO,
+    F_ZG,
+    F_SP,
+    F_SCHED,
+    F_M,
+    F_V,
+    F_REC,
+    F_SREC,
+    F_WHOLE,
+    F_LAYERS,
+    F_THREADS,
+    F_N
 };
 static const char *const fixed_names[F_N] = {
-    "parallel.dp",       "parallel.tp",          "parallel.pp",         "parallel.zero",
-    "parallel.zero_group", "parallel.sequence_parallel", "parallel.schedule",
-    "parallel.microbatches", "parallel.virtual_stages", "model.recompute", "model.stage_recompute",
-    "parallel.zero_whole", "parallel.stage_layers", "train.threads"};
+    "parallel.dp",           "parallel.tp",           "parallel.pp",
+    "parallel.zero",         "parallel.zero_group",   "parallel.sequence_parallel",
+    "parallel.schedule",     "parallel.microbatches", "parallel.virtual_stages",
+    "model.recompute",       "model.stage_recompute", "parallel.zero_whole",
+    "parallel.stage_layers", "train.threads"};
 
 static int recompute_mode(const char *s) {
-    return !strcmp(s, "full") ? PT_RECOMPUTE_FULL
+    return !strcmp(s, "full")        ? PT_RECOMPUTE_FULL
            : !strcmp(s, "selective") ? PT_RECOMPUTE_SELECTIVE
                                      : PT_RECOMPUTE_NONE;
 }
@@ -92,7 +106,7 @@ typedef struct {
     pt_config *scratch; /* base with the layout under test written in */
     const pt_cluster *cl;
     int world, fix[F_N];
-    double cap; /* device bytes */
+    double cap;         /* device bytes */
     pt_plan_entry *fit; /* max-heap on step time, PT_PLAN_KEEP */
     int n_fit;
     long n_fitting;
@@ -234,7 +248,8 @@ static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **
     if (!*c) {
         pt_stage *st = malloc(sizeof *st * (size_t)l->pp * v);
         if (!st) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
-        pt_status e = pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->stage_layers, st);
+        pt_status e =
+            pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->stage_layers, st);
         if (e != PT_OK) {
             free(st);
             return e;
@@ -387,7 +402,8 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         int n_why = 0;
         if (s->mem.max.total > s->cap) {
             pt_plan_mem none = s->mem;
-            if (t.recompute != PT_RECOMPUTE_NONE || !per_stage_recompute(s, &t, &none, why, &n_why) ||
+            if (t.recompute != PT_RECOMPUTE_NONE ||
+                !per_stage_recompute(s, &t, &none, why, &n_why) ||
                 mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, &s->mem) != PT_OK ||
                 s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
@@ -472,22 +488,48 @@ static void fixed_list(const search *s, char *buf, size_t n) {
         if (!s->fix[f]) continue;
         char v[160];
         switch (f) {
-        case F_DP: snprintf(v, sizeof v, "%d", c->parallel.dp); break;
-        case F_TP: snprintf(v, sizeof v, "%d", c->parallel.tp); break;
-        case F_PP: snprintf(v, sizeof v, "%d", c->parallel.pp); break;
-        case F_ZERO: snprintf(v, sizeof v, "%d", c->parallel.zero); break;
-        case F_ZG: snprintf(v, sizeof v, "%d", c->parallel.zero_group); break;
-        case F_SP: snprintf(v, sizeof v, "%s", c->parallel.sequence_parallel ? "true" : "false"); break;
-        case F_SCHED: snprintf(v, sizeof v, "%s", c->parallel.schedule); break;
-        case F_M: snprintf(v, sizeof v, "%d", c->parallel.microbatches); break;
-        case F_V: snprintf(v, sizeof v, "%d", c->parallel.virtual_stages); break;
-        case F_REC: snprintf(v, sizeof v, "%s", c->train.recompute); break;
+        case F_DP:
+            snprintf(v, sizeof v, "%d", c->parallel.dp);
+            break;
+        case F_TP:
+            snprintf(v, sizeof v, "%d", c->parallel.tp);
+            break;
+        case F_PP:
+            snprintf(v, sizeof v, "%d", c->parallel.pp);
+            break;
+        case F_ZERO:
+            snprintf(v, sizeof v, "%d", c->parallel.zero);
+            break;
+        case F_ZG:
+            snprintf(v, sizeof v, "%d", c->parallel.zero_group);
+            break;
+        case F_SP:
+            snprintf(v, sizeof v, "%s", c->parallel.sequence_parallel ? "true" : "false");
+            break;
+        case F_SCHED:
+            snprintf(v, sizeof v, "%s", c->parallel.schedule);
+            break;
+        case F_M:
+            snprintf(v, sizeof v, "%d", c->parallel.microbatches);
+            break;
+        case F_V:
+            snprintf(v, sizeof v, "%d", c->parallel.virtual_stages);
+            break;
+        case F_REC:
+            snprintf(v, sizeof v, "%s", c->train.recompute);
+            break;
         /* model.stage_recompute and parallel.zero_whole are not searched
          * when fixed: the layout leaves them to the config */
         case F_SREC:
-        case F_WHOLE: snprintf(v, sizeof v, "(as given)"); break;
-        case F_LAYERS: snprintf(v, sizeof v, "%s", c->parallel.stage_layers); break;
-        default: snprintf(v, sizeof v, "%d", c->train.threads); break;
+        case F_WHOLE:
+            snprintf(v, sizeof v, "(as given)");
+            break;
+        case F_LAYERS:
+            snprintf(v, sizeof v, "%s", c->parallel.stage_layers);
+            break;
+        default:
+            snprintf(v, sizeof v, "%d", c->train.threads);
+            break;
         }
         k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", fixed_names[f], v);
     }
@@ -527,7 +569,8 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     pt_plan_layout l;
     memset(&l, 0, sizeof l);
     l.threads = c->train.threads;
-    if (s->fix[F_LAYERS]) snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    if (s->fix[F_LAYERS])
+        snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
     /* phase 1: every valid family with the lower bound on its step */
     for (int tp = 1; tp <= world; tp++) {
         if (world % tp || (s->fix[F_TP] && tp != c->parallel.tp)) continue;

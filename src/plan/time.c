@@ -173,8 +173,8 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
     double C = m->n_embd, T = m->seq_len, V = m->vocab_size, NH = m->n_head, t = l->tp;
     double ar = l->tp > 1 ? pt_plan_allreduce_s(l->tp, N * C * r->el, r->tp_bw, r->tp_lat) : 0;
     double meas[4];
-    int have = profile_module(cl->profile, m, kind, l->tp, N, l->threads > 0 ? l->threads : 1, rec,
-                              meas);
+    int have =
+        profile_module(cl->profile, m, kind, l->tp, N, l->threads > 0 ? l->threads : 1, rec, meas);
     *tpc = 0;
     if (kind == PT_MODULE_EMBEDDING) {
         if (have) {
@@ -233,7 +233,7 @@ static int stage_recompute(const pt_plan_layout *l, int r) {
         if (s) s++;
     }
     if (!s) return l->recompute;
-    return !strncmp(s, "full", 4) ? PT_RECOMPUTE_FULL
+    return !strncmp(s, "full", 4)        ? PT_RECOMPUTE_FULL
            : !strncmp(s, "selective", 9) ? PT_RECOMPUTE_SELECTIVE
                                          : PT_RECOMPUTE_NONE;
 }
@@ -271,8 +271,9 @@ pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const 
                              pt_plan_pipe *pp) {
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1;
     if (l->pp > PT_PLAN_MAX_STAGES || v > PT_SCHEDULE_MAX_VIRTUAL)
-        return pt_error_set(PT_ERR_INVALID, "plan: parallel.pp = %d x parallel.virtual_stages = %d "
-                                            "is beyond the planner's %d x %d stages",
+        return pt_error_set(PT_ERR_INVALID,
+                            "plan: parallel.pp = %d x parallel.virtual_stages = %d "
+                            "is beyond the planner's %d x %d stages",
                             l->pp, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
     pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     PT_CHECK(pt_stage_split_for(&c->model, l->schedule, l->pp, v, l->stage_layers, st));
@@ -284,8 +285,9 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     memset(pp, 0, sizeof *pp);
     int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, G = p * v;
     if (p > PT_PLAN_MAX_STAGES || v > PT_SCHEDULE_MAX_VIRTUAL)
-        return pt_error_set(PT_ERR_INVALID, "plan: parallel.pp = %d x parallel.virtual_stages = %d "
-                                            "is beyond the planner's %d x %d stages",
+        return pt_error_set(PT_ERR_INVALID,
+                            "plan: parallel.pp = %d x parallel.virtual_stages = %d "
+                            "is beyond the planner's %d x %d stages",
                             p, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
     int bf16 = pt_plan_bf16(c);
     double peak = bf16 ? cl->device.peak_flops_bf16 : cl->device.peak_flops_fp32;
@@ -299,7 +301,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     /* a measured machine's device is one core: a rank runs its threads on
      * as many of them */
     int cores = cl->profile && cl->profile->cores > 0 ? cl->profile->cores : dev;
-    pp->threads = l->threads > 0 ? l->threads : (cl->profile ? (cores / world > 1 ? cores / world : 1) : 1);
+    pp->threads =
+        l->threads > 0 ? l->threads : (cl->profile ? (cores / world > 1 ? cores / world : 1) : 1);
     double per = cl->profile ? pp->threads : 1;
     const pt_link *tl = pt_plan_group_link(cl, l->tp, 1);
     rates r = {peak * cl->efficiency.matmul * per / pp->slow,
@@ -500,9 +503,9 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     double upd = params / (l->zero > 0 ? zg : 1);
     const pt_profile *pr = cl->profile;
     int adam = strcmp(c->train.optimizer, "sgd") != 0;
-    double per = pr && (adam ? pr->adamw_s : pr->sgd_s) > 0 ? (adam ? pr->adamw_s : pr->sgd_s) / pp->threads
-                                                      : (adam ? 28.0 : 12.0) /
-                                                            (cl->device.memory_bw * cl->efficiency.elementwise);
+    double per = pr && (adam ? pr->adamw_s : pr->sgd_s) > 0
+                     ? (adam ? pr->adamw_s : pr->sgd_s) / pp->threads
+                     : (adam ? 28.0 : 12.0) / (cl->device.memory_bw * cl->efficiency.elementwise);
     out->optim_s = upd * per * pp->slow;
     out->comm_s[PT_MESH_TP] = pp->tp_busy[k];
     out->comm_s[PT_MESH_DP] = dp_s;

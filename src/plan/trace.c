@@ -20,10 +20,11 @@
 #include "plan_time_impl.h"
 
 static void meta(FILE *f, int pid, const char *name, int sort, int *first) {
-    fprintf(f,
-            "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"%s\"}},\n"
-            "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
-            *first ? "" : ",\n", pid, name, pid, sort);
+    fprintf(
+        f,
+        "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"%s\"}},\n"
+        "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}}",
+        *first ? "" : ",\n", pid, name, pid, sort);
     *first = 0;
 }
 
@@ -100,9 +101,12 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
         /* tp's collectives of the pass (half of F + B's each, the model's
          * split being 2 + 2 a block), on the comm thread at the pass's end */
         double tpd = s->kind == PT_PASS_BACKWARD_WEIGHT ? 0 : pp->tp[g] * 0.5;
-        if (l->tp > 1 && tpd > 0) event(f, "tp all-reduce", "comm", s->rank, 1, s->end - tpd, s->end);
+        if (l->tp > 1 && tpd > 0)
+            event(f, "tp all-reduce", "comm", s->rank, 1, s->end - tpd, s->end);
         /* the transfer to the next stage (F) or the previous one (B, BW) */
-        int to = s->kind == PT_PASS_FORWARD ? g + 1 : s->kind == PT_PASS_BACKWARD_WEIGHT ? -1 : g - 1;
+        int to = s->kind == PT_PASS_FORWARD           ? g + 1
+                 : s->kind == PT_PASS_BACKWARD_WEIGHT ? -1
+                                                      : g - 1;
         if (to >= 0 && to < pp->G && pp->rank_of[to] != s->rank) {
             double d = between(pp, s->rank, pp->rank_of[to]);
             snprintf(name, sizeof name, "%s %d", s->kind == PT_PASS_FORWARD ? "act" : "grad",

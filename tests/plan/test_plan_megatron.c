@@ -42,8 +42,10 @@ static void test_table1(void) {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         pt_config c;
         pt_config_defaults(&c);
-        c.model = (pt_model_config){.n_layer = rows[i].layers, .n_embd = rows[i].hidden,
-                                    .n_head = rows[i].heads, .vocab_size = 51200,
+        c.model = (pt_model_config){.n_layer = rows[i].layers,
+                                    .n_embd = rows[i].hidden,
+                                    .n_head = rows[i].heads,
+                                    .vocab_size = 51200,
                                     .seq_len = 2048};
         c.train.batch_size = rows[i].batch;
         snprintf(c.train.precision, sizeof c.train.precision, "bf16");

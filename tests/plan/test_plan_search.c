@@ -29,8 +29,8 @@ static pt_cluster hand_cluster(double mem) {
 static pt_config small_model(void) {
     pt_config c;
     pt_config_defaults(&c);
-    c.model = (pt_model_config){.n_layer = 4, .n_embd = 64, .n_head = 4, .vocab_size = 256,
-                                .seq_len = 32};
+    c.model = (pt_model_config){
+        .n_layer = 4, .n_embd = 64, .n_head = 4, .vocab_size = 256, .seq_len = 32};
     c.train.batch_size = 16;
     return c;
 }

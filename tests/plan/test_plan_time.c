@@ -30,8 +30,8 @@ static pt_cluster hand_cluster(int nodes, int dpn) {
 static pt_config small_model(void) {
     pt_config c;
     pt_config_defaults(&c);
-    c.model = (pt_model_config){.n_layer = 8, .n_embd = 256, .n_head = 8, .vocab_size = 512,
-                                .seq_len = 128};
+    c.model = (pt_model_config){
+        .n_layer = 8, .n_embd = 256, .n_head = 8, .vocab_size = 512, .seq_len = 128};
     c.train.batch_size = 32;
     c.parallel.overlap = 0;
     return c;
@@ -97,7 +97,8 @@ static void test_dp_ring(void) {
         pt_plan_layout l = layout(n, 1, 1, "none", 1, 1);
         pt_plan_time t;
         CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
-        double want = ring_ar(n, P * 4, cl.intra_node.bw * cl.efficiency.comm, cl.intra_node.latency);
+        double want =
+            ring_ar(n, P * 4, cl.intra_node.bw * cl.efficiency.comm, cl.intra_node.latency);
         CHECK_NEAR(t.comm_s[PT_MESH_DP], want, 0, 1e-9);
         CHECK(t.comm_s[PT_MESH_DP] > prev);
         prev = t.comm_s[PT_MESH_DP];
@@ -109,8 +110,8 @@ static void test_dp_ring(void) {
     pt_plan_time t;
     CHECK_OK(pt_plan_time_predict(&c, &l, &two, &t));
     CHECK_NEAR(t.comm_s[PT_MESH_DP],
-               ring_ar(8, P * 4, two.inter_node.bw * two.efficiency.comm, two.inter_node.latency), 0,
-               1e-9);
+               ring_ar(8, P * 4, two.inter_node.bw * two.efficiency.comm, two.inter_node.latency),
+               0, 1e-9);
     /* overlap on: only what exceeds the last backward is exposed */
     c.parallel.overlap = 1;
     pt_plan_time t2;
@@ -174,9 +175,14 @@ static void test_profile_modules(void) {
     prof.cores = 1;
     pt_profile_module mods[2];
     for (int i = 0; i < 2; i++) {
-        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK, .n_embd = 256, .n_head = 8,
-                                      .seq_len = 128, .vocab_size = 512, .tp = 1,
-                                      .tokens = 1024 << (2 * i), .threads = 1};
+        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK,
+                                      .n_embd = 256,
+                                      .n_head = 8,
+                                      .seq_len = 128,
+                                      .vocab_size = 512,
+                                      .tp = 1,
+                                      .tokens = 1024 << (2 * i),
+                                      .threads = 1};
         mods[i].fwd_s = 0.01 * (i ? 8 : 1), mods[i].bgrad_s = 0.02 * (i ? 8 : 1);
         mods[i].wgrad_s = 0.01 * (i ? 8 : 1);
     }
