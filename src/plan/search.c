@@ -659,7 +659,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         }
     }
     /* phase 2: best bound first, until no family can beat the kept ones */
-    qsort(fam, (size_t)nfam, sizeof *fam, cmp_family);
+    if (nfam > 0) qsort(fam, (size_t)nfam, sizeof *fam, cmp_family);
     for (long i = 0; i < nfam; i++) {
         const family *f = &fam[i];
         if (f->bound >= keep_bound(s)) break;
