@@ -421,6 +421,19 @@ static float *gslice(pt_zero *z, int i) {
     return z->stage >= 2 ? pc->gshard : pt_model_grads(z->m) + pc->off + pc->so;
 }
 
+/* Wait for every unit's step collective (params: the all-gathers, else the
+ * gradient ones); the first error, st's when set. */
+static pt_status wait_all(pt_zero *z, int params, pt_status st) {
+    for (int i = 0; i < z->np; i++) {
+        pt_comm_req **req = params ? &z->p[i].preq : &z->p[i].greq;
+        if (!*req) continue;
+        pt_status e = pt_comm_wait(*req);
+        *req = NULL;
+        if (st == PT_OK) st = e;
+    }
+    return st;
+}
+
 pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     pt_status st = PT_OK;
     if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
@@ -441,12 +454,7 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
             if (z->p[i].sn)
                 st = pt_comm_iallreduce(z->cross, gslice(z, i), z->p[i].sn, PT_REDUCE_SUM,
                                         &z->p[i].greq);
-        for (int i = 0; i < z->np; i++)
-            if (z->p[i].greq) {
-                pt_status e = pt_comm_wait(z->p[i].greq);
-                z->p[i].greq = NULL;
-                if (st == PT_OK) st = e;
-            }
+        st = wait_all(z, 0, st);
         if (st != PT_OK) return pt_error_set(st, "gradient all-reduce across groups");
     }
     /* global norm: partial squares of the slices, summed over the group */
@@ -482,12 +490,7 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         float *dst = z->stage >= 3 ? z->p[i].whole : params + z->p[i].off;
         st = pt_comm_iallgather(z->group, dst, z->p[i].count, &z->p[i].preq);
     }
-    for (int i = 0; i < z->np; i++)
-        if (z->p[i].preq) {
-            pt_status e = pt_comm_wait(z->p[i].preq);
-            z->p[i].preq = NULL;
-            if (st == PT_OK) st = e;
-        }
+    st = wait_all(z, 1, st);
     if (st != PT_OK) return pt_error_set(st, "parameter all-gather");
     *norm = (float)sqrt(total);
     return PT_OK;

@@ -49,6 +49,21 @@ static int msg_has(const char *s) {
 
 /* ---- config ---- */
 
+/* Each of values for key is rejected by validation: one line naming the
+ * key and the value, and holding `also`. */
+static void expect_rejected(pt_config *c, const char *key, const char *const *values, size_t n,
+                            const char *also) {
+    for (size_t k = 0; k < n; k++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "%s=%s", key, values[k]);
+        CHECK_OK(pt_config_set(c, kv));
+        int ok = pt_config_validate(c) == PT_ERR_INVALID && msg_has(key) && msg_has(values[k]) &&
+                 msg_has(also);
+        CHECK(ok);
+        if (!ok) printf("  %s: %s\n", kv, pt_error_message());
+    }
+}
+
 static void test_config(void) {
     pt_config c, d;
     pt_config_defaults(&c);
@@ -170,13 +185,7 @@ static void test_config(void) {
     CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_NONE);
     static const char *const bad_rc[] = {"full",  "full,none,none", "full,fast",
                                          "full,", ",full",          "full,Selective"};
-    for (size_t k = 0; k < sizeof bad_rc / sizeof bad_rc[0]; k++) {
-        char kv[64];
-        snprintf(kv, sizeof kv, "model.stage_recompute=%s", bad_rc[k]);
-        CHECK_OK(pt_config_set(&c, kv));
-        CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("model.stage_recompute") &&
-              msg_has(bad_rc[k]));
-    }
+    expect_rejected(&c, "model.stage_recompute", bad_rc, sizeof bad_rc / sizeof bad_rc[0], "");
     CHECK_OK(pt_config_set(&c, "model.stage_recompute=full"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.pp is 2"));
     CHECK_OK(pt_config_set(&c, "parallel.pp=1")); /* one entry at pp 1 */
@@ -199,13 +208,8 @@ static void test_config(void) {
     CHECK(whole[0] && whole[1] && !whole[2] && !whole[3] && whole[4] && whole[5]);
     static const char *const bad_zw[] = {"h.4",  "h.01", "h.-1",       "h.",
                                          "h.1x", "wte",  "embedding,", "head,,h.0"};
-    for (size_t k = 0; k < sizeof bad_zw / sizeof bad_zw[0]; k++) {
-        char kv[64];
-        snprintf(kv, sizeof kv, "parallel.zero_whole=%s", bad_zw[k]);
-        CHECK_OK(pt_config_set(&c, kv));
-        CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.zero_whole") &&
-              msg_has("is not a module") && msg_has("h.0 .. h.3"));
-    }
+    expect_rejected(&c, "parallel.zero_whole", bad_zw, sizeof bad_zw / sizeof bad_zw[0],
+                    "is not a module (embedding, head, or h.0 .. h.3)");
     CHECK_OK(pt_config_set(&c, "parallel.zero_whole=head,h.1,head"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("head is named twice"));
 
