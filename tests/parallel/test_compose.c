@@ -9,11 +9,15 @@
  * Default: dp 2 x tp 2 x pp 2 with ZeRO 0-3 and each feature on top, HSDP
  * on 8 ranks, an everything-at-once layout. --full: the rest of the matrix
  * (other schedules and micro-batch counts, pp 4 meshes, 4-rank meshes,
- * ZeRO at dp 1).
+ * ZeRO at dp 1). Checkpoints saved on the mesh and resumed elsewhere
+ * (shm).
  *
  * shm: pt_launch forks the ranks. --mpi: under mpirun, the layouts of the
  * world's size run. */
+#include <cjson/cJSON.h>
+
 #include "parallel/parity_harness.h"
+#include "parallel/ckpt_test.h"
 
 /* 3 blocks (5 modules): 4 virtual stages at pp 2 (interleaved, zbv);
  * 5 blocks at pp 4 (test_pp.c says why not 7); 6 for 3 chunks a rank. */
@@ -57,6 +61,28 @@ static void test_hsdp(void) {
            "parallel.zero_group=2 parallel.schedule=zb1",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+}
+
+/* Checkpoints across the mesh: saved at step SAVE_AT under one layout and
+ * resumed under another, against the uninterrupted one-worker run (shm
+ * only: the layouts have different world sizes). */
+static void test_ckpt(void) {
+    static const ckpt_case cases[] = {
+        {L3, MESH "parallel.microbatches=2 parallel.zero=3", "parallel.pp=1"},
+        {L3, "parallel.pp=1", MESH "parallel.microbatches=2 parallel.zero=1"},
+    };
+    if (!use_mpi) ckpt_cross_layout(cases, sizeof cases / sizeof cases[0]);
+}
+
+static void test_ckpt_full(void) {
+    static const ckpt_case cases[] = {
+        {L3, MESH "parallel.microbatches=2 parallel.zero=2 parallel.schedule=zbv",
+         "parallel.dp=4 parallel.pp=2 parallel.microbatches=2 parallel.zero=3 "
+         "parallel.zero_group=2"},
+        {L3, MESH "parallel.microbatches=2 parallel.zero=1 parallel.sequence_parallel=true",
+         MESH "parallel.microbatches=4 parallel.zero=3 parallel.schedule=zb1"},
+    };
+    if (!use_mpi) ckpt_cross_layout(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* The rest of the matrix (--full). */
@@ -107,10 +133,12 @@ int main(int argc, char **argv) {
     if (parity_init(argc, argv, full ? "test-compose-full" : "test-compose")) return 1;
     if (full) {
         RUN(test_full);
+        RUN(test_ckpt_full);
     } else {
         RUN(test_zero_stages);
         RUN(test_features);
         RUN(test_hsdp);
+        RUN(test_ckpt);
     }
     return parity_done();
 }
