@@ -10,7 +10,8 @@
  * on 8 ranks, an everything-at-once layout. --full: the rest of the matrix
  * (other schedules and micro-batch counts, pp 4 meshes, 4-rank meshes,
  * ZeRO at dp 1). Checkpoints saved on the mesh and resumed elsewhere
- * (shm).
+ * (shm). The asynchronous modes (stale, local_sgd) under a pipeline, against
+ * the same mode at dp alone (shm).
  *
  * shm: pt_launch forks the ranks. --mpi: under mpirun, the layouts of the
  * world's size run (the features on top of the ZeRO stages with --full). */
@@ -61,6 +62,48 @@ static void test_hsdp(void) {
            "parallel.zero_group=2 parallel.schedule=zb1",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+}
+
+/* The asynchronous modes under a pipeline (and tensor parallelism): the
+ * mode's run follows the same mode at dp alone (the pipeline and tp are
+ * exact; the mode is what it is; shm only: the reference has another
+ * world size). A pipeline that armed every step's buckets in slot 0 left
+ * stale's rounds unfinished and failed here. */
+typedef struct {
+    const char *layout, *ref;
+} modes_case;
+
+#define DGA     "parallel.sync=stale parallel.stale_mode=dga "
+#define DELAYED "parallel.sync=stale parallel.stale_mode=delayed "
+#define LOCAL   "parallel.sync=local_sgd parallel.sync_every=4 "
+#define DP2M2   L3 "parallel.dp=2 parallel.microbatches=2 "
+
+static void modes_check(const modes_case *cases, size_t n) {
+    for (size_t k = 0; k < n; k++) parity_check_against(cases[k].layout, cases[k].ref);
+}
+
+static void test_modes(void) {
+    static const modes_case cases[] = {
+        {DP2M2 "parallel.pp=2 " DGA, DP2M2 DGA},
+        {DP2M2 "parallel.pp=2 parallel.schedule=zb1 " DELAYED "parallel.staleness=2",
+         DP2M2 DELAYED "parallel.staleness=2"},
+        {DP2M2 "parallel.pp=2 parallel.tp=2 parallel.schedule=zbv " LOCAL "parallel.outer=nesterov",
+         DP2M2 LOCAL "parallel.outer=nesterov"},
+    };
+    modes_check(cases, sizeof cases / sizeof cases[0]);
+}
+
+static void test_modes_full(void) {
+    static const modes_case cases[] = {
+        {DP2M2 "parallel.pp=2 " LOCAL, DP2M2 LOCAL},
+        {DP2M2 "parallel.pp=2 parallel.tp=2 " DGA, DP2M2 DGA},
+        {DP2M2 "parallel.pp=2 parallel.schedule=interleaved parallel.virtual_stages=2 " DGA
+               "parallel.staleness=2",
+         DP2M2 DGA "parallel.staleness=2"},
+        {L3 "parallel.dp=4 parallel.pp=2 parallel.microbatches=2 " LOCAL,
+         L3 "parallel.dp=4 parallel.microbatches=2 " LOCAL},
+    };
+    modes_check(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Checkpoints across the mesh: saved at step SAVE_AT under one layout and
@@ -137,12 +180,14 @@ int main(int argc, char **argv) {
     if (!full) {
         RUN(test_zero_stages);
         RUN(test_hsdp);
-        RUN(test_ckpt); /* shm only */
+        RUN(test_modes); /* shm only */
+        RUN(test_ckpt);  /* shm only */
     }
     if (full == use_mpi) RUN(test_features);
     if (full) {
         RUN(test_full);
-        RUN(test_ckpt_full); /* shm only */
+        RUN(test_modes_full); /* shm only */
+        RUN(test_ckpt_full);  /* shm only */
     }
     return parity_done();
 }
