@@ -375,10 +375,15 @@ static pt_status check_pipeline(const pt_config *c) {
         return PT_OK;
     }
     PT_CHECK(pt_schedule_check(name, c->parallel.microbatches, pp, v, nmod));
-    if (strcmp(c->parallel.sync, "sync") != 0)
+    /* the asynchronous modes train under a pipeline (each stage's dp group
+     * runs the mode on its modules), but their per-rank checkpoint files
+     * are written in rank 0's shapes, and a stage's differ */
+    if (strcmp(c->parallel.sync, "sync") != 0 && c->parallel.dp > 1 && c->checkpoint.dir[0])
         return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "parallel.pp = %d needs parallel.sync = sync (got %s)", pp,
-                            c->parallel.sync);
+                            "checkpoint.dir: parallel.sync = %s at parallel.dp = %d with "
+                            "parallel.pp = %d has no checkpoints yet (its per-rank files hold "
+                            "one pipeline stage's shapes); unset checkpoint.dir or use sync",
+                            c->parallel.sync, c->parallel.dp, pp);
     pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
     if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
     pt_status s = pt_stage_split(&c->model, pp * v, c->parallel.stage_layers, st);

@@ -457,9 +457,11 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
             forward(q, m, h, &b, loss_sum, 1);
         } else {
             /* the step's first backward of its last micro-batch precedes
-             * every module's final one: arm the buckets */
+             * every module's final one: arm the buckets (stale: in this
+             * step's slot, as pt_trainer_step_batch does) */
             if (t->ddp && !armed && mb == q->M - 1 && ps->kind != PT_PASS_BACKWARD_WEIGHT) {
-                pt_ddp_begin(t->ddp, 0, t->cfg.parallel.overlap, t->step + 1);
+                int slot = t->mode == MODE_STALE ? t->step % (t->cfg.parallel.staleness + 1) : 0;
+                pt_ddp_begin(t->ddp, slot, t->cfg.parallel.overlap, t->step + 1);
                 armed = 1;
             }
             if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {

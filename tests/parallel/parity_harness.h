@@ -530,6 +530,33 @@ static inline void parity_check(const char *layout) {
     parity_check_extra(layout, NULL);
 }
 
+/* `layout` under both variants against `ref`'s run of the same variant,
+ * not the one worker's: a mode that does not follow one worker (stale,
+ * local_sgd) against itself on fewer dimensions, within the same bounds.
+ * shm only: under mpirun the two worlds differ in size. */
+static inline void parity_check_against(const char *layout, const char *ref) {
+    if (use_mpi) return;
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        job j;
+        result rr, r;
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        CHECK_OK(parity_apply(&j.cfg, ref));
+        CHECK_OK(run_dp(&j, &rr));
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        CHECK_OK(parity_apply(&j.cfg, layout));
+        CHECK_OK(run_dp(&j, &r));
+        parity_verdict verdict;
+        parity_compare(&rr, &r, (parity_variant)v, 0, &verdict);
+        char what[400];
+        snprintf(what, sizeof what, "%s [%s] vs %s", layout, parity_variant_name[v], ref);
+        parity_expect(&verdict, what);
+        result_free(&rr);
+        result_free(&r);
+    }
+}
+
 /* Losses and gradient norms of steps [from, nsteps) and the final
  * parameters of r against ref (another run of the same variant, e.g. the
  * uninterrupted one against a resumed one), CHECKed. */
