@@ -285,14 +285,20 @@ static pt_status read_profile(const reader *r, pt_profile *p) {
         "kind",    "n_embd", "n_head",  "seq_len", "vocab_size",  "tp", "tokens",
         "threads", "fwd_s",  "bgrad_s", "wgrad_s", "recompute_s", NULL};
     static const char *const comm_keys[] = {"backend", "op", "ranks", "bytes", "seconds", NULL};
-    void *t;
-    PT_CHECK(read_table(r, "gemm", gemm_keys, sizeof *p->gemm, gemm_fn, &t, &p->n_gemm));
+    /* the table is the profile's as soon as it is allocated, so that
+     * pt_cluster_free frees it when a later entry is bad */
+    void *t = NULL;
+    pt_status st = read_table(r, "gemm", gemm_keys, sizeof *p->gemm, gemm_fn, &t, &p->n_gemm);
     p->gemm = t;
-    PT_CHECK(read_table(r, "modules", module_keys, sizeof *p->module, module_fn, &t, &p->n_module));
+    PT_CHECK(st);
+    t = NULL;
+    st = read_table(r, "modules", module_keys, sizeof *p->module, module_fn, &t, &p->n_module);
     p->module = t;
-    PT_CHECK(read_table(r, "comm", comm_keys, sizeof *p->comm, comm_fn, &t, &p->n_comm));
+    PT_CHECK(st);
+    t = NULL;
+    st = read_table(r, "comm", comm_keys, sizeof *p->comm, comm_fn, &t, &p->n_comm);
     p->comm = t;
-    return PT_OK;
+    return st;
 }
 
 static pt_status read_link(const reader *r, const char *key, pt_link *l) {
