@@ -256,19 +256,29 @@ pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model
     return scratch_make(out, m, max_B, 1);
 }
 
-size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred) {
+/* The floats of a backward scratch's parts that depend on the layout: the
+ * attention backward's workspace, sequence parallelism's gathered rows and
+ * LayerNorm partial gradient (none in a deferred scratch), the recompute
+ * region. */
+static void scratch_parts(const pt_model *m, int max_B, int deferred, size_t *att, size_t *sp,
+                          size_t *rc) {
     const pt_model_config *cfg = &m->cfg;
-    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
-     * columns: the rest */
-    size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    if (deferred) att = sp = 0;
+    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
+    *att = deferred ? 0
+                    : pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp,
+                                                  cfg->n_head / m->tp);
+    *sp = m->sp && !deferred ? N * C + 2 * C : 0; /* full, ln_g */
     pt_module_ctx dummy = {0};
     unsigned region = PT_ACTS_ALL & ~block_kept(m);
-    size_t rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
+    *rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
+}
+
+size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred) {
+    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
+     * columns: the rest */
+    size_t C = (size_t)m->cfg.n_embd, Cl = C / (size_t)m->tp;
+    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len, att, sp, rc;
+    scratch_parts(m, max_B, deferred, &att, &sp, &rc);
     return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + rc) * sizeof(float);
 }
 
@@ -282,11 +292,8 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
     pt_module_scratch *s = calloc(1, sizeof *s);
     if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
     size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    if (deferred) att = sp = 0;
+    size_t N = (size_t)max_B * (size_t)cfg->seq_len, att, sp, rc;
+    scratch_parts(m, max_B, deferred, &att, &sp, &rc);
     s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, deferred));
     if (!s->buf) {
         free(s);
@@ -311,7 +318,7 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
         s->ln_g = m->scratch->ln_g;
     }
     s->max_B = max_B;
-    if (PT_ACTS_ALL & ~block_kept(m)) s->recomp = p;
+    if (rc) s->recomp = p;
     *out = s;
     return PT_OK;
 }
