@@ -29,11 +29,13 @@ void pt_plan_layout_apply(const pt_plan_layout *l, pt_config *c) {
     copy_str(c->train.recompute, sizeof c->train.recompute, recompute_names[rc]);
     c->train.threads = l->threads;
     copy_str(c->parallel.stage_layers, sizeof c->parallel.stage_layers, l->stage_layers);
-    /* model.stage_recompute and parallel.zero_whole are being added to the
-     * config table on another branch (perpart); until it is merged here,
-     * the layout keeps them and only non-empty ones would be applied:
-     *   if (l->stage_recompute[0]) copy into c->model.stage_recompute
-     *   if (l->zero_whole[0]) copy into c->parallel.zero_whole */
+    /* model.stage_recompute and parallel.zero_whole are the perpart
+     * branch's keys; until it is merged here the layout keeps them (the
+     * memory model reads them from the layout). At the merge, here:
+     *   copy_str(c->train.stage_recompute, .., l->stage_recompute);
+     *   copy_str(c->parallel.zero_whole, .., l->zero_whole);
+     * and the reverse in pt_plan_layout_from_config (test_plan_memory's
+     * per-part layouts then run, and fail without it). */
 }
 
 void pt_plan_layout_from_config(pt_plan_layout *l, const pt_config *c) {

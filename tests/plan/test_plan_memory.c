@@ -151,7 +151,32 @@ static void test_fp32_runtime(void) {
         "parallel.pp=4;parallel.microbatches=4",
         "parallel.dp=2;parallel.tp=2",
     };
+    /* The per-part keys (model.stage_recompute, parallel.zero_whole) are
+     * the perpart branch's: these run once the config table has them (and
+     * layout.c reads them into the layout), and are skipped, saying so,
+     * before. Checked on a merge of both: equal to the byte. */
+    static const char *const perpart[] = {
+        "parallel.pp=2;parallel.microbatches=4;model.stage_recompute=full,none",
+        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=zb1;"
+        "model.stage_recompute=none,selective",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=embedding",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=head,h.0,h.2",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=h.0,h.1,h.2;"
+        "parallel.zero_keep_params=true",
+        "parallel.dp=4;parallel.zero=3;parallel.zero_group=2;parallel.zero_whole=embedding,h.1",
+        "parallel.dp=2;parallel.pp=2;parallel.microbatches=2;parallel.zero=3;"
+        "parallel.zero_whole=embedding,head,h.3",
+    };
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) check(layouts[i]);
+    pt_config probe;
+    pt_config_defaults(&probe);
+    int have = pt_config_set(&probe, "parallel.zero_whole=") == PT_OK &&
+               pt_config_set(&probe, "model.stage_recompute=") == PT_OK;
+    for (size_t i = 0; i < sizeof perpart / sizeof perpart[0]; i++)
+        if (have)
+            check(perpart[i]);
+        else
+            printf("  skipped (needs the per-part keys of the perpart branch): %s\n", perpart[i]);
     /* every pipeline schedule under every recompute mode */
     static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
     static const char *const modes[] = {"none", "selective", "full"};
@@ -288,7 +313,8 @@ static void test_bf16_pipeline(void) {
     CHECK_NEAR(pm.stage[7].cat[PT_MEM_ACTS], 12 * layer + 4 * s * b * V / t, 0, 1e-12);
     /* per part: full recomputation on the first stage changes only its
      * activations */
-    snprintf(l.stage_recompute, sizeof l.stage_recompute, "full");
+    snprintf(l.stage_recompute, sizeof l.stage_recompute,
+             "full,none,none,none,none,none,none,none");
     pt_plan_mem pr = plan(&c, &l);
     CHECK_NEAR(pr.stage[0].cat[PT_MEM_ACTS], 8 * 12 * 2 * s * b * h / t + layer, 0, 1e-12);
     for (int r = 1; r < 8; r++)
