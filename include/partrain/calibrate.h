@@ -63,8 +63,8 @@ typedef struct {
 pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out);
 void pt_calibration_deinit(pt_calibration *c);
 
-/* The calibration as docs/plan.md's JSON (malloc'd; NULL when out of
- * memory). */
+/* The calibration as docs/plan.md's JSON, pt_cluster_to_json's (malloc'd;
+ * NULL when out of memory). */
 char *pt_calibration_to_json(const pt_calibration *c);
 /* Whether path can take the profile: not a directory, its folder exists
  * and is writable. One line naming the path otherwise. Cheap: called
@@ -83,7 +83,8 @@ pt_status pt_calibrate_write(const pt_calibration *c, const char *path);
 pt_status pt_calibrate_cache_path(const pt_calibrate_options *o, char *path, size_t n);
 /* The cache path (as pt_calibrate_cache_path) holding a valid profile for
  * these options: one already there (it parses, and its profile's cpu and
- * binary are this machine's and this binary's) or a new measurement written
+ * binary are this machine's and this binary's: pt_cluster_load_file
+ * accepts it and its profile names both) or a new measurement written
  * there. *measured: 1 when it measured (NULL: not
  * wanted). */
 pt_status pt_calibrate_cached(const pt_calibrate_options *o, char *path, size_t n, int *measured);

@@ -16,7 +16,6 @@
  * runtime has none: peak_flops.bf16 is 0). */
 #include "partrain/calibrate.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -636,84 +635,8 @@ void pt_calibration_deinit(pt_calibration *c) {
 
 /* ---- JSON (docs/plan.md) --------------------------------------------------- */
 
-static const char *const kind_names[] = {"embedding", "block", "head"};
-static const char *const op_names[PT_PROFILE_NOPS] = {"allreduce", "allgather", "reduce_scatter",
-                                                      "broadcast", "p2p"};
-
 char *pt_calibration_to_json(const pt_calibration *c) {
-    const pt_cluster *cl = &c->cluster;
-    const pt_profile *p = &c->profile;
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return NULL;
-    cJSON_AddStringToObject(root, "name", cl->name);
-    cJSON_AddNumberToObject(root, "nodes", cl->nodes);
-    cJSON_AddNumberToObject(root, "devices_per_node", cl->devices_per_node);
-    cJSON *dev = cJSON_AddObjectToObject(root, "device");
-    cJSON_AddStringToObject(dev, "name", cl->device.name);
-    cJSON *peak = cJSON_AddObjectToObject(dev, "peak_flops");
-    cJSON_AddNumberToObject(peak, "fp32", cl->device.peak_flops_fp32);
-    cJSON_AddNumberToObject(peak, "bf16", cl->device.peak_flops_bf16);
-    cJSON_AddNumberToObject(dev, "memory_bytes", cl->device.memory_bytes);
-    cJSON_AddNumberToObject(dev, "memory_bw", cl->device.memory_bw);
-    cJSON *links = cJSON_AddObjectToObject(root, "links");
-    const pt_link *l[2] = {&cl->intra_node, &cl->inter_node};
-    for (int i = 0; i < 2; i++) {
-        cJSON *li = cJSON_AddObjectToObject(links, i ? "inter_node" : "intra_node");
-        cJSON_AddNumberToObject(li, "bw", l[i]->bw);
-        cJSON_AddNumberToObject(li, "latency", l[i]->latency);
-    }
-    cJSON *pr = cJSON_AddObjectToObject(root, "profile");
-    cJSON_AddNumberToObject(pr, "version", 1);
-    cJSON_AddStringToObject(pr, "cpu", p->cpu);
-    cJSON_AddStringToObject(pr, "binary", p->binary);
-    cJSON_AddNumberToObject(pr, "cores", p->cores);
-    cJSON_AddNumberToObject(pr, "memory_bw", p->memory_bw);
-    cJSON_AddNumberToObject(pr, "elementwise_s", p->elementwise_s);
-    cJSON_AddNumberToObject(pr, "adamw_s", p->adamw_s);
-    cJSON_AddNumberToObject(pr, "sgd_s", p->sgd_s);
-    cJSON *gemm = cJSON_AddArrayToObject(pr, "gemm");
-    for (int i = 0; i < p->n_gemm; i++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddItemToArray(gemm, e);
-        cJSON_AddNumberToObject(e, "m", p->gemm[i].m);
-        cJSON_AddNumberToObject(e, "n", p->gemm[i].n);
-        cJSON_AddNumberToObject(e, "k", p->gemm[i].k);
-        cJSON_AddNumberToObject(e, "threads", p->gemm[i].threads);
-        cJSON_AddNumberToObject(e, "flops_s", p->gemm[i].flops_s);
-    }
-    cJSON *mods = cJSON_AddArrayToObject(pr, "modules");
-    for (int i = 0; i < p->n_module; i++) {
-        const pt_profile_module *m = &p->module[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddItemToArray(mods, e);
-        cJSON_AddStringToObject(e, "kind", kind_names[m->kind]);
-        cJSON_AddNumberToObject(e, "n_embd", m->n_embd);
-        cJSON_AddNumberToObject(e, "n_head", m->n_head);
-        cJSON_AddNumberToObject(e, "seq_len", m->seq_len);
-        cJSON_AddNumberToObject(e, "vocab_size", m->vocab_size);
-        cJSON_AddNumberToObject(e, "tp", m->tp);
-        cJSON_AddNumberToObject(e, "tokens", m->tokens);
-        cJSON_AddNumberToObject(e, "threads", m->threads);
-        cJSON_AddNumberToObject(e, "fwd_s", m->fwd_s);
-        cJSON_AddNumberToObject(e, "bgrad_s", m->bgrad_s);
-        cJSON_AddNumberToObject(e, "wgrad_s", m->wgrad_s);
-        cJSON *rc = cJSON_AddArrayToObject(e, "recompute_s");
-        for (int r = 0; r < 3; r++) cJSON_AddItemToArray(rc, cJSON_CreateNumber(m->recompute_s[r]));
-    }
-    cJSON *comm = cJSON_AddArrayToObject(pr, "comm");
-    for (int i = 0; i < p->n_comm; i++) {
-        const pt_profile_comm *m = &p->comm[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddItemToArray(comm, e);
-        cJSON_AddStringToObject(e, "backend", m->backend);
-        cJSON_AddStringToObject(e, "op", op_names[m->op]);
-        cJSON_AddNumberToObject(e, "ranks", m->ranks);
-        cJSON_AddNumberToObject(e, "bytes", m->bytes);
-        cJSON_AddNumberToObject(e, "seconds", m->seconds);
-    }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    return text;
+    return pt_cluster_to_json(&c->cluster); /* cluster.c's writer: the loader's own format */
 }
 
 /* ---- files and the cache ------------------------------------------------------ */
@@ -837,22 +760,18 @@ pt_status pt_calibrate_cache_path(const pt_calibrate_options *o, char *path, siz
     return PT_OK;
 }
 
-/* Whether path holds a profile measured by this binary on this CPU. */
+/* Whether path holds a profile measured by this binary on this CPU: the
+ * cluster loader accepts it and its profile names both. */
 static int cache_valid(const char *path) {
-    char *text = NULL;
-    if (pt_read_text_file(path, 64u << 20, &text) != PT_OK) {
+    pt_cluster *cl = NULL;
+    if (pt_cluster_load_file(&cl, path) != PT_OK) {
         pt_error_clear();
         return 0;
     }
-    cJSON *root = cJSON_Parse(text);
-    free(text);
     char cpu[PT_PLAN_NAME_MAX], binary[PT_PLAN_NAME_MAX];
     pt_calibrate_identity(cpu, binary);
-    cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "profile");
-    const char *c = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "cpu"));
-    const char *b = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pr, "binary"));
-    int ok = c && b && !strcmp(c, cpu) && !strcmp(b, binary);
-    cJSON_Delete(root);
+    int ok = cl->profile && !strcmp(cl->profile->cpu, cpu) && !strcmp(cl->profile->binary, binary);
+    pt_cluster_free(cl);
     return ok;
 }
 

@@ -3,7 +3,8 @@
  * kernels' thread count is left as found; pt_calibrate_cached measures
  * once, reuses a valid file, and measures again when the file is from
  * another binary or is not JSON; the options are part of the key; bad
- * options are one error. Quick mode on a tiny shape: about a second. */
+ * options are one error; the written file loads with pt_cluster_load_file. Quick mode on a tiny
+ * shape: about a second. */
 #include "pt_test.h"
 
 #include <stdlib.h>
@@ -42,6 +43,30 @@ static void test_tables(void) {
     CHECK(c.cluster.profile == p);
     CHECK(c.cluster.device.peak_flops_fp32 > 0);
     CHECK(c.cluster.intra_node.bw > 0 && c.cluster.intra_node.latency > 0);
+    /* the file is a cluster description the loader accepts, tables whole;
+     * cJSON writes 15 digits when they read back within its epsilon */
+    char path[128];
+    snprintf(path, sizeof path, "%s/p.json", dir);
+    CHECK_OK(pt_calibrate_write(&c, path));
+    pt_cluster *cl = NULL;
+    CHECK_OK(pt_cluster_load_file(&cl, path));
+    if (cl) {
+        CHECK_EQ(cl->nodes, 1);
+        CHECK_EQ(cl->devices_per_node, p->cores);
+        CHECK_NEAR(cl->device.peak_flops_fp32, c.cluster.device.peak_flops_fp32, 0, 1e-14);
+        CHECK_NEAR(cl->intra_node.latency, c.cluster.intra_node.latency, 0, 1e-14);
+        CHECK(cl->profile != NULL);
+    }
+    if (cl && cl->profile) {
+        CHECK_EQ(cl->profile->n_gemm, p->n_gemm);
+        CHECK_EQ(cl->profile->n_module, p->n_module);
+        CHECK_EQ(cl->profile->n_comm, p->n_comm);
+        CHECK(strcmp(cl->profile->cpu, p->cpu) == 0);
+        CHECK(strcmp(cl->profile->binary, p->binary) == 0);
+        CHECK_NEAR(cl->profile->module[1].fwd_s, p->module[1].fwd_s, 0, 1e-14);
+        CHECK_NEAR(cl->profile->module[1].recompute_s[2], p->module[1].recompute_s[2], 0, 1e-14);
+    }
+    pt_cluster_free(cl);
     pt_calibration_deinit(&c);
 }
 
