@@ -43,17 +43,17 @@ static const pt_model_config builtin_models[] = {
  * 2 cores). */
 typedef struct {
     int quick;
-    double target_s;      /* repeat a measurement until this much time has passed */
-    double gemm_max_flop; /* skip products dearer than this (2 m n k) */
-    double fwd_max_flop;  /* skip micro-batches whose block + head forward is dearer */
-    int max_mult;         /* tokens = seq_len x 1, 2, 4, .. max_mult */
-    size_t comm_max_bytes;
+    double target_s;                  /* repeat a measurement until this much time has passed */
+    double gemm_max_flop;             /* skip products dearer than this (2 m n k) */
+    double fwd_max_flop;              /* skip micro-batches whose block + head forward is dearer */
+    int max_mult;                     /* tokens = seq_len x 1, 2, 4, .. max_mult */
+    size_t comm_max_bytes, comm_step; /* sizes 4 KiB, x step, .. max */
     int comm_rounds;
     size_t stream_floats; /* copy, elementwise and optimizer buffers */
 } effort;
 
-static const effort effort_full = {0, 0.15, 10e9, 40e9, 8, 16u << 20, 3, 8u << 20};
-static const effort effort_quick = {1, 0.005, 0.3e9, 0.5e9, 2, 1u << 20, 1, 1u << 20};
+static const effort effort_full = {0, 0.15, 10e9, 40e9, 8, 16u << 20, 4, 3, 8u << 20};
+static const effort effort_quick = {1, 0.005, 0.3e9, 0.5e9, 2, 1u << 20, 16, 1, 1u << 20};
 
 /* ---- identity ------------------------------------------------------------- */
 
@@ -166,7 +166,7 @@ static pt_status comm_measure(const comm_job *j, pt_comm *c, float *buf) {
     int rank = pt_comm_rank(c);
     for (int oi = 0; oi < N_COMM_OPS; oi++) {
         if (comm_ops[oi].op == PT_OP_SEND && j->ranks != 2) continue; /* p2p: a pair */
-        for (size_t bytes = 4096; bytes <= j->e->comm_max_bytes; bytes *= 4) {
+        for (size_t bytes = 4096; bytes <= j->e->comm_max_bytes; bytes *= j->e->comm_step) {
             /* about 4 MiB moved per measurement (1 MiB quick), 3..100 operations */
             size_t budget = j->e->quick ? (1u << 20) : (4u << 20);
             size_t it = budget / bytes;
