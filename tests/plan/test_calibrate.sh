@@ -88,8 +88,10 @@ for e in errs: print("  " + e, file=sys.stderr)
 sys.exit(1 if errs else 0)
 PY
 
-# the cache: no --out
-if XDG_CACHE_HOME="$T/cache" "$P" calibrate --quick >"$T/out" 2>"$T/err" &&
+# the cache: no --out (a tiny shape: this run is about the path)
+printf '{"model": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 32, "seq_len": 16}}' \
+    >"$T/tiny.json"
+if XDG_CACHE_HOME="$T/cache" "$P" calibrate --quick --config "$T/tiny.json" >"$T/out" 2>"$T/err" &&
     ls "$T"/cache/partrain/profile-*.json >/dev/null 2>&1 &&
     grep -q "^wrote $T/cache/partrain/profile-[0-9a-f]*\.json\$" "$T/out"; then
     ok "default --out is the cache"
