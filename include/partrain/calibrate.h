@@ -54,6 +54,11 @@ typedef struct {
     pt_profile profile;
     double seconds;    /* wall time of the whole measurement */
     double phase_s[4]; /* of each phase: comm, memory+elementwise+optimizer, gemm, modules */
+    /* The backward's transposed products (input gradient dout W^T, weight
+     * gradient inp^T dout) at 512 rows on one thread: their rate over the
+     * forward's at the same shape, lowest and highest over the shapes (the
+     * profile keeps only the forward's; the modules' times include them). */
+    double transpose_lo[2], transpose_hi[2];
 } pt_calibration;
 
 /* Measure this machine. Runs ranks with pt_launch (so call it from a

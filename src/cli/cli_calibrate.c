@@ -37,6 +37,9 @@ static void summary(const pt_calibration *c, const char *path) {
             best_all = p->gemm[i].flops_s;
     if (p->cores > 1 && best_all > 0) printf(", %.1f on %d", best_all / 1e9, p->cores);
     printf("; %d shapes x threads\n", p->n_gemm);
+    printf("           backward's transposed products at 512 rows, of the forward's rate: "
+           "input gradient %.2f-%.2fx, weight gradient %.2f-%.2fx\n",
+           c->transpose_lo[0], c->transpose_hi[0], c->transpose_lo[1], c->transpose_hi[1]);
     printf("memory     %.2f GB/s copy, elementwise %.2f ns/float, adamw %.2f ns/param, "
            "sgd %.2f ns/param\n",
            p->memory_bw / 1e9, p->elementwise_s * 1e9, p->adamw_s * 1e9, p->sgd_s * 1e9);

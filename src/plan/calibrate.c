@@ -153,8 +153,8 @@ static pt_status push(void **arr, int *n, int *cap, size_t size, const void *ite
 
 typedef struct {
     const effort *e;
-    const pt_calibrate_options *o;
     pt_profile *p;
+    pt_calibration *c;
     int cap_gemm, cap_module, cap_comm;
     int threads[8]; /* thread counts timed: 1, 2, 4, .., max */
     int n_threads;
@@ -321,11 +321,17 @@ static pt_status measure_stream(calib *k) {
 typedef struct {
     float *out, *inp, *w, *bias;
     int m, n, k;
+    int which; /* 0 the forward (NN), 1 the input gradient (NT), 2 the weight gradient (TN) */
 } gemm_arg;
 
 static void pass_gemm(void *arg) {
     gemm_arg *g = arg;
-    pt_matmul_forward(g->out, g->inp, g->w, g->bias, g->m, g->k, g->n);
+    if (g->which == 0)
+        pt_matmul_forward(g->out, g->inp, g->w, g->bias, g->m, g->k, g->n);
+    else if (g->which == 1)
+        pt_matmul_backward_input_set(g->inp, g->out, g->w, g->m, g->k, g->n);
+    else
+        pt_matmul_backward_weight(g->w, NULL, g->out, g->inp, g->m, g->k, g->n);
 }
 
 /* The model's linears for width C and vocabulary V: (k, n) of qkv, attention
@@ -360,6 +366,18 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
         pt_profile_gemm e = {.m = m, .n = n, .k = kk, .threads = k->threads[t]};
         e.flops_s = flop / time_min(k->e, pass_gemm, &g);
         st = push((void **)&k->p->gemm, &k->p->n_gemm, &k->cap_gemm, sizeof e, &e);
+        /* the backward's transposed products, at the medium row count on
+         * one thread: the profile has no field for them (the modules'
+         * bgrad_s and wgrad_s include them); how far they are from the
+         * forward's rate goes to the summary */
+        for (g.which = 1; st == PT_OK && m == 512 && k->threads[t] == 1 && g.which <= 2;
+             g.which++) {
+            double r = flop / time_min(k->e, pass_gemm, &g) / e.flops_s;
+            double *lo = &k->c->transpose_lo[g.which - 1], *hi = &k->c->transpose_hi[g.which - 1];
+            if (*lo == 0 || r < *lo) *lo = r;
+            if (r > *hi) *hi = r;
+        }
+        g.which = 0;
     }
     pt_mem_free(g.bias);
     pt_mem_free(g.w);
@@ -592,7 +610,7 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
     PT_CHECK(check_options(o));
     double t_start = pt_time_s();
     int threads_before = pt_kernels_threads();
-    calib k = {.e = o->quick ? &effort_quick : &effort_full, .o = o, .p = &out->profile};
+    calib k = {.e = o->quick ? &effort_quick : &effort_full, .p = &out->profile, .c = out};
     pt_profile *p = &out->profile;
     pt_calibrate_identity(p->cpu, p->binary);
     p->cores = count_cores();

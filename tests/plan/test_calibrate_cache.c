@@ -41,6 +41,8 @@ static void test_tables(void) {
     CHECK(p->n_gemm > 0);
     for (int i = 0; i < p->n_gemm; i++) CHECK(p->gemm[i].flops_s > 0);
     CHECK(c.cluster.profile == p);
+    for (int i = 0; i < 2; i++) /* the transposed products were timed */
+        CHECK(c.transpose_lo[i] > 0 && c.transpose_hi[i] >= c.transpose_lo[i]);
     CHECK(c.cluster.device.peak_flops_fp32 > 0);
     CHECK(c.cluster.intra_node.bw > 0 && c.cluster.intra_node.latency > 0);
     /* the file is a cluster description the loader accepts, tables whole;
