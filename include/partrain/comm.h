@@ -59,6 +59,15 @@ pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt);
 /* Split into sub-communicators: ranks with the same color form one, ordered
  * by (key, rank). Collective over c. *out is owned by the caller. */
 pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out);
+/* Bytes of PT_MEM_COMM every communicator holds from its creation (the
+ * generic collectives' piece buffer): what the planner counts per group. */
+size_t pt_comm_scratch_bytes(void);
+/* Bytes of PT_MEM_COMM the shm backend adds to a communicator of `size`
+ * ranks (once) at its first collective `op` (PT_OP_ALLREDUCE,
+ * _REDUCE_SCATTER, _ALLGATHER, _BROADCAST) of `bytes` bytes that goes
+ * single-copy: its chunk scratch; 0 when that call takes the staged path.
+ * For the planner (the mpi backend adds none). */
+size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes);
 /* Waits for queued operations, then frees. NULL is a no-op. */
 void pt_comm_free(pt_comm *c);
 

@@ -380,6 +380,20 @@ pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, i
  * freed and not counted by the slot): slots of different ranges may share
  * memory when they are never in use at once (a pipeline rank's chunks). */
 size_t pt_model_slot_bytes(const pt_model *m, int first, int last);
+/* pt_model_slot_bytes for batches of max_B, from any model of the same
+ * layout (the table-only one of max_B 0 too): what the planner counts
+ * without allocating the buffers. */
+size_t pt_model_slot_bytes_at(const pt_model *m, int first, int last, int max_B);
+/* Bytes of PT_MEM_ACTS that pt_module_scratch_new (deferred 0) or
+ * pt_module_scratch_new_deferred (1) allocates for batches of max_B. */
+size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred);
+/* Bytes of category c that pt_model_new_opts allocates for the model's
+ * layout and batches of max_B: PARAMS and GRADS the flat buffer (and the
+ * tied wte copy of a stage with the head and not the embedding), ACTS the
+ * backward scratch, the gradient ping-pong and, for the whole model, its
+ * own slot; 0 for the others. Any model of the layout answers, the
+ * table-only one (max_B 0) included. */
+size_t pt_model_buffer_bytes(const pt_model *m, int max_B, pt_mem_cat c);
 pt_status pt_model_slot_new_range_in(pt_model_slot **out, pt_model *m, int first, int last,
                                      void *mem);
 /* The residual stream buffer j of slot s (lent; j in [0, n_layer]: the

@@ -96,6 +96,8 @@ typedef struct {
     int last_pass[PT_SCHEDULE_MAX_VIRTUAL];
 } pt_schedule;
 
+/* Bytes of PT_MEM_SCRATCH a built schedule holds (its pass list). */
+size_t pt_schedule_bytes(const pt_schedule *s);
 /* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
  * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
  * naming an unknown or unsupported schedule. */

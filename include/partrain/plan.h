@@ -174,6 +174,13 @@ typedef struct {
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out);
 
+/* Whether m (a rank's or the max over ranks) exceeds capacity bytes: 0
+ * when it fits (reason ""), else 1 with one line in reason naming the
+ * total, the categories largest first, the slack and the capacity: "needs
+ * 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, ...), the device has
+ * 85.9 GB". */
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reason, size_t n);
+
 /* ---- time model ------------------------------------------------------------ */
 typedef struct {
     double step_s;

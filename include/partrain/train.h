@@ -56,6 +56,7 @@ typedef struct {
         /* the key model.recompute (none | selective | full; pt_recompute):
          * here, since pt_model_config is the architecture only */
         char recompute[16];
+        char precision[16]; /* fp32 | bf16 (bf16: for planning GPU runs only) */
     } train;
     struct {
         int dp, tp, pp, zero, microbatches, sync_every, staleness, overlap;
@@ -93,6 +94,10 @@ pt_status pt_config_set(pt_config *c, const char *assignment);
  * not-yet-supported parallel settings: one message naming the key. Does not
  * require data.train (benchmarks run without data). */
 pt_status pt_config_validate(const pt_config *c);
+/* pt_config_validate without the runtime's own limits (train.precision =
+ * bf16 is accepted): the model, batch and parallel.* rules a layout must
+ * meet on any hardware, for the planner. */
+pt_status pt_config_validate_layout(const pt_config *c);
 /* The whole config as a JSON object (malloc'd text; caller frees). */
 char *pt_config_to_json(const pt_config *c);
 /* The --help table of keys: name, type, default, doc. */

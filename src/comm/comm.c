@@ -500,11 +500,15 @@ pt_status pt_comm_irecv(pt_comm *c, void *buf, size_t bytes, int peer, int tag, 
 
 /* ---- lifecycle and the registry ------------------------------------------------ */
 
+size_t pt_comm_scratch_bytes(void) {
+    return PT_COMM_GENERIC_PIECE * sizeof(float);
+}
+
 pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out) {
     PT_ASSERT(be && out && rank >= 0 && rank < size);
     *out = NULL;
     pt_comm *c = calloc(1, sizeof *c);
-    float *scratch = pt_mem_alloc(PT_MEM_COMM, PT_COMM_GENERIC_PIECE * sizeof(float));
+    float *scratch = pt_mem_alloc(PT_MEM_COMM, pt_comm_scratch_bytes());
     if (!c || !scratch) {
         free(c);
         pt_mem_free(scratch);

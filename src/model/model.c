@@ -256,6 +256,32 @@ pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model
     return scratch_make(out, m, max_B, 1);
 }
 
+/* The floats of a backward scratch's parts that depend on the layout: the
+ * attention backward's workspace, sequence parallelism's gathered rows and
+ * LayerNorm partial gradient (none in a deferred scratch), the recompute
+ * region. */
+static void scratch_parts(const pt_model *m, int max_B, int deferred, size_t *att, size_t *sp,
+                          size_t *rc) {
+    const pt_model_config *cfg = &m->cfg;
+    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
+    *att = deferred ? 0
+                    : pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp,
+                                                  cfg->n_head / m->tp);
+    *sp = m->sp && !deferred ? N * C + 2 * C : 0; /* full, ln_g */
+    pt_module_ctx dummy = {0};
+    unsigned region = PT_ACTS_ALL & ~block_kept(m);
+    *rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
+}
+
+size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred) {
+    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
+     * columns: the rest */
+    size_t C = (size_t)m->cfg.n_embd, Cl = C / (size_t)m->tp;
+    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len, att, sp, rc;
+    scratch_parts(m, max_B, deferred, &att, &sp, &rc);
+    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + rc) * sizeof(float);
+}
+
 /* deferred: the buffers only one pass reads at a time (the attention
  * backward's workspace; under sequence parallelism the gathered rows and a
  * LayerNorm's partial gradient) are the model's scratch's. */
@@ -265,19 +291,10 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
     const pt_model_config *cfg = &m->cfg;
     pt_module_scratch *s = calloc(1, sizeof *s);
     if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
-    /* whole width: d_res2, d_ln; this rank's heads and MLP columns: the rest */
     size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    if (deferred) att = sp = 0;
-    pt_module_ctx dummy = {0};
-    unsigned region = PT_ACTS_ALL & ~block_kept(m);
-    size_t rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
-    s->buf =
-        pt_mem_alloc(PT_MEM_ACTS, (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + rc) *
-                                      sizeof(float));
+    size_t N = (size_t)max_B * (size_t)cfg->seq_len, att, sp, rc;
+    scratch_parts(m, max_B, deferred, &att, &sp, &rc);
+    s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, deferred));
     if (!s->buf) {
         free(s);
         return PT_ERR_NOMEM;
@@ -336,21 +353,25 @@ static int stream_needed(const pt_model *m, int last, int j) {
     return m->owned[j] || (j + 1 <= last && m->owned[j + 1]);
 }
 
-/* Floats of a range slot's stream (rounded to 16) and of all of it. */
-static size_t stream_floats(const pt_model *m, int first, int last) {
+/* Floats of a range slot's stream for batches of max_B (rounded to 16). */
+static size_t stream_floats(const pt_model *m, int first, int last, int max_B) {
     int L = m->cfg.n_layer, lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L, nres = 0;
     for (int j = lo; j <= hi; j++) nres += stream_needed(m, last, j);
     int head = last == L + 1 && m->owned[L + 1];
-    size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
+    size_t C = (size_t)m->cfg.n_embd, N = (size_t)max_B * (size_t)m->cfg.seq_len;
     size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
     return (R * C * (size_t)nres + (head ? N : 0) + 15) & ~(size_t)15;
 }
 
-size_t pt_model_slot_bytes(const pt_model *m, int first, int last) {
-    size_t n = stream_floats(m, first, last);
+size_t pt_model_slot_bytes_at(const pt_model *m, int first, int last, int max_B) {
+    size_t n = stream_floats(m, first, last, max_B);
     for (int i = first; i <= last; i++)
-        if (m->owned[i]) n += ctx_floats(m, i, m->max_B);
+        if (m->owned[i]) n += ctx_floats(m, i, max_B);
     return n * sizeof(float);
+}
+
+size_t pt_model_slot_bytes(const pt_model *m, int first, int last) {
+    return pt_model_slot_bytes_at(m, first, last, m->max_B);
 }
 
 static pt_status slot_make(pt_model_slot **out, pt_model *m, int first, int last, float *mem) {
@@ -371,7 +392,7 @@ static pt_status slot_make(pt_model_slot **out, pt_model *m, int first, int last
     int head = last == L + 1 && m->owned[L + 1];
     size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
     size_t R = m->sp ? N / (size_t)m->tp : N;
-    size_t total = stream_floats(m, first, last);
+    size_t total = stream_floats(m, first, last, m->max_B);
     if (total && mem) {
         s->stream = mem;
         mem += total;
@@ -560,6 +581,19 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
 fail:
     pt_model_free(m);
     return st;
+}
+
+size_t pt_model_buffer_bytes(const pt_model *m, int max_B, pt_mem_cat c) {
+    int L = m->cfg.n_layer, whole = 1;
+    for (int i = 0; i < L + 2; i++) whole &= m->owned[i];
+    size_t flat = (m->nparams ? m->nparams : 1) * sizeof(float);
+    size_t tied = m->owned[L + 1] && !m->owned[0] ? m->wte_numel * sizeof(float) : 0;
+    if (c == PT_MEM_PARAMS || c == PT_MEM_GRADS) return flat + tied;
+    if (c != PT_MEM_ACTS || max_B <= 0) return 0;
+    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len;
+    size_t R = m->sp ? N / (size_t)m->tp : N;
+    return pt_module_scratch_bytes(m, max_B, 0) + 2 * R * (size_t)m->cfg.n_embd * sizeof(float) +
+           (whole ? pt_model_slot_bytes_at(m, 0, L + 1, max_B) : 0);
 }
 
 void pt_model_tp(const pt_model *m, int *size, int *rank) {

@@ -125,6 +125,11 @@ static void count_list(pt_schedule *s) {
     }
 }
 
+size_t pt_schedule_bytes(const pt_schedule *s) {
+    return sizeof(pt_pass) * (size_t)(s->split ? 3 : 2) * (size_t)s->microbatches *
+           (size_t)s->virtual_stages;
+}
+
 pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
                                   int stage, int virtual_stages) {
     memset(s, 0, sizeof *s);

@@ -66,6 +66,9 @@ static const key_def keys[] = {
      "sgd: heavy-ball momentum (0: none, and no optimizer state)"},
     {"train.grad_clip", K_FLOAT, OFF(train.grad_clip), "1.0", 0, 1e9, NULL,
      "clip the global gradient norm to this (0: off)"},
+    {"train.precision", K_STRING, OFF(train.precision), "fp32", 0, 0, "fp32|bf16",
+     "number format: fp32 (the CPU runtime's), or bf16 with fp32 master weights (partrain plan: "
+     "planning GPU runs; not for training here)"},
     {"train.seed", K_INT, OFF(train.seed), "1337", 0, 2147483647, NULL,
      "seed of init and batch sampling"},
     {"train.val_every", K_INT, OFF(train.val_every), "50", 0, 1e9, NULL,
@@ -376,6 +379,15 @@ static pt_status check_pipeline(const pt_config *c) {
 }
 
 pt_status pt_config_validate(const pt_config *c) {
+    if (strcmp(c->train.precision, "fp32") != 0)
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "train.precision = %s is for planning GPU runs (partrain plan); the "
+                            "CPU runtime trains in fp32",
+                            c->train.precision);
+    return pt_config_validate_layout(c);
+}
+
+pt_status pt_config_validate_layout(const pt_config *c) {
     /* ranges (values set through the table are already checked; this also
      * covers structs filled in by code) */
     for (size_t i = 0; i < NKEYS; i++) {

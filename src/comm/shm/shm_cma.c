@@ -215,6 +215,18 @@ pt_status shm_cma_broadcast(shm_ctx *x, char *buf, size_t bytes, int root) {
     return shm_sync_all(x, PT_OP_BROADCAST);
 }
 
+size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes) {
+    shm_ctx x = {0};
+    x.n = size;
+    shm_cma_shape(&x);
+    /* shm_coll.c's choices: which calls go single-copy */
+    int want = bytes >= x.cma_min;
+    if (op == PT_OP_ALLREDUCE) want &= bytes > PT_SHM_SMALL;
+    if (op == PT_OP_ALLGATHER || op == PT_OP_BROADCAST) want &= size == 2;
+    if (size < 2 || !want || !cma_wanted()) return 0;
+    return (size_t)(size - 1) * x.cma_c * sizeof(float); /* cma_probe's scratch */
+}
+
 /* Single-copy threshold and chunk; PT_SHM_CMA_MIN_KB and PT_SHM_CMA_CHUNK_KB
  * override them (tuning; every rank must see the same values). */
 void shm_cma_shape(shm_ctx *x) {

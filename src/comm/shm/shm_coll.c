@@ -36,9 +36,6 @@
 
 #include <string.h>
 
-/* All-reduce at or below this many bytes uses the one-sync algorithm. */
-#define PT_SHM_SMALL (16u << 10)
-
 /* ---- reductions -------------------------------------------------------------------- */
 
 /* dst[0:k] = sum over j of src[j][0:k] in order j = 0..n-1 (divided by n for

@@ -60,6 +60,10 @@ enum { ABORT_NONE = 0, ABORT_DIED, ABORT_INTERRUPTED, ABORT_FAULT };
 /* Free extents of the sub-communicator pool (reused by later splits). */
 #define PT_SHM_FREE_MAX 256
 
+/* All-reduce at or below this many bytes uses the one-sync algorithm
+ * (shm_coll.c). */
+#define PT_SHM_SMALL (16u << 10)
+
 typedef struct {
     _Atomic int state;
     _Atomic int wstatus;

@@ -1,0 +1,485 @@
+/* The memory model: per-rank peak bytes of each PT_MEM_* category during a
+ * training step, for a layout of a config, without building the model.
+ *
+ *   fp32 (train.precision = fp32, partrain's CPU runtime): the runtime's
+ *        own allocations, counted from the same size functions its
+ *        constructors use (pt_model_buffer_bytes, pt_model_slot_bytes_at,
+ *        pt_module_scratch_bytes, pt_comm_scratch_bytes, pt_comm_shard,
+ *        pt_schedule_bytes) on a table-only model of each stage's slice:
+ *        every buffer is allocated up front, so the peak of a step is what
+ *        the trainer holds when it starts (docs/plan.md lists the terms);
+ *   bf16 (planning a GPU run): the ZeRO paper's 2 + 2 + 12 bytes a
+ *        parameter split by stage (Rajbhandari et al. 2020, Fig. 1) and
+ *        Korthikanti et al. 2022's activations per layer (Table 2), times
+ *        the micro-batches the schedule holds.
+ *
+ * Not here: whether it fits (pt_plan_mem_overflow, the search), time. */
+#include "partrain/plan.h"
+
+#include "partrain/comm.h"
+#include "partrain/optim.h"
+#include "partrain/parallel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The GPU regime's stated headroom (docs/plan.md, "slack"): the CUDA
+ * context, cuBLAS workspaces, NCCL's buffers and the caching allocator's
+ * fragmentation. */
+#define GPU_SLACK_BYTES (2.0 * 1073741824.0)
+
+/* One pipeline stage's layout, shared by both regimes. */
+typedef struct {
+    pt_schedule sched;
+    pt_model *m; /* table only (max_B 0): this stage's tp slice */
+    int first[PT_SCHEDULE_MAX_VIRTUAL], last[PT_SCHEDULE_MAX_VIRTUAL];
+    int emb_here, head_here, tied_peer;
+    int most_blocks;  /* blocks of the rank's largest chunk */
+    int most_modules; /* modules of the rank's largest chunk */
+    int head_chunk;   /* the chunk holding the head (head_here) */
+} stage_info;
+
+static void stage_free(stage_info *s) {
+    pt_model_free(s->m);
+    pt_schedule_free(&s->sched);
+}
+
+static pt_recompute recompute_of(int rc) {
+    return rc == 2 ? PT_RECOMPUTE_FULL : rc == 1 ? PT_RECOMPUTE_SELECTIVE : PT_RECOMPUTE_NONE;
+}
+
+static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cut, int r,
+                           pt_recompute rc) {
+    memset(s, 0, sizeof *s);
+    int p = c->parallel.pp, v = pt_config_virtual_stages(c), L = c->model.n_layer;
+    const char *name = pt_config_schedule(c);
+    PT_CHECK(p > 1 ? pt_schedule_build_stage(&s->sched, name, c->parallel.microbatches, p, r, v)
+                   : pt_schedule_build(&s->sched, name, c->parallel.microbatches));
+    unsigned char *own = NULL;
+    if (p > 1) {
+        own = calloc((size_t)L + 2, 1);
+        if (!own) {
+            pt_schedule_free(&s->sched);
+            return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
+        }
+        for (int ch = 0; ch < v; ch++) {
+            const pt_stage *g = &cut[pt_schedule_virtual_stage(&s->sched, ch)];
+            s->first[ch] = g->first;
+            s->last[ch] = g->last;
+            for (int i = g->first; i <= g->last; i++) own[i] = 1;
+            int nb = g->last - g->first + 1, nm = nb;
+            nb -= (g->first == 0) + (g->last == L + 1);
+            if (nb > s->most_blocks) s->most_blocks = nb;
+            if (nm > s->most_modules) s->most_modules = nm;
+            if (g->last == L + 1) s->head_chunk = ch;
+        }
+        int c0, cl;
+        int r_emb = pt_schedule_locate(name, p, v, 0, &c0);
+        int r_head = pt_schedule_locate(name, p, v, p * v - 1, &cl);
+        s->emb_here = r_emb == r;
+        s->head_here = r_head == r;
+        s->tied_peer = r_emb != r_head && (s->emb_here || s->head_here);
+    } else {
+        s->first[0] = 0;
+        s->last[0] = L + 1;
+        s->emb_here = s->head_here = 1;
+        s->most_blocks = L;
+        s->most_modules = L + 2;
+    }
+    pt_model_options o = {
+        .tp = c->parallel.tp, .sp = c->parallel.sequence_parallel, .owned = own, .recompute = rc};
+    pt_status st = pt_model_new_opts(&s->m, &c->model, 0, &o);
+    free(own);
+    if (st != PT_OK) pt_schedule_free(&s->sched);
+    return st;
+}
+
+/* ---- fp32: the runtime's allocations ---- */
+
+/* Whether module i is in the comma list `whole` ("embedding,head,h.0"). */
+static int kept_whole(const char *whole, int i, int L) {
+    char name[16];
+    if (i == 0)
+        snprintf(name, sizeof name, "embedding");
+    else if (i == L + 1)
+        snprintf(name, sizeof name, "head");
+    else
+        snprintf(name, sizeof name, "h.%d", i - 1);
+    size_t n = strlen(name);
+    for (const char *p = whole; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t k = comma ? (size_t)(comma - p) : strlen(p);
+        if (k == n && !strncmp(p, name, n)) return 1;
+        p += k + (comma ? 1 : 0);
+    }
+    return 0;
+}
+
+/* The communicators a rank holds (each with its generic-collective piece,
+ * pt_comm_scratch_bytes): the world, the mesh's groups of more than one
+ * rank (tp, dp, pp, and mp = tp x pp), the trainer's auxiliary copy of the
+ * world, ZeRO's shard group (and the cross-group one under HSDP), and a
+ * pipeline's act/grad groups per chunk plus the tied wte's. */
+static int communicators(const pt_config *c, int zero_on, int g) {
+    int dp = c->parallel.dp, tp = c->parallel.tp, pp = c->parallel.pp;
+    if (dp * tp * pp == 1) return 0;
+    int n = 1 + 1; /* world, aux */
+    n += (tp > 1) + (dp > 1) + (pp > 1) + (tp * pp > 1);
+    if (zero_on) n += 1 + (g < dp);
+    if (pp > 1) n += 2 * pt_config_virtual_stages(c) + 1;
+    return n;
+}
+
+static double max2(double a, double b) {
+    return a > b ? a : b;
+}
+
+/* The shm backend's single-copy scratch, allocated on a group's first
+ * large collective (pt_comm_shm_lazy_bytes): per group, its largest
+ * collectives of a step. */
+static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g) {
+    const pt_model *m = s->m;
+    int dp = c->parallel.dp, tp = c->parallel.tp, L = c->model.n_layer;
+    double total = 0;
+    size_t n = pt_model_num_params(m), f = sizeof(float);
+    size_t biggest = 0; /* the largest module region */
+    for (int i = 0; i < L + 2; i++) {
+        size_t off, cnt;
+        pt_model_module_region(m, i, &off, &cnt);
+        if (cnt > biggest) biggest = cnt;
+    }
+    if (dp > 1) {
+        /* ddp.c's buckets: full ones of bucket_mb, cut from the top, the
+         * open one closed at the embedding's boundary */
+        double d = 0;
+        if (!strcmp(c->parallel.sync, "local_sgd")) {
+            d = (double)pt_comm_shm_lazy_bytes(dp, PT_OP_ALLREDUCE, n * f);
+        } else if (zero < 2) {
+            size_t cap = (size_t)(c->parallel.bucket_mb * 1048576.0) / f, off, emb;
+            if (cap < 1) cap = 1;
+            pt_model_module_region(m, 0, &off, &emb);
+            size_t above = n - emb, most = above >= cap || emb >= cap ? cap
+                                           : above > emb              ? above
+                                                                      : emb;
+            d = (double)pt_comm_shm_lazy_bytes(dp, PT_OP_ALLREDUCE, most * f);
+        }
+        total += d;
+    }
+    if (zero > 0) {
+        /* the shard group: each module's parameters all-gathered (after the
+         * update; ZeRO-3 before each pass), its gradients reduce-scattered
+         * (stage >= 2); across groups (HSDP) the shards all-reduced */
+        double z = (double)pt_comm_shm_lazy_bytes(g, PT_OP_ALLGATHER, biggest * f);
+        if (zero >= 2)
+            z = max2(z, (double)pt_comm_shm_lazy_bytes(g, PT_OP_REDUCE_SCATTER, biggest * f));
+        total += z;
+        if (g < dp && zero >= 2) {
+            size_t so, sn;
+            pt_comm_shard(biggest, g, 0, &so, &sn);
+            total += (double)pt_comm_shm_lazy_bytes(dp / g, PT_OP_ALLREDUCE, sn * f);
+        }
+    }
+    if (tp > 1) {
+        /* the blocks' collectives on the residual stream (N, C) */
+        size_t nc = (size_t)(c->train.batch_size / dp / c->parallel.microbatches) *
+                    (size_t)c->model.seq_len * (size_t)c->model.n_embd * f;
+        total += c->parallel.sequence_parallel
+                     ? max2((double)pt_comm_shm_lazy_bytes(tp, PT_OP_REDUCE_SCATTER, nc),
+                            (double)pt_comm_shm_lazy_bytes(tp, PT_OP_ALLGATHER, nc))
+                     : (double)pt_comm_shm_lazy_bytes(tp, PT_OP_ALLREDUCE, nc);
+    }
+    return total;
+}
+
+/* Rank (stage s, shard rank grank of g) of an fp32 run into cat[]. */
+static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole, int grank, int g,
+                     double *cat) {
+    const pt_model *m = s->m;
+    int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
+    int mB = c->train.batch_size / dp / M;
+    size_t T = (size_t)c->model.seq_len, C = (size_t)c->model.n_embd;
+    size_t n = pt_model_num_params(m);
+    double flat = (double)(n ? n : 1) * sizeof(float);
+    double tied = (double)pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) - flat;
+    for (int k = 0; k < PT_MEM_NCAT; k++) cat[k] = 0;
+
+    /* activations: the model's own buffers, the trainer's global batch of
+     * tokens (inputs and targets), and the micro-batches in flight */
+    cat[PT_MEM_ACTS] = (double)pt_model_buffer_bytes(m, mB, PT_MEM_ACTS) +
+                       2.0 * c->train.batch_size * (double)T * sizeof(int);
+    if (c->parallel.pp == 1) {
+        /* the first slot is the model's own */
+        cat[PT_MEM_ACTS] +=
+            (double)(s->sched.in_flight - 1) * (double)pt_model_slot_bytes_at(m, 0, L + 1, mB);
+    } else {
+        /* trainer_pipe.c: in_flight blocks, each the largest chunk's slot
+         * and its gradients in and out; a split backward adds a deferred
+         * scratch per module of the largest chunk to each block */
+        size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
+                                                  : (size_t)mB * T) *
+                   C;
+        size_t block = 0;
+        for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
+            size_t f = pt_model_slot_bytes_at(m, s->first[ch], s->last[ch], mB) / sizeof(float) +
+                       (size_t)((s->last[ch] <= L) + (s->first[ch] > 0)) * R;
+            if (f > block) block = f;
+        }
+        block = (block + 15) & ~(size_t)15;
+        cat[PT_MEM_ACTS] += (double)s->sched.in_flight * (double)block * sizeof(float);
+        if (s->sched.split)
+            cat[PT_MEM_ACTS] += (double)s->sched.in_flight * s->most_modules *
+                                (double)pt_module_scratch_bytes(m, mB, 1);
+    }
+
+    pt_adamw_hparams hp = {0};
+    hp.kind = !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW;
+    hp.momentum = (float)c->train.momentum;
+    int nstate = pt_optim_state_count(&hp);
+    int zero = dp > 1 ? c->parallel.zero : 0;
+    int sync = !strcmp(c->parallel.sync, "sync"), local = !strcmp(c->parallel.sync, "local_sgd");
+
+    cat[PT_MEM_PARAMS] = flat + tied;
+    cat[PT_MEM_GRADS] = flat + tied;
+    if (!zero) {
+        cat[PT_MEM_OPTIM] = (double)nstate * (double)n * sizeof(float);
+    } else {
+        /* zero.c: per module, this rank's slice of its region */
+        double shard = 0, emb = 0, blk = 0, head = 0;
+        /* ZeRO-3 with parallel.zero_whole: a whole module's parameters are
+         * resident (its slice a view into them) and need no pool buffer */
+        double pshard = 0, pemb = 0, phead = 0;
+        int nown = 0, ngathered = 0;
+        for (int i = 0; i < L + 2; i++) {
+            size_t off, cnt, so, sn;
+            pt_model_module_region(m, i, &off, &cnt);
+            pt_comm_shard(cnt, g, grank, &so, &sn);
+            shard += (double)sn * sizeof(float);
+            double b = (double)cnt * sizeof(float);
+            int w = zero >= 3 && cnt && whole[0] && kept_whole(whole, i, L);
+            pshard += w ? b : (double)sn * sizeof(float);
+            if (i == 0) {
+                emb = b;
+                pemb = w ? 0 : b;
+            } else if (i == L + 1) {
+                head = b;
+                phead = w ? 0 : b;
+            } else if (cnt) {
+                blk = b;
+                nown++;
+                ngathered += !w;
+            }
+        }
+        cat[PT_MEM_OPTIM] = nstate * shard;
+        if (zero >= 2) {
+            /* unit buffers for the most the schedule holds at once: every
+             * block under a pipeline or a split backward, else two */
+            int per_step = c->parallel.pp > 1 || s->sched.split;
+            int nblk = per_step ? nown : nown < 2 ? nown : 2;
+            cat[PT_MEM_GRADS] = tied + shard + emb + nblk * blk + head;
+            int pblk = per_step || c->parallel.zero_keep_params ? ngathered
+                       : ngathered < 2                          ? ngathered
+                                                                : 2;
+            if (zero >= 3) cat[PT_MEM_PARAMS] = tied + pshard + pemb + pblk * blk + phead;
+        }
+    }
+    int gsz = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
+    cat[PT_MEM_COMM] = (double)communicators(c, zero > 0, gsz) * (double)pt_comm_scratch_bytes();
+    if (dp > 1 && zero < 2 && !sync && !local) {
+        /* stale: a gradient copy per round in flight, and dga's local ones */
+        int nslots = c->parallel.staleness + 1;
+        cat[PT_MEM_COMM] += (double)nslots * (double)n * sizeof(float);
+        if (!strcmp(c->parallel.stale_mode, "dga"))
+            cat[PT_MEM_COMM] += (double)nslots * (double)n * sizeof(float);
+    }
+    if (dp > 1 && local && !strcmp(c->parallel.outer, "nesterov"))
+        cat[PT_MEM_OPTIM] += 2.0 * (double)n * sizeof(float);
+    cat[PT_MEM_COMM] += lazy_comm(c, s, zero, gsz);
+    if (s->tied_peer && s->emb_here) /* the head's wte gradient, received */
+        cat[PT_MEM_COMM] += (double)pt_model_tensor(m, 0)->numel * sizeof(float);
+    /* the pass list */
+    cat[PT_MEM_SCRATCH] = (double)pt_schedule_bytes(&s->sched);
+}
+
+/* ---- bf16: the published formulas ---- */
+
+/* Korthikanti et al. 2022, Table 2: bytes of one transformer layer's
+ * activations for one micro-batch of b sequences (fp16/bf16 tensors, the
+ * dropout masks one byte). */
+static double layer_acts_bf16(double s, double b, double h, double a, double t, int sp,
+                              int recompute) {
+    if (recompute == PT_RECOMPUTE_FULL) return 2.0 * s * b * h / (sp ? t : 1); /* the input */
+    double attn = 5.0 * a * s / (h * t);                                       /* softmax, mask */
+    if (recompute == PT_RECOMPUTE_SELECTIVE) attn = 0;
+    if (sp) return s * b * h * (34.0 / t + attn);
+    if (t == 1) return s * b * h * (34.0 + attn);
+    return s * b * h * (10.0 + 24.0 / t + attn);
+}
+
+/* The recompute mode of pipeline rank r: model.stage_recompute's r-th
+ * entry when given, else the layout's. */
+static int stage_recompute(const pt_plan_layout *l, int r) {
+    const char *p = l->stage_recompute;
+    for (int k = 0; *p && k < r; k++) {
+        p = strchr(p, ',');
+        if (!p) return l->recompute;
+        p++;
+    }
+    if (!*p) return l->recompute;
+    return !strncmp(p, "full", 4)        ? 2
+           : !strncmp(p, "selective", 9) ? 1
+           : !strncmp(p, "none", 4)      ? 0
+                                         : l->recompute;
+}
+
+static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_info *s, int rc,
+                     double *cat) {
+    const pt_model *m = s->m;
+    int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
+    double b = (double)c->train.batch_size / dp / M, S = c->model.seq_len;
+    double h = c->model.n_embd, a = c->model.n_head, t = c->parallel.tp;
+    double V = c->model.vocab_size;
+    int sp = c->parallel.sequence_parallel;
+    for (int k = 0; k < PT_MEM_NCAT; k++) cat[k] = 0;
+    /* Psi: this rank's model-parallel shard (the head stage's copy of the
+     * tied wte included); modules named in zero_whole stay whole */
+    int zero = dp > 1 ? c->parallel.zero : 0;
+    double Nd = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
+    double psi = (double)pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) / sizeof(float);
+    size_t n = pt_model_num_params(m);
+    psi -= n ? 0 : 1; /* the flat buffer of an empty stage is one float */
+    double whole = 0;
+    for (int i = 0; zero >= 3 && i < L + 2; i++) {
+        size_t off, cnt;
+        pt_model_module_region(m, i, &off, &cnt);
+        if (l->zero_whole[0] && kept_whole(l->zero_whole, i, L)) whole += (double)cnt;
+    }
+    double sharded = psi - whole;
+    /* K: the fp32 master copy and the optimizer's states (Adam m, v: 12) */
+    pt_adamw_hparams hp = {0};
+    hp.kind = !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW;
+    hp.momentum = (float)c->train.momentum;
+    double K = 4.0 + 4.0 * pt_optim_state_count(&hp);
+    cat[PT_MEM_PARAMS] = 2 * (zero >= 3 ? whole + sharded / Nd : psi);
+    cat[PT_MEM_GRADS] = 2 * (zero >= 2 ? psi / Nd : psi);
+    cat[PT_MEM_OPTIM] = K * (zero >= 1 ? psi / Nd : psi);
+    /* ZeRO-3's gathered units: the one running and the one prefetched */
+    if (zero >= 3) {
+        double blk = 0;
+        for (int i = 1; i <= L; i++) {
+            size_t off, cnt;
+            pt_model_module_region(m, i, &off, &cnt);
+            if ((double)cnt > blk) blk = (double)cnt;
+        }
+        cat[PT_MEM_COMM] = 2 * 2 * blk;
+    }
+    /* activations: the micro-batches in flight times the largest chunk's
+     * layers, the head's fp32 logits for the loss, and under full
+     * recomputation one layer's whole activations while its backward runs */
+    double layer = layer_acts_bf16(S, b, h, a, t, sp, rc);
+    cat[PT_MEM_ACTS] = s->sched.in_flight * (double)s->most_blocks * layer;
+    if (rc == PT_RECOMPUTE_FULL) cat[PT_MEM_ACTS] += layer_acts_bf16(S, b, h, a, t, sp, 0);
+    if (s->head_here) {
+        int k = c->parallel.pp > 1 ? s->sched.chunk_in_flight[s->head_chunk] : 1;
+        cat[PT_MEM_ACTS] += k * 4.0 * S * b * V / t;
+    }
+}
+
+pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
+                         pt_plan_mem *out) {
+    memset(out, 0, sizeof *out);
+    pt_config c = *model;
+    pt_plan_layout_apply(l, &c);
+    PT_CHECK(pt_config_validate_layout(&c));
+    int p = c.parallel.pp, v = pt_config_virtual_stages(&c);
+    if (p > PT_PLAN_MAX_STAGES)
+        return pt_error_set(PT_ERR_UNSUPPORTED, "plan: parallel.pp = %d (at most %d stages)", p,
+                            PT_PLAN_MAX_STAGES);
+    int gpu = !strcmp(c.train.precision, "bf16");
+    if (gpu && cl && !(cl->device.peak_flops_bf16 > 0))
+        return pt_error_set(PT_ERR_INVALID,
+                            "train.precision = bf16: the cluster's device.peak_flops.bf16 is 0 "
+                            "(the device has no bf16)");
+    pt_stage cut[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    if (p > 1)
+        PT_CHECK(pt_stage_split_for(&c.model, pt_config_schedule(&c), p, v, c.parallel.stage_layers,
+                                    cut));
+    double slack = gpu ? GPU_SLACK_BYTES : 0;
+    int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
+    int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
+    out->n_stage = p;
+    for (int r = 0; r < p; r++) {
+        int rc = stage_recompute(l, r);
+        stage_info s;
+        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc)));
+        pt_plan_mem_rank *st = &out->stage[r];
+        st->slack = slack;
+        /* the shard ranks differ by a float or so (pt_comm_shard): each one */
+        int ng = !gpu && zero ? g : 1;
+        for (int gr = 0; gr < ng; gr++) {
+            double cat[PT_MEM_NCAT];
+            if (gpu)
+                gpu_rank(&c, l, &s, rc, cat);
+            else
+                cpu_rank(&c, &s, l->zero_whole, gr, g, cat);
+            double sum = slack;
+            for (int k = 0; k < PT_MEM_NCAT; k++) {
+                if (cat[k] > st->cat[k]) st->cat[k] = cat[k];
+                sum += cat[k];
+            }
+            if (sum > st->total) st->total = sum;
+        }
+        stage_free(&s);
+        for (int k = 0; k < PT_MEM_NCAT; k++)
+            if (st->cat[k] > out->max.cat[k]) out->max.cat[k] = st->cat[k];
+        if (st->total > out->max.total) out->max.total = st->total;
+    }
+    out->max.slack = slack;
+    return PT_OK;
+}
+
+/* "93.1 GB" (decimal units, as device datasheets give memory). */
+static void human(double b, char *buf, size_t n) {
+    if (b >= 1e9)
+        snprintf(buf, n, "%.1f GB", b / 1e9);
+    else if (b >= 1e6)
+        snprintf(buf, n, "%.1f MB", b / 1e6);
+    else
+        snprintf(buf, n, "%.1f kB", b / 1e3);
+}
+
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reason, size_t n) {
+    if (m->total <= capacity) {
+        if (n) reason[0] = '\0';
+        return 0;
+    }
+    /* the categories, largest first */
+    int order[PT_MEM_NCAT];
+    for (int k = 0; k < PT_MEM_NCAT; k++) order[k] = k;
+    for (int i = 1; i < PT_MEM_NCAT; i++)
+        for (int j = i; j > 0 && m->cat[order[j]] > m->cat[order[j - 1]]; j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    char tot[32], cap[32], part[64];
+    human(m->total, tot, sizeof tot);
+    human(capacity, cap, sizeof cap);
+    size_t k = (size_t)snprintf(reason, n, "needs %s a rank (", tot);
+    int first = 1;
+    for (int i = 0; i < PT_MEM_NCAT; i++) {
+        double b = m->cat[order[i]];
+        if (b <= 0) continue;
+        human(b, part, sizeof part);
+        if (k < n)
+            k += (size_t)snprintf(reason + k, n - k, "%s%s %s", first ? "" : ", ",
+                                  pt_mem_cat_name((pt_mem_cat)order[i]), part);
+        first = 0;
+    }
+    if (m->slack > 0 && k < n) {
+        human(m->slack, part, sizeof part);
+        k += (size_t)snprintf(reason + k, n - k, "%sslack %s", first ? "" : ", ", part);
+    }
+    if (k < n) snprintf(reason + k, n - k, "), the device has %s", cap);
+    return 1;
+}
