@@ -12,11 +12,12 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: partrain calibrate [--out FILE] [--config FILE ...] [--quick] [--threads N]\n\n"
-            "Measures this machine (about a minute and a half on 2 cores) and writes a profile:\n"
-            "matrix products by shape and thread count, each module's forward, input-gradient\n"
-            "and weight-gradient time, recomputation, memory bandwidth, elementwise and\n"
-            "optimizer rates, the shm backend's collectives and point-to-point. The file is a\n"
-            "cluster description of this machine (docs/plan.md), usable as --cluster.\n\n"
+            "Measures this machine (about a minute of CPU on 2 cores; longer when it is busy)\n"
+            "and writes a profile: matrix products by shape and thread count, each module's\n"
+            "forward, input-gradient and weight-gradient time, recomputation, memory\n"
+            "bandwidth, elementwise and optimizer rates, the shm backend's collectives and\n"
+            "point-to-point. The file is a cluster description of this machine\n"
+            "(docs/plan.md), usable as --cluster.\n\n"
             "  --out FILE     where to write (default: the cache, $XDG_CACHE_HOME/partrain/ or\n"
             "                 ~/.cache/partrain/profile-<hash of CPU, binary, options>.json)\n"
             "  --config FILE  a model whose shape is timed (repeatable; default: the default,\n"
