@@ -20,12 +20,13 @@ static const struct {
     {"eval", pt_cli_eval, "mean loss of a checkpoint on a data file"},
     {"sample", pt_cli_sample, "generate text from a checkpoint"},
     {"bench", pt_cli_bench, "benchmarks (bench comm: collectives per backend)"},
+    {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: partrain <command> [options]   (partrain <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
 }
 
 /* Set by the re-executed process's parent: the value it chose. */
