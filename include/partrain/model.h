@@ -358,12 +358,22 @@ pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i);
  * W reads: its max_B bounds the batches of the contexts that use it. */
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B);
 /* A scratch for a context whose weight-gradient pass is deferred (a
- * zero-bubble W after other passes): it holds what its B leaves for its W
- * (the intermediate gradients, the recomputed activations); what only one
- * pass reads while it runs (the attention backward's workspace, sequence
- * parallelism's gathered rows) stays the model's own scratch's, shared.
- * max_B at most the model's. */
-pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B);
+ * zero-bubble W after other passes), for contexts of the module kinds in
+ * `kinds` (a mask of 1u << pt_module_kind). It holds what its B leaves for
+ * its W that the context cannot: B computes in the model's scratch, and a
+ * block's W gradients then take the place of the activations only B reads
+ * (d_fch fch's, d_qkv qkv's, as many of d_out, d_res2, d_ln, d_ln1 as fit
+ * the attention probabilities'; Qi et al. 2024: after B only the linears'
+ * inputs and output gradients live). So it holds, in floats, N = max_B T:
+ *   embedding, head  N C (d_out; d_ln)
+ *   block            (4 - min(4, floor(NHl T / C))) N C, and the block's
+ *                    recompute region (pt_recompute) under SELECTIVE, FULL
+ * the largest of those of kinds, summed with the recompute region. What
+ * only one pass reads while it runs (the attention backward's workspace,
+ * sequence parallelism's gathered rows) stays the model's own scratch's.
+ * max_B at most the model's and its contexts'. */
+pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
+                                         unsigned kinds);
 void pt_module_scratch_free(pt_module_scratch *s);
 /* The scratch module backward in context c uses (lent until replaced);
  * NULL: the model's. */

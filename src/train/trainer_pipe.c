@@ -232,12 +232,18 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     }
     for (int k = 0; k < q->nblocks; k++) {
         q->owner[k] = -1;
-        /* a zero-bubble W reads what its B left: a scratch per module of the block */
-        for (int j = 0; q->split && j < q->nscr; j++)
+        /* a zero-bubble W reads what its B left: a scratch per module of the
+         * block, sized for the kinds of module j of the chunks */
+        for (int j = 0; q->split && j < q->nscr; j++) {
+            unsigned kinds = 0;
+            for (int c = 0; c < q->v; c++)
+                if (q->ch[c].first + j <= q->ch[c].last)
+                    kinds |= 1u << pt_model_module_kind(m, q->ch[c].first + j);
             PT_CHECK_GOTO(st,
                           pt_module_scratch_new_deferred(&q->scratch[k * q->nscr + j], m,
-                                                         pt_model_max_batch(m)),
+                                                         pt_model_max_batch(m), kinds),
                           fail);
+        }
         float *blk = q->mem + (size_t)k * q->block_floats;
         for (int c = 0; c < q->v; c++) {
             chunk *h = &q->ch[c];
