@@ -1,9 +1,11 @@
 /* Per-stage activation memory of a pipeline equals its schedule's formula:
  * the PT_MEM_ACTS peak of each stage in a step (pt_step_info.stage_acts,
  * the metrics' "stage_acts") is
- *     tokens + F(r) + k(r) x U(r)
+ *     tokens + F(r) + k(r) x U(r) + w(r) x S(r)
  * where k(r) is how many micro-batches' activations stage r holds at once
- * (all its chunks together) and the rest is what one of them costs:
+ * (all its chunks together), w(r) how many W's its list has pending at once
+ * (their B run; 0 without a split backward), and the rest is what one of
+ * them costs:
  *   tokens  the trainer's global batch (inputs and targets, ints);
  *   F(r)    the stage model's own buffers (backward scratch, the gradient
  *           ping-pong), measured by building that model here;
@@ -11,11 +13,12 @@
  *           serve any of its chunks, trainer_pipe.c): a slot of its modules
  *           (pt_model_slot_new_range: contexts and stream), its received
  *           and sent gradients (rows x C floats each, where the chunk has a
- *           neighbour), and under a split backward a deferred scratch per
- *           module (what a W after its B reads and the context cannot
- *           hold: B's gradients go to the activations only B reads,
+ *           neighbour), measured by allocating them here;
+ *   S(r)    a set of deferred scratch, one per module of the largest chunk
+ *           (what a W after its B reads and its context cannot hold: B's
+ *           gradients go to the activations only B reads,
  *           pt_module_scratch_new_deferred), measured by allocating them
- *           here and checked against its closed form (deferred_floats).
+ *           here and checked against their closed form (deferred_floats).
  * The counts are the schedules' formulas (Narayanan et al. 2021 for 1F1B
  * and interleaving, Qi et al. 2024 for the zero-bubble ones), summed over
  * a rank's chunks:
@@ -139,8 +142,7 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
     size_t total = acts_now() - a0; /* F(r) */
     size_t rows_c = (size_t)mB * (size_t)c->model.seq_len * (size_t)c->model.n_embd;
     /* U: the largest chunk's micro-batch (a slot measured by allocating
-     * one, its gradients in and out), and under a split backward a scratch
-     * per module of the largest chunk (measured the same way) */
+     * one, its gradients in and out) */
     size_t unit = 0;
     int most = 0;
     for (int ch = 0; ch < v; ch++) {
@@ -155,22 +157,29 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
         if (u > unit) unit = u;
         if (st->last - st->first + 1 > most) most = st->last - st->first + 1;
     }
-    if (s.split) /* module j of the rank's chunks: its kinds' deferred scratch */
-        for (int j = 0; j < most; j++) {
-            unsigned kinds = 0;
-            for (int ch = 0; ch < v; ch++) {
-                const pt_stage *st = &stages[pt_schedule_virtual_stage(&s, ch)];
-                if (st->first + j <= st->last)
-                    kinds |= 1u << pt_model_module_kind(mdl, st->first + j);
-            }
-            size_t b0 = acts_now();
-            pt_module_scratch *sc = NULL;
-            CHECK_OK(pt_module_scratch_new_deferred(&sc, mdl, mB, kinds));
-            size_t got = acts_now() - b0;
-            pt_module_scratch_free(sc);
-            CHECK_EQ(got, deferred_floats(&c->model, mB, rc, kinds) * sizeof(float));
-            unit += got;
+    size_t set = 0; /* S: module j of the rank's chunks: its kinds' deferred scratch */
+    for (int j = 0; s.split && j < most; j++) {
+        unsigned kinds = 0;
+        for (int ch = 0; ch < v; ch++) {
+            const pt_stage *st = &stages[pt_schedule_virtual_stage(&s, ch)];
+            if (st->first + j <= st->last) kinds |= 1u << pt_model_module_kind(mdl, st->first + j);
         }
+        size_t b0 = acts_now();
+        pt_module_scratch *sc = NULL;
+        CHECK_OK(pt_module_scratch_new_deferred(&sc, mdl, mB, kinds));
+        size_t got = acts_now() - b0;
+        pt_module_scratch_free(sc);
+        CHECK_EQ(got, deferred_floats(&c->model, mB, rc, kinds) * sizeof(float));
+        set += got;
+    }
+    /* W: the list's most W's pending at once (B run, W not yet) */
+    int pend = 0;
+    for (int k = 0, n = 0; s.split && k < s.npass; k++) {
+        n += (s.pass[k].kind == PT_PASS_BACKWARD_INPUT) -
+             (s.pass[k].kind == PT_PASS_BACKWARD_WEIGHT);
+        if (n > pend) pend = n;
+    }
+    total += (size_t)pend * set;
     /* the list's holding is the formula */
     int want = formula(sched, p, r, m, v);
     if (s.in_flight != want)
