@@ -479,8 +479,10 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  *   _input  (B): din as pt_module_backward's (the same arguments), and
  *           every tensor-parallel collective of the input gradients; it
  *           leaves the output gradients of the module's linears and
- *           LayerNorms in ctx's backward scratch. Fires before_backward
- *           and after_backward.
+ *           LayerNorms in ctx's backward scratch (a deferred one: in the
+ *           block's activations that only B reads, and the scratch,
+ *           pt_module_scratch_new_deferred). Fires before_backward and
+ *           after_backward.
  *   _weight (W): after the _input of the same ctx and batch, ACCUMULATES
  *           every parameter gradient of the module from what B left and
  *           the saved activations. Fires after_weight_grad. Collectives:
@@ -490,7 +492,9 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  * Between the two, ctx's activations, its input, b->tokens and its scratch
  * (with the activations B recomputed there, pt_recompute) must stay as
  * they are: a context whose W comes after other modules'
- * passes needs a scratch of its own (pt_module_ctx_set_scratch). B then W
+ * passes needs a scratch of its own (pt_module_ctx_set_scratch). With a
+ * deferred scratch, B overwrites a block's qkv, att and fch (W reads none
+ * of them): a second backward of the context needs a forward first. B then W
  * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
  * ones' halves) and under tensor parallelism (the same collectives on the
  * same data). */
