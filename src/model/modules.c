@@ -142,6 +142,7 @@ static pt_module_scratch block_stash(const pt_model *m, const pt_module_ctx *v,
     pt_module_scratch w = *s;
     size_t NC = (size_t)s->max_B * (size_t)m->cfg.seq_len * (size_t)m->cfg.n_embd;
     int fit = pt_block_stash_fit(m);
+    PT_ASSERT(fit == 4 || s->rem); /* a scratch for blocks (its kinds) */
     float **big[4] = {&w.d_out, &w.d_res2, &w.d_ln, &w.d_ln1};
     for (int k = 0; k < 4; k++)
         *big[k] = k < fit ? v->att + (size_t)k * NC : s->rem + (size_t)(k - fit) * NC;
@@ -350,8 +351,8 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     pt_module_scratch *s = scratch_of(m, ctx);
     switch (ctx->kind) {
-    case PT_MODULE_EMBEDDING: /* no input gradient: W's dout is kept */
-        PT_ASSERT(dout);
+    case PT_MODULE_EMBEDDING:        /* no input gradient: W's dout is kept */
+        PT_ASSERT(dout && s->d_out); /* (a deferred scratch for the embedding) */
         if (m->tp > 1)
             pt_tp_embedding_backward_input(m, s, b, dout);
         else
@@ -373,7 +374,7 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
         break;
     }
     case PT_MODULE_HEAD:
-        PT_ASSERT(b->targets && din);
+        PT_ASSERT(b->targets && din && s->d_ln);
         if (m->tp > 1)
             pt_tp_head_backward_input(m, i, ctx, b, din);
         else
