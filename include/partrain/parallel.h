@@ -98,6 +98,10 @@ typedef struct {
 
 /* Bytes of PT_MEM_SCRATCH a built schedule holds (its pass list). */
 size_t pt_schedule_bytes(const pt_schedule *s);
+/* The most weight-gradient passes the list has pending at once (their B
+ * run, not they; at least 1): the deferred scratch sets a split schedule
+ * needs. */
+int pt_schedule_pending_w(const pt_schedule *s);
 /* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
  * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
  * naming an unknown or unsupported schedule. */

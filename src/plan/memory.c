@@ -214,8 +214,8 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
             (double)(s->sched.in_flight - 1) * (double)pt_model_slot_bytes_at(m, 0, L + 1, mB);
     } else {
         /* trainer_pipe.c: in_flight blocks, each the largest chunk's slot
-         * and its gradients in and out; a split backward adds a deferred
-         * scratch per module of the largest chunk to each block */
+         * and its gradients in and out; a split backward adds sets of deferred
+         * scratch, as many as the list has W's pending at once */
         size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
                                                   : (size_t)mB * T) *
                    C;
@@ -227,9 +227,20 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
         }
         block = (block + 15) & ~(size_t)15;
         cat[PT_MEM_ACTS] += (double)s->sched.in_flight * (double)block * sizeof(float);
-        if (s->sched.split)
-            cat[PT_MEM_ACTS] += (double)s->sched.in_flight * s->most_modules *
-                                (double)pt_module_scratch_bytes(m, mB, 1);
+        if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
+                             * the kinds of module j of the chunks */
+            for (int j = 0; j < s->most_modules; j++) {
+                unsigned kinds = 0;
+                for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
+                    int i = s->first[ch] + j;
+                    if (i <= s->last[ch])
+                        kinds |= 1u << (i == 0       ? PT_MODULE_EMBEDDING
+                                        : i == L + 1 ? PT_MODULE_HEAD
+                                                     : PT_MODULE_BLOCK);
+                }
+                cat[PT_MEM_ACTS] += (double)pt_schedule_pending_w(&s->sched) *
+                                    (double)pt_module_scratch_bytes(m, mB, kinds);
+            }
     }
 
     pt_adamw_hparams hp = {0};
