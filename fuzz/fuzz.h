@@ -6,7 +6,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The input as NUL-terminated text (malloc'd; the caller frees), or NULL
+ * when it holds a NUL byte (pt_read_text_file refuses those before any
+ * parser sees them) or memory runs out. */
+static inline char *fuzz_text(const uint8_t *data, size_t size) {
+    if (memchr(data, 0, size)) return NULL;
+    char *text = malloc(size + 1);
+    if (!text) return NULL;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    return text;
+}
 
 #endif

@@ -10,11 +10,8 @@
 #include "partrain/plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (memchr(data, 0, size)) return 0; /* refused before parsing */
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text) return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     pt_cluster *c = NULL;
     if (pt_cluster_load_string(&c, text, "fuzz.json") == PT_OK) {
         char *back = pt_cluster_to_json(c);

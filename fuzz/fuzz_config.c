@@ -10,11 +10,8 @@
 #include "partrain/train.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (memchr(data, 0, size)) return 0; /* refused before parsing */
-    char *text = malloc(size + 1);
+    char *text = fuzz_text(data, size);
     if (!text) return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     pt_config c;
     pt_config_defaults(&c);
     if (pt_config_load_string(&c, text, "fuzz.json") == PT_OK) {

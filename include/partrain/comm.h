@@ -164,6 +164,15 @@ typedef struct {
 } pt_comm_stats;
 
 const char *pt_comm_op_name(pt_comm_op op);
+/* Seconds per operation of op (allreduce, reduce_scatter, allgather,
+ * broadcast from rank 0, or PT_OP_SEND: a message between ranks 0 and 1,
+ * half a ping-pong's round trip) on bytes of buf: a few warm-up
+ * operations, a barrier, iters timed ones; the mean over the ranks that ran
+ * it, the same on every rank. Collective over c (every rank calls it with
+ * the same arguments); buf's contents are overwritten. The measurement of
+ * `partrain bench comm` and `partrain calibrate`. */
+pt_status pt_comm_time(pt_comm *c, pt_comm_op op, float *buf, size_t bytes, int iters,
+                       double *seconds);
 /* Counters of this communicator since creation (or the last reset). */
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out);
 void pt_comm_reset_stats(pt_comm *c);

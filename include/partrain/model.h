@@ -358,12 +358,22 @@ pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i);
  * W reads: its max_B bounds the batches of the contexts that use it. */
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B);
 /* A scratch for a context whose weight-gradient pass is deferred (a
- * zero-bubble W after other passes): it holds what its B leaves for its W
- * (the intermediate gradients, the recomputed activations); what only one
- * pass reads while it runs (the attention backward's workspace, sequence
- * parallelism's gathered rows) stays the model's own scratch's, shared.
- * max_B at most the model's. */
-pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B);
+ * zero-bubble W after other passes), for contexts of the module kinds in
+ * `kinds` (a mask of 1u << pt_module_kind). It holds what its B leaves for
+ * its W that the context cannot: B computes in the model's scratch, and a
+ * block's W gradients then take the place of the activations only B reads
+ * (d_fch fch's, d_qkv qkv's, as many of d_out, d_res2, d_ln, d_ln1 as fit
+ * the attention probabilities'; Qi et al. 2024: after B only the linears'
+ * inputs and output gradients live). So it holds, in floats, N = max_B T:
+ *   embedding, head  N C (d_out; d_ln)
+ *   block            (4 - min(4, floor(NHl T / C))) N C, and the block's
+ *                    recompute region (pt_recompute) under SELECTIVE, FULL
+ * the largest of those of kinds, summed with the recompute region. What
+ * only one pass reads while it runs (the attention backward's workspace,
+ * sequence parallelism's gathered rows) stays the model's own scratch's.
+ * max_B at most the model's and its contexts'. */
+pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
+                                         unsigned kinds);
 void pt_module_scratch_free(pt_module_scratch *s);
 /* The scratch module backward in context c uses (lent until replaced);
  * NULL: the model's. */
@@ -384,9 +394,10 @@ size_t pt_model_slot_bytes(const pt_model *m, int first, int last);
  * layout (the table-only one of max_B 0 too): what the planner counts
  * without allocating the buffers. */
 size_t pt_model_slot_bytes_at(const pt_model *m, int first, int last, int max_B);
-/* Bytes of PT_MEM_ACTS that pt_module_scratch_new (deferred 0) or
- * pt_module_scratch_new_deferred (1) allocates for batches of max_B. */
-size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred);
+/* Bytes of PT_MEM_ACTS that pt_module_scratch_new (deferred_kinds 0) or
+ * pt_module_scratch_new_deferred (its kinds mask) allocates for batches of
+ * max_B. */
+size_t pt_module_scratch_bytes(const pt_model *m, int max_B, unsigned deferred_kinds);
 /* Bytes of category c that pt_model_new_opts allocates for the model's
  * layout and batches of max_B: PARAMS and GRADS the flat buffer (and the
  * tied wte copy of a stage with the head and not the embedding), ACTS the
@@ -483,8 +494,10 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  *   _input  (B): din as pt_module_backward's (the same arguments), and
  *           every tensor-parallel collective of the input gradients; it
  *           leaves the output gradients of the module's linears and
- *           LayerNorms in ctx's backward scratch. Fires before_backward
- *           and after_backward.
+ *           LayerNorms in ctx's backward scratch (a deferred one: in the
+ *           block's activations that only B reads, and the scratch,
+ *           pt_module_scratch_new_deferred). Fires before_backward and
+ *           after_backward.
  *   _weight (W): after the _input of the same ctx and batch, ACCUMULATES
  *           every parameter gradient of the module from what B left and
  *           the saved activations. Fires after_weight_grad. Collectives:
@@ -494,7 +507,9 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  * Between the two, ctx's activations, its input, b->tokens and its scratch
  * (with the activations B recomputed there, pt_recompute) must stay as
  * they are: a context whose W comes after other modules'
- * passes needs a scratch of its own (pt_module_ctx_set_scratch). B then W
+ * passes needs a scratch of its own (pt_module_ctx_set_scratch). With a
+ * deferred scratch, B overwrites a block's qkv, att and fch (W reads none
+ * of them): a second backward of the context needs a forward first. B then W
  * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
  * ones' halves) and under tensor parallelism (the same collectives on the
  * same data). */

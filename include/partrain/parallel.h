@@ -98,6 +98,10 @@ typedef struct {
 
 /* Bytes of PT_MEM_SCRATCH a built schedule holds (its pass list). */
 size_t pt_schedule_bytes(const pt_schedule *s);
+/* The most weight-gradient passes the list has pending at once (their B
+ * run, not they; at least 1): the deferred scratch sets a split schedule
+ * needs. */
+int pt_schedule_pending_w(const pt_schedule *s);
 /* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
  * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
  * naming an unknown or unsupported schedule. */
@@ -311,6 +315,10 @@ void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
  *            backward (the next module's all-gather prefetched), released
  *            after (options.keep_params: kept from forward to backward); the
  *            step updates the parameter slices, nothing is all-gathered.
+ *            A module marked whole (options.whole) keeps its full
+ *            parameters resident instead and is run as in stage 2: its
+ *            gradient reduce-scattered, its slice updated in place, the
+ *            whole all-gathered after the step.
  * Hybrid (HSDP): with group < world the shard group is `group` consecutive
  * ranks; stages 2 and 3 reduce-scatter gradients inside it, then all-reduce
  * the slices across groups (ranks with the same index in their group);
@@ -336,6 +344,9 @@ typedef struct {
     int per_step;    /* stage >= 2: reduce-scatter each unit's gradient ONCE per step, after
                         its last micro-batch (pipelines, split backwards), its buffer held
                         through the step; 0: after every micro-batch's backward */
+    const unsigned char *whole; /* stage 3, per module (lent, read by pt_zero_new; NULL:
+                                   none): 1 keeps its parameters whole on every rank, as
+                                   stage 2 does (parallel.zero_whole) */
 } pt_zero_options;
 
 /* Over model m and communicator world (both lent, must outlive z): the

@@ -56,6 +56,9 @@ typedef struct {
         /* the key model.recompute (none | selective | full; pt_recompute):
          * here, since pt_model_config is the architecture only */
         char recompute[16];
+        /* the key model.stage_recompute: one mode per pipeline rank,
+         * "full,none" (empty: model.recompute everywhere) */
+        char stage_recompute[128];
         char precision[16]; /* fp32 | bf16 (bf16: for planning GPU runs only) */
     } train;
     struct {
@@ -64,6 +67,7 @@ typedef struct {
         int sequence_parallel; /* tp > 1: LayerNorm and residual regions split by rows */
         int virtual_stages;    /* chunks per pipeline rank (0: the schedule's own) */
         char stage_layers[128];
+        char zero_whole[128]; /* ZeRO-3 modules kept whole: "embedding,head,h.0" */
         double bucket_mb, outer_lr, outer_momentum;
         char schedule[16], sync[16], outer[16], stale_mode[16];
     } parallel;
@@ -107,6 +111,14 @@ void pt_config_print_help(FILE *f);
  * schedule's own: 2 for zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
+/* The recompute mode of pipeline rank pp_rank: its entry of
+ * model.stage_recompute, or model.recompute when that is empty. c valid. */
+pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank);
+/* parallel.zero_whole as flags per module (model.n_layer + 2 of them, in
+ * the model's order: embedding, h.0 .. h.L-1, head): 1 for a module kept
+ * whole. Errors (one line naming the key): a name that is no module, one
+ * given twice. */
+pt_status pt_config_zero_whole(const pt_config *c, unsigned char *whole);
 /* "dp1-tp1-pp1-zero0" */
 void pt_config_layout(const pt_config *c, char *buf, size_t n);
 

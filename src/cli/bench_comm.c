@@ -217,27 +217,13 @@ static int iters_for(const bench_args *a, size_t bytes) {
     return k < 10 ? 10 : k > 1000 ? 1000 : (int)k;
 }
 
-static pt_status run_op(bench_run *r, int be, pt_comm_op op, size_t bytes) {
-    size_t count = bytes / sizeof(float);
-    if (be == BE_NATIVE) return pt_mpi_native_run(op, r->buf, bytes);
-    pt_comm *c = be == BE_SHM ? r->shm : r->mpi;
-    switch (op) {
-    case PT_OP_ALLREDUCE:
-        return pt_comm_allreduce(c, r->buf, count, PT_REDUCE_SUM);
-    case PT_OP_REDUCE_SCATTER:
-        return pt_comm_reduce_scatter(c, r->buf, count, PT_REDUCE_SUM);
-    case PT_OP_ALLGATHER:
-        return pt_comm_allgather(c, r->buf, count);
-    case PT_OP_BROADCAST:
-        return pt_comm_broadcast(c, r->buf, bytes, 0);
-    default:
-        return pt_error_set(PT_ERR_INVALID, "bench: op %s", pt_comm_op_name(op));
-    }
+/* mpi_native's collectives; partrain's backends go through pt_comm_time. */
+static pt_status run_native(pt_comm_op op, float *buf, size_t bytes) {
+    return pt_mpi_native_run(op, buf, bytes);
 }
 
-static pt_status barrier(bench_run *r, int be) {
-    if (be == BE_SHM) return pt_comm_barrier(r->shm);
-    if (be == BE_MPI) return pt_comm_barrier(r->mpi);
+/* The barrier of the native and memcpy measurements. */
+static pt_status barrier(bench_run *r) {
     if (r->native) return pt_mpi_native_run(PT_OP_BARRIER, NULL, 0);
     return pt_comm_barrier(r->ctl);
 }
@@ -257,7 +243,7 @@ static pt_status measure(bench_run *r, int be, pt_comm_op op, size_t bytes, int 
     if (be == BE_MEMCPY) {
         /* One process copies; the others wait (they would share its memory
          * bandwidth otherwise). */
-        PT_CHECK(barrier(r, BE_NATIVE));
+        PT_CHECK(barrier(r));
         double t = 0;
         if (r->rank == 0) {
             memcpy(r->dst, r->src, bytes); /* warm */
@@ -268,16 +254,22 @@ static pt_status measure(bench_run *r, int be, pt_comm_op op, size_t bytes, int 
             }
             t = (double)(pt_time_ns() - t0) / 1e3 / iters;
         }
-        PT_CHECK(barrier(r, BE_NATIVE));
+        PT_CHECK(barrier(r));
         *usec = t; /* rank 0's: the only one reported */
+        return PT_OK;
+    }
+    if (be == BE_SHM || be == BE_MPI) {
+        double s;
+        PT_CHECK(pt_comm_time(be == BE_SHM ? r->shm : r->mpi, op, r->buf, bytes, iters, &s));
+        *usec = s * 1e6;
         return PT_OK;
     }
     int warm = 1 + iters / 10;
     if (warm > 5) warm = 5;
-    for (int i = 0; i < warm; i++) PT_CHECK(run_op(r, be, op, bytes));
-    PT_CHECK(barrier(r, be));
+    for (int i = 0; i < warm; i++) PT_CHECK(run_native(op, r->buf, bytes));
+    PT_CHECK(barrier(r));
     uint64_t t0 = pt_time_ns();
-    for (int i = 0; i < iters; i++) PT_CHECK(run_op(r, be, op, bytes));
+    for (int i = 0; i < iters; i++) PT_CHECK(run_native(op, r->buf, bytes));
     double t = (double)(pt_time_ns() - t0) / 1e3 / iters;
     PT_CHECK(time_mean(r, &t));
     *usec = t;

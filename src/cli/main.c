@@ -22,12 +22,13 @@ static const struct {
     {"bench", pt_cli_bench, "benchmarks (bench comm: collectives per backend)"},
     {"plan", pt_cli_plan,
      "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
+    {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: partrain <command> [options]   (partrain <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
 }
 
 /* Set by the re-executed process's parent: the value it chose. */

@@ -245,37 +245,66 @@ void pt_module_ctx_free(pt_module_ctx *c) {
 
 /* ---- backward scratch and slots ---- */
 
-static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B, int deferred);
+static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B);
+static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
+                                       unsigned kinds);
 
 pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B) {
-    return scratch_make(out, m, max_B, 0);
+    return scratch_make(out, m, max_B);
 }
 
-pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B) {
+pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
+                                         unsigned kinds) {
     PT_ASSERT(m->scratch && max_B <= m->scratch->max_B);
-    return scratch_make(out, m, max_B, 1);
+    PT_ASSERT(kinds && !(kinds >> (PT_MODULE_HEAD + 1)));
+    return scratch_make_deferred(out, m, max_B, kinds);
 }
 
-size_t pt_module_scratch_bytes(const pt_model *m, int max_B, int deferred) {
-    const pt_model_config *cfg = &m->cfg;
-    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
-     * columns: the rest */
-    size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    if (deferred) att = sp = 0;
+int pt_block_stash_fit(const pt_model *m) {
+    /* att holds max_B NHl T^2 floats, an (N,C) gradient max_B T C */
+    size_t T = (size_t)m->cfg.seq_len, NHl = (size_t)(m->cfg.n_head / m->tp);
+    size_t fit = NHl * T / (size_t)m->cfg.n_embd;
+    return fit < 4 ? (int)fit : 4;
+}
+
+/* A block's recompute region for max_B (0 under NONE). */
+static size_t recomp_floats(const pt_model *m, int max_B) {
     pt_module_ctx dummy = {0};
     unsigned region = PT_ACTS_ALL & ~block_kept(m);
-    size_t rc = region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
-    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + rc) * sizeof(float);
+    return region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
 }
 
-/* deferred: the buffers only one pass reads at a time (the attention
- * backward's workspace; under sequence parallelism the gathered rows and a
- * LayerNorm's partial gradient) are the model's scratch's. */
-static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B, int deferred) {
+/* A deferred scratch's floats for kinds: rem (the embedding's d_out, the
+ * head's d_ln, a block's stash overflow: the largest of those of kinds),
+ * then a block's recompute region rc. */
+static void deferred_parts(const pt_model *m, int max_B, unsigned kinds, size_t *rem, size_t *rc) {
+    size_t NC = (size_t)max_B * (size_t)m->cfg.seq_len * (size_t)m->cfg.n_embd;
+    unsigned ends = (1u << PT_MODULE_EMBEDDING) | (1u << PT_MODULE_HEAD);
+    int blocks = (kinds >> PT_MODULE_BLOCK) & 1;
+    size_t over = blocks ? (size_t)(4 - pt_block_stash_fit(m)) * NC : 0;
+    *rem = kinds & ends ? NC : 0;
+    if (over > *rem) *rem = over;
+    *rc = blocks ? recomp_floats(m, max_B) : 0;
+}
+
+size_t pt_module_scratch_bytes(const pt_model *m, int max_B, unsigned deferred_kinds) {
+    size_t C = (size_t)m->cfg.n_embd, Cl = C / (size_t)m->tp;
+    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len, rem, rc;
+    if (deferred_kinds) {
+        deferred_parts(m, max_B, deferred_kinds, &rem, &rc);
+        return (rem + rc) * sizeof(float);
+    }
+    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
+     * columns: the rest; the attention backward's workspace, sequence
+     * parallelism's gathered rows and LayerNorm partial gradient */
+    size_t att = pt_attention_scratch_floats(max_B, m->cfg.seq_len, m->cfg.n_embd / m->tp,
+                                             m->cfg.n_head / m->tp);
+    size_t sp = m->sp ? N * C + 2 * C : 0;
+    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + recomp_floats(m, max_B)) *
+           sizeof(float);
+}
+
+static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B) {
     *out = NULL;
     PT_ASSERT(max_B > 0);
     const pt_model_config *cfg = &m->cfg;
@@ -286,8 +315,8 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
     size_t att =
         pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
     size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    if (deferred) att = sp = 0;
-    s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, deferred));
+    size_t rc = recomp_floats(m, max_B);
+    s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, 0));
     if (!s->buf) {
         free(s);
         return PT_ERR_NOMEM;
@@ -305,13 +334,41 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
         s->full = p, p += N * C;
         s->ln_g = p, p += 2 * C;
     }
-    if (deferred) {
-        s->att = m->scratch->att;
-        s->full = m->scratch->full;
-        s->ln_g = m->scratch->ln_g;
-    }
     s->max_B = max_B;
-    if (PT_ACTS_ALL & ~block_kept(m)) s->recomp = p;
+    if (rc) s->recomp = p;
+    *out = s;
+    return PT_OK;
+}
+
+/* rem: the embedding's d_out, the head's d_ln, a block's stash overflow
+ * (the largest of those of kinds), then a block's recompute region; the
+ * buffers one pass reads while it runs (the attention backward's workspace,
+ * sequence parallelism's gathered rows and LayerNorm partial gradient) are
+ * the model's scratch's. */
+static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
+                                       unsigned kinds) {
+    *out = NULL;
+    PT_ASSERT(max_B > 0);
+    pt_module_scratch *s = calloc(1, sizeof *s);
+    if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
+    unsigned ends = (1u << PT_MODULE_EMBEDDING) | (1u << PT_MODULE_HEAD);
+    size_t rem, rc;
+    deferred_parts(m, max_B, kinds, &rem, &rc);
+    if (rem + rc) {
+        s->buf = pt_mem_alloc(PT_MEM_ACTS, (rem + rc) * sizeof(float));
+        if (!s->buf) {
+            free(s);
+            return PT_ERR_NOMEM;
+        }
+    }
+    s->deferred = 1;
+    s->rem = rem ? s->buf : NULL;
+    if (kinds & ends) s->d_out = s->d_ln = s->rem;
+    if (rc) s->recomp = s->buf + rem;
+    s->att = m->scratch->att;
+    s->full = m->scratch->full;
+    s->ln_g = m->scratch->ln_g;
+    s->max_B = max_B;
     *out = s;
     return PT_OK;
 }

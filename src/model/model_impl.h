@@ -39,9 +39,16 @@ struct pt_module_ctx {
  * backward scratch: one PT_MEM_ACTS allocation. The split backward's B
  * leaves in it what its W reads: d_out (the module's output gradient; the
  * gathered one under sequence parallelism), d_fch, d_ln (ln_2's output
- * gradient; the head's ln_f's), d_res2, d_qkv, d_ln1 (ln_1's). */
+ * gradient; the head's ln_f's), d_res2, d_qkv, d_ln1 (ln_1's).
+ * A DEFERRED scratch (pt_module_scratch_new_deferred) holds only what a
+ * deferred W reads and its context cannot: the embedding's d_out and the
+ * head's d_ln in rem; a block's B computes in the model's scratch and
+ * moves its W's gradients into its view's dead buffers and rem
+ * (block_stash in modules.c), and its d_* pointers stay NULL. */
 struct pt_module_scratch {
     float *buf;
+    int deferred;
+    float *rem; /* deferred: (N,C) for the embedding or head, a block's stash overflow */
     float *d_res2, *d_ln, *d_atty; /* (N,C), (N,C), (N,C/tp) */
     float *d_out, *d_ln1;          /* (N,C): the split backward only */
     float *d_qkv;                  /* (N,3C) */
@@ -66,6 +73,11 @@ enum { PT_ACTS_KEPT = 1, PT_ACTS_DROPPED = 2, PT_ACTS_ALL = 3 };
 /* The floats of the `which` buffers of a block for max_B; p non-NULL: they
  * are carved from p in that order into c's pointers (the others left). */
 size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt_module_ctx *c);
+
+/* How many of a block's four (N,C) W gradients (d_out, d_res2, d_ln,
+ * d_ln1) its dead attention probabilities hold after B (0 to 4; the rest
+ * go to a deferred scratch's rem). */
+int pt_block_stash_fit(const pt_model *m);
 
 /* One micro-batch in flight: a context per module and the residual stream
  * between them (one PT_MEM_ACTS allocation for the stream). */

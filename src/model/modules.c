@@ -120,6 +120,54 @@ static pt_module_scratch *scratch_of(pt_model *m, pt_module_ctx *c) {
     return c->scratch ? c->scratch : m->scratch;
 }
 
+/* The scratch a block's pass computes in: a deferred scratch holds only
+ * what its W reads (model_impl.h), so the passes run in the model's. */
+static pt_module_scratch *pass_scratch(pt_model *m, const pt_module_ctx *c) {
+    return c->scratch && !c->scratch->deferred ? c->scratch : m->scratch;
+}
+
+/* Where a block's deferred W finds what its B left, for the deferred
+ * scratch s and the block's view v (its context, and under a recompute
+ * mode s's recompute region): W reads only the linears' inputs (ln_1,
+ * atty, ln_2, fch_gelu), res2, the input and the LayerNorms' statistics,
+ * so after B the attention probabilities, qkv and fch are dead (Qi et al.
+ * 2024, ZB-H1 at 1F1B's memory). d_fch takes fch's place and d_qkv qkv's
+ * (the same shapes), the four (N,C) ones att's while it has room, the rest
+ * s->rem (pt_module_scratch_new_deferred sized it). */
+static pt_module_scratch block_stash(const pt_model *m, const pt_module_ctx *v,
+                                     const pt_module_scratch *s) {
+    /* att, qkv, fch are carved for the context's max_B (NONE, SELECTIVE)
+     * or s's (the recompute region) */
+    PT_ASSERT(m->recompute == PT_RECOMPUTE_FULL || v->max_B >= s->max_B);
+    pt_module_scratch w = *s;
+    size_t NC = (size_t)s->max_B * (size_t)m->cfg.seq_len * (size_t)m->cfg.n_embd;
+    int fit = pt_block_stash_fit(m);
+    PT_ASSERT(fit == 4 || s->rem); /* a scratch for blocks (its kinds) */
+    float **big[4] = {&w.d_out, &w.d_res2, &w.d_ln, &w.d_ln1};
+    for (int k = 0; k < 4; k++)
+        *big[k] = k < fit ? v->att + (size_t)k * NC : s->rem + (size_t)(k - fit) * NC;
+    w.d_qkv = v->qkv;
+    w.d_fch = v->fch;
+    w.d_atty = NULL; /* B's own */
+    return w;
+}
+
+/* After B (which computed in the model's scratch c): its W's gradients into
+ * the stash w. Copies, so W reads B's bits. */
+static void block_stash_fill(const pt_model *m, const pt_module_scratch *w,
+                             const pt_module_scratch *c, const pt_batch *b) {
+    size_t N = (size_t)b->B * (size_t)b->T, C = (size_t)m->cfg.n_embd, Cl = C / (size_t)m->tp;
+    const struct {
+        float *dst;
+        const float *src;
+        size_t n;
+    } mv[] = {{w->d_out, c->d_out, N * C},      {w->d_res2, c->d_res2, N * C},
+              {w->d_ln, c->d_ln, N * C},        {w->d_ln1, c->d_ln1, N * C},
+              {w->d_qkv, c->d_qkv, N * 3 * Cl}, {w->d_fch, c->d_fch, N * 4 * Cl}};
+    for (size_t k = 0; k < sizeof mv / sizeof mv[0]; k++)
+        memcpy(mv[k].dst, mv[k].src, mv[k].n * sizeof(float));
+}
+
 static void block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
                                  const float *dout, float *dx) {
     int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
@@ -239,6 +287,7 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
     case PT_MODULE_BLOCK: {
         PT_ASSERT(in && out && in != out);
         pt_module_ctx v = block_view(m, ctx, m->scratch, b);
+        v.scratch = pass_scratch(m, ctx);
         if (m->tp > 1)
             pt_tp_block_forward(m, i, &v, b, in, out);
         else
@@ -274,6 +323,7 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
     case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
         pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b);
+        v.scratch = pass_scratch(m, ctx);
         block_recompute(m, i, &v, b);
         if (m->tp > 1)
             pt_tp_block_backward(m, i, &v, b, dout, din);
@@ -301,8 +351,8 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     pt_module_scratch *s = scratch_of(m, ctx);
     switch (ctx->kind) {
-    case PT_MODULE_EMBEDDING: /* no input gradient: W's dout is kept */
-        PT_ASSERT(dout);
+    case PT_MODULE_EMBEDDING:        /* no input gradient: W's dout is kept */
+        PT_ASSERT(dout && s->d_out); /* (a deferred scratch for the embedding) */
         if (m->tp > 1)
             pt_tp_embedding_backward_input(m, s, b, dout);
         else
@@ -311,15 +361,20 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
     case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
         pt_module_ctx v = block_view(m, ctx, s, b);
+        v.scratch = pass_scratch(m, ctx);
         block_recompute(m, i, &v, b);
         if (m->tp > 1)
             pt_tp_block_backward_input(m, i, &v, b, dout, din);
         else
             block_backward_input(m, i, &v, b, dout, din);
+        if (s->deferred) {
+            pt_module_scratch w = block_stash(m, &v, s);
+            block_stash_fill(m, &w, m->scratch, b);
+        }
         break;
     }
     case PT_MODULE_HEAD:
-        PT_ASSERT(b->targets && din);
+        PT_ASSERT(b->targets && din && s->d_ln);
         if (m->tp > 1)
             pt_tp_head_backward_input(m, i, ctx, b, din);
         else
@@ -345,7 +400,12 @@ void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_
         break;
     case PT_MODULE_BLOCK: {
         /* B's recomputed activations, where B left them */
-        pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b);
+        pt_module_scratch *s = scratch_of(m, ctx), w;
+        pt_module_ctx v = block_view(m, ctx, s, b);
+        if (s->deferred) { /* and B's gradients where B moved them */
+            w = block_stash(m, &v, s);
+            v.scratch = &w;
+        }
         if (m->tp > 1)
             pt_tp_block_backward_weight(m, i, &v, b);
         else

@@ -130,6 +130,16 @@ size_t pt_schedule_bytes(const pt_schedule *s) {
            (size_t)s->virtual_stages;
 }
 
+int pt_schedule_pending_w(const pt_schedule *s) {
+    int n = 0, most = 1;
+    for (int k = 0; k < s->npass; k++) {
+        n += s->pass[k].kind == PT_PASS_BACKWARD_INPUT;
+        n -= s->pass[k].kind == PT_PASS_BACKWARD_WEIGHT;
+        if (n > most) most = n;
+    }
+    return most;
+}
+
 pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
                                   int stage, int virtual_stages) {
     memset(s, 0, sizeof *s);

@@ -21,6 +21,11 @@
  *      The head reads wte, which the embedding owns: the embedding stays
  *      gathered from its forward through the head's, and is gathered with
  *      the head for the head's backward.
+ *      A module kept whole (parallel.zero_whole) is stage 2 inside stage 3:
+ *      its full parameters stay resident (PT_MEM_PARAMS, the rank's slice
+ *      a view into them, so no pool buffer), its gradients go through the
+ *      pool and the reduce-scatter as above, and after the step the
+ *      updated slices are all-gathered into the whole copy.
  * The pools are allocated up front for the most buffers the schedule above
  * holds at once, so hooks allocate nothing.
  *
@@ -47,7 +52,8 @@ typedef struct {
     size_t off, count; /* the module's region */
     size_t so, sn;     /* this rank's slice, relative to off */
     pt_adamw *opt;     /* NULL when sn == 0 */
-    float *pshard;     /* stage 3: parameter slice (PT_MEM_PARAMS) */
+    float *pshard;     /* stage 3: parameter slice (PT_MEM_PARAMS; into `whole` when set) */
+    float *whole;      /* stage 3, kept whole: the module's parameters (PT_MEM_PARAMS) */
     float *gshard;     /* stage >= 2: summed gradient slice (PT_MEM_GRADS) */
     poolbuf *pbuf;     /* stage 3: gathered parameters, or NULL */
     pt_comm_req *preq; /* all-gather in flight into pbuf */
@@ -146,6 +152,8 @@ static poolbuf *pool_get(pt_zero *z, int kind, size_t n) {
 
 /* ---- lifecycle ---- */
 
+static void redirect(pt_zero *z, int i);
+
 pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
                       const pt_adamw_hparams *hp) {
     *out = NULL;
@@ -192,7 +200,14 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
             pc->gshard = pt_mem_alloc(PT_MEM_GRADS, pc->sn * sizeof(float));
             if (!pc->gshard && pc->sn) st = pt_error_set(PT_ERR_NOMEM, "zero: gradient shard");
         }
-        if (st == PT_OK && z->stage >= 3) {
+        if (st == PT_OK && z->stage >= 3 && opt->whole && opt->whole[i] && pc->count) {
+            pc->whole = pt_mem_alloc(PT_MEM_PARAMS, pc->count * sizeof(float));
+            if (!pc->whole)
+                st = pt_error_set(PT_ERR_NOMEM, "zero: whole module %d (%zu floats)", i, pc->count);
+            else
+                memcpy(pc->whole, flat + pc->off, pc->count * sizeof(float));
+            pc->pshard = pc->whole ? pc->whole + pc->so : NULL;
+        } else if (st == PT_OK && z->stage >= 3) {
             pc->pshard = pt_mem_alloc(PT_MEM_PARAMS, pc->sn * sizeof(float));
             if (!pc->pshard && pc->sn)
                 st = pt_error_set(PT_ERR_NOMEM, "zero: parameter shard");
@@ -216,26 +231,31 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     if (st != PT_OK) goto fail;
     if (z->stage >= 2) {
         /* unit buffers for the most the schedule holds at once (file comment):
-         * per size, the embedding 1, blocks 2 (all with keep_params), head 1 */
+         * per size, the embedding 1, blocks 2 (all with keep_params), head 1;
+         * parameters only for the units gathered (not kept whole) */
         int L = z->np - 2;
         size_t emb = z->p[0].count, blk = 0, head = z->p[L + 1].count;
-        int nown = 0; /* blocks held: all, or a pipeline stage's */
+        int nown = 0, ngat = 0; /* blocks held (all, or a pipeline stage's); of them gathered */
         for (int i = 1; i <= L; i++)
             if (z->p[i].count) {
                 blk = z->p[i].count;
                 nown++;
+                ngat += !z->p[i].whole;
             }
         /* a split backward (B and W apart) holds every unit between them */
         int nblk = opt->per_step ? nown : nown < 2 ? nown : 2;
+        int pblk = z->keep || opt->per_step ? ngat : ngat < 2 ? ngat : 2;
         PT_CHECK_GOTO(st, pool_add(z, 1, emb, 1), fail);
         PT_CHECK_GOTO(st, pool_add(z, 1, blk, nblk), fail);
         PT_CHECK_GOTO(st, pool_add(z, 1, head, 1), fail);
         if (z->stage >= 3) {
-            PT_CHECK_GOTO(st, pool_add(z, 0, emb, 1), fail);
-            PT_CHECK_GOTO(st, pool_add(z, 0, blk, z->keep ? nown : nblk), fail);
-            PT_CHECK_GOTO(st, pool_add(z, 0, head, 1), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, emb, !z->p[0].whole), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, blk, pblk), fail);
+            PT_CHECK_GOTO(st, pool_add(z, 0, head, !z->p[L + 1].whole), fail);
         }
         pt_model_drop_flat(m, z->stage >= 3, 1);
+        for (int i = 0; i < z->np; i++)
+            if (z->p[i].whole) redirect(z, i);
     }
     z->bytes_seen = comm_sent(z->group) + comm_sent(z->cross);
     *out = z;
@@ -253,7 +273,7 @@ void pt_zero_free(pt_zero *z) {
         if (pc->greq) pt_comm_wait(pc->greq);
         pt_adamw_free(pc->opt);
         pt_mem_free(pc->gshard);
-        pt_mem_free(pc->pshard);
+        pt_mem_free(pc->whole ? pc->whole : pc->pshard);
     }
     for (int k = 0; k < 2; k++) {
         for (int j = 0; z->pool[k] && j < z->npool[k]; j++) pt_mem_free(z->pool[k][j].p);
@@ -269,7 +289,10 @@ void pt_zero_free(pt_zero *z) {
 
 static void redirect(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    pt_model_set_module_buffers(z->m, i, pc->pbuf ? pc->pbuf->p : NULL,
+    pt_model_set_module_buffers(z->m, i,
+                                pc->whole  ? pc->whole
+                                : pc->pbuf ? pc->pbuf->p
+                                           : NULL,
                                 pc->gbuf ? pc->gbuf->p : NULL);
 }
 
@@ -277,8 +300,8 @@ static void redirect(pt_zero *z, int i) {
  * gathering). */
 static void prefetch(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    /* count 0: a module a pipeline stage does not hold */
-    if (z->stage < 3 || pc->pbuf || !pc->count) return;
+    /* count 0: a module a pipeline stage does not hold; whole: resident */
+    if (z->stage < 3 || pc->pbuf || !pc->count || pc->whole) return;
     pc->pbuf = pool_get(z, 0, pc->count);
     memcpy(pc->pbuf->p + pc->so, pc->pshard, pc->sn * sizeof(float));
     if (z->err == PT_OK)
@@ -398,6 +421,19 @@ static float *gslice(pt_zero *z, int i) {
     return z->stage >= 2 ? pc->gshard : pt_model_grads(z->m) + pc->off + pc->so;
 }
 
+/* Wait for every unit's step collective (params: the all-gathers, else the
+ * gradient ones); the first error, st's when set. */
+static pt_status wait_all(pt_zero *z, int params, pt_status st) {
+    for (int i = 0; i < z->np; i++) {
+        pt_comm_req **req = params ? &z->p[i].preq : &z->p[i].greq;
+        if (!*req) continue;
+        pt_status e = pt_comm_wait(*req);
+        *req = NULL;
+        if (st == PT_OK) st = e;
+    }
+    return st;
+}
+
 pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     pt_status st = PT_OK;
     if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
@@ -418,12 +454,7 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
             if (z->p[i].sn)
                 st = pt_comm_iallreduce(z->cross, gslice(z, i), z->p[i].sn, PT_REDUCE_SUM,
                                         &z->p[i].greq);
-        for (int i = 0; i < z->np; i++)
-            if (z->p[i].greq) {
-                pt_status e = pt_comm_wait(z->p[i].greq);
-                z->p[i].greq = NULL;
-                if (st == PT_OK) st = e;
-            }
+        st = wait_all(z, 0, st);
         if (st != PT_OK) return pt_error_set(st, "gradient all-reduce across groups");
     }
     /* global norm: partial squares of the slices, summed over the group */
@@ -450,21 +481,17 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         if (z->p[i].opt) pt_adamw_step(z->p[i].opt, pslice(z, i), gslice(z, i), lr, scale);
     if (z->stage >= 2)
         for (int i = 0; i < z->np; i++) memset(z->p[i].gshard, 0, z->p[i].sn * sizeof(float));
-    if (z->stage >= 3) {
-        pt_zero_release_params(z); /* kept ones are stale now */
-    } else {
-        /* stages 1 and 2: everyone's updated slices to everyone */
-        float *params = pt_model_params(z->m);
-        for (int i = 0; i < z->np && st == PT_OK; i++)
-            st = pt_comm_iallgather(z->group, params + z->p[i].off, z->p[i].count, &z->p[i].preq);
-        for (int i = 0; i < z->np; i++)
-            if (z->p[i].preq) {
-                pt_status e = pt_comm_wait(z->p[i].preq);
-                z->p[i].preq = NULL;
-                if (st == PT_OK) st = e;
-            }
-        if (st != PT_OK) return pt_error_set(st, "parameter all-gather");
+    if (z->stage >= 3) pt_zero_release_params(z); /* kept ones are stale now */
+    /* stages 1 and 2, and stage 3's whole modules: everyone's updated
+     * slices to everyone */
+    float *params = pt_model_params(z->m);
+    for (int i = 0; i < z->np && st == PT_OK; i++) {
+        if (z->stage >= 3 && !z->p[i].whole) continue;
+        float *dst = z->stage >= 3 ? z->p[i].whole : params + z->p[i].off;
+        st = pt_comm_iallgather(z->group, dst, z->p[i].count, &z->p[i].preq);
     }
+    st = wait_all(z, 1, st);
+    if (st != PT_OK) return pt_error_set(st, "parameter all-gather");
     *norm = (float)sqrt(total);
     return PT_OK;
 }
@@ -532,8 +559,13 @@ void pt_zero_load_params(pt_zero *z, const float *full) {
         return;
     }
     pt_zero_release_params(z);
-    for (int i = 0; i < z->np; i++)
-        memcpy(z->p[i].pshard, full + z->p[i].off + z->p[i].so, z->p[i].sn * sizeof(float));
+    for (int i = 0; i < z->np; i++) {
+        piece *pc = &z->p[i];
+        if (pc->whole)
+            memcpy(pc->whole, full + pc->off, pc->count * sizeof(float));
+        else
+            memcpy(pc->pshard, full + pc->off + pc->so, pc->sn * sizeof(float));
+    }
 }
 
 size_t pt_zero_optim_bytes(const pt_zero *z) {

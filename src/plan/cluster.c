@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,39 +178,80 @@ static const char *const module_kinds[] = {"embedding", "block", "head"};
 static const char *const op_names[PT_PROFILE_NOPS] = {"allreduce", "allgather", "reduce_scatter",
                                                       "broadcast", "p2p"};
 
-static int index_of(const char *const *names, int n, const char *s) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], s)) return i;
-    return -1;
-}
+/* ---- the profile: one field list per table, for reading and writing ---- */
 
-static pt_status read_gemm(const reader *r, pt_profile_gemm *g) {
-    PT_CHECK(read_int(r, "m", 1, &g->m));
-    PT_CHECK(read_int(r, "n", 1, &g->n));
-    PT_CHECK(read_int(r, "k", 1, &g->k));
-    PT_CHECK(read_int(r, "threads", 1, &g->threads));
-    return read_num(r, "flops_s", 1, POSITIVE, &g->flops_s);
-}
+typedef enum {
+    F_INT,    /* int, > 0 */
+    F_POS,    /* double, > 0 */
+    F_NONNEG, /* double, >= 0 */
+    F_ENUM,   /* int: the index of the string among `names` */
+    F_STR,    /* char[len] among `choices` (NULL: any) */
+    F_TRIPLE  /* double[3], each >= 0 (recompute_s: none, selective, full) */
+} field_kind;
 
-static pt_status read_module(const reader *r, pt_profile_module *m) {
-    char kind[16];
-    PT_CHECK(read_str(r, "kind", "embedding|block|head", kind, sizeof kind));
-    m->kind = index_of(module_kinds, 3, kind); /* PT_MODULE_* in this order */
-    PT_CHECK(read_int(r, "n_embd", 1, &m->n_embd));
-    PT_CHECK(read_int(r, "n_head", 1, &m->n_head));
-    PT_CHECK(read_int(r, "seq_len", 1, &m->seq_len));
-    PT_CHECK(read_int(r, "vocab_size", 1, &m->vocab_size));
-    PT_CHECK(read_int(r, "tp", 1, &m->tp));
-    PT_CHECK(read_int(r, "tokens", 1, &m->tokens));
-    PT_CHECK(read_int(r, "threads", 1, &m->threads));
-    PT_CHECK(read_num(r, "fwd_s", 1, POSITIVE, &m->fwd_s));
+typedef struct {
+    const char *key;
+    field_kind kind;
+    size_t off;
+    const char *choices;      /* F_ENUM, F_STR: "a|b|c" */
+    const char *const *names; /* F_ENUM: in index order */
+    size_t len;               /* F_STR: the buffer */
+} field;
+
+#define FLD(T, key, kind, m)                                                                       \
+    { key, kind, offsetof(T, m), NULL, NULL, 0 }
+#define FLD_ENUM(T, key, m, c, n)                                                                  \
+    { key, F_ENUM, offsetof(T, m), c, n, 0 }
+#define FLD_STR(T, key, m, c)                                                                      \
+    { key, F_STR, offsetof(T, m), c, NULL, sizeof(((T *)0)->m) }
+#define NFIELD(a) ((int)(sizeof a / sizeof a[0]))
+
+static const field gemm_fields[] = {
+    FLD(pt_profile_gemm, "m", F_INT, m),
+    FLD(pt_profile_gemm, "n", F_INT, n),
+    FLD(pt_profile_gemm, "k", F_INT, k),
+    FLD(pt_profile_gemm, "threads", F_INT, threads),
+    FLD(pt_profile_gemm, "flops_s", F_POS, flops_s),
+};
+static const field module_fields[] = {
+    FLD_ENUM(pt_profile_module, "kind", kind, "embedding|block|head", module_kinds),
+    FLD(pt_profile_module, "n_embd", F_INT, n_embd),
+    FLD(pt_profile_module, "n_head", F_INT, n_head),
+    FLD(pt_profile_module, "seq_len", F_INT, seq_len),
+    FLD(pt_profile_module, "vocab_size", F_INT, vocab_size),
+    FLD(pt_profile_module, "tp", F_INT, tp),
+    FLD(pt_profile_module, "tokens", F_INT, tokens),
+    FLD(pt_profile_module, "threads", F_INT, threads),
+    FLD(pt_profile_module, "fwd_s", F_POS, fwd_s),
     /* the embedding has no input gradient: 0 is a measurement */
-    PT_CHECK(read_num(r, "bgrad_s", 1, NONNEG, &m->bgrad_s));
-    PT_CHECK(read_num(r, "wgrad_s", 1, NONNEG, &m->wgrad_s));
+    FLD(pt_profile_module, "bgrad_s", F_NONNEG, bgrad_s),
+    FLD(pt_profile_module, "wgrad_s", F_NONNEG, wgrad_s),
+    FLD(pt_profile_module, "recompute_s", F_TRIPLE, recompute_s),
+};
+static const field comm_fields[] = {
+    FLD_STR(pt_profile_comm, "backend", backend, "shm|mpi"),
+    FLD_ENUM(pt_profile_comm, "op", op, "allreduce|allgather|reduce_scatter|broadcast|p2p",
+             op_names),
+    FLD(pt_profile_comm, "ranks", F_INT, ranks),
+    FLD(pt_profile_comm, "bytes", F_POS, bytes),
+    FLD(pt_profile_comm, "seconds", F_POS, seconds),
+};
+/* the profile's own scalars (version, checked apart, and the tables follow) */
+static const field profile_fields[] = {
+    FLD_STR(pt_profile, "cpu", cpu, NULL),
+    FLD_STR(pt_profile, "binary", binary, NULL),
+    FLD(pt_profile, "cores", F_INT, cores),
+    FLD(pt_profile, "memory_bw", F_POS, memory_bw),
+    FLD(pt_profile, "elementwise_s", F_POS, elementwise_s),
+    FLD(pt_profile, "adamw_s", F_POS, adamw_s),
+    FLD(pt_profile, "sgd_s", F_POS, sgd_s),
+};
+
+static pt_status read_triple(const reader *r, const char *key, double *out) {
     const cJSON *rc;
-    PT_CHECK(get_item(r, "recompute_s", 1, &rc));
+    PT_CHECK(get_item(r, key, 1, &rc));
     char name[256];
-    field_name(r, "recompute_s", name, sizeof name);
+    field_name(r, key, name, sizeof name);
     if (!cJSON_IsArray(rc) || cJSON_GetArraySize(rc) != 3)
         return pt_error_set(PT_ERR_INVALID,
                             "%s: %s must be an array of 3 numbers >= 0 (none, selective, full)",
@@ -219,52 +261,75 @@ static pt_status read_module(const reader *r, pt_profile_module *m) {
         if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
             return pt_error_set(PT_ERR_INVALID, "%s: %s[%d] must be a number >= 0", r->what, name,
                                 i);
-        m->recompute_s[i] = v->valuedouble;
+        out[i] = v->valuedouble;
     }
     return PT_OK;
 }
 
-static pt_status read_comm(const reader *r, pt_profile_comm *c) {
-    PT_CHECK(read_str(r, "backend", "shm|mpi", c->backend, sizeof c->backend));
-    char op[32];
-    PT_CHECK(read_str(r, "op", "allreduce|allgather|reduce_scatter|broadcast|p2p", op, sizeof op));
-    c->op = index_of(op_names, PT_PROFILE_NOPS, op);
-    PT_CHECK(read_int(r, "ranks", 1, &c->ranks));
-    PT_CHECK(read_num(r, "bytes", 1, POSITIVE, &c->bytes));
-    return read_num(r, "seconds", 1, POSITIVE, &c->seconds);
+/* Every field of the list, required, into the struct at dst. */
+static pt_status read_fields(const reader *r, const field *f, int n, void *dst) {
+    for (int i = 0; i < n; i++) {
+        char *at = (char *)dst + f[i].off;
+        switch (f[i].kind) {
+        case F_INT:
+            PT_CHECK(read_int(r, f[i].key, 1, (int *)at));
+            break;
+        case F_POS:
+            PT_CHECK(read_num(r, f[i].key, 1, POSITIVE, (double *)at));
+            break;
+        case F_NONNEG:
+            PT_CHECK(read_num(r, f[i].key, 1, NONNEG, (double *)at));
+            break;
+        case F_STR:
+            PT_CHECK(read_str(r, f[i].key, f[i].choices, at, f[i].len));
+            break;
+        case F_TRIPLE:
+            PT_CHECK(read_triple(r, f[i].key, (double *)at));
+            break;
+        case F_ENUM: {
+            char s[32];
+            PT_CHECK(read_str(r, f[i].key, f[i].choices, s, sizeof s));
+            int k = 0;
+            while (strcmp(f[i].names[k], s) != 0) k++; /* read_str checked the choices */
+            *(int *)at = k;
+            break;
+        }
+        }
+    }
+    return PT_OK;
 }
 
-/* Each entry of table `key` read by fn into a calloc'd array of `size`-byte
- * elements. */
-typedef pt_status (*entry_fn)(const reader *r, void *dst);
-static pt_status read_table(const reader *r, const char *key, const char *const *allowed,
-                            size_t size, entry_fn fn, void **out, int *n) {
+/* The entry's keys: the field list's, NULL-terminated, into keys[]. */
+#define MAX_FIELDS 16
+static void field_keys(const field *f, int n, const char **keys) {
+    PT_ASSERT(n < MAX_FIELDS);
+    for (int i = 0; i < n; i++) keys[i] = f[i].key;
+    keys[n] = NULL;
+}
+
+/* Each entry of table `key` (an array of objects with exactly the fields
+ * of f) into *out, a calloc'd array of `size`-byte elements, set as soon as
+ * it is allocated so that the caller frees it on every path. */
+static pt_status read_table(const reader *r, const char *key, const field *f, int nf, size_t size,
+                            void **out, int *n) {
     const cJSON *arr;
-    PT_CHECK(read_array(r, key, &arr, n));
     *out = NULL;
+    PT_CHECK(read_array(r, key, &arr, n));
     if (*n == 0) return PT_OK;
     char *buf = calloc((size_t)*n, size);
     if (!buf) return pt_error_set(PT_ERR_NOMEM, "%s: profile.%s: out of memory", r->what, key);
     *out = buf;
+    const char *keys[MAX_FIELDS];
+    field_keys(f, nf, keys);
     int i = 0;
     for (const cJSON *it = arr->child; it; it = it->next, i++) {
         char name[256];
         snprintf(name, sizeof name, "%s.%s[%d]", r->path, key, i);
         reader e;
-        PT_CHECK(reader_open(&e, r->what, name, it, allowed));
-        PT_CHECK(fn(&e, buf + (size_t)i * size));
+        PT_CHECK(reader_open(&e, r->what, name, it, keys));
+        PT_CHECK(read_fields(&e, f, nf, buf + (size_t)i * size));
     }
     return PT_OK;
-}
-
-static pt_status gemm_fn(const reader *r, void *d) {
-    return read_gemm(r, d);
-}
-static pt_status module_fn(const reader *r, void *d) {
-    return read_module(r, d);
-}
-static pt_status comm_fn(const reader *r, void *d) {
-    return read_comm(r, d);
 }
 
 static pt_status read_profile(const reader *r, pt_profile *p) {
@@ -273,26 +338,19 @@ static pt_status read_profile(const reader *r, pt_profile *p) {
     if (version != 1)
         return pt_error_set(PT_ERR_UNSUPPORTED, "%s: profile.version %g is not supported (1)",
                             r->what, version);
-    PT_CHECK(read_str(r, "cpu", NULL, p->cpu, sizeof p->cpu));
-    PT_CHECK(read_str(r, "binary", NULL, p->binary, sizeof p->binary));
-    PT_CHECK(read_int(r, "cores", 1, &p->cores));
-    PT_CHECK(read_num(r, "memory_bw", 1, POSITIVE, &p->memory_bw));
-    PT_CHECK(read_num(r, "elementwise_s", 1, POSITIVE, &p->elementwise_s));
-    PT_CHECK(read_num(r, "adamw_s", 1, POSITIVE, &p->adamw_s));
-    PT_CHECK(read_num(r, "sgd_s", 1, POSITIVE, &p->sgd_s));
-    static const char *const gemm_keys[] = {"m", "n", "k", "threads", "flops_s", NULL};
-    static const char *const module_keys[] = {
-        "kind",    "n_embd", "n_head",  "seq_len", "vocab_size",  "tp", "tokens",
-        "threads", "fwd_s",  "bgrad_s", "wgrad_s", "recompute_s", NULL};
-    static const char *const comm_keys[] = {"backend", "op", "ranks", "bytes", "seconds", NULL};
+    PT_CHECK(read_fields(r, profile_fields, NFIELD(profile_fields), p));
     void *t;
-    PT_CHECK(read_table(r, "gemm", gemm_keys, sizeof *p->gemm, gemm_fn, &t, &p->n_gemm));
+    pt_status st =
+        read_table(r, "gemm", gemm_fields, NFIELD(gemm_fields), sizeof *p->gemm, &t, &p->n_gemm);
     p->gemm = t;
-    PT_CHECK(read_table(r, "modules", module_keys, sizeof *p->module, module_fn, &t, &p->n_module));
+    PT_CHECK(st);
+    st = read_table(r, "modules", module_fields, NFIELD(module_fields), sizeof *p->module, &t,
+                    &p->n_module);
     p->module = t;
-    PT_CHECK(read_table(r, "comm", comm_keys, sizeof *p->comm, comm_fn, &t, &p->n_comm));
+    PT_CHECK(st);
+    st = read_table(r, "comm", comm_fields, NFIELD(comm_fields), sizeof *p->comm, &t, &p->n_comm);
     p->comm = t;
-    return PT_OK;
+    return st;
 }
 
 static pt_status read_link(const reader *r, const char *key, pt_link *l) {
@@ -440,58 +498,50 @@ static cJSON *table_entry(cJSON *arr, int *ok) {
     return o;
 }
 
+static void add_fields(cJSON *o, const field *f, int n, const void *src, int *ok) {
+    for (int i = 0; i < n && *ok; i++) {
+        const char *at = (const char *)src + f[i].off;
+        switch (f[i].kind) {
+        case F_INT:
+            add_num(o, f[i].key, *(const int *)at, ok);
+            break;
+        case F_POS:
+        case F_NONNEG:
+            add_num(o, f[i].key, *(const double *)at, ok);
+            break;
+        case F_STR:
+            add_str(o, f[i].key, at, ok);
+            break;
+        case F_ENUM:
+            add_str(o, f[i].key, f[i].names[*(const int *)at], ok);
+            break;
+        case F_TRIPLE: {
+            cJSON *a = cJSON_CreateDoubleArray((const double *)at, 3);
+            *ok &= a && cJSON_AddItemToObject(o, f[i].key, a);
+            break;
+        }
+        }
+    }
+}
+
+static void add_table(cJSON *o, const char *key, const field *f, int nf, const void *rows,
+                      size_t size, int n, int *ok) {
+    cJSON *arr = cJSON_AddArrayToObject(o, key);
+    for (int i = 0; i < n && *ok; i++) {
+        cJSON *e = table_entry(arr, ok);
+        if (e) add_fields(e, f, nf, (const char *)rows + (size_t)i * size, ok);
+    }
+}
+
 static void add_profile(cJSON *root, const pt_profile *p, int *ok) {
     cJSON *o = add_obj(root, "profile", ok);
     if (!o) return;
     add_num(o, "version", 1, ok);
-    add_str(o, "cpu", p->cpu, ok);
-    add_str(o, "binary", p->binary, ok);
-    add_num(o, "cores", p->cores, ok);
-    add_num(o, "memory_bw", p->memory_bw, ok);
-    add_num(o, "elementwise_s", p->elementwise_s, ok);
-    add_num(o, "adamw_s", p->adamw_s, ok);
-    add_num(o, "sgd_s", p->sgd_s, ok);
-    cJSON *arr = cJSON_AddArrayToObject(o, "gemm");
-    for (int i = 0; i < p->n_gemm && *ok; i++) {
-        const pt_profile_gemm *g = &p->gemm[i];
-        cJSON *e = table_entry(arr, ok);
-        if (!e) break;
-        add_num(e, "m", g->m, ok);
-        add_num(e, "n", g->n, ok);
-        add_num(e, "k", g->k, ok);
-        add_num(e, "threads", g->threads, ok);
-        add_num(e, "flops_s", g->flops_s, ok);
-    }
-    arr = cJSON_AddArrayToObject(o, "modules");
-    for (int i = 0; i < p->n_module && *ok; i++) {
-        const pt_profile_module *m = &p->module[i];
-        cJSON *e = table_entry(arr, ok);
-        if (!e) break;
-        add_str(e, "kind", module_kinds[m->kind], ok);
-        add_num(e, "n_embd", m->n_embd, ok);
-        add_num(e, "n_head", m->n_head, ok);
-        add_num(e, "seq_len", m->seq_len, ok);
-        add_num(e, "vocab_size", m->vocab_size, ok);
-        add_num(e, "tp", m->tp, ok);
-        add_num(e, "tokens", m->tokens, ok);
-        add_num(e, "threads", m->threads, ok);
-        add_num(e, "fwd_s", m->fwd_s, ok);
-        add_num(e, "bgrad_s", m->bgrad_s, ok);
-        add_num(e, "wgrad_s", m->wgrad_s, ok);
-        cJSON *rc = cJSON_CreateDoubleArray(m->recompute_s, 3);
-        *ok &= rc && cJSON_AddItemToObject(e, "recompute_s", rc);
-    }
-    arr = cJSON_AddArrayToObject(o, "comm");
-    for (int i = 0; i < p->n_comm && *ok; i++) {
-        const pt_profile_comm *c = &p->comm[i];
-        cJSON *e = table_entry(arr, ok);
-        if (!e) break;
-        add_str(e, "backend", c->backend, ok);
-        add_str(e, "op", op_names[c->op], ok);
-        add_num(e, "ranks", c->ranks, ok);
-        add_num(e, "bytes", c->bytes, ok);
-        add_num(e, "seconds", c->seconds, ok);
-    }
+    add_fields(o, profile_fields, NFIELD(profile_fields), p, ok);
+    add_table(o, "gemm", gemm_fields, NFIELD(gemm_fields), p->gemm, sizeof *p->gemm, p->n_gemm, ok);
+    add_table(o, "modules", module_fields, NFIELD(module_fields), p->module, sizeof *p->module,
+              p->n_module, ok);
+    add_table(o, "comm", comm_fields, NFIELD(comm_fields), p->comm, sizeof *p->comm, p->n_comm, ok);
 }
 
 char *pt_cluster_to_json(const pt_cluster *c) {

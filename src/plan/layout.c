@@ -29,11 +29,8 @@ void pt_plan_layout_apply(const pt_plan_layout *l, pt_config *c) {
     copy_str(c->train.recompute, sizeof c->train.recompute, recompute_names[rc]);
     c->train.threads = l->threads;
     copy_str(c->parallel.stage_layers, sizeof c->parallel.stage_layers, l->stage_layers);
-    /* model.stage_recompute and parallel.zero_whole are being added to the
-     * config table on another branch (perpart); until it is merged here,
-     * the layout keeps them and only non-empty ones would be applied:
-     *   if (l->stage_recompute[0]) copy into c->model.stage_recompute
-     *   if (l->zero_whole[0]) copy into c->parallel.zero_whole */
+    copy_str(c->train.stage_recompute, sizeof c->train.stage_recompute, l->stage_recompute);
+    copy_str(c->parallel.zero_whole, sizeof c->parallel.zero_whole, l->zero_whole);
 }
 
 void pt_plan_layout_from_config(pt_plan_layout *l, const pt_config *c) {
@@ -52,6 +49,8 @@ void pt_plan_layout_from_config(pt_plan_layout *l, const pt_config *c) {
         if (!strcmp(c->train.recompute, recompute_names[i])) l->recompute = i;
     l->threads = c->train.threads;
     copy_str(l->stage_layers, sizeof l->stage_layers, c->parallel.stage_layers);
+    copy_str(l->stage_recompute, sizeof l->stage_recompute, c->train.stage_recompute);
+    copy_str(l->zero_whole, sizeof l->zero_whole, c->parallel.zero_whole);
 }
 
 void pt_plan_layout_name(const pt_plan_layout *l, char *buf, size_t n) {

@@ -97,6 +97,25 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
 
 /* ---- fp32: the runtime's allocations ---- */
 
+/* Whether module i is in the comma list `whole` ("embedding,head,h.0"). */
+static int kept_whole(const char *whole, int i, int L) {
+    char name[16];
+    if (i == 0)
+        snprintf(name, sizeof name, "embedding");
+    else if (i == L + 1)
+        snprintf(name, sizeof name, "head");
+    else
+        snprintf(name, sizeof name, "h.%d", i - 1);
+    size_t n = strlen(name);
+    for (const char *p = whole; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t k = comma ? (size_t)(comma - p) : strlen(p);
+        if (k == n && !strncmp(p, name, n)) return 1;
+        p += k + (comma ? 1 : 0);
+    }
+    return 0;
+}
+
 /* The communicators a rank holds (each with its generic-collective piece,
  * pt_comm_scratch_bytes): the world, the mesh's groups of more than one
  * rank (tp, dp, pp, and mp = tp x pp), the trainer's auxiliary copy of the
@@ -174,7 +193,8 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
 }
 
 /* Rank (stage s, shard rank grank of g) of an fp32 run into cat[]. */
-static void cpu_rank(const pt_config *c, const stage_info *s, int grank, int g, double *cat) {
+static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole, int grank, int g,
+                     double *cat) {
     const pt_model *m = s->m;
     int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
     int mB = c->train.batch_size / dp / M;
@@ -194,8 +214,8 @@ static void cpu_rank(const pt_config *c, const stage_info *s, int grank, int g, 
             (double)(s->sched.in_flight - 1) * (double)pt_model_slot_bytes_at(m, 0, L + 1, mB);
     } else {
         /* trainer_pipe.c: in_flight blocks, each the largest chunk's slot
-         * and its gradients in and out; a split backward adds a deferred
-         * scratch per module of the largest chunk to each block */
+         * and its gradients in and out; a split backward adds sets of deferred
+         * scratch, as many as the list has W's pending at once */
         size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
                                                   : (size_t)mB * T) *
                    C;
@@ -207,9 +227,20 @@ static void cpu_rank(const pt_config *c, const stage_info *s, int grank, int g, 
         }
         block = (block + 15) & ~(size_t)15;
         cat[PT_MEM_ACTS] += (double)s->sched.in_flight * (double)block * sizeof(float);
-        if (s->sched.split)
-            cat[PT_MEM_ACTS] += (double)s->sched.in_flight * s->most_modules *
-                                (double)pt_module_scratch_bytes(m, mB, 1);
+        if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
+                             * the kinds of module j of the chunks */
+            for (int j = 0; j < s->most_modules; j++) {
+                unsigned kinds = 0;
+                for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
+                    int i = s->first[ch] + j;
+                    if (i <= s->last[ch])
+                        kinds |= 1u << (i == 0       ? PT_MODULE_EMBEDDING
+                                        : i == L + 1 ? PT_MODULE_HEAD
+                                                     : PT_MODULE_BLOCK);
+                }
+                cat[PT_MEM_ACTS] += (double)pt_schedule_pending_w(&s->sched) *
+                                    (double)pt_module_scratch_bytes(m, mB, kinds);
+            }
     }
 
     pt_adamw_hparams hp = {0};
@@ -226,20 +257,28 @@ static void cpu_rank(const pt_config *c, const stage_info *s, int grank, int g, 
     } else {
         /* zero.c: per module, this rank's slice of its region */
         double shard = 0, emb = 0, blk = 0, head = 0;
-        int nown = 0;
+        /* ZeRO-3 with parallel.zero_whole: a whole module's parameters are
+         * resident (its slice a view into them) and need no pool buffer */
+        double pshard = 0, pemb = 0, phead = 0;
+        int nown = 0, ngathered = 0;
         for (int i = 0; i < L + 2; i++) {
             size_t off, cnt, so, sn;
             pt_model_module_region(m, i, &off, &cnt);
             pt_comm_shard(cnt, g, grank, &so, &sn);
             shard += (double)sn * sizeof(float);
             double b = (double)cnt * sizeof(float);
-            if (i == 0)
+            int w = zero >= 3 && cnt && whole[0] && kept_whole(whole, i, L);
+            pshard += w ? b : (double)sn * sizeof(float);
+            if (i == 0) {
                 emb = b;
-            else if (i == L + 1)
+                pemb = w ? 0 : b;
+            } else if (i == L + 1) {
                 head = b;
-            else if (cnt) {
+                phead = w ? 0 : b;
+            } else if (cnt) {
                 blk = b;
                 nown++;
+                ngathered += !w;
             }
         }
         cat[PT_MEM_OPTIM] = nstate * shard;
@@ -249,9 +288,10 @@ static void cpu_rank(const pt_config *c, const stage_info *s, int grank, int g, 
             int per_step = c->parallel.pp > 1 || s->sched.split;
             int nblk = per_step ? nown : nown < 2 ? nown : 2;
             cat[PT_MEM_GRADS] = tied + shard + emb + nblk * blk + head;
-            if (zero >= 3)
-                cat[PT_MEM_PARAMS] =
-                    tied + shard + emb + (c->parallel.zero_keep_params ? nown : nblk) * blk + head;
+            int pblk = per_step || c->parallel.zero_keep_params ? ngathered
+                       : ngathered < 2                          ? ngathered
+                                                                : 2;
+            if (zero >= 3) cat[PT_MEM_PARAMS] = tied + pshard + pemb + pblk * blk + phead;
         }
     }
     int gsz = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
@@ -285,25 +325,6 @@ static double layer_acts_bf16(double s, double b, double h, double a, double t, 
     if (sp) return s * b * h * (34.0 / t + attn);
     if (t == 1) return s * b * h * (34.0 + attn);
     return s * b * h * (10.0 + 24.0 / t + attn);
-}
-
-/* Whether module i is in the comma list `whole` ("embedding,head,h.0"). */
-static int kept_whole(const char *whole, int i, int L) {
-    char name[16];
-    if (i == 0)
-        snprintf(name, sizeof name, "embedding");
-    else if (i == L + 1)
-        snprintf(name, sizeof name, "head");
-    else
-        snprintf(name, sizeof name, "h.%d", i - 1);
-    size_t n = strlen(name);
-    for (const char *p = whole; *p;) {
-        const char *comma = strchr(p, ',');
-        size_t k = comma ? (size_t)(comma - p) : strlen(p);
-        if (k == n && !strncmp(p, name, n)) return 1;
-        p += k + (comma ? 1 : 0);
-    }
-    return 0;
 }
 
 /* The recompute mode of pipeline rank r: model.stage_recompute's r-th
@@ -411,7 +432,7 @@ pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const 
             if (gpu)
                 gpu_rank(&c, l, &s, rc, cat);
             else
-                cpu_rank(&c, &s, gr, g, cat);
+                cpu_rank(&c, &s, l->zero_whole, gr, g, cat);
             double sum = slack;
             for (int k = 0; k < PT_MEM_NCAT; k++) {
                 if (cat[k] > st->cat[k]) st->cat[k] = cat[k];

@@ -569,6 +569,9 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     pt_plan_layout l;
     memset(&l, 0, sizeof l);
     l.threads = c->train.threads;
+    if (s->fix[F_SREC])
+        snprintf(l.stage_recompute, sizeof l.stage_recompute, "%s", c->train.stage_recompute);
+    if (s->fix[F_WHOLE]) snprintf(l.zero_whole, sizeof l.zero_whole, "%s", c->parallel.zero_whole);
     if (s->fix[F_LAYERS])
         snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
     /* phase 1: every valid family with the lower bound on its step */

@@ -43,6 +43,10 @@ static const key_def keys[] = {
      "activation recomputation: none (keep every activation), selective (drop attention's "
      "probabilities and the GELU output, recomputed in backward), full (a block keeps only its "
      "input and reruns its forward in backward); gradients bitwise none's"},
+    {"model.stage_recompute", K_STRING, OFF(train.stage_recompute), "", 0, 0, NULL,
+     "recompute mode per pipeline rank, e.g. \"full,selective,none\" (one per parallel.pp, "
+     "each of none|selective|full; a rank's mode covers all its chunks; empty: model.recompute "
+     "on every rank)"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
      "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
@@ -90,6 +94,11 @@ static const key_def keys[] = {
      "ZeRO: shard inside groups of this many ranks, replicate across groups (HSDP; 0: all)"},
     {"parallel.zero_keep_params", K_BOOL, OFF(parallel.zero_keep_params), "false", 0, 1, NULL,
      "ZeRO-3: keep a unit's gathered parameters from its forward to its backward"},
+    {"parallel.zero_whole", K_STRING, OFF(parallel.zero_whole), "", 0, 0, NULL,
+     "ZeRO-3: modules whose parameters stay whole on every rank (as ZeRO-2: gradients "
+     "reduce-scattered, optimizer state sharded, the update all-gathered), e.g. "
+     "\"embedding,head,h.0\" (h.N: block N, 0-based; a module on another pipeline stage is "
+     "ignored there)"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
@@ -171,9 +180,11 @@ static pt_status store_number(pt_config *c, const key_def *k, double v, const ch
 
 static pt_status store_string(pt_config *c, const key_def *k, const char *s, const char *what) {
     size_t len = strlen(s);
-    size_t cap = !strcmp(k->name, "parallel.stage_layers") ? 127
-                 : !strncmp(k->name, "parallel.", 9)       ? 15
-                                                           : STR_MAXLEN;
+    /* the per-part lists live in 128-byte fields, the other short strings
+     * in 16 */
+    int list = !strcmp(k->name, "parallel.stage_layers") ||
+               !strcmp(k->name, "parallel.zero_whole") || !strcmp(k->name, "model.stage_recompute");
+    size_t cap = list ? 127 : !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
     if (len > cap)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
                             k->name, len, cap);
@@ -367,15 +378,121 @@ static pt_status check_pipeline(const pt_config *c) {
         return PT_OK;
     }
     PT_CHECK(pt_schedule_check(name, c->parallel.microbatches, pp, v, nmod));
-    if (strcmp(c->parallel.sync, "sync") != 0)
+    /* the asynchronous modes train under a pipeline (each stage's dp group
+     * runs the mode on its modules), but their per-rank checkpoint files
+     * are written in rank 0's shapes, and a stage's differ */
+    if (strcmp(c->parallel.sync, "sync") != 0 && c->parallel.dp > 1 && c->checkpoint.dir[0])
         return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "parallel.pp = %d needs parallel.sync = sync (got %s)", pp,
-                            c->parallel.sync);
+                            "checkpoint.dir: parallel.sync = %s at parallel.dp = %d with "
+                            "parallel.pp = %d has no checkpoints yet (its per-rank files hold "
+                            "one pipeline stage's shapes); unset checkpoint.dir or use sync",
+                            c->parallel.sync, c->parallel.dp, pp);
     pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
     if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
     pt_status s = pt_stage_split(&c->model, pp * v, c->parallel.stage_layers, st);
     free(st);
     return s;
+}
+
+/* Per-part choices: the next comma-separated entry of *p into tok (at
+ * most n - 1 bytes; longer is an error for the caller: returns -1). 0 at
+ * the end of the list. */
+static int next_entry(const char **p, char *tok, size_t n) {
+    if (!**p) return 0;
+    const char *comma = strchr(*p, ',');
+    size_t len = comma ? (size_t)(comma - *p) : strlen(*p);
+    if (len >= n) return -1;
+    memcpy(tok, *p, len);
+    tok[len] = '\0';
+    *p += len + (comma ? 1 : 0);
+    if (comma && !**p) return -1; /* a trailing comma: an empty last entry */
+    return 1;
+}
+
+static int recompute_mode(const char *s) {
+    return !strcmp(s, "none")        ? PT_RECOMPUTE_NONE
+           : !strcmp(s, "selective") ? PT_RECOMPUTE_SELECTIVE
+           : !strcmp(s, "full")      ? PT_RECOMPUTE_FULL
+                                     : -1;
+}
+
+/* model.stage_recompute: one valid mode per pipeline rank (at pp 1 the one
+ * entry is allowed: it is model.recompute by another name). */
+static pt_status check_stage_recompute(const pt_config *c) {
+    const char *p = c->train.stage_recompute;
+    if (!*p) return PT_OK;
+    char tok[16];
+    int n = 0, r;
+    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
+        if (r < 0 || recompute_mode(tok) < 0)
+            return pt_error_set(PT_ERR_INVALID,
+                                "model.stage_recompute = \"%s\": entry %d is not one of "
+                                "none|selective|full",
+                                c->train.stage_recompute, n + 1);
+        n++;
+    }
+    if (n != c->parallel.pp)
+        return pt_error_set(PT_ERR_INVALID,
+                            "model.stage_recompute = \"%s\" names %d mode%s, but parallel.pp is "
+                            "%d (one per pipeline rank)",
+                            c->train.stage_recompute, n, n == 1 ? "" : "s", c->parallel.pp);
+    return PT_OK;
+}
+
+pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {
+    const char *p = c->train.stage_recompute;
+    char tok[16];
+    for (int k = 0; *p && next_entry(&p, tok, sizeof tok) > 0; k++)
+        if (k == pp_rank) return (pt_recompute)recompute_mode(tok);
+    int m = recompute_mode(c->train.recompute);
+    return m < 0 ? PT_RECOMPUTE_NONE : (pt_recompute)m;
+}
+
+pt_status pt_config_zero_whole(const pt_config *c, unsigned char *whole) {
+    int L = c->model.n_layer;
+    memset(whole, 0, (size_t)L + 2);
+    const char *p = c->parallel.zero_whole;
+    char tok[32];
+    int r;
+    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
+        int i = -1;
+        if (r > 0 && !strcmp(tok, "embedding")) {
+            i = 0;
+        } else if (r > 0 && !strcmp(tok, "head")) {
+            i = L + 1;
+        } else if (r > 0 && !strncmp(tok, "h.", 2) && tok[2] && (tok[2] != '0' || !tok[3])) {
+            /* h.N: decimal digits only, no sign, no leading zero */
+            long blk = 0;
+            const char *d = tok + 2;
+            while (*d >= '0' && *d <= '9' && blk <= L) blk = blk * 10 + (*d++ - '0');
+            if (!*d && blk < L) i = (int)blk + 1;
+        }
+        if (i < 0)
+            return pt_error_set(PT_ERR_INVALID,
+                                "parallel.zero_whole = \"%s\": '%s' is not a module (embedding, "
+                                "head, or h.0 .. h.%d)",
+                                c->parallel.zero_whole, r > 0 ? tok : "", L - 1);
+        if (whole[i])
+            return pt_error_set(PT_ERR_INVALID, "parallel.zero_whole = \"%s\": %s is named twice",
+                                c->parallel.zero_whole, tok);
+        whole[i] = 1;
+    }
+    return PT_OK;
+}
+
+/* parallel.zero_whole: ZeRO-3 only, every name a module. */
+static pt_status check_zero_whole(const pt_config *c) {
+    if (!c->parallel.zero_whole[0]) return PT_OK;
+    if (c->parallel.zero != 3)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.zero_whole = \"%s\" needs parallel.zero = 3 (got %d): "
+                            "below it every module's parameters are whole already",
+                            c->parallel.zero_whole, c->parallel.zero);
+    unsigned char *w = malloc((size_t)c->model.n_layer + 2);
+    if (!w) return pt_error_set(PT_ERR_NOMEM, "parallel.zero_whole");
+    pt_status st = pt_config_zero_whole(c, w);
+    free(w);
+    return st;
 }
 
 pt_status pt_config_validate(const pt_config *c) {
@@ -440,6 +557,8 @@ pt_status pt_config_validate_layout(const pt_config *c) {
                             "parallel.tp (%d)",
                             c->model.seq_len, c->parallel.tp);
     PT_CHECK(check_pipeline(c));
+    PT_CHECK(check_stage_recompute(c));
+    PT_CHECK(check_zero_whole(c));
     if (c->parallel.zero > 0 && c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "parallel.zero = %d needs parallel.sync = sync (got %s): sharded "

@@ -259,14 +259,13 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     /* tensor parallelism: this rank's slices, run with the tp group; a
      * pipeline stage: its modules only */
     t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
-    const char *rc = cfg->train.recompute;
+    /* the rank's own recompute mode (model.stage_recompute), for all its
+     * chunks: the slots the pipeline sizes from this model follow it */
     pt_model_options mo = {.tp = cfg->parallel.tp,
                            .tp_rank = t->tp_rank,
                            .sp = cfg->parallel.sequence_parallel,
                            .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
-                           .recompute = !strcmp(rc, "full")        ? PT_RECOMPUTE_FULL
-                                        : !strcmp(rc, "selective") ? PT_RECOMPUTE_SELECTIVE
-                                                                   : PT_RECOMPUTE_NONE};
+                           .recompute = pt_config_stage_recompute(cfg, t->pp_rank)};
     PT_CHECK_GOTO(st, pt_model_new_opts(&t->model, mc, t->micro_B, &mo), fail);
     pt_model_set_tp_comm(t->model, t->tp);
     if (t->mp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
@@ -308,14 +307,19 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     free(segs);
     if (st != PT_OK) goto fail;
     if (sharded) {
+        unsigned char *whole = malloc((size_t)nmod);
+        st = whole ? pt_config_zero_whole(cfg, whole) : pt_error_set(PT_ERR_NOMEM, "zero_whole");
         pt_zero_options zo = {cfg->parallel.zero,
                               cfg->parallel.zero_group,
                               cfg->parallel.overlap,
                               cfg->parallel.zero_keep_params,
                               t->tp,
                               t->pp,
-                              t->pp || t->sched.split};
-        PT_CHECK_GOTO(st, pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp), fail);
+                              t->pp || t->sched.split,
+                              whole};
+        if (st == PT_OK) st = pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp);
+        free(whole);
+        if (st != PT_OK) goto fail;
     }
 
     size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;

@@ -26,10 +26,12 @@
  * Buffers: BLOCKS of memory, as many as the micro-batches the schedule
  * holds at once over all of a rank's chunks, each as large as the largest
  * chunk's micro-batch (its slot: pt_model_slot_new_range_in, its received
- * output gradient dy, its sent input gradient dx; under a split backward a
- * scratch per module). Every chunk has a view of every block, so that the
- * memory is the schedule's count, whichever chunk each micro-batch is in.
- * A block's sends complete before it is reused.
+ * output gradient dy, its sent input gradient dx). Every chunk has a view
+ * of every block, so that the memory is the schedule's count, whichever
+ * chunk each micro-batch is in. A block's sends complete before it is
+ * reused. Under a split backward, SETS of deferred scratch (one per module
+ * of a chunk: what a W reads after its B that its context cannot hold), as
+ * many as the list has W's pending at once: a B takes one, its W frees it.
  *
  * Not here: the schedules' lists (parallel/schedule.c), the stage cut
  * (parallel/stages.c), the update after the passes (trainer_step.c). */
@@ -71,8 +73,11 @@ struct pt_pipe {
     pt_comm_req **send_act, **send_grad; /* per block, in flight */
     pt_comm_req **recv_grad;             /* per block: its dy, posted at its forward */
     size_t *nfl;                         /* per block: floats of its micro-batch's stream */
-    pt_module_scratch **scratch;         /* split: per block, one per module of a chunk */
+    pt_module_scratch **scratch;         /* split: nsets sets of nscr */
     int nscr;                            /* modules of the largest chunk */
+    int nsets;                           /* the list's most W's pending at once */
+    int *set_of;                         /* per block: its pending W's set, -1 none */
+    int *set_busy;                       /* per set */
     size_t rc;                           /* floats of one stream buffer (rows x C) */
     int tp, C; /* rows of a micro-batch's stream: B T / tp (sequence parallelism) */
     /* tied wte: the embedding's stage sends (wte_send) and receives the head's
@@ -142,8 +147,10 @@ void pt_pipe_free(pt_pipe *q) {
         free(h->slot_of);
     }
     if (q->scratch)
-        for (int k = 0; k < q->nblocks * q->nscr; k++) pt_module_scratch_free(q->scratch[k]);
+        for (int k = 0; k < q->nsets * q->nscr; k++) pt_module_scratch_free(q->scratch[k]);
     free(q->scratch);
+    free(q->set_of);
+    free(q->set_busy);
     pt_mem_free(q->mem);
     free(q->owner);
     free(q->send_act);
@@ -222,22 +229,35 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->send_grad = calloc((size_t)q->nblocks, sizeof *q->send_grad);
     q->recv_grad = calloc((size_t)q->nblocks, sizeof *q->recv_grad);
     q->nfl = calloc((size_t)q->nblocks, sizeof *q->nfl);
-    if (q->split) q->scratch = calloc((size_t)(q->nblocks * q->nscr), sizeof *q->scratch);
+    q->nsets = q->split ? pt_schedule_pending_w(s) : 0;
+    if (q->split) {
+        q->scratch = calloc((size_t)(q->nsets * q->nscr), sizeof *q->scratch);
+        q->set_of = malloc((size_t)q->nblocks * sizeof *q->set_of);
+        q->set_busy = calloc((size_t)q->nsets, sizeof *q->set_busy);
+    }
     q->mem = pt_mem_alloc(PT_MEM_ACTS, (size_t)q->nblocks * q->block_floats * sizeof(float));
     if (!q->owner || !q->send_act || !q->send_grad || !q->recv_grad || !q->nfl ||
-        (q->split && !q->scratch) || !q->mem) {
+        (q->split && (!q->scratch || !q->set_of || !q->set_busy)) || !q->mem) {
         st = pt_error_set(PT_ERR_NOMEM, "pipeline activations (%d blocks of %zu bytes)", q->nblocks,
                           q->block_floats * sizeof(float));
         goto fail;
     }
-    for (int k = 0; k < q->nblocks; k++) {
-        q->owner[k] = -1;
-        /* a zero-bubble W reads what its B left: a scratch per module of the block */
-        for (int j = 0; q->split && j < q->nscr; j++)
+    /* a zero-bubble W reads what its B left: module j's scratch of a set,
+     * sized for the kinds of module j of the chunks */
+    for (int k = 0; k < q->nsets; k++)
+        for (int j = 0; j < q->nscr; j++) {
+            unsigned kinds = 0;
+            for (int c = 0; c < q->v; c++)
+                if (q->ch[c].first + j <= q->ch[c].last)
+                    kinds |= 1u << pt_model_module_kind(m, q->ch[c].first + j);
             PT_CHECK_GOTO(st,
                           pt_module_scratch_new_deferred(&q->scratch[k * q->nscr + j], m,
-                                                         pt_model_max_batch(m)),
+                                                         pt_model_max_batch(m), kinds),
                           fail);
+        }
+    for (int k = 0; k < q->nblocks; k++) {
+        q->owner[k] = -1;
+        if (q->split) q->set_of[k] = -1;
         float *blk = q->mem + (size_t)k * q->block_floats;
         for (int c = 0; c < q->v; c++) {
             chunk *h = &q->ch[c];
@@ -246,9 +266,6 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
             float *b = blk + pt_model_slot_bytes(m, h->first, h->last) / sizeof(float);
             if (h->last <= q->L) h->dy[k] = b, b += q->rc;
             if (h->first > 0) h->dx[k] = b;
-            for (int i = h->first; q->split && i <= h->last; i++)
-                pt_module_ctx_set_scratch(pt_model_slot_ctx(h->slot[k], i),
-                                          q->scratch[k * q->nscr + (i - h->first)]);
         }
     }
     /* the tied wte: which stages hold the embedding and the head */
@@ -391,10 +408,27 @@ static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double
              "send of activations");
 }
 
+/* The deferred scratch set of block k's micro-batch of chunk h from its B
+ * (take) to its W (give back): its contexts' scratch, else the model's. */
+static void lend_set(pt_pipe *q, chunk *h, int k, int take) {
+    int set = q->set_of[k];
+    if (take) {
+        PT_ASSERT(set < 0);
+        for (set = 0; set < q->nsets && q->set_busy[set]; set++) continue;
+        PT_ASSERT(set < q->nsets); /* pending_w counted them */
+    }
+    q->set_busy[set] = take;
+    q->set_of[k] = take ? set : -1;
+    for (int i = h->first; i <= h->last; i++)
+        pt_module_ctx_set_scratch(pt_model_slot_ctx(h->slot[k], i),
+                                  take ? q->scratch[set * q->nscr + (i - h->first)] : NULL);
+}
+
 static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     int k = h->slot_of[mb];
     PT_ASSERT(k >= 0);
     pt_model_slot *s = h->slot[k];
+    if (split) lend_set(q, h, k, 1);
     size_t bytes = q->nfl[k] * sizeof(float);
     if (h->last <= q->L) wait_neighbour(q, &q->recv_grad[k], "receive of gradients");
     q->compute_ns = pt_time_ns();
@@ -413,6 +447,7 @@ static void weight(pt_pipe *q, pt_model *m, chunk *h, int mb) {
     PT_ASSERT(k >= 0);
     q->compute_ns = pt_time_ns();
     pt_model_backward_weight_range(m, h->slot[k], h->first, h->last);
+    lend_set(q, h, k, 0);
     release_slot(q, h, mb);
 }
 
@@ -457,9 +492,11 @@ pt_status pt_pipe_step(pt_pipe *q, pt_trainer *t, const pt_schedule *sc, const i
             forward(q, m, h, &b, loss_sum, 1);
         } else {
             /* the step's first backward of its last micro-batch precedes
-             * every module's final one: arm the buckets */
+             * every module's final one: arm the buckets (stale: in this
+             * step's slot, as pt_trainer_step_batch does) */
             if (t->ddp && !armed && mb == q->M - 1 && ps->kind != PT_PASS_BACKWARD_WEIGHT) {
-                pt_ddp_begin(t->ddp, 0, t->cfg.parallel.overlap, t->step + 1);
+                int slot = t->mode == MODE_STALE ? t->step % (t->cfg.parallel.staleness + 1) : 0;
+                pt_ddp_begin(t->ddp, slot, t->cfg.parallel.overlap, t->step + 1);
                 armed = 1;
             }
             if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {

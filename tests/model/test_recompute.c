@@ -2,7 +2,8 @@
  * NONE's losses, parameter gradients and per-module input gradients BIT
  * FOR BIT -- through the whole-model passes, the fused module backward and
  * the split one (B then W, and every B before every W with a forward of
- * another micro-batch in between, as a zero-bubble stage runs them) -- at
+ * another micro-batch in between, as a zero-bubble stage runs them; with
+ * contexts' own scratch and with a stage's deferred scratch) -- at
  * tp = 1 and over a tp group of 2 forked ranks (shm), plain and under
  * sequence parallelism. The oracle is the NONE model with the same weights.
  * Also: each context's PT_MEM_ACTS bytes match the formula of what its
@@ -126,17 +127,25 @@ static void whole_model(pt_model *m, result *r) {
     memcpy(r->grads, pt_model_grads(m), pt_model_num_params(m) * sizeof(float));
 }
 
-/* The module chain in fresh contexts (own scratch each when split); a
- * second micro-batch's forward in the model's own slot between every B and
- * every W (CH_ALLB_ALLW). */
+/* 1: module_chain's contexts get a zero-bubble stage's deferred scratch
+ * (B's gradients moved into the block's dead activations) in every mode. */
+static int chain_deferred;
+
+/* The module chain in fresh contexts (own scratch each when split, or
+ * deferred); a second micro-batch's forward in the model's own slot between
+ * every B and every W (CH_ALLB_ALLW). */
 static int module_chain(pt_model *m, int mode, result *r) {
     pt_module_ctx *ctx[NMOD] = {0};
     pt_module_scratch *scr[NMOD] = {0};
     int fail = 0;
     for (int i = 0; i < NMOD; i++) {
         if (pt_module_ctx_new(&ctx[i], m, i, MB) != PT_OK) fail = 1;
-        if (mode == CH_FUSED || fail) continue;
-        if (pt_module_scratch_new(&scr[i], m, MB) != PT_OK) fail = 1;
+        if ((mode == CH_FUSED && !chain_deferred) || fail) continue;
+        pt_status st =
+            chain_deferred
+                ? pt_module_scratch_new_deferred(&scr[i], m, MB, 1u << pt_model_module_kind(m, i))
+                : pt_module_scratch_new(&scr[i], m, MB);
+        if (st != PT_OK) fail = 1;
         pt_module_ctx_set_scratch(ctx[i], scr[i]);
     }
     static chain_bufs cb;
@@ -202,6 +211,15 @@ static void bitwise_path(void) {
             CHECK(!module_chain(m, mode, &got));
             snprintf(what, sizeof what, "mode %d chain %d", k, mode);
             CHECK(!same(&want, &got, n, what));
+            /* deferred scratch: NONE's (once) and this mode's */
+            chain_deferred = 1;
+            for (int d = k == 1 ? 0 : 1; d < 2; d++) {
+                memset(&got, 0, sizeof got);
+                CHECK(!module_chain(d ? m : ref, mode, &got));
+                snprintf(what, sizeof what, "mode %d chain %d deferred", d ? k : 0, mode);
+                CHECK(!same(&want, &got, n, what));
+            }
+            chain_deferred = 0;
         }
         pt_model_free(m);
     }
@@ -252,6 +270,15 @@ static int check_tp(pt_comm *tp, int sp) {
             snprintf(what, sizeof what, "rank %d sp %d mode %d chain %d", r, sp, k, mode);
             fail |= same(&w, &g, n, what);
         }
+        chain_deferred = 1; /* every mode with deferred scratch: NONE's bits */
+        for (int k = 0; k < 3; k++) {
+            memset(&g, 0, sizeof g);
+            fail |= module_chain(m[k], mode, &g);
+            char what[64];
+            snprintf(what, sizeof what, "rank %d sp %d mode %d chain %d deferred", r, sp, k, mode);
+            fail |= same(&w, &g, n, what);
+        }
+        chain_deferred = 0;
     }
     for (int k = 0; k < 3; k++) {
         if (m[k] && pt_model_take_error(m[k]) != PT_OK) fail = 1;

@@ -7,7 +7,9 @@
  * rank's fail_after-th allocation failing; every rank writes its status,
  * whether the error is shared, and its message to the MAP_SHARED results,
  * which the test compares (every rank must return the same, shared, and
- * none may hang). Include after parallel/parity_harness.h. */
+ * none may hang). Include after parallel/parity_harness.h and
+ * <cjson/cJSON.h>; the helpers a test may not use are inline (no unused
+ * warnings). */
 #ifndef PT_TEST_CKPT_H
 #define PT_TEST_CKPT_H
 
@@ -83,7 +85,7 @@ static void ckpt_cross_layout(const ckpt_case *cases, size_t ncases) {
 }
 
 /* The safetensors header of path (malloc'd JSON), or NULL. */
-static cJSON *read_header(const char *path) {
+static inline cJSON *read_header(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     uint64_t len = 0;
@@ -116,7 +118,7 @@ typedef struct {
     long fail_after; /* that rank's n-th allocation in the save fails */
 } oom_case;
 
-static int rank_oom_save(void *arg) {
+static inline int rank_oom_save(void *arg) {
     const oom_case *oc = arg;
     pt_comm *w = NULL;
     pt_comm_options o = {"shm", 20};

@@ -97,6 +97,8 @@ typedef struct {
     float val_loss;   /* after the last step (data.val set) */
     float val_loss0;  /* before the first step (data.val set, not resuming) */
     size_t mem[4][3]; /* per rank (up to 4): peak params, grads, optim bytes over the steps */
+    uint64_t stage_acts[PT_STEP_MAX_STAGES]; /* per pipeline stage: PT_MEM_ACTS peak, the
+                                                largest over the steps */
     float *params;
 } result;
 
@@ -180,6 +182,8 @@ static pt_status run_job(const job *j, pt_comm *world, result *r) {
                           pt_mem_peak(PT_MEM_OPTIM)};
         for (int k = 0; k < 3; k++)
             if (cats[k] > r->mem[0][k]) r->mem[0][k] = cats[k];
+        for (int k = 0; k < PT_STEP_MAX_STAGES; k++)
+            if (info.stage_acts[k] > r->stage_acts[k]) r->stage_acts[k] = info.stage_acts[k];
         r->loss[s] = info.loss;
         r->grad_norm[s] = info.grad_norm;
         r->bytes[s] = info.comm_bytes;
@@ -345,13 +349,15 @@ static inline pt_status parity_apply(pt_config *c, const char *layout) {
     return PT_OK;
 }
 
-/* The model.* assignments of a layout, in order (the oracle's key). */
+/* The model.* assignments of a layout, in order (the oracle's key), but
+ * model.stage_recompute: one mode per pipeline rank, which one worker has
+ * none of (and every mode's gradients are none's). */
 static inline void parity_model_keys(const char *layout, char *out, size_t n) {
     char buf[512], *save = NULL;
     snprintf(buf, sizeof buf, "%s", layout);
     out[0] = 0;
     for (char *kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save))
-        if (!strncmp(kv, "model.", 6)) {
+        if (!strncmp(kv, "model.", 6) && strncmp(kv, "model.stage_recompute=", 22) != 0) {
             size_t len = strlen(out);
             snprintf(out + len, n - len, "%s%s", len ? " " : "", kv);
         }
@@ -522,6 +528,33 @@ static inline void parity_check_extra(const char *layout, parity_extra_fn extra)
 
 static inline void parity_check(const char *layout) {
     parity_check_extra(layout, NULL);
+}
+
+/* `layout` under both variants against `ref`'s run of the same variant,
+ * not the one worker's: a mode that does not follow one worker (stale,
+ * local_sgd) against itself on fewer dimensions, within the same bounds.
+ * shm only: under mpirun the two worlds differ in size. */
+static inline void parity_check_against(const char *layout, const char *ref) {
+    if (use_mpi) return;
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        job j;
+        result rr, r;
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        CHECK_OK(parity_apply(&j.cfg, ref));
+        CHECK_OK(run_dp(&j, &rr));
+        memset(&j, 0, sizeof j);
+        parity_base(&j.cfg, (parity_variant)v);
+        CHECK_OK(parity_apply(&j.cfg, layout));
+        CHECK_OK(run_dp(&j, &r));
+        parity_verdict verdict;
+        parity_compare(&rr, &r, (parity_variant)v, 0, &verdict);
+        char what[400];
+        snprintf(what, sizeof what, "%s [%s] vs %s", layout, parity_variant_name[v], ref);
+        parity_expect(&verdict, what);
+        result_free(&rr);
+        result_free(&r);
+    }
 }
 
 /* Losses and gradient norms of steps [from, nsteps) and the final

@@ -1,6 +1,8 @@
 /* The memory model (src/plan/memory.c) against the runtime and against the
  * published formulas:
- *   fp32  for a matrix of layouts of a tiny model on 1, 2 and 4 ranks, the
+ *   fp32  for a matrix of layouts of a tiny model on 1, 2 and 4 ranks (41:
+ *         data, ZeRO, HSDP, tensor, sequence, every pipeline schedule under
+ *         every recompute mode, and their products), the
  *         real trainer runs two steps and each rank's PT_MEM_* peaks of
  *         the second (pt_mem_peak: the trainer resets them when a step
  *         starts) are compared per pipeline stage with pt_plan_memory's:
@@ -135,15 +137,7 @@ static void test_fp32_runtime(void) {
         "parallel.dp=2;parallel.sync=stale",
         "parallel.tp=2",
         "parallel.tp=2;parallel.sequence_parallel=true",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=gpipe",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=1f1b",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=1f1b;model.recompute=selective",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=1f1b;model.recompute=full",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=interleaved;"
-        "parallel.virtual_stages=2",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=zb1",
-        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=zbv;model.recompute=full",
-        "parallel.pp=2;parallel.microbatches=2;parallel.schedule=zbv;parallel.dp=1",
+        "parallel.pp=2;parallel.microbatches=2;parallel.schedule=zbv",
         "parallel.dp=4;parallel.zero=3;parallel.zero_group=2",
         "parallel.dp=4;parallel.zero=2;parallel.zero_group=2",
         "parallel.dp=2;parallel.pp=2;parallel.microbatches=2;parallel.zero=1",
@@ -151,8 +145,47 @@ static void test_fp32_runtime(void) {
         "parallel.tp=2;parallel.pp=2;parallel.microbatches=4",
         "parallel.dp=2;parallel.tp=2;parallel.zero=2;parallel.sequence_parallel=true",
         "parallel.tp=4;parallel.sequence_parallel=true",
+        "parallel.dp=4;parallel.zero=1;parallel.zero_group=2",
+        "parallel.dp=2;parallel.sync=local_sgd;parallel.outer=nesterov",
+        "parallel.dp=2;parallel.sync=stale;parallel.stale_mode=delayed",
+        "parallel.pp=4;parallel.microbatches=4",
+        "parallel.dp=2;parallel.tp=2",
+    };
+    /* the per-part keys (model.stage_recompute, parallel.zero_whole) */
+    static const char *const perpart[] = {
+        "parallel.pp=2;parallel.microbatches=4;model.stage_recompute=full,none",
+        "parallel.pp=2;parallel.microbatches=4;parallel.schedule=zb1;"
+        "model.stage_recompute=none,selective",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=embedding",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=head,h.0,h.2",
+        "parallel.dp=2;parallel.zero=3;parallel.zero_whole=h.0,h.1,h.2;"
+        "parallel.zero_keep_params=true",
+        "parallel.dp=4;parallel.zero=3;parallel.zero_group=2;parallel.zero_whole=embedding,h.1",
+        "parallel.dp=2;parallel.pp=2;parallel.microbatches=2;parallel.zero=3;"
+        "parallel.zero_whole=embedding,head,h.3",
     };
     for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) check(layouts[i]);
+    pt_config probe;
+    pt_config_defaults(&probe);
+    int have = pt_config_set(&probe, "parallel.zero_whole=") == PT_OK &&
+               pt_config_set(&probe, "model.stage_recompute=") == PT_OK;
+    for (size_t i = 0; i < sizeof perpart / sizeof perpart[0]; i++)
+        if (have)
+            check(perpart[i]);
+        else
+            printf("  skipped (needs the per-part keys of the perpart branch): %s\n", perpart[i]);
+    /* every pipeline schedule under every recompute mode */
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+    static const char *const modes[] = {"none", "selective", "full"};
+    for (int k = 0; k < 5; k++)
+        for (int r = 0; r < 3; r++) {
+            char keys[256];
+            snprintf(keys, sizeof keys,
+                     "parallel.pp=2;parallel.microbatches=4;parallel.schedule=%s;"
+                     "parallel.virtual_stages=%d;model.recompute=%s",
+                     scheds[k], !strcmp(scheds[k], "interleaved") ? 2 : 0, modes[r]);
+            check(keys);
+        }
     printf("  fp32 worst relative error per category:");
     for (int k = 0; k < PT_MEM_NCAT; k++)
         printf(" %s %.2g%%", pt_mem_cat_name((pt_mem_cat)k), 100 * worst[k]);
@@ -277,7 +310,8 @@ static void test_bf16_pipeline(void) {
     CHECK_NEAR(pm.stage[7].cat[PT_MEM_ACTS], 12 * layer + 4 * s * b * V / t, 0, 1e-12);
     /* per part: full recomputation on the first stage changes only its
      * activations */
-    snprintf(l.stage_recompute, sizeof l.stage_recompute, "full");
+    snprintf(l.stage_recompute, sizeof l.stage_recompute,
+             "full,none,none,none,none,none,none,none");
     pt_plan_mem pr = plan(&c, &l);
     CHECK_NEAR(pr.stage[0].cat[PT_MEM_ACTS], 8 * 12 * 2 * s * b * h / t + layer, 0, 1e-12);
     for (int r = 1; r < 8; r++)

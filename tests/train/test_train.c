@@ -49,6 +49,21 @@ static int msg_has(const char *s) {
 
 /* ---- config ---- */
 
+/* Each of values for key is rejected by validation: one line naming the
+ * key and the value, and holding `also`. */
+static void expect_rejected(pt_config *c, const char *key, const char *const *values, size_t n,
+                            const char *also) {
+    for (size_t k = 0; k < n; k++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "%s=%s", key, values[k]);
+        CHECK_OK(pt_config_set(c, kv));
+        int ok = pt_config_validate(c) == PT_ERR_INVALID && msg_has(key) && msg_has(values[k]) &&
+                 msg_has(also);
+        CHECK(ok);
+        if (!ok) printf("  %s: %s\n", kv, pt_error_message());
+    }
+}
+
 static void test_config(void) {
     pt_config c, d;
     pt_config_defaults(&c);
@@ -153,11 +168,58 @@ static void test_config(void) {
     CHECK_OK(pt_config_set(&c, "parallel.stage_layers="));
     CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
     CHECK_OK(pt_config_set(&c, "parallel.sync=local_sgd"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("parallel.sync"));
+    CHECK_OK(pt_config_validate(&c));
+    /* the asynchronous modes under a pipeline: no checkpoints yet */
+    CHECK_OK(pt_config_set(&c, "train.batch_size=8"));
+    CHECK_OK(pt_config_set(&c, "parallel.dp=2"));
+    CHECK_OK(pt_config_set(&c, "checkpoint.dir=/tmp/x"));
+    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("checkpoint.dir") &&
+          msg_has("parallel.sync = local_sgd"));
+    CHECK_OK(pt_config_set(&c, "parallel.dp=1")); /* nothing asynchronous at dp 1 */
+    CHECK_OK(pt_config_validate(&c));
     pt_config_defaults(&c);
     c.train.batch_size = 6;
     c.parallel.microbatches = 4;
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("microbatches"));
+    /* per-part choices (issue 14, item 5): one recompute mode per pipeline
+     * rank; ZeRO-3 modules kept whole, by GPT-2's names (4 blocks here) */
+    pt_config_defaults(&c);
+    CHECK_OK(pt_config_set(&c, "model.recompute=selective"));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
+    CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_SELECTIVE); /* empty: recompute */
+    CHECK_OK(pt_config_set(&c, "model.stage_recompute=full,none"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK(pt_config_stage_recompute(&c, 0) == PT_RECOMPUTE_FULL);
+    CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_NONE);
+    static const char *const bad_rc[] = {"full",  "full,none,none", "full,fast",
+                                         "full,", ",full",          "full,Selective"};
+    expect_rejected(&c, "model.stage_recompute", bad_rc, sizeof bad_rc / sizeof bad_rc[0], "");
+    CHECK_OK(pt_config_set(&c, "model.stage_recompute=full"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.pp is 2"));
+    CHECK_OK(pt_config_set(&c, "parallel.pp=1")); /* one entry at pp 1 */
+    CHECK_OK(pt_config_validate(&c));
+    CHECK(pt_config_stage_recompute(&c, 0) == PT_RECOMPUTE_FULL);
+    char longv[200] = "model.stage_recompute=";
+    while (strlen(longv) < sizeof longv - 6) strcat(longv, "none,");
+    CHECK(pt_config_set(&c, longv) == PT_ERR_INVALID && msg_has("model.stage_recompute") &&
+          msg_has("too long"));
+    pt_config_defaults(&c);
+    CHECK_OK(pt_config_set(&c, "parallel.zero=2"));
+    CHECK_OK(pt_config_set(&c, "parallel.zero_whole=head"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.zero_whole") &&
+          msg_has("parallel.zero = 3 (got 2)"));
+    CHECK_OK(pt_config_set(&c, "parallel.zero=3"));
+    CHECK_OK(pt_config_set(&c, "parallel.zero_whole=h.3,embedding,head,h.0"));
+    CHECK_OK(pt_config_validate(&c));
+    unsigned char whole[6];
+    CHECK_OK(pt_config_zero_whole(&c, whole));
+    CHECK(whole[0] && whole[1] && !whole[2] && !whole[3] && whole[4] && whole[5]);
+    static const char *const bad_zw[] = {"h.4",  "h.01", "h.-1",       "h.",
+                                         "h.1x", "wte",  "embedding,", "head,,h.0"};
+    expect_rejected(&c, "parallel.zero_whole", bad_zw, sizeof bad_zw / sizeof bad_zw[0],
+                    "is not a module (embedding, head, or h.0 .. h.3)");
+    CHECK_OK(pt_config_set(&c, "parallel.zero_whole=head,h.1,head"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("head is named twice"));
 
     /* round trip through JSON */
     tiny_config(&c);

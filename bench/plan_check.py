@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""The planner against measurement on this machine.
+
+For each model config and world size, `partrain plan --json` ranks the
+layouts that fit this machine's cluster description (a calibrate profile);
+each ranked layout (all of them, or the first --top K) is then trained for
+a few steps, and its predicted step time and per-category peak memory are
+set next to the measured ones (the metrics' step_ms median over the timed
+steps, and the largest `mem` of each category over them). Runs ALTERNATE
+over rounds (the machine is shared and noisy): each round runs every
+layout once, and the measured step is the median over rounds.
+
+Goals (issue 14): step time within 10%, every memory category within 5%,
+and the planner's top layout within 5% of the fastest measured one.
+
+  bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K]
+                      [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
+                      [--save]
+
+--cluster defaults to `partrain calibrate`'s cached profile (measured first
+if there is none). PARTRAIN=path overrides the binary (default
+build/src/cli/partrain). --save also writes the table and the JSON lines to
+bench/results/plan_<date>.txt. One JSON line per (config, world, layout)."""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CATS = ("params", "grads", "optim", "acts", "comm")
+# plan --json field -> config key, for the keys a layout sets
+KEYS = (
+    ("dp", "parallel.dp"),
+    ("tp", "parallel.tp"),
+    ("pp", "parallel.pp"),
+    ("zero", "parallel.zero"),
+    ("zero_group", "parallel.zero_group"),
+    ("sequence_parallel", "parallel.sequence_parallel"),
+    ("schedule", "parallel.schedule"),
+    ("microbatches", "parallel.microbatches"),
+    ("virtual_stages", "parallel.virtual_stages"),
+    ("recompute", "model.recompute"),
+    ("threads", "train.threads"),
+    ("stage_layers", "parallel.stage_layers"),
+    ("stage_recompute", "model.stage_recompute"),
+    ("zero_whole", "parallel.zero_whole"),
+)
+
+
+def fail(msg):
+    print("plan_check.py: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def run(cmd, log):
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        tail = open(log).read().splitlines()[-3:]
+        fail("%s failed:\n  %s" % (" ".join(cmd), "\n  ".join(tail)))
+
+
+def plan(binary, config, cluster, world, top):
+    cmd = [binary, "plan", "--config", config, "--cluster", cluster, "--world", str(world), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("%s: %s" % (" ".join(cmd), r.stderr.strip()))
+    rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    rows = [p for p in rows if p.get("fits")]
+    return rows[:top] if top else rows
+
+
+def sets(p):
+    out = []
+    for field, key in KEYS:
+        v = p.get(field)
+        if v is None or v == "":
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        out += ["--set", "%s=%s" % (key, v)]
+    return out
+
+
+def measure(binary, config, p, world, warmup, steps, tmp, tag):
+    metrics = os.path.join(tmp, tag + ".jsonl")
+    cmd = [binary, "train", "--config", config] + (["--nproc", str(world)] if world > 1 else [])
+    cmd += sets(p)
+    cmd += ["--set", "train.steps=%d" % (warmup + steps), "--set", "train.warmup_steps=0"]
+    cmd += ["--set", "train.val_every=0", "--set", "log.every=1", "--set", "checkpoint.every=0"]
+    cmd += ["--set", "checkpoint.dir=" + os.path.join(tmp, tag + ".ckpt")]
+    cmd += ["--set", "log.metrics=" + metrics, "--set", "data.val="]
+    run(cmd, os.path.join(tmp, tag + ".log"))
+    rows = [json.loads(l) for l in open(metrics)]
+    rows = [r for r in rows if "step_ms" in r and r["step"] > warmup]
+    if not rows:
+        fail("%s: no timed steps in %s" % (tag, metrics))
+    mem = {c: max(r["mem"][c] for r in rows) for c in CATS}
+    return statistics.median(r["step_ms"] for r in rows), mem
+
+
+def err(pred, meas):
+    if meas == 0:
+        return 0.0 if pred == 0 else float("inf")
+    return (pred - meas) / meas
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=["small", "gpt2"])
+    ap.add_argument("--worlds", nargs="+", type=int, default=[1, 2, 4])
+    ap.add_argument("--top", type=int, default=0, help="first K ranked layouts (0: all)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cluster", default="")
+    ap.add_argument("--save", action="store_true")
+    a = ap.parse_args()
+    binary = os.environ.get("PARTRAIN", os.path.join(ROOT, "build/src/cli/partrain"))
+    if not os.access(binary, os.X_OK):
+        fail("%s: not an executable (build first, or set PARTRAIN)" % binary)
+    if not os.path.isfile(os.path.join(ROOT, "data/fortunes/train.txt")):
+        fail("data/fortunes/train.txt missing (scripts/prepare-data.sh)")
+    os.environ.update(OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+                      OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cluster = a.cluster
+    if not cluster:
+        r = subprocess.run([binary, "calibrate", "--print-path"], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("calibrate: " + r.stderr.strip())
+        cluster = r.stdout.strip().splitlines()[-1]
+    os.chdir(ROOT)
+    lines, out = [], []
+
+    def say(s=""):
+        print(s, flush=True)
+        out.append(s)
+
+    with tempfile.TemporaryDirectory(prefix="pt-plan-check-") as tmp:
+        for cname in a.configs:
+            config = os.path.join("configs", cname + ".json")
+            if not os.path.isfile(config):
+                fail("%s: no such config" % config)
+            for world in a.worlds:
+                ranked = plan(binary, config, cluster, world, a.top)
+                if not ranked:
+                    say("%s world %d: no layout fits" % (cname, world))
+                    continue
+                times = [[] for _ in ranked]
+                mems = [None] * len(ranked)
+                for rd in range(a.rounds):
+                    order = list(range(len(ranked)))
+                    order = order[rd % len(order):] + order[: rd % len(order)]
+                    for i in order:
+                        tag = "%s_w%d_%d_r%d" % (cname, world, i, rd)
+                        ms, mem = measure(binary, config, ranked[i], world, a.warmup, a.steps, tmp, tag)
+                        times[i].append(ms)
+                        mems[i] = mem
+                say("## %s, %d rank%s (%d layouts ranked)" % (cname, world, "s" * (world > 1), len(ranked)))
+                say("| # | layout | step ms pred | meas | err | " + " | ".join(
+                    "%s MiB pred / meas (err)" % c for c in CATS) + " |")
+                say("| ---: | --- | ---: | ---: | ---: |" + " --- |" * len(CATS))
+                meas_ms = [statistics.median(t) for t in times]
+                for i, p in enumerate(ranked):
+                    e = err(p["step_ms"], meas_ms[i])
+                    cells = []
+                    rec = {"config": cname, "world": world, "rank": i + 1, "layout": p["layout"],
+                           "pred_ms": p["step_ms"], "meas_ms": meas_ms[i], "err_ms": e, "mem": {}}
+                    for c in CATS:
+                        pm, mm = p["mem"][c], mems[i][c]
+                        ce = err(pm, mm)
+                        rec["mem"][c] = {"pred": pm, "meas": mm, "err": ce}
+                        cells.append("%.1f / %.1f (%+.1f%%)" % (pm / 2**20, mm / 2**20, 100 * ce))
+                    say("| %d | %s | %.1f | %.1f | %+.1f%% | %s |" % (
+                        i + 1, p["layout"], p["step_ms"], meas_ms[i], 100 * e, " | ".join(cells)))
+                    lines.append(json.dumps(rec))
+                best = min(range(len(ranked)), key=lambda i: meas_ms[i])
+                say("top layout %s: %.1f ms measured; fastest measured %s: %.1f ms (top is %+.1f%%)" % (
+                    ranked[0]["layout"], meas_ms[0], ranked[best]["layout"], meas_ms[best],
+                    100 * err(meas_ms[0], meas_ms[best])))
+                say()
+    for l in lines:
+        print(l)
+    if a.save:
+        os.makedirs("bench/results", exist_ok=True)
+        path = "bench/results/plan_%s.txt" % datetime.datetime.utcnow().strftime("%Y-%m-%d_%H%M")
+        with open(path, "w") as f:
+            f.write("\n".join(out + lines) + "\n")
+        print("saved " + path)
+
+
+if __name__ == "__main__":
+    main()

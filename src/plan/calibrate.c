@@ -1,0 +1,821 @@
+/* partrain calibrate: the measurements behind calibrate.h, the profile's
+ * JSON and the cache.
+ *
+ * Every number comes from the code a training run executes: pt_matmul_forward
+ * for the matrix products, the model's one-module range passes
+ * (pt_model_forward_range, _backward_range split, _backward_weight_range)
+ * for the modules, the kernels' GELU and optimizer updates, pt_comm_time
+ * over the shm backend for the collectives. A measurement is the fastest
+ * of repetitions after one warm-up, repeated until a time target is reached
+ * (at least three, or one after a warm-up that alone passed the target):
+ * the fastest, because what other processes do to a run only ever adds
+ * time (on this 2-core machine shared with other builds the median of a
+ * block's forward moved 4x between runs), and the planner wants what the
+ * machine does when a run has it.
+ *
+ * Not here: tensor-parallel shards (a tp > 1 model's passes need the
+ * group's collectives, so a shard cannot be timed without its peers; the
+ * profile's modules are tp 1), the mpi backend, bf16 (partrain's CPU
+ * runtime has none: peak_flops.bf16 is 0). */
+#include "partrain/calibrate.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "partrain/comm.h"
+#include "partrain/kernels.h"
+
+/* configs/default.json's shape, the small config's and GPT-2 small's. */
+static const pt_model_config builtin_models[] = {
+    {.n_layer = 4, .n_embd = 192, .n_head = 6, .vocab_size = 256, .seq_len = 128},
+    {.n_layer = 6, .n_embd = 384, .n_head = 6, .vocab_size = 256, .seq_len = 256},
+    {.n_layer = 12, .n_embd = 768, .n_head = 12, .vocab_size = 50257, .seq_len = 1024},
+};
+#define N_BUILTIN (int)(sizeof builtin_models / sizeof builtin_models[0])
+
+/* The effort of one run: quick (tests, a few seconds) or full (< 2 min on
+ * 2 cores). */
+typedef struct {
+    int quick;
+    double target_s;                  /* repeat a measurement until this much time has passed */
+    int min_reps;                     /* and at least this often */
+    double gemm_max_flop;             /* skip products dearer than this (2 m n k) */
+    double fwd_max_flop;              /* skip micro-batches whose block + head forward is dearer */
+    int max_mult;                     /* tokens = seq_len x 1, 2, 4, .. max_mult */
+    size_t comm_max_bytes, comm_step; /* sizes 4 KiB, x step, .. max */
+    int comm_rounds;
+    size_t stream_floats; /* copy, elementwise and optimizer buffers */
+} effort;
+
+static const effort effort_full = {.target_s = 0.15,
+                                   .min_reps = 3,
+                                   .gemm_max_flop = 10e9,
+                                   .fwd_max_flop = 40e9,
+                                   .max_mult = 8,
+                                   .comm_max_bytes = 16u << 20,
+                                   .comm_step = 4,
+                                   .comm_rounds = 3,
+                                   .stream_floats = 8u << 20};
+static const effort effort_quick = {.quick = 1,
+                                    .target_s = 0.005,
+                                    .gemm_max_flop = 0.3e9,
+                                    .fwd_max_flop = 0.5e9,
+                                    .max_mult = 2,
+                                    .comm_max_bytes = 1u << 20,
+                                    .comm_step = 16,
+                                    .comm_rounds = 1,
+                                    .stream_floats = 1u << 20};
+
+/* ---- identity ------------------------------------------------------------- */
+
+static int count_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void pt_calibrate_identity(char cpu[PT_PLAN_NAME_MAX], char binary[PT_PLAN_NAME_MAX]) {
+    snprintf(cpu, PT_PLAN_NAME_MAX, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            char *colon = strchr(line, ':');
+            if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+            char *v = colon + 1;
+            while (*v == ' ' || *v == '\t') v++;
+            v[strcspn(v, "\n")] = 0;
+            if (*v) snprintf(cpu, PT_PLAN_NAME_MAX, "%s", v);
+            break;
+        }
+        fclose(f);
+    }
+    struct stat st;
+    if (stat("/proc/self/exe", &st) == 0)
+        snprintf(binary, PT_PLAN_NAME_MAX, "size %lld mtime %lld.%09ld", (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+    else
+        snprintf(binary, PT_PLAN_NAME_MAX, "unknown binary");
+}
+
+/* ---- timing ------------------------------------------------------------- */
+
+typedef void (*pass_fn)(void *arg);
+
+/* Fastest seconds of fn(arg) (see the file comment). */
+static double time_min(const effort *e, pass_fn fn, void *arg) {
+    double w0 = pt_time_s();
+    fn(arg);
+    if (e->quick) return pt_time_s() - w0; /* the tests': one run, no warm-up */
+    int min_reps = pt_time_s() - w0 > e->target_s ? 1 : e->min_reps;
+    double best = 0, start = pt_time_s();
+    for (int n = 0; n < 64 && (n < min_reps || pt_time_s() - start < e->target_s); n++) {
+        double t0 = pt_time_s();
+        fn(arg);
+        double t = pt_time_s() - t0;
+        if (n == 0 || t < best) best = t;
+    }
+    return best;
+}
+
+static void fill(float *x, size_t n, uint32_t seed) {
+    uint32_t s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.1f;
+    }
+}
+
+/* ---- the tables, grown as measured ---------------------------------------- */
+
+static pt_status push(void **arr, int *n, int *cap, size_t size, const void *item) {
+    if (*n == *cap) {
+        int nc = *cap ? 2 * *cap : 32;
+        void *p = realloc(*arr, (size_t)nc * size);
+        if (!p) return pt_error_set(PT_ERR_NOMEM, "calibrate: out of memory for the tables");
+        *arr = p;
+        *cap = nc;
+    }
+    memcpy((char *)*arr + (size_t)*n * size, item, size);
+    (*n)++;
+    return PT_OK;
+}
+
+typedef struct {
+    const effort *e;
+    pt_profile *p;
+    pt_calibration *c;
+    int cap_gemm, cap_module, cap_comm;
+    int threads[8]; /* thread counts timed: 1, 2, 4, .., max */
+    int n_threads;
+} calib;
+
+/* ---- collectives (forked ranks) ------------------------------------------- */
+
+typedef struct {
+    const effort *e;
+    int ranks;
+    pt_profile_comm *out; /* shared with the parent (MAP_SHARED) */
+    int *n_out;
+    int max_out;
+} comm_job;
+
+static const struct {
+    pt_comm_op op;
+    int profile_op;
+} comm_ops[] = {{PT_OP_ALLREDUCE, PT_PROFILE_ALLREDUCE},
+                {PT_OP_ALLGATHER, PT_PROFILE_ALLGATHER},
+                {PT_OP_REDUCE_SCATTER, PT_PROFILE_REDUCE_SCATTER},
+                {PT_OP_BROADCAST, PT_PROFILE_BROADCAST},
+                {PT_OP_SEND, PT_PROFILE_P2P}};
+#define N_COMM_OPS (int)(sizeof comm_ops / sizeof comm_ops[0])
+
+static pt_status comm_measure(const comm_job *j, pt_comm *c, float *buf) {
+    int rank = pt_comm_rank(c);
+    for (int oi = 0; oi < N_COMM_OPS; oi++) {
+        if (comm_ops[oi].op == PT_OP_SEND && j->ranks != 2) continue; /* p2p: a pair */
+        for (size_t bytes = 4096; bytes <= j->e->comm_max_bytes; bytes *= j->e->comm_step) {
+            /* about 4 MiB moved per measurement (1 MiB quick), 3..100 operations */
+            size_t budget = j->e->quick ? (1u << 20) : (4u << 20);
+            size_t it = budget / bytes;
+            int iters = it < 3 ? 3 : it > 100 ? 100 : (int)it;
+            double r[8];
+            for (int k = 0; k < j->e->comm_rounds; k++)
+                PT_CHECK(pt_comm_time(c, comm_ops[oi].op, buf, bytes, iters, &r[k]));
+            double best = r[0];
+            for (int q = 1; q < j->e->comm_rounds; q++)
+                if (r[q] < best) best = r[q];
+            if (rank != 0) continue;
+            if (*j->n_out >= j->max_out)
+                return pt_error_set(PT_ERR_INTERNAL, "calibrate: comm table full");
+            pt_profile_comm *pc = &j->out[(*j->n_out)++];
+            memset(pc, 0, sizeof *pc);
+            snprintf(pc->backend, sizeof pc->backend, "shm");
+            pc->op = comm_ops[oi].profile_op;
+            pc->ranks = j->ranks;
+            pc->bytes = (double)bytes;
+            pc->seconds = best;
+        }
+    }
+    return PT_OK;
+}
+
+static int comm_rank_main(void *arg) {
+    const comm_job *j = arg;
+    pt_comm_options co = {.backend = "shm"};
+    pt_comm *c = NULL;
+    pt_status s = pt_comm_init(&c, &co);
+    float *buf = NULL;
+    if (s == PT_OK) {
+        buf = pt_mem_alloc(PT_MEM_COMM, j->e->comm_max_bytes);
+        s = buf ? PT_OK : pt_error_set(PT_ERR_NOMEM, "calibrate: comm buffer");
+    }
+    if (s == PT_OK) {
+        memset(buf, 0, j->e->comm_max_bytes); /* zeros: sums stay 0; pages faulted in */
+        s = comm_measure(j, c, buf);
+    }
+    if (s != PT_OK)
+        fprintf(stderr, "partrain calibrate: rank %d of %d: %s\n", c ? pt_comm_rank(c) : -1,
+                j->ranks, pt_error_message());
+    pt_mem_free(buf);
+    pt_comm_free(c);
+    return s == PT_OK ? 0 : 1;
+}
+
+static pt_status measure_comm(calib *k) {
+    const int max_out = 256;
+    size_t bytes = sizeof(int) * 16 + sizeof(pt_profile_comm) * max_out;
+    void *shared = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED)
+        return pt_error_set(PT_ERR_NOMEM, "calibrate: shared results: %s", strerror(errno));
+    pt_status st = PT_OK;
+    static const int group[] = {2, 4};
+    for (int g = 0; g < 2 && st == PT_OK; g++) {
+        int *n_out = shared;
+        *n_out = 0;
+        comm_job j = {.e = k->e,
+                      .ranks = group[g],
+                      .out = (pt_profile_comm *)((char *)shared + sizeof(int) * 16),
+                      .n_out = n_out,
+                      .max_out = max_out};
+        pt_comm_options co = {.backend = "shm"};
+        int exit_code = 1;
+        st = pt_launch(group[g], comm_rank_main, &j, &co, &exit_code);
+        if (st == PT_OK && exit_code != 0)
+            st =
+                pt_error_set(PT_ERR_COMM, "calibrate: the %d-rank shm measurement failed (exit %d)",
+                             group[g], exit_code);
+        for (int i = 0; st == PT_OK && i < *n_out; i++)
+            st =
+                push((void **)&k->p->comm, &k->p->n_comm, &k->cap_comm, sizeof j.out[i], &j.out[i]);
+    }
+    munmap(shared, bytes);
+    return st;
+}
+
+/* ---- memory bandwidth, elementwise, optimizers (one thread) ----------------- */
+
+typedef struct {
+    float *a, *b, *c, *d;
+    size_t n;
+    int t;
+} stream_arg;
+
+static void pass_copy(void *arg) {
+    stream_arg *s = arg;
+    memcpy(s->b, s->a, s->n * sizeof(float));
+    __asm__ volatile("" : : "r"(s->b) : "memory"); /* keep the copy */
+}
+static void pass_gelu(void *arg) {
+    stream_arg *s = arg;
+    pt_gelu_forward(s->b, s->a, s->n);
+}
+static void pass_adamw(void *arg) {
+    stream_arg *s = arg;
+    pt_adamw_update(s->a, s->b, s->c, s->d, (long)s->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, ++s->t,
+                    1.0f);
+}
+static void pass_sgd(void *arg) {
+    stream_arg *s = arg;
+    pt_sgd_update(s->a, s->b, s->c, (long)s->n, 1e-4f, 0.9f, 0.0f, 1.0f);
+}
+
+static pt_status measure_stream(calib *k) {
+    size_t n = k->e->stream_floats;
+    stream_arg s = {.n = n};
+    float **bufs[4] = {&s.a, &s.b, &s.c, &s.d};
+    pt_status st = PT_OK;
+    for (int i = 0; i < 4; i++) {
+        *bufs[i] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float));
+        if (!*bufs[i])
+            st = pt_error_set(PT_ERR_NOMEM, "calibrate: %zu-float buffers", n);
+        else
+            fill(*bufs[i], n, (uint32_t)i + 1);
+    }
+    if (st == PT_OK) {
+        pt_kernels_set_threads(1);
+        /* STREAM's copy convention: bytes read plus bytes written */
+        k->p->memory_bw = 2.0 * (double)(n * sizeof(float)) / time_min(k->e, pass_copy, &s);
+        k->p->elementwise_s = time_min(k->e, pass_gelu, &s) / (double)n;
+        memset(s.c, 0, n * sizeof(float));
+        memset(s.d, 0, n * sizeof(float));
+        k->p->adamw_s = time_min(k->e, pass_adamw, &s) / (double)n;
+        k->p->sgd_s = time_min(k->e, pass_sgd, &s) / (double)n;
+    }
+    for (int i = 0; i < 4; i++) pt_mem_free(*bufs[i]);
+    return st;
+}
+
+/* ---- matrix products ------------------------------------------------------ */
+
+typedef struct {
+    float *out, *inp, *w, *bias;
+    int m, n, k;
+    int which; /* 0 the forward (NN), 1 the input gradient (NT), 2 the weight gradient (TN) */
+} gemm_arg;
+
+static void pass_gemm(void *arg) {
+    gemm_arg *g = arg;
+    if (g->which == 0)
+        pt_matmul_forward(g->out, g->inp, g->w, g->bias, g->m, g->k, g->n);
+    else if (g->which == 1)
+        pt_matmul_backward_input_set(g->inp, g->out, g->w, g->m, g->k, g->n);
+    else
+        pt_matmul_backward_weight(g->w, NULL, g->out, g->inp, g->m, g->k, g->n);
+}
+
+/* The model's linears for width C and vocabulary V: (k, n) of qkv, attention
+ * projection, MLP up, MLP down, LM head. */
+static int linear_shapes(const pt_model_config *mc, int kn[5][2]) {
+    int C = mc->n_embd;
+    int s[5][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}, {C, mc->vocab_size}};
+    memcpy(kn, s, sizeof s);
+    return 5;
+}
+
+static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
+    double flop = 2.0 * m * n * kk;
+    if (flop > k->e->gemm_max_flop) return PT_OK;
+    for (int i = 0; i < k->p->n_gemm; i++) /* a shape two configs share: once */
+        if (k->p->gemm[i].m == m && k->p->gemm[i].n == n && k->p->gemm[i].k == kk) return PT_OK;
+    gemm_arg g = {.m = m, .n = n, .k = kk};
+    g.out = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * (size_t)m * n);
+    g.inp = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * (size_t)m * kk);
+    g.w = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * (size_t)kk * n);
+    g.bias = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * (size_t)n);
+    pt_status st = PT_OK;
+    if (!g.out || !g.inp || !g.w || !g.bias)
+        st = pt_error_set(PT_ERR_NOMEM, "calibrate: gemm %dx%dx%d buffers", m, n, kk);
+    if (st == PT_OK) {
+        fill(g.inp, (size_t)m * kk, 1);
+        fill(g.w, (size_t)kk * n, 2);
+        fill(g.bias, (size_t)n, 3);
+    }
+    for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
+        pt_kernels_set_threads(k->threads[t]);
+        pt_profile_gemm e = {.m = m, .n = n, .k = kk, .threads = k->threads[t]};
+        e.flops_s = flop / time_min(k->e, pass_gemm, &g);
+        st = push((void **)&k->p->gemm, &k->p->n_gemm, &k->cap_gemm, sizeof e, &e);
+        /* the backward's transposed products, at the medium row count on
+         * one thread: the profile has no field for them (the modules'
+         * bgrad_s and wgrad_s include them); how far they are from the
+         * forward's rate goes to the summary */
+        for (g.which = 1; st == PT_OK && m == 512 && k->threads[t] == 1 && g.which <= 2;
+             g.which++) {
+            double r = flop / time_min(k->e, pass_gemm, &g) / e.flops_s;
+            double *lo = &k->c->transpose_lo[g.which - 1], *hi = &k->c->transpose_hi[g.which - 1];
+            if (*lo == 0 || r < *lo) *lo = r;
+            if (r > *hi) *hi = r;
+        }
+        g.which = 0;
+    }
+    pt_mem_free(g.bias);
+    pt_mem_free(g.w);
+    pt_mem_free(g.inp);
+    pt_mem_free(g.out);
+    return st;
+}
+
+static pt_status measure_gemm(calib *k, const pt_model_config *models, int n_models) {
+    /* small, medium and large row counts: a short micro-batch to a long one */
+    static const int rows_full[] = {128, 512, 2048}, rows_quick[] = {128, 512};
+    const int *rows = k->e->quick ? rows_quick : rows_full;
+    int n_rows = k->e->quick ? 2 : 3;
+    for (int mi = 0; mi < n_models; mi++) {
+        int kn[5][2];
+        int ns = linear_shapes(&models[mi], kn);
+        for (int r = 0; r < n_rows; r++)
+            for (int s = 0; s < ns; s++)
+                PT_CHECK(measure_gemm_shape(k, rows[r], kn[s][1], kn[s][0]));
+    }
+    return PT_OK;
+}
+
+/* ---- modules ---------------------------------------------------------------- */
+
+enum { P_FWD, P_BGRAD, P_WGRAD, P_BACKWARD };
+
+typedef struct {
+    pt_model *m;
+    pt_model_slot *s;
+    const pt_batch *b;
+    int i, pass, last; /* module, pass, the model's head index */
+    float *dy, *dx;
+} module_arg;
+
+static void pass_module(void *arg) {
+    module_arg *a = arg;
+    int i = a->i;
+    const float *dy = i == a->last ? NULL : a->dy;
+    float *dx = i == 0 ? NULL : a->dx;
+    switch (a->pass) {
+    case P_FWD: {
+        float loss;
+        pt_model_forward_range(a->m, a->s, a->b, i, i, i == a->last ? &loss : NULL);
+        break;
+    }
+    case P_BGRAD:
+        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
+        break;
+    case P_WGRAD:
+        pt_model_backward_weight_range(a->m, a->s, i, i);
+        break;
+    default: /* B then W, as a recomputation's extra time is counted */
+        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
+        pt_model_backward_weight_range(a->m, a->s, i, i);
+        break;
+    }
+}
+
+/* Block + head forward flops of a micro-batch of N rows (the cost cap). */
+static double forward_flop(const pt_model_config *c, double N) {
+    double C = c->n_embd;
+    return 24.0 * N * C * C + 4.0 * N * c->seq_len * C + 2.0 * N * C * c->vocab_size;
+}
+
+typedef struct {
+    pt_model *m[3];         /* whole (recompute none), block-only selective, block-only full */
+    pt_model_slot *slot[3]; /* the whole model's own; a block range slot of the others */
+    int *tokens;
+    float *dy, *dx;
+} module_models;
+
+static void module_models_free(module_models *mm) {
+    for (int r = 1; r < 3; r++) pt_model_slot_free(mm->slot[r]);
+    for (int r = 0; r < 3; r++) pt_model_free(mm->m[r]);
+    free(mm->tokens);
+    pt_mem_free(mm->dy);
+    pt_mem_free(mm->dx);
+}
+
+static pt_status module_models_new(module_models *mm, const pt_model_config *mc, int max_B) {
+    memset(mm, 0, sizeof *mm);
+    static const unsigned char block_only[3] = {0, 1, 0};
+    for (int r = 0; r < 3; r++) {
+        pt_model_options opt = {.recompute = (pt_recompute)r, .owned = r ? block_only : NULL};
+        PT_CHECK(pt_model_new_opts(&mm->m[r], mc, max_B, &opt));
+        pt_model_draw_weights(mm->m[r], 1);
+        if (r)
+            PT_CHECK(pt_model_slot_new_range(&mm->slot[r], mm->m[r], 1, 1));
+        else
+            mm->slot[r] = pt_model_own_slot(mm->m[r]);
+    }
+    size_t N = (size_t)max_B * mc->seq_len;
+    mm->tokens = malloc(sizeof(int) * N);
+    mm->dy = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * N * mc->n_embd);
+    mm->dx = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * N * mc->n_embd);
+    if (!mm->tokens || !mm->dy || !mm->dx)
+        return pt_error_set(PT_ERR_NOMEM, "calibrate: module buffers of %zu rows", N);
+    for (size_t i = 0; i < N; i++) mm->tokens[i] = (int)((i * 7919u + 13u) % mc->vocab_size);
+    fill(mm->dy, N * mc->n_embd, 4);
+    return PT_OK;
+}
+
+static pt_status measure_model(calib *k, const pt_model_config *shape) {
+    pt_model_config mc = *shape;
+    mc.n_layer = 1; /* one module of each kind */
+    PT_CHECK(pt_model_config_validate(&mc));
+    int T = mc.seq_len, max_B = 1;
+    for (int mult = 2; mult <= k->e->max_mult; mult *= 2)
+        if (forward_flop(&mc, (double)mult * T) <= k->e->fwd_max_flop) max_B = mult;
+    module_models mm;
+    pt_status st = module_models_new(&mm, &mc, max_B);
+    for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
+        if (t > 0 && t < k->n_threads - 1) continue; /* modules: 1 and the most */
+        pt_kernels_set_threads(k->threads[t]);
+        for (int B = 1; st == PT_OK && B <= max_B; B *= 2) {
+            pt_batch b = {.tokens = mm.tokens, .targets = mm.tokens, .B = B, .T = T};
+            b.dloss = 1.0f / (float)(B * T);
+            module_arg a = {.b = &b, .last = 2, .dy = mm.dy, .dx = mm.dx};
+            pt_profile_module e[3];
+            double bw[3] = {0};
+            for (int r = 0; r < 3; r++) {
+                a.m = mm.m[r];
+                a.s = mm.slot[r];
+                if (r) fill(pt_model_slot_stream(a.s, 0), (size_t)B * T * mc.n_embd, 5);
+                /* one forward in order fills every module's input */
+                for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
+                    a.i = i;
+                    a.pass = P_FWD;
+                    pass_module(&a);
+                }
+                for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
+                    a.i = i;
+                    if (r == 0) {
+                        e[i] = (pt_profile_module){.kind = i == 0   ? PT_MODULE_EMBEDDING
+                                                           : i == 1 ? PT_MODULE_BLOCK
+                                                                    : PT_MODULE_HEAD,
+                                                   .n_embd = mc.n_embd,
+                                                   .n_head = mc.n_head,
+                                                   .seq_len = T,
+                                                   .vocab_size = mc.vocab_size,
+                                                   .tp = 1,
+                                                   .tokens = B * T,
+                                                   .threads = k->threads[t]};
+                        a.pass = P_FWD;
+                        e[i].fwd_s = time_min(k->e, pass_module, &a);
+                        a.pass = P_BGRAD;
+                        e[i].bgrad_s = time_min(k->e, pass_module, &a);
+                        a.pass = P_WGRAD;
+                        e[i].wgrad_s = time_min(k->e, pass_module, &a);
+                    }
+                    if (i == 1) {
+                        a.pass = P_BACKWARD;
+                        bw[r] = time_min(k->e, pass_module, &a);
+                    }
+                }
+            }
+            /* Recomputation's extra backward time: the difference of two
+             * minima, so noise can make it negative; it is never below 0. */
+            for (int r = 1; r < 3; r++) e[1].recompute_s[r] = bw[r] > bw[0] ? bw[r] - bw[0] : 0;
+            for (int i = 0; i < 3 && st == PT_OK; i++)
+                st = push((void **)&k->p->module, &k->p->n_module, &k->cap_module, sizeof e[i],
+                          &e[i]);
+        }
+    }
+    module_models_free(&mm);
+    return st;
+}
+
+/* ---- the whole measurement ------------------------------------------------ */
+
+static void progress(const pt_calibrate_options *o, const char *what) {
+    if (!o->progress) return;
+    fprintf(o->progress, "partrain calibrate: %s\n", what);
+    fflush(o->progress);
+}
+
+static void models_of(const pt_calibrate_options *o, const pt_model_config **models, int *n) {
+    *models = o->models ? o->models : builtin_models;
+    *n = o->models ? o->n_models : N_BUILTIN;
+    if (o->quick && *n > 1) *n = 1;
+}
+
+static pt_status check_options(const pt_calibrate_options *o) {
+    if (o->models && (o->n_models < 1 || o->n_models > PT_CALIBRATE_MAX_MODELS))
+        return pt_error_set(PT_ERR_INVALID, "calibrate: %d model shapes (expected 1..%d)",
+                            o->n_models, PT_CALIBRATE_MAX_MODELS);
+    if (o->threads < 0 || o->threads > 1024)
+        return pt_error_set(PT_ERR_INVALID, "calibrate: threads %d (expected 0..1024)", o->threads);
+    for (int i = 0; o->models && i < o->n_models; i++) {
+        pt_model_config mc = o->models[i];
+        mc.n_layer = 1;
+        PT_CHECK(pt_model_config_validate(&mc));
+    }
+    return PT_OK;
+}
+
+static void fill_cluster(pt_calibration *c) {
+    pt_profile *p = &c->profile;
+    pt_cluster *cl = &c->cluster;
+    char host[64] = "localhost";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    snprintf(cl->name, sizeof cl->name, "%s (calibrated)", host);
+    cl->nodes = 1;
+    cl->devices_per_node = p->cores;
+    snprintf(cl->device.name, sizeof cl->device.name, "%s", p->cpu);
+    for (int i = 0; i < p->n_gemm; i++) /* one device is one core */
+        if (p->gemm[i].threads == 1 && p->gemm[i].flops_s > cl->device.peak_flops_fp32)
+            cl->device.peak_flops_fp32 = p->gemm[i].flops_s;
+    cl->device.peak_flops_bf16 = 0; /* the CPU runtime has no bf16 */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    cl->device.memory_bytes = pages > 0 && page > 0 ? (double)pages * page / p->cores : 0;
+    cl->device.memory_bw = p->memory_bw;
+    /* links from shm's point-to-point: latency of the smallest message,
+     * bandwidth of the largest */
+    double lat = 0, bw = 0, small = 0, large = 0;
+    for (int i = 0; i < p->n_comm; i++) {
+        const pt_profile_comm *e = &p->comm[i];
+        if (e->op != PT_PROFILE_P2P) continue;
+        if (small == 0 || e->bytes < small) small = e->bytes, lat = e->seconds;
+        if (e->bytes > large) large = e->bytes, bw = e->bytes / e->seconds;
+    }
+    cl->intra_node = cl->inter_node = (pt_link){.bw = bw, .latency = lat};
+    cl->profile = p;
+}
+
+pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
+    memset(out, 0, sizeof *out);
+    PT_CHECK(check_options(o));
+    double t_start = pt_time_s();
+    int threads_before = pt_kernels_threads();
+    calib k = {.e = o->quick ? &effort_quick : &effort_full, .p = &out->profile, .c = out};
+    pt_profile *p = &out->profile;
+    pt_calibrate_identity(p->cpu, p->binary);
+    p->cores = count_cores();
+    int max_t = o->threads ? o->threads : p->cores;
+    for (int t = 1; t < max_t && k.n_threads < 7; t *= 2) k.threads[k.n_threads++] = t;
+    k.threads[k.n_threads++] = max_t;
+    const pt_model_config *models;
+    int n_models;
+    models_of(o, &models, &n_models);
+
+    pt_status st = PT_OK;
+    double t0 = pt_time_s();
+    /* first: pt_launch wants a parent without threads of its own */
+    progress(o, "collectives and point-to-point (shm, 2 and 4 ranks)");
+    st = measure_comm(&k);
+    out->phase_s[0] = pt_time_s() - t0;
+    if (st == PT_OK) {
+        t0 = pt_time_s();
+        progress(o, "memory bandwidth, elementwise, optimizers");
+        st = measure_stream(&k);
+        out->phase_s[1] = pt_time_s() - t0;
+    }
+    if (st == PT_OK) {
+        t0 = pt_time_s();
+        progress(o, "matrix products");
+        st = measure_gemm(&k, models, n_models);
+        out->phase_s[2] = pt_time_s() - t0;
+    }
+    t0 = pt_time_s();
+    for (int i = 0; st == PT_OK && i < n_models; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "modules of C%d NH%d V%d T%d", models[i].n_embd,
+                 models[i].n_head, models[i].vocab_size, models[i].seq_len);
+        progress(o, what);
+        st = measure_model(&k, &models[i]);
+    }
+    out->phase_s[3] = pt_time_s() - t0;
+    pt_kernels_set_threads(threads_before);
+    if (st != PT_OK) {
+        pt_calibration_deinit(out);
+        return st;
+    }
+    fill_cluster(out);
+    out->seconds = pt_time_s() - t_start;
+    return PT_OK;
+}
+
+void pt_calibration_deinit(pt_calibration *c) {
+    if (!c) return;
+    free(c->profile.gemm);
+    free(c->profile.module);
+    free(c->profile.comm);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- JSON (docs/plan.md) --------------------------------------------------- */
+
+char *pt_calibration_to_json(const pt_calibration *c) {
+    return pt_cluster_to_json(&c->cluster); /* cluster.c's writer: the loader's own format */
+}
+
+/* ---- files and the cache ------------------------------------------------------ */
+
+/* The folder of path (".", when it has none) into dir. */
+static void dir_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == path)
+        snprintf(dir, n, "/");
+    else
+        snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+pt_status pt_calibrate_check_out(const char *path) {
+    struct stat st;
+    if (!path || !*path) return pt_error_set(PT_ERR_INVALID, "calibrate: --out: empty path");
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: is a directory", path);
+    char dir[4096];
+    dir_of(path, dir, sizeof dir);
+    if (stat(dir, &st) != 0)
+        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: folder %s: %s", path, dir,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: %s is not a directory", path, dir);
+    if (access(dir, W_OK) != 0)
+        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: folder %s: %s", path, dir,
+                            strerror(errno));
+    return PT_OK;
+}
+
+pt_status pt_calibrate_write(const pt_calibration *c, const char *path) {
+    PT_CHECK(pt_calibrate_check_out(path));
+    char *text = pt_calibration_to_json(c);
+    if (!text) return pt_error_set(PT_ERR_NOMEM, "calibrate: the profile's JSON");
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    pt_status st = PT_OK;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        st = pt_error_set(PT_ERR_IO, "calibrate: cannot write %s: %s", tmp, strerror(errno));
+    } else {
+        size_t len = strlen(text);
+        int bad = fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0 ||
+                  fsync(fileno(f)) != 0;
+        int err = errno;
+        if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+        if (bad)
+            st = pt_error_set(PT_ERR_IO, "calibrate: writing %s: %s", tmp, strerror(err));
+        else if (rename(tmp, path) != 0)
+            st = pt_error_set(PT_ERR_IO, "calibrate: cannot rename %s to %s: %s", tmp, path,
+                              strerror(errno));
+        if (st != PT_OK) unlink(tmp);
+    }
+    free(text);
+    return st;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The cache folder: $XDG_CACHE_HOME/partrain or $HOME/.cache/partrain. */
+static pt_status cache_dir(char *dir, size_t n) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int len;
+    if (xdg && *xdg)
+        len = snprintf(dir, n, "%s/partrain", xdg);
+    else if (home && *home)
+        len = snprintf(dir, n, "%s/.cache/partrain", home);
+    else
+        return pt_error_set(PT_ERR_INVALID,
+                            "calibrate: no cache folder (XDG_CACHE_HOME and HOME unset)");
+    if (len < 0 || (size_t)len >= n)
+        return pt_error_set(PT_ERR_INVALID, "calibrate: cache folder path too long");
+    return PT_OK;
+}
+
+/* mkdir -p of dir (the cache's folders). */
+static pt_status make_dirs(const char *dir) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    for (char *p = tmp + 1;; p++) {
+        int end = *p == 0;
+        if (*p == '/' || end) {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return pt_error_set(PT_ERR_IO, "calibrate: cannot create %s: %s", tmp,
+                                    strerror(errno));
+            if (end) break;
+            *p = '/';
+        }
+    }
+    return PT_OK;
+}
+
+pt_status pt_calibrate_cache_path(const pt_calibrate_options *o, char *path, size_t n) {
+    char dir[4096], cpu[PT_PLAN_NAME_MAX], binary[PT_PLAN_NAME_MAX];
+    PT_CHECK(cache_dir(dir, sizeof dir));
+    PT_CHECK(make_dirs(dir));
+    pt_calibrate_identity(cpu, binary);
+    uint64_t h = 14695981039346656037ull;
+    h = fnv1a(h, cpu, strlen(cpu) + 1);
+    h = fnv1a(h, binary, strlen(binary) + 1);
+    const pt_model_config *models;
+    int n_models;
+    models_of(o, &models, &n_models);
+    for (int i = 0; i < n_models; i++) {
+        int s[4] = {models[i].n_embd, models[i].n_head, models[i].vocab_size, models[i].seq_len};
+        h = fnv1a(h, s, sizeof s);
+    }
+    int q[2] = {o->quick, o->threads};
+    h = fnv1a(h, q, sizeof q);
+    int len = snprintf(path, n, "%s/profile-%016llx.json", dir, (unsigned long long)h);
+    if (len < 0 || (size_t)len >= n)
+        return pt_error_set(PT_ERR_INVALID, "calibrate: cache path too long");
+    return PT_OK;
+}
+
+/* Whether path holds a profile measured by this binary on this CPU: the
+ * cluster loader accepts it and its profile names both. */
+static int cache_valid(const char *path) {
+    pt_cluster *cl = NULL;
+    if (pt_cluster_load_file(&cl, path) != PT_OK) {
+        pt_error_clear();
+        return 0;
+    }
+    char cpu[PT_PLAN_NAME_MAX], binary[PT_PLAN_NAME_MAX];
+    pt_calibrate_identity(cpu, binary);
+    int ok = cl->profile && !strcmp(cl->profile->cpu, cpu) && !strcmp(cl->profile->binary, binary);
+    pt_cluster_free(cl);
+    return ok;
+}
+
+pt_status pt_calibrate_cached(const pt_calibrate_options *o, char *path, size_t n, int *measured) {
+    if (measured) *measured = 0;
+    PT_CHECK(pt_calibrate_cache_path(o, path, n));
+    if (cache_valid(path)) return PT_OK;
+    pt_calibration c;
+    PT_CHECK(pt_calibrate(o, &c));
+    pt_status st = pt_calibrate_write(&c, path);
+    pt_calibration_deinit(&c);
+    if (st == PT_OK && measured) *measured = 1;
+    return st;
+}
