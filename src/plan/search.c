@@ -26,6 +26,7 @@
  *
  * Not here: the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,12 +54,28 @@ enum {
     F_THREADS,
     F_N
 };
-static const char *const fixed_names[F_N] = {
-    "parallel.dp",           "parallel.tp",           "parallel.pp",
-    "parallel.zero",         "parallel.zero_group",   "parallel.sequence_parallel",
-    "parallel.schedule",     "parallel.microbatches", "parallel.virtual_stages",
-    "model.recompute",       "model.stage_recompute", "parallel.zero_whole",
-    "parallel.stage_layers", "train.threads"};
+/* The keys a caller may fix, in F_* order, and where their value lives
+ * (kind: 'i' int, 'b' bool, 's' string) for the error line. */
+static const struct {
+    const char *name;
+    size_t off;
+    char kind;
+} fixed_keys[F_N] = {
+    {"parallel.dp", offsetof(pt_config, parallel.dp), 'i'},
+    {"parallel.tp", offsetof(pt_config, parallel.tp), 'i'},
+    {"parallel.pp", offsetof(pt_config, parallel.pp), 'i'},
+    {"parallel.zero", offsetof(pt_config, parallel.zero), 'i'},
+    {"parallel.zero_group", offsetof(pt_config, parallel.zero_group), 'i'},
+    {"parallel.sequence_parallel", offsetof(pt_config, parallel.sequence_parallel), 'b'},
+    {"parallel.schedule", offsetof(pt_config, parallel.schedule), 's'},
+    {"parallel.microbatches", offsetof(pt_config, parallel.microbatches), 'i'},
+    {"parallel.virtual_stages", offsetof(pt_config, parallel.virtual_stages), 'i'},
+    {"model.recompute", offsetof(pt_config, train.recompute), 's'},
+    {"model.stage_recompute", offsetof(pt_config, train.stage_recompute), 's'},
+    {"parallel.zero_whole", offsetof(pt_config, parallel.zero_whole), 's'},
+    {"parallel.stage_layers", offsetof(pt_config, parallel.stage_layers), 's'},
+    {"train.threads", offsetof(pt_config, train.threads), 'i'},
+};
 
 static int recompute_mode(const char *s) {
     return !strcmp(s, "full")        ? PT_RECOMPUTE_FULL
@@ -113,7 +130,7 @@ typedef struct {
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
     int n_rej;
     long n_valid, n_eval, n_sim;
-    char last_invalid[256];
+    char last_invalid[256];  /* the first reason a layout was invalid */
     pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
     /* the stage cut per (pp, virtual stages, V-shaped or not): computed
      * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
@@ -281,7 +298,8 @@ static int valid(search *s, const pt_plan_layout *l) {
     pt_status st = pt_plan_bf16(s->base) ? pt_config_validate_layout(s->scratch)
                                          : pt_config_validate(s->scratch);
     if (st == PT_OK) return 1;
-    snprintf(s->last_invalid, sizeof s->last_invalid, "%s", pt_error_message());
+    if (!s->last_invalid[0])
+        snprintf(s->last_invalid, sizeof s->last_invalid, "%s", pt_error_message());
     return 0;
 }
 
@@ -479,59 +497,21 @@ static int cmp_step(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* "parallel.tp=3, parallel.pp=2" of the fixed keys that name layout fields */
+/* "parallel.tp=3, parallel.pp=2": the fixed keys and their values */
 static void fixed_list(const search *s, char *buf, size_t n) {
     size_t k = 0;
     buf[0] = 0;
-    const pt_config *c = s->base;
     for (int f = 0; f < F_N && k < n; f++) {
         if (!s->fix[f]) continue;
+        const char *at = (const char *)s->base + fixed_keys[f].off;
         char v[160];
-        switch (f) {
-        case F_DP:
-            snprintf(v, sizeof v, "%d", c->parallel.dp);
-            break;
-        case F_TP:
-            snprintf(v, sizeof v, "%d", c->parallel.tp);
-            break;
-        case F_PP:
-            snprintf(v, sizeof v, "%d", c->parallel.pp);
-            break;
-        case F_ZERO:
-            snprintf(v, sizeof v, "%d", c->parallel.zero);
-            break;
-        case F_ZG:
-            snprintf(v, sizeof v, "%d", c->parallel.zero_group);
-            break;
-        case F_SP:
-            snprintf(v, sizeof v, "%s", c->parallel.sequence_parallel ? "true" : "false");
-            break;
-        case F_SCHED:
-            snprintf(v, sizeof v, "%s", c->parallel.schedule);
-            break;
-        case F_M:
-            snprintf(v, sizeof v, "%d", c->parallel.microbatches);
-            break;
-        case F_V:
-            snprintf(v, sizeof v, "%d", c->parallel.virtual_stages);
-            break;
-        case F_REC:
-            snprintf(v, sizeof v, "%s", c->train.recompute);
-            break;
-        /* model.stage_recompute and parallel.zero_whole are not searched
-         * when fixed: the layout leaves them to the config */
-        case F_SREC:
-        case F_WHOLE:
-            snprintf(v, sizeof v, "(as given)");
-            break;
-        case F_LAYERS:
-            snprintf(v, sizeof v, "%s", c->parallel.stage_layers);
-            break;
-        default:
-            snprintf(v, sizeof v, "%d", c->train.threads);
-            break;
-        }
-        k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", fixed_names[f], v);
+        if (fixed_keys[f].kind == 's')
+            snprintf(v, sizeof v, "%s", at);
+        else if (fixed_keys[f].kind == 'b')
+            snprintf(v, sizeof v, "%s", *(const int *)at ? "true" : "false");
+        else
+            snprintf(v, sizeof v, "%d", *(const int *)at);
+        k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", fixed_keys[f].name, v);
     }
 }
 
@@ -557,7 +537,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     s->cap = cl->device.memory_bytes;
     for (int i = 0; i < n_fixed; i++) {
         int f = 0;
-        while (f < F_N && strcmp(fixed[i], fixed_names[f])) f++;
+        while (f < F_N && strcmp(fixed[i], fixed_keys[f].name)) f++;
         if (f < F_N) s->fix[f] = 1;
     }
     const pt_config *c = base;
@@ -576,38 +556,68 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
     /* phase 1: every valid family with the lower bound on its step */
     for (int tp = 1; tp <= world; tp++) {
-        if (world % tp || (s->fix[F_TP] && tp != c->parallel.tp)) continue;
+        if (s->fix[F_TP] && tp != c->parallel.tp) continue;
+        if (world % tp) {
+            if (s->fix[F_TP] && !s->last_invalid[0])
+                snprintf(s->last_invalid, sizeof s->last_invalid,
+                         "parallel.tp (%d) does not divide the %d ranks", tp, world);
+            continue;
+        }
         if (c->model.n_head % tp) {
-            snprintf(s->last_invalid, sizeof s->last_invalid,
-                     "model.n_head (%d) is not divisible by parallel.tp (%d)", c->model.n_head, tp);
+            if ((s->fix[F_TP] || tp == world) && !s->last_invalid[0])
+                snprintf(s->last_invalid, sizeof s->last_invalid,
+                         "model.n_head (%d) is not divisible by parallel.tp (%d)", c->model.n_head,
+                         tp);
             continue;
         }
         for (int pp = 1; pp * tp <= world; pp++) {
-            if ((world / tp) % pp || (s->fix[F_PP] && pp != c->parallel.pp)) continue;
+            if (s->fix[F_PP] && pp != c->parallel.pp) continue;
+            if ((world / tp) % pp) {
+                if (s->fix[F_PP])
+                    if (!s->last_invalid[0])
+                        snprintf(s->last_invalid, sizeof s->last_invalid,
+                                 "parallel.tp x parallel.pp (%d x %d) does not divide the %d ranks",
+                                 tp, pp, world);
+                continue;
+            }
             if (pp > L + 2 || pp > PT_PLAN_MAX_STAGES) {
-                snprintf(s->last_invalid, sizeof s->last_invalid,
-                         "parallel.pp (%d) exceeds the model's %d modules or the planner's %d "
-                         "stages",
-                         pp, L + 2, PT_PLAN_MAX_STAGES);
+                if (!s->last_invalid[0])
+                    snprintf(s->last_invalid, sizeof s->last_invalid,
+                             "parallel.pp (%d) exceeds the model's %d modules or the planner's %d "
+                             "stages",
+                             pp, L + 2, PT_PLAN_MAX_STAGES);
                 continue;
             }
             int dp = world / tp / pp;
             if (s->fix[F_DP] && dp != c->parallel.dp) continue;
             if (B % dp) {
-                snprintf(s->last_invalid, sizeof s->last_invalid,
-                         "train.batch_size (%d) is not divisible by parallel.dp (%d)", B, dp);
+                if (!s->last_invalid[0])
+                    snprintf(s->last_invalid, sizeof s->last_invalid,
+                             "train.batch_size (%d) is not divisible by parallel.dp (%d)", B, dp);
                 continue;
             }
             for (int sp = 0; sp <= (tp > 1); sp++) {
                 if (s->fix[F_SP] && sp != c->parallel.sequence_parallel) continue;
+                if (s->fix[F_M] && (B / dp) % c->parallel.microbatches && !s->last_invalid[0])
+                    snprintf(s->last_invalid, sizeof s->last_invalid,
+                             "train.batch_size / parallel.dp (%d / %d) is not divisible by "
+                             "parallel.microbatches (%d)",
+                             B, dp, c->parallel.microbatches);
                 for (int m = 1; m <= B / dp && m <= PT_SCHEDULE_MAX_MICRO; m++) {
-                    if ((B / dp) % m || (s->fix[F_M] && m != c->parallel.microbatches)) continue;
+                    if (s->fix[F_M] && m != c->parallel.microbatches) continue;
+                    if ((B / dp) % m) continue;
                     l.dp = dp, l.tp = tp, l.pp = pp, l.sequence_parallel = sp, l.microbatches = m;
                     l.recompute = PT_RECOMPUTE_NONE;
                     set_schedule(&l, pp == 1 ? "none" : "1f1b", 1);
                     int nz = valid_zero(s, &l, zvalid);
                     if (!nz) continue;
                     int nsched = pp == 1 ? 1 : 5;
+                    if (pp == 1 && s->fix[F_SCHED] && strcmp(c->parallel.schedule, "none") &&
+                        !s->last_invalid[0])
+                        snprintf(s->last_invalid, sizeof s->last_invalid,
+                                 "parallel.schedule = %s needs parallel.pp > 1 (the planner runs "
+                                 "none at pp 1)",
+                                 c->parallel.schedule);
                     for (int si = 0; si < nsched; si++) {
                         const char *name = pp == 1 ? "none" : pipe_schedules[si];
                         int v0 = 1, v1 = 1;
@@ -623,8 +633,9 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                                 v != c->parallel.virtual_stages)
                                 continue;
                             if (pt_schedule_check(name, m, pp, v, L + 2) != PT_OK) {
-                                snprintf(s->last_invalid, sizeof s->last_invalid, "%s",
-                                         pt_error_message());
+                                if (!s->last_invalid[0])
+                                    snprintf(s->last_invalid, sizeof s->last_invalid, "%s",
+                                             pt_error_message());
                                 continue;
                             }
                             set_schedule(&l, name, v);

@@ -11,19 +11,11 @@
 #include <string.h>
 
 #include "partrain/plan.h"
+#include "plan_test.h"
 #include "pt_test.h"
 
 static pt_cluster hand_cluster(double mem) {
-    pt_cluster c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "hand");
-    c.nodes = 2, c.devices_per_node = 4;
-    c.device.peak_flops_fp32 = 1e12, c.device.peak_flops_bf16 = 1e13;
-    c.device.memory_bytes = mem, c.device.memory_bw = 1e11;
-    c.intra_node = (pt_link){1e10, 1e-6};
-    c.inter_node = (pt_link){1e9, 1e-5};
-    c.efficiency = (pt_efficiency){0.5, 0.5, 0.5};
-    return c;
+    return plan_test_cluster(2, 4, mem);
 }
 
 static pt_config small_model(void) {
