@@ -31,7 +31,8 @@ static void usage(FILE *f) {
                "  --cluster FILE   the cluster description (docs/plan.md)\n"
                "  --world N        ranks to plan for (default: every device of the cluster)\n"
                "  --set key=value  override one key (repeatable; a layout key is then fixed)\n"
-               "  --top K          layouts shown (default 10)\n"
+               "  --top K          layouts shown (default: 10 in the table; with --json every\n"
+               "                   one kept, the fastest 256)\n"
                "  --json           one JSON object per layout (the shown ones, then the\n"
                "                   smallest rejected): layout, dp, tp, pp, zero, zero_group,\n"
                "                   sequence_parallel, schedule, microbatches, virtual_stages,\n"
@@ -114,7 +115,7 @@ static void print_table(const pt_plan_result *r, int top, int world, const pt_cl
 
 int pt_cli_plan(int argc, char **argv) {
     const char *cluster = NULL, *write = NULL, *trace = NULL, *v = NULL;
-    int world = 0, top = 10, json = 0, rc = 0;
+    int world = 0, top = 0, json = 0, rc = 0; /* top 0: 10 in the table, all with --json */
     pt_cli_config_args ca;
     if (pt_cli_config_args_init(&ca, argc) != 0) return 1;
     for (int i = 1; i < argc && rc == 0; i++) {
@@ -188,6 +189,7 @@ int pt_cli_plan(int argc, char **argv) {
     if (st == PT_OK) st = pt_cluster_load_file(&cl, cluster);
     if (st == PT_OK && world == 0) world = cl->nodes * cl->devices_per_node;
     if (st == PT_OK) st = pt_plan_search(cfg, (const char *const *)fixed, nfixed, cl, world, &res);
+    if (st == PT_OK && top == 0) top = json ? res.n_fit : 10;
     if (st == PT_OK) {
         if (json) {
             int shown = 0;
