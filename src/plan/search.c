@@ -319,7 +319,12 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     pt_plan_layout t = *l;
     pt_plan_mem *m = &s->mem2;
     int any_none = 0, any_other = 0;
-    for (int k = 0; k < p; k++) mode[k] = none->stage[k].total <= s->cap ? 0 : -1;
+    for (int k = 0; k < p; k++) {
+        mode[k] = none->stage[k].total <= s->cap ? 0 : -1;
+        /* recomputation shrinks activations only: a stage over without them stays over */
+        if (mode[k] < 0 && none->stage[k].total - none->stage[k].cat[PT_MEM_ACTS] > s->cap)
+            return 0;
+    }
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
         t.recompute = r;
         if (mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, m) != PT_OK || m->n_stage != p) return 0;
