@@ -102,8 +102,9 @@ static uint64_t name_hash(const char *s) {
     return h ? h : 1;
 }
 
-static pt_status mem_of(memo *tab, long *calls, const pt_config *c, const pt_plan_layout *l,
-                        const pt_cluster *cl, pt_plan_mem *out) {
+/* calls[0]: how many computed, secs: the seconds inside pt_plan_memory */
+static pt_status mem_of(memo *tab, long *calls, double *secs, const pt_config *c,
+                        const pt_plan_layout *l, const pt_cluster *cl, pt_plan_mem *out) {
     char name[PT_PLAN_NAME_MAX * 4];
     pt_plan_layout_name(l, name, sizeof name);
     uint64_t h = name_hash(name);
@@ -113,7 +114,10 @@ static pt_status mem_of(memo *tab, long *calls, const pt_config *c, const pt_pla
         return PT_OK;
     }
     (*calls)++;
-    PT_CHECK(pt_plan_memory(c, l, cl, out));
+    uint64_t t0 = pt_time_ns();
+    pt_status st = pt_plan_memory(c, l, cl, out);
+    *secs += (double)(pt_time_ns() - t0) / 1e9;
+    PT_CHECK(st);
     e->key = h, e->mem = *out;
     return PT_OK;
 }
@@ -138,6 +142,7 @@ typedef struct {
     pt_plan_mem mem, mem2;
     memo *memo;
     long n_mem;
+    double mem_s;
 } search;
 
 /* ---- the kept sets ---- */
@@ -198,15 +203,14 @@ static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_
 static void explain_layers(const pt_config *c, pt_plan_entry *e, const search *s) {
     pt_plan_layout *l = &e->layout;
     if (l->pp < 2 || l->virtual_stages > 1 || s->fix[F_LAYERS] || l->stage_layers[0]) return;
-    pt_stage st[PT_PLAN_MAX_STAGES];
-    if (pt_stage_split(&c->model, l->pp, "", st) != PT_OK) return;
+    /* the cut is the pipeline's just simulated (s->pipe, one chunk a rank) */
+    const pt_plan_pipe *pp = &s->pipe;
     int L = c->model.n_layer, uneven = 0;
     size_t n = 0;
     for (int k = 0; k < l->pp; k++) {
-        int first = st[k].first < 1 ? 1 : st[k].first, last = st[k].last > L ? L : st[k].last;
+        int first = pp->first[k] < 1 ? 1 : pp->first[k], last = pp->last[k] > L ? L : pp->last[k];
         int blocks = last >= first ? last - first + 1 : 0;
-        if (k > 0 && blocks * l->pp != L) uneven = 1;
-        if (k == 0 && blocks * l->pp != L) uneven = 1;
+        if (blocks * l->pp != L) uneven = 1;
         n += (size_t)snprintf(l->stage_layers + n, sizeof l->stage_layers - n, "%s%d", k ? "," : "",
                               blocks);
         if (n >= sizeof l->stage_layers) {
@@ -327,7 +331,9 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     }
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
         t.recompute = r;
-        if (mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, m) != PT_OK || m->n_stage != p) return 0;
+        if (mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
+            m->n_stage != p)
+            return 0;
         for (int k = 0; k < p; k++)
             if (mode[k] < 0 && m->stage[k].total <= s->cap) mode[k] = r;
     }
@@ -420,14 +426,14 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
         if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
         s->n_eval++;
-        PT_CHECK(mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, &s->mem));
+        PT_CHECK(mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
         if (s->mem.max.total > s->cap) {
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE ||
                 !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                mem_of(s->memo, &s->n_mem, s->base, &t, s->cl, &s->mem) != PT_OK ||
+                mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) != PT_OK ||
                 s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
@@ -440,7 +446,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (t.zero == 3 && !s->fix[F_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
-            if (mem_of(s->memo, &s->n_mem, s->base, &w, s->cl, &s->mem2) == PT_OK &&
+            if (mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) == PT_OK &&
                 s->mem2.max.total <= s->cap) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
@@ -559,6 +565,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     if (s->fix[F_WHOLE]) snprintf(l.zero_whole, sizeof l.zero_whole, "%s", c->parallel.zero_whole);
     if (s->fix[F_LAYERS])
         snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    uint64_t t_start = pt_time_ns();
     /* phase 1: every valid family with the lower bound on its step */
     for (int tp = 1; tp <= world; tp++) {
         if (s->fix[F_TP] && tp != c->parallel.tp) continue;
@@ -677,6 +684,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
             }
         }
     }
+    uint64_t t_phase1 = pt_time_ns();
     /* phase 2: best bound first, until no family can beat the kept ones */
     if (nfam > 0) qsort(fam, (size_t)nfam, sizeof *fam, cmp_family);
     for (long i = 0; i < nfam; i++) {
@@ -707,15 +715,19 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     for (int i = 0; i < out->n_fit; i++) {
         pt_plan_entry *e = &out->entry[i];
         if (e->layout.pp == 1) continue;
-        st = pt_plan_pipe_predict(base, &e->layout, cl, &s->pipe);
+        const pt_stage *cut = NULL;
+        st = stage_cut(s, &e->layout, &cut);
+        if (st == PT_OK) st = pt_plan_pipe_times_split(base, &e->layout, cl, cut, &s->pipe);
+        if (st == PT_OK) st = pt_plan_pipe_run(&e->layout, &s->pipe);
         if (st != PT_OK) goto done;
         pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
     }
     if (getenv("PT_PLAN_STATS"))
         fprintf(stderr,
                 "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated, %ld "
-                "memory calls\n",
-                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem);
+                "memory calls (%.2f s); families %.2f s, all %.2f s\n",
+                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem, s->mem_s,
+                (double)(t_phase1 - t_start) / 1e9, (double)(pt_time_ns() - t_start) / 1e9);
     if (nfam == 0) {
         char fx[512];
         fixed_list(s, fx, sizeof fx);
