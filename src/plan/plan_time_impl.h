@@ -31,8 +31,9 @@ typedef struct {
     double stage_params[PT_PLAN_MAX_STAGES]; /* per rank: parameters it holds (tp shard) */
     int first[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* modules of each virtual stage */
     int last[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    int threads; /* BLAS threads per rank */
-    double slow; /* oversubscription factor (>= 1) */
+    const pt_schedule *lists; /* NULL, or the p ranks' pass lists, lent (the search's cache) */
+    int threads;              /* BLAS threads per rank */
+    double slow;              /* oversubscription factor (>= 1) */
 } pt_plan_pipe;
 
 /* The pipeline part of l's step in two halves: the pass times (and each

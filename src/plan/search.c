@@ -134,7 +134,15 @@ typedef struct {
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
     int n_rej;
     long n_valid, n_eval, n_sim;
-    char last_invalid[256];  /* the first reason a layout was invalid */
+    char last_invalid[256]; /* the first reason a layout was invalid */
+    /* the ranks' pass lists of the last few (schedule, m, pp, v): a
+     * family's ZeRO variants and the kept layouts share them */
+    struct {
+        char name[16];
+        int m, p, v;
+        pt_schedule *lists;
+    } lists[4];
+    int lists_next;
     pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
     /* the stage cut per (pp, virtual stages, V-shaped or not): computed
      * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
@@ -281,6 +289,36 @@ static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **
     return PT_OK;
 }
 
+/* s->pipe.lists for l (built once per (schedule, m, pp, v) of the last 4). */
+static pt_status lend_lists(search *s, const pt_plan_layout *l) {
+    int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, m = l->microbatches;
+    if (p < 2) return PT_OK;
+    for (int i = 0; i < 4; i++)
+        if (s->lists[i].lists && s->lists[i].m == m && s->lists[i].p == p && s->lists[i].v == v &&
+            !strcmp(s->lists[i].name, l->schedule)) {
+            s->pipe.lists = s->lists[i].lists;
+            return PT_OK;
+        }
+    int k = s->lists_next++ % 4;
+    for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
+        pt_schedule_free(&s->lists[k].lists[r]);
+    free(s->lists[k].lists);
+    s->lists[k].lists = calloc((size_t)p, sizeof(pt_schedule));
+    if (!s->lists[k].lists) return pt_error_set(PT_ERR_NOMEM, "plan: pass lists");
+    s->lists[k].p = p, s->lists[k].m = m, s->lists[k].v = v;
+    snprintf(s->lists[k].name, sizeof s->lists[k].name, "%s", l->schedule);
+    for (int r = 0; r < p; r++) {
+        pt_status st = pt_schedule_build_stage(&s->lists[k].lists[r], l->schedule, m, p, r, v);
+        if (st != PT_OK) {
+            s->lists[k].p = r; /* the built ones are freed with the slot */
+            s->lists[k].m = -1;
+            return st;
+        }
+    }
+    s->pipe.lists = s->lists[k].lists;
+    return PT_OK;
+}
+
 static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
     pt_plan_pipe *pp = &s->pipe;
     const pt_stage *cut = NULL;
@@ -290,7 +328,8 @@ static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
     if (*st != PT_OK) return 0;
     if (pipe_bound(pp, l) >= keep_bound(s)) return 0;
     s->n_sim++;
-    *st = pt_plan_pipe_run_fast(l, pp);
+    *st = lend_lists(s, l);
+    if (*st == PT_OK) *st = pt_plan_pipe_run_fast(l, pp);
     return *st == PT_OK;
 }
 
@@ -475,6 +514,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
 typedef struct {
     double bound;
     int tp, pp, sp, m, si, v, rec;
+    long zv; /* offset in the pool of the group's ZeRO validity (4 (dp + 1) ints) */
 } family;
 
 static int cmp_family(const void *a, const void *b) {
@@ -537,6 +577,8 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     int *zvalid = NULL;
     family *fam = NULL;
     long nfam = 0, capfam = 0;
+    int *pool = NULL; /* ZeRO validity per (dp, tp, pp, sp, m) group */
+    long npool = 0, cappool = 0;
     pt_status st = PT_OK;
     if (s) s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
     if (!s || !scratch || !fit || !s->memo) {
@@ -623,6 +665,19 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                     set_schedule(&l, pp == 1 ? "none" : "1f1b", 1);
                     int nz = valid_zero(s, &l, zvalid);
                     if (!nz) continue;
+                    /* the group's validity, kept for phase 2 */
+                    long zv = npool, need = 4 * (long)(dp + 1);
+                    if (npool + need > cappool) {
+                        long nc = 2 * (npool + need);
+                        int *g = realloc(pool, sizeof *g * (size_t)nc);
+                        if (!g) {
+                            st = pt_error_set(PT_ERR_NOMEM, "plan: validity of %ld layouts", nc);
+                            goto done;
+                        }
+                        pool = g, cappool = nc;
+                    }
+                    memcpy(pool + zv, zvalid, sizeof *pool * (size_t)need);
+                    npool += need;
                     int nsched = pp == 1 ? 1 : 5;
                     if (pp == 1 && s->fix[F_SCHED] && strcmp(c->parallel.schedule, "none") &&
                         !s->last_invalid[0])
@@ -675,7 +730,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                                     }
                                     fam = g, capfam = nc;
                                 }
-                                fam[nfam++] = (family){fb, tp, pp, sp, m, si, v, r};
+                                fam[nfam++] = (family){fb, tp, pp, sp, m, si, v, r, zv};
                                 s->n_valid += nz;
                             }
                         }
@@ -693,10 +748,10 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         l.tp = f->tp, l.pp = f->pp, l.dp = world / f->tp / f->pp, l.sequence_parallel = f->sp;
         l.microbatches = f->m, l.recompute = f->rec;
         set_schedule(&l, f->pp == 1 ? "none" : pipe_schedules[f->si], f->v);
-        valid_zero(s, &l, zvalid);
-        st = zero_variants(s, &l, zvalid, f->bound);
+        st = zero_variants(s, &l, pool + f->zv, f->bound);
         if (st != PT_OK) goto done;
     }
+    uint64_t t_phase2 = pt_time_ns();
     /* out: the fitting by step time, then the rejected by memory */
     out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
     if (!out->entry) {
@@ -718,6 +773,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         const pt_stage *cut = NULL;
         st = stage_cut(s, &e->layout, &cut);
         if (st == PT_OK) st = pt_plan_pipe_times_split(base, &e->layout, cl, cut, &s->pipe);
+        if (st == PT_OK) st = lend_lists(s, &e->layout);
         if (st == PT_OK) st = pt_plan_pipe_run(&e->layout, &s->pipe);
         if (st != PT_OK) goto done;
         pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
@@ -725,9 +781,10 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     if (getenv("PT_PLAN_STATS"))
         fprintf(stderr,
                 "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated, %ld "
-                "memory calls (%.2f s); families %.2f s, all %.2f s\n",
+                "memory calls (%.2f s); families %.2f s, evaluation %.2f s, all %.2f s\n",
                 nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem, s->mem_s,
-                (double)(t_phase1 - t_start) / 1e9, (double)(pt_time_ns() - t_start) / 1e9);
+                (double)(t_phase1 - t_start) / 1e9, (double)(t_phase2 - t_phase1) / 1e9,
+                (double)(pt_time_ns() - t_start) / 1e9);
     if (nfam == 0) {
         char fx[512];
         fixed_list(s, fx, sizeof fx);
@@ -742,6 +799,12 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     }
 done:
     free(fam);
+    free(pool);
+    for (int k = 0; s && k < 4; k++) {
+        for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
+            pt_schedule_free(&s->lists[k].lists[r]);
+        free(s->lists[k].lists);
+    }
     for (int p = 0; s && p <= PT_PLAN_MAX_STAGES; p++)
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
             for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);

@@ -390,12 +390,16 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
         goto done;
     }
     for (size_t i = 0; i < (size_t)G * m * 2; i++) fdone[i] = -1;
+    const pt_schedule *lists = pp->lists; /* lent by the caller, or built here */
     for (int r = 0; r < p; r++) {
-        st = pt_schedule_build_stage(&s[r], l->schedule, m, p, r, v);
-        if (st != PT_OK) goto done;
-        total += s[r].npass;
+        if (!lists) {
+            st = pt_schedule_build_stage(&s[r], l->schedule, m, p, r, v);
+            if (st != PT_OK) goto done;
+        }
+        total += (lists ? lists : s)[r].npass;
         pp->busy[r] = 0;
     }
+    const pt_schedule *sc = lists ? lists : s;
     if (slots && !(sl = malloc(sizeof *sl * (size_t)total))) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
         goto done;
@@ -403,9 +407,9 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
     for (int left = total; left > 0;) {
         int progress = 0;
         for (int r = 0; r < p; r++) {
-            while (idx[r] < s[r].npass) {
-                const pt_pass *ps = &s[r].pass[idx[r]];
-                int g = pt_schedule_virtual_stage(&s[r], ps->chunk), mb = ps->micro;
+            while (idx[r] < sc[r].npass) {
+                const pt_pass *ps = &sc[r].pass[idx[r]];
+                int g = pt_schedule_virtual_stage(&sc[r], ps->chunk), mb = ps->micro;
                 double ready = 0, dur;
                 if (ps->kind == PT_PASS_FORWARD) {
                     if (g > 0) {
