@@ -437,8 +437,9 @@ static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
 }
 
 /* The ZeRO variants of one layout family (its pipeline shared), the most
- * sharded first (ZeRO-3 over the whole dp group): when even that one does
- * not fit, none of the others can, and they are passed over. Memory, then
+ * sharded first (ZeRO-3 over the whole dp group, then smaller groups, then
+ * lower stages): a variant sharded no more than one that did not fit is
+ * passed over (memory only grows as sharding shrinks). Memory, then
  * the time of those that fit; a variant is evaluated only while the
  * family's lower bound can still enter the kept set. */
 static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, double bound) {
@@ -447,7 +448,9 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
     pt_status st = PT_OK;
     for (int z = 3; z >= 0; z--) {
         if (s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) continue;
-        for (int g = 0; g <= dp && nvar < 4 * 64; g++) {
+        /* g = 0 (the whole dp group) first, then the groups largest first */
+        for (int gi = 0; gi <= dp && nvar < 4 * 64; gi++) {
+            int g = gi == 0 ? 0 : dp + 1 - gi;
             if (g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) continue;
             if (s->fix[F_ZG] && g != s->base->parallel.zero_group) continue;
             if (!zvalid[z * (dp + 1) + g]) continue;
@@ -456,8 +459,14 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
     }
     PT_CHECK(family_times(s, l));
     double lb = pipe_bound(&s->pipe, l);
+    /* variants that did not fit: one sharding no more than theirs (a
+     * lower or equal ZeRO stage over a group no larger) cannot fit either */
+    int nfail = 0, fz[4 * 64], fg[4 * 64];
     for (int k = 0; k < nvar; k++) {
         if (bound >= keep_bound(s)) break;
+        int ge = gs[k] ? gs[k] : dp, dominated = 0;
+        for (int j = 0; j < nfail && !dominated; j++) dominated = zs[k] <= fz[j] && ge <= fg[j];
+        if (dominated) continue;
         pt_plan_layout t = *l;
         t.zero = zs[k], t.zero_group = gs[k];
         if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
@@ -476,8 +485,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
                 s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
-                /* the most sharded does not fit: neither does the rest */
-                if (k == 0 && t.zero == 3 && t.zero_group == 0) break;
+                fz[nfail] = zs[k], fg[nfail++] = ge;
                 continue;
             }
         }
