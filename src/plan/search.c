@@ -103,6 +103,16 @@ static uint64_t name_hash(const char *s) {
 }
 
 /* calls[0]: how many computed, secs: the seconds inside pt_plan_memory */
+#define DEAD_SLOTS 16384
+
+static uint64_t dead_hash(const pt_plan_layout *l) {
+    char k[96];
+    snprintf(k, sizeof k, "%d/%d/%d/%d/%d/%s/%d/%d/%d", l->dp, l->tp, l->pp, l->sequence_parallel,
+             l->microbatches, l->schedule, l->virtual_stages, l->zero,
+             l->zero_group ? l->zero_group : l->dp);
+    return name_hash(k);
+}
+
 static pt_status mem_of(memo *tab, long *calls, double *secs, const pt_config *c,
                         const pt_plan_layout *l, const pt_cluster *cl, pt_plan_mem *out) {
     char name[PT_PLAN_NAME_MAX * 4];
@@ -149,6 +159,10 @@ typedef struct {
     pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
     memo *memo;
+    /* (family without recompute, ZeRO, group) -> the highest recompute mode
+     * + 1 known not to fit, uniform (0: none known); DEAD_SLOTS, overwritten */
+    uint64_t *dead_key;
+    unsigned char *dead_mode;
     long n_mem;
     double mem_s;
 } search;
@@ -351,6 +365,21 @@ static void set_schedule(pt_plan_layout *l, const char *name, int v) {
     l->virtual_stages = v;
 }
 
+/* Recompute mode r of l's family and ZeRO variant does not fit, uniform:
+ * nor does any lower mode. */
+static void mark_dead(search *s, const pt_plan_layout *l, int r) {
+    uint64_t h = dead_hash(l);
+    size_t i = h % DEAD_SLOTS;
+    if (s->dead_key[i] != h) s->dead_key[i] = h, s->dead_mode[i] = 0;
+    if (s->dead_mode[i] < r + 1) s->dead_mode[i] = (unsigned char)(r + 1);
+}
+
+static int is_dead(const search *s, const pt_plan_layout *l, int r) {
+    uint64_t h = dead_hash(l);
+    size_t i = h % DEAD_SLOTS;
+    return s->dead_key[i] == h && s->dead_mode[i] >= r + 1;
+}
+
 /* Per-stage recompute for a layout that overflows under recompute none:
  * each overflowing stage takes the cheapest mode that fits it. 1 with l's
  * stage_recompute and why lines set; 0 when no assignment fits or every
@@ -373,6 +402,7 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
         if (mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
             m->n_stage != p)
             return 0;
+        if (m->max.total > s->cap) mark_dead(s, &t, r);
         for (int k = 0; k < p; k++)
             if (mode[k] < 0 && m->stage[k].total <= s->cap) mode[k] = r;
     }
@@ -469,6 +499,12 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (dominated) continue;
         pt_plan_layout t = *l;
         t.zero = zs[k], t.zero_group = gs[k];
+        /* known not to fit from a sibling family's per-stage attempt; a
+         * uniform mode has no per-stage rescue of its own but none */
+        if (t.recompute != PT_RECOMPUTE_NONE && is_dead(s, &t, t.recompute)) {
+            fz[nfail] = zs[k], fg[nfail++] = ge;
+            continue;
+        }
         if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
         /* s->pipe is the family's until a pipeline is simulated */
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
@@ -485,6 +521,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
                 s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
+                if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
                 fz[nfail] = zs[k], fg[nfail++] = ge;
                 continue;
             }
@@ -588,8 +625,12 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     int *pool = NULL; /* ZeRO validity per (dp, tp, pp, sp, m) group */
     long npool = 0, cappool = 0;
     pt_status st = PT_OK;
-    if (s) s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
-    if (!s || !scratch || !fit || !s->memo) {
+    if (s) {
+        s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
+        s->dead_key = calloc(DEAD_SLOTS, sizeof *s->dead_key);
+        s->dead_mode = calloc(DEAD_SLOTS, 1);
+    }
+    if (!s || !scratch || !fit || !s->memo || !s->dead_key || !s->dead_mode) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
         goto done;
     }
@@ -817,7 +858,11 @@ done:
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
             for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);
     free(zvalid);
-    if (s) free(s->memo);
+    if (s) {
+        free(s->memo);
+        free(s->dead_key);
+        free(s->dead_mode);
+    }
     free(fit);
     free(scratch);
     free(s);
