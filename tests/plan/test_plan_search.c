@@ -7,9 +7,11 @@
  *   - rejected layouts say why, naming a memory category and the device;
  *   - a fixed key no layout satisfies, and a device nothing fits, are one
  *     clear error each. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "partrain/parallel.h"
 #include "partrain/plan.h"
 #include "plan_test.h"
 #include "pt_test.h"
@@ -140,9 +142,69 @@ static void test_errors(void) {
     pt_plan_result_free(&r);
 }
 
+/* The pruned search against every layout tried by hand: its best is no
+ * slower than the best uniform layout that validates and fits (it may be
+ * faster with a per-part choice), so the bounds lost nothing. */
+static void test_exhaustive(void) {
+    pt_config base = small_model();
+    pt_cluster cl = plan_test_cluster(2, 4, 0);
+    pt_plan_result r;
+    /* a device between the smallest need and the largest, as in test_space */
+    cl.device.memory_bytes = 64e9;
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &cl, 8, &r));
+    double lo = 1e300, hi = 0;
+    for (int i = 0; i < r.n_fit; i++) {
+        if (r.entry[i].mem.total < lo) lo = r.entry[i].mem.total;
+        if (r.entry[i].mem.total > hi) hi = r.entry[i].mem.total;
+    }
+    pt_plan_result_free(&r);
+    cl.device.memory_bytes = (lo + hi) / 2;
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &cl, 8, &r));
+    double best = INFINITY;
+    static const char *const sched[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+    pt_config *c = malloc(sizeof *c);
+    pt_plan_mem *mem = malloc(sizeof *mem);
+    for (int tp = 1; tp <= 8; tp *= 2)
+        for (int pp = 1; tp * pp <= 8; pp *= 2) {
+            int dp = 8 / tp / pp, L = base.model.n_layer;
+            for (int sp = 0; sp <= (tp > 1); sp++)
+                for (int m = 1; m <= base.train.batch_size / dp; m++)
+                    for (int si = 0; si < (pp > 1 ? 5 : 1); si++)
+                        for (int v = 1; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
+                            for (int rc = 0; rc < 3; rc++)
+                                for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) {
+                                    pt_plan_layout l;
+                                    memset(&l, 0, sizeof l);
+                                    l.dp = dp, l.tp = tp, l.pp = pp, l.sequence_parallel = sp;
+                                    l.microbatches = m, l.recompute = rc, l.zero = z;
+                                    l.virtual_stages = v;
+                                    snprintf(l.schedule, sizeof l.schedule, "%s",
+                                             pp > 1 ? sched[si] : "none");
+                                    if (pt_schedule_check(l.schedule, m, pp, v, L + 2) != PT_OK)
+                                        continue;
+                                    *c = base;
+                                    pt_plan_layout_apply(&l, c);
+                                    if (pt_config_validate(c) != PT_OK) continue;
+                                    if (pt_plan_memory(&base, &l, &cl, mem) != PT_OK ||
+                                        mem->max.total > cl.device.memory_bytes)
+                                        continue;
+                                    pt_plan_time t;
+                                    if (pt_plan_time_predict(&base, &l, &cl, &t) != PT_OK) continue;
+                                    if (t.step_s < best) best = t.step_s;
+                                }
+        }
+    CHECK(isfinite(best));
+    CHECK(r.n_fit > 0);
+    if (r.n_fit > 0) CHECK(r.entry[0].time.step_s <= best * (1 + 1e-12));
+    free(c);
+    free(mem);
+    pt_plan_result_free(&r);
+}
+
 int main(void) {
     RUN(test_space);
     RUN(test_fixed);
     RUN(test_errors);
+    RUN(test_exhaustive);
     return TEST_DONE();
 }
