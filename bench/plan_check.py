@@ -17,8 +17,8 @@ and the planner's top layout within 5% of the fastest measured one.
                       [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
                       [--save]
 
---cluster defaults to `partrain calibrate`'s cached profile (measured first
-if there is none). PARTRAIN=path overrides the binary (default
+--cluster defaults to a `partrain calibrate` of this machine for the
+configs' shapes, measured first (about a minute). PARTRAIN=path overrides the binary (default
 build/src/cli/partrain). --save also writes the table and the JSON lines to
 bench/results/plan_<date>.txt. One JSON line per (config, world, layout)."""
 
@@ -128,12 +128,15 @@ def main():
         fail("data/fortunes/train.txt missing (scripts/prepare-data.sh)")
     os.environ.update(OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    os.chdir(ROOT)
     cluster = a.cluster
     if not cluster:
-        r = subprocess.run([binary, "calibrate", "--print-path"], capture_output=True, text=True)
-        if r.returncode != 0:
-            fail("calibrate: " + r.stderr.strip())
-        cluster = r.stdout.strip().splitlines()[-1]
+        # this machine, measured now for the configs' own shapes
+        cluster = os.path.join(tempfile.gettempdir(), "pt-plan-check-profile.json")
+        cmd = [binary, "calibrate", "--out", cluster]
+        for cname in a.configs:
+            cmd += ["--config", os.path.join("configs", cname + ".json")]
+        run(cmd, cluster + ".log")
     os.chdir(ROOT)
     lines, out = [], []
 

@@ -107,3 +107,8 @@ pt_status pt_cli_checkpoint_model(const char *stepdir, const pt_config *cfg, int
     *out = m;
     return PT_OK;
 }
+
+int pt_cli_layout_key(const char *k) {
+    return !strncmp(k, "parallel.", 9) || !strcmp(k, "model.recompute") ||
+           !strcmp(k, "model.stage_recompute") || !strcmp(k, "train.threads");
+}

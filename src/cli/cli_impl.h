@@ -52,6 +52,19 @@ int pt_cli_config_arg(pt_cli_config_args *a, int argc, char **argv, int *i, cons
 /* The config they make, validated. Errors name the file or the key. */
 pt_status pt_cli_config_build(const pt_cli_config_args *a, pt_config *cfg);
 
+/* Whether key (a config key name) is one a layout sets: parallel.*,
+ * model.recompute, model.stage_recompute, train.threads. Given by the user,
+ * the planner holds it fixed. */
+int pt_cli_layout_key(const char *key);
+
+/* train --layout auto (cli_layout.c): plan cfg for `world` ranks on this
+ * machine (the calibrate profile of cfg's shape, measured once into the
+ * cache) or on the cluster file `cluster` (NULL: this machine), holding the
+ * layout keys that a's --set gives fixed, print the choice and why on
+ * stderr, and write the fastest layout into cfg. */
+pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
+                             const char *cluster);
+
 /* A --checkpoint argument (a checkpoint directory with `latest`, or one step
  * directory): the step directory into stepdir (n bytes) and the config it
  * was saved with into *cfg. Reads only. */

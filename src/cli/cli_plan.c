@@ -43,11 +43,6 @@ static void usage(FILE *f) {
                "                   per pipeline rank and per link)\n");
 }
 
-static int is_fixed_key(const char *k) {
-    return !strncmp(k, "parallel.", 9) || !strcmp(k, "model.recompute") ||
-           !strcmp(k, "model.stage_recompute") || !strcmp(k, "train.threads");
-}
-
 /* The layout keys a config file gives (nested sections or dotted names),
  * appended to fixed[] (names malloc'd into store). */
 static pt_status file_keys(const char *path, char ***store, int *n) {
@@ -67,7 +62,7 @@ static pt_status file_keys(const char *path, char ***store, int *n) {
                 snprintf(name, sizeof name, "%s.%s", it->string, ch->string);
             else
                 snprintf(name, sizeof name, "%s", it->string);
-            if (!is_fixed_key(name)) continue;
+            if (!pt_cli_layout_key(name)) continue;
             char **grown = realloc(*store, sizeof *grown * (size_t)(*n + 1));
             if (!grown || !(grown[*n] = strdup(name))) {
                 if (grown) *store = grown;
@@ -176,7 +171,7 @@ int pt_cli_plan(int argc, char **argv) {
         size_t n = eq ? (size_t)(eq - ca.sets[k]) : strlen(ca.sets[k]);
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)(n < 255 ? n : 255), ca.sets[k]);
-        if (!is_fixed_key(name)) continue;
+        if (!pt_cli_layout_key(name)) continue;
         char **grown = realloc(fixed, sizeof *grown * (size_t)(nfixed + 1));
         if (!grown || !(grown[nfixed] = strdup(name))) {
             if (grown) fixed = grown;

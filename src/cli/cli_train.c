@@ -15,10 +15,17 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: partrain train [--config FILE | --plan FILE] [--set key=value ...]\n"
-               "                      [--resume] [--nproc N | --backend shm|mpi]\n\n"
+               "                      [--layout auto [--cluster FILE]] [--resume]\n"
+               "                      [--nproc N | --backend shm|mpi]\n\n"
                "  --config FILE    JSON config (see configs/default.json)\n"
                "  --plan FILE      a plan file (partrain plan --write): its config, as planned;\n"
                "                   --set still applies on top\n"
+               "  --layout auto    the planner picks the layout for the --nproc ranks (default\n"
+               "                   1) and says why: the layout keys given by --set stay fixed,\n"
+               "                   the config file's are replaced (docs/plan.md)\n"
+               "  --cluster FILE   with --layout auto: plan on this cluster description instead\n"
+               "                   of this machine's profile (partrain calibrate, measured once\n"
+               "                   and cached)\n"
                "  --set key=value  override one key (repeatable, applied after --config)\n"
                "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
                "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
@@ -72,7 +79,7 @@ static int rank_main(void *arg) {
 }
 
 int pt_cli_train(int argc, char **argv) {
-    const char *backend = NULL, *plan = NULL;
+    const char *backend = NULL, *plan = NULL, *layout = NULL, *cluster = NULL;
     int resume = 0, nproc = 0;
     pt_cli_config_args ca;
     if (pt_cli_config_args_init(&ca, argc) != 0) return 1;
@@ -89,6 +96,19 @@ int pt_cli_train(int argc, char **argv) {
         } else if ((r = pt_cli_option(argc, argv, &i, "--plan", "train", &v)) != 0) {
             if (r < 0) rc = 2;
             plan = v;
+        } else if ((r = pt_cli_option(argc, argv, &i, "--layout", "train", &v)) != 0) {
+            if (r < 0) rc = 2;
+            layout = v;
+            if (r > 0 && strcmp(layout, "auto")) {
+                fprintf(stderr,
+                        "partrain: --layout must be auto (got '%s'); a layout by hand is "
+                        "the parallel.* keys\n",
+                        layout);
+                rc = 2;
+            }
+        } else if ((r = pt_cli_option(argc, argv, &i, "--cluster", "train", &v)) != 0) {
+            if (r < 0) rc = 2;
+            cluster = v;
         } else if (!strcmp(a, "--resume")) {
             resume = 1;
         } else if ((r = pt_cli_option(argc, argv, &i, "--nproc", "train", &v)) != 0) {
@@ -113,6 +133,20 @@ int pt_cli_train(int argc, char **argv) {
                         "its whole config)\n");
         rc = 2;
     }
+    if (rc == 0 && cluster && !layout) {
+        fprintf(stderr, "partrain: --cluster is for --layout auto\n");
+        rc = 2;
+    }
+    if (rc == 0 && layout && plan) {
+        fprintf(stderr, "partrain: --layout auto plans the layout, a plan file holds one: "
+                        "give one of them\n");
+        rc = 2;
+    }
+    if (rc == 0 && layout && backend && strcmp(backend, "shm") && strcmp(backend, "auto")) {
+        fprintf(stderr, "partrain: --layout auto plans for this machine's --nproc ranks; under "
+                        "mpirun, plan with partrain plan --write FILE and run train --plan FILE\n");
+        rc = 2;
+    }
     pt_config cfg;
     if (rc == 0 && plan) {
         /* the plan's config in place of --config; each --set on top */
@@ -120,6 +154,14 @@ int pt_cli_train(int argc, char **argv) {
         pt_status st = pt_plan_file_load(plan, &cfg);
         for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
         if (st == PT_OK) st = pt_config_validate(&cfg);
+        if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
+    } else if (rc == 0 && layout) {
+        /* the file and each --set, then the planned layout over them */
+        pt_config_defaults(&cfg);
+        pt_status st = ca.config ? pt_config_load_file(&cfg, ca.config) : PT_OK;
+        for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
+        if (st == PT_OK) st = pt_model_config_validate(&cfg.model);
+        if (st == PT_OK) st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster);
         if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
     } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
         rc = pt_cli_fail(pt_error_message());

@@ -124,5 +124,33 @@ expect_fail "train --plan missing" 1 "missing.json" "$P" train --plan missing.js
 grep -q -- "--plan FILE" <("$P" train --help) && ok "train --help" || bad "train --help" "no --plan"
 grep -q -- "--cluster FILE" <("$P" plan --help) && ok "plan --help" || bad "plan --help" "no --cluster"
 
+# ---- train --layout auto: the plan's top layout, said on stderr, and run ----
+"$P" plan --config tiny.json --cluster cpu.json --world 2 --json --top 1 >top.json 2>/dev/null
+want=$(python3 -c 'import json; print(json.loads(open("top.json").readline())["layout"])')
+if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 "$P" train --config tiny.json \
+    --layout auto --cluster cpu.json --nproc 2 --set train.steps=2 \
+    --set log.metrics=auto.jsonl >out 2>err &&
+    grep -qF "layout auto: $want, the fastest of" err && grep -q "predicted:" err &&
+    python3 -c 'import json,sys; r=[json.loads(l) for l in open("auto.jsonl")]; sys.exit(r[-1]["world"] != 2)'; then
+    ok "train --layout auto"
+else
+    bad "train --layout auto" "wanted $want: $(tail -5 err)"
+fi
+# a --set layout key stays fixed
+if timeout 60 "$P" train --config tiny.json --layout auto --cluster cpu.json --nproc 2 \
+    --set parallel.pp=2 --set train.steps=1 >out 2>err && grep -q "layout auto: dp1-tp1-pp2" err; then
+    ok "train --layout auto, fixed key"
+else
+    bad "train --layout auto, fixed key" "$(tail -3 err)"
+fi
+expect_fail "layout not auto" 2 "--layout must be auto" "$P" train --config tiny.json --layout manual
+expect_fail "layout with plan" 2 "give one of them" "$P" train --plan plan.json --layout auto
+expect_fail "layout under mpi" 2 "partrain plan --write" \
+    "$P" train --config tiny.json --layout auto --backend mpi
+expect_fail "cluster without layout" 2 "--cluster is for --layout auto" \
+    "$P" train --config tiny.json --cluster cpu.json
+expect_fail "layout, nothing valid" 1 "no layout of 2 ranks is valid" \
+    "$P" train --config tiny.json --layout auto --cluster cpu.json --nproc 2 --set parallel.tp=3
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
