@@ -162,6 +162,7 @@ typedef struct {
     double flops_s, bytes_s; /* the rank's matrix and elementwise rates */
     double el;               /* bytes an element */
     double tp_bw, tp_lat;    /* the tp group's link */
+    double slow;             /* ranks beyond the devices: they share them */
 } rates;
 
 /* Module `kind`'s F, B, W seconds of one micro-batch (N rows) under
@@ -175,6 +176,9 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
     double meas[4];
     int have =
         profile_module(cl->profile, m, kind, l->tp, N, l->threads > 0 ? l->threads : 1, rec, meas);
+    /* measured on a rank of its own: oversubscribed ranks share the cores
+     * (the modelled rates already carry it) */
+    for (int j = 0; have && j < 4; j++) meas[j] *= r->slow;
     *tpc = 0;
     if (kind == PT_MODULE_EMBEDDING) {
         if (have) {
@@ -306,8 +310,11 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     double per = cl->profile ? pp->threads : 1;
     const pt_link *tl = pt_plan_group_link(cl, l->tp, 1);
     rates r = {peak * cl->efficiency.matmul * per / pp->slow,
-               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow, bf16 ? 2 : 4,
-               link_bw(cl, tl), tl->latency};
+               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow,
+               bf16 ? 2 : 4,
+               link_bw(cl, tl),
+               tl->latency,
+               pp->slow};
 
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
     pt_plan_layout lt = *l;

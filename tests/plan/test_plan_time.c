@@ -198,6 +198,16 @@ static void test_profile_modules(void) {
     }
     emb_head_f -= block_f_model;
     CHECK_NEAR(pp->f[0] - emb_head_f, sqrt(0.01 * 0.08), 0, 1e-9);
+    /* two ranks on the one device, the same share each: measured passes
+     * slow down as the modelled ones do */
+    cl.profile = &prof;
+    c.train.batch_size = 32;
+    pt_plan_layout l2 = layout(2, 1, 1, "none", 1, 1);
+    pt_plan_pipe *shared = calloc(1, sizeof *shared);
+    CHECK_OK(pt_plan_pipe_times(&c, &l2, &cl, shared));
+    CHECK_NEAR(shared->f[0], 2 * pp->f[0], 0, 1e-9);
+    CHECK_NEAR(shared->b[0], 2 * pp->b[0], 0, 1e-9);
+    free(shared);
     free(pp);
     free(none);
 }
