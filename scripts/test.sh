@@ -22,6 +22,12 @@ labels=(-L quick)
 # thread a rank), and the tests that must run alone say so (RUN_SERIAL:
 # the simulated hosts); serial, the three trees took 28 minutes.
 jobs=(-j "$(nproc)")
+# The two heaviest parity tests (label heavy: test_pp_ckpt, test_compose,
+# about 170 s of CPU under ASan) run in the release and portable trees; under
+# the sanitizers their code paths run in test_pp, test_compose_mpi_np8,
+# test_perpart and test_tp_ckpt (CI's 20 minutes; --full runs them all).
+asan_skip=(-LE heavy)
+[ "$mode" = --full ] && asan_skip=()
 
 echo "== release build: tests"
 ctest --test-dir build --output-on-failure "${jobs[@]}" "${labels[@]}"
@@ -34,7 +40,7 @@ if [ "$mode" != --quick ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
   LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure "${jobs[@]}" "${labels[@]}"
+    ctest --test-dir build-asan --output-on-failure "${jobs[@]}" "${labels[@]}" "${asan_skip[@]}"
 
   # Both trees above are -march=native (AVX-512 on some CI machines, not on
   # others); the kernels' portable vector code and the OpenBLAS-only GEMM
