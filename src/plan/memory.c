@@ -95,6 +95,7 @@ typedef struct {
 struct pt_plan_memory_cache {
     pt_model_config model; /* what every entry was computed for */
     int have_model;
+    long hits;    /* lookups answered (pt_plan_memory_cache_hits) */
     table cuts;   /* "schedule/p/v/stage_layers" -> p x v pt_stage */
     table scheds; /* "schedule/m/p/v" -> p sched_sum */
     table models; /* (tp, sp, recompute, whole, owned[L + 2]) -> pt_model */
@@ -159,6 +160,10 @@ pt_status pt_plan_memory_cache_new(pt_plan_memory_cache **out) {
     return *out ? PT_OK : pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
 }
 
+long pt_plan_memory_cache_hits(const pt_plan_memory_cache *k) {
+    return k ? k->hits : 0;
+}
+
 void pt_plan_memory_cache_free(pt_plan_memory_cache *k) {
     if (!k) return;
     table_clear(&k->cuts, 0);
@@ -179,6 +184,7 @@ static pt_status cut_of(pt_plan_memory_cache *k, const pt_config *c, pt_stage *b
         if (n >= sizeof key) n = sizeof key - 1;
         const pt_stage *hit = table_get(&k->cuts, key, n, bytes_hash(key, n));
         if (hit) {
+            k->hits++;
             *cut = hit;
             return PT_OK;
         }
@@ -207,6 +213,7 @@ static pt_status scheds_of(pt_plan_memory_cache *k, const pt_config *c, sched_su
         if (n >= sizeof key) n = sizeof key - 1;
         const sched_sum *hit = table_get(&k->scheds, key, n, bytes_hash(key, n));
         if (hit) {
+            k->hits++;
             *out = hit;
             return PT_OK;
         }
@@ -241,6 +248,7 @@ static pt_status model_of(pt_plan_memory_cache *k, const pt_config *c, const pt_
     pt_model *hit = table_get(&k->models, key, n, h);
     pt_status st = PT_OK;
     if (hit) {
+        k->hits++;
         *m = hit, *own = 0;
     } else {
         st = pt_model_new_opts(m, &c->model, 0, o);

@@ -18,6 +18,8 @@
 typedef struct pt_plan_memory_cache pt_plan_memory_cache;
 
 pt_status pt_plan_memory_cache_new(pt_plan_memory_cache **out);
+/* Lookups answered from k so far (a test's check that it is used). */
+long pt_plan_memory_cache_hits(const pt_plan_memory_cache *k);
 /* NULL-safe. */
 void pt_plan_memory_cache_free(pt_plan_memory_cache *k);
 /* pt_plan_memory through k: exactly its numbers and errors (k NULL: no
