@@ -59,11 +59,32 @@ static pt_status sched_sum_of(sched_sum *u, const char *name, int m, int p, int 
     return PT_OK;
 }
 
+/* What the bf16 regime reads of a stage's table-only model: a few
+ * hundred bytes where the model is tens of kB (a search keeps thousands). */
+typedef struct {
+    size_t params_bytes; /* pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) */
+    size_t n;            /* pt_model_num_params */
+    size_t cnt[];        /* L + 2: pt_model_module_region's counts */
+} model_sum;
+
+static model_sum *model_sum_new(const pt_model *m, int L) {
+    model_sum *u = malloc(sizeof *u + sizeof u->cnt[0] * ((size_t)L + 2));
+    if (!u) return NULL;
+    u->params_bytes = pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS);
+    u->n = pt_model_num_params(m);
+    for (int i = 0; i < L + 2; i++) {
+        size_t off;
+        pt_model_module_region(m, i, &off, &u->cnt[i]);
+    }
+    return u;
+}
+
 /* One pipeline stage's layout, shared by both regimes. */
 typedef struct {
     sched_sum sched;
-    pt_model *m; /* table only (max_B 0): this stage's tp slice */
-    int own_m;   /* m is this stage's (else the cache's, lent) */
+    pt_model *m;        /* fp32: table only (max_B 0), this stage's tp slice */
+    const model_sum *u; /* bf16: the same model summed up */
+    int own;            /* m or u is this stage's (else the cache's, lent) */
     int first[PT_SCHEDULE_MAX_VIRTUAL], last[PT_SCHEDULE_MAX_VIRTUAL];
     int emb_here, head_here, tied_peer;
     int most_blocks;  /* blocks of the rank's largest chunk */
@@ -72,7 +93,9 @@ typedef struct {
 } stage_info;
 
 static void stage_free(stage_info *s) {
-    if (s->own_m) pt_model_free(s->m);
+    if (!s->own) return;
+    pt_model_free(s->m);
+    free((model_sum *)s->u);
 }
 
 static pt_recompute recompute_of(int rc) {
@@ -92,13 +115,18 @@ typedef struct {
     size_t cap, n;
 } table;
 
+#ifndef MODEL_CACHE_MAX
+#define MODEL_CACHE_MAX 1024
+#endif
+
 struct pt_plan_memory_cache {
     pt_model_config model; /* what every entry was computed for */
     int have_model;
     long hits;    /* lookups answered (pt_plan_memory_cache_hits) */
     table cuts;   /* "schedule/p/v/stage_layers" -> p x v pt_stage */
     table scheds; /* "schedule/m/p/v" -> p sched_sum */
-    table models; /* (tp, sp, recompute, whole, owned[L + 2]) -> pt_model */
+    table models; /* fp32: (tp, sp, recompute, whole, owned[L + 2]) -> pt_model */
+    table sums;   /* bf16: the same key -> model_sum */
 };
 
 static uint64_t bytes_hash(const void *key, size_t n) {
@@ -169,6 +197,7 @@ void pt_plan_memory_cache_free(pt_plan_memory_cache *k) {
     table_clear(&k->cuts, 0);
     table_clear(&k->scheds, 0);
     table_clear(&k->models, 1);
+    table_clear(&k->sums, 0);
     free(k);
 }
 
@@ -230,37 +259,63 @@ static pt_status scheds_of(pt_plan_memory_cache *k, const pt_config *c, sched_su
     return st;
 }
 
-/* The table-only model of o's slice of c's model: k's (lent, *own 0) or a
- * new one (*own 1). */
+/* The table-only model of o's slice of c's model into s: fp32 the model,
+ * bf16 its summary; k's (lent) or new (s->own). */
 static pt_status model_of(pt_plan_memory_cache *k, const pt_config *c, const pt_model_options *o,
-                          pt_model **m, int *own) {
+                          int gpu, stage_info *s) {
     int L = c->model.n_layer;
-    unsigned char *key = NULL;
     size_t n = 4 * sizeof(int) + (size_t)L + 2;
-    *own = 1;
-    if (!k) return pt_model_new_opts(m, &c->model, 0, o);
-    key = calloc(n, 1);
-    if (!key) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-    int head[4] = {o->tp, o->sp, (int)o->recompute, o->owned == NULL};
-    memcpy(key, head, sizeof head);
-    if (o->owned) memcpy(key + sizeof head, o->owned, (size_t)L + 2);
-    uint64_t h = bytes_hash(key, n);
-    pt_model *hit = table_get(&k->models, key, n, h);
-    pt_status st = PT_OK;
-    if (hit) {
-        k->hits++;
-        *m = hit, *own = 0;
-    } else {
-        st = pt_model_new_opts(m, &c->model, 0, o);
-        if (st == PT_OK && table_put(&k->models, key, n, h, *m) == PT_OK) *own = 0;
-        /* a failed put leaves the model the caller's: the numbers stand */
+    unsigned char *key = NULL;
+    uint64_t h = 0;
+    table *t = k ? gpu ? &k->sums : &k->models : NULL;
+    if (k) {
+        key = calloc(n, 1);
+        if (!key) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+        int head[4] = {o->tp, o->sp, (int)o->recompute, o->owned == NULL};
+        memcpy(key, head, sizeof head);
+        if (o->owned) memcpy(key + sizeof head, o->owned, (size_t)L + 2);
+        h = bytes_hash(key, n);
+        void *hit = table_get(t, key, n, h);
+        if (hit) {
+            k->hits++;
+            if (gpu)
+                s->u = hit;
+            else
+                s->m = hit;
+            free(key);
+            return PT_OK;
+        }
     }
+    s->own = 1;
+    pt_model *m;
+    pt_status st = pt_model_new_opts(&m, &c->model, 0, o);
+    if (st != PT_OK) {
+        free(key);
+        return st;
+    }
+    void *val = m;
+    if (gpu) {
+        model_sum *u = model_sum_new(m, L);
+        pt_model_free(m);
+        if (!u) {
+            free(key);
+            return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
+        }
+        s->u = u, val = u;
+    } else {
+        s->m = m;
+    }
+    /* the fp32 models bounded: forgotten all at once (a model is lent for
+     * one stage only); a failed put leaves the stage its own */
+    if (k && !gpu && t->n >= MODEL_CACHE_MAX) table_clear(t, 1);
+    if (k && table_put(t, key, n, h, val) == PT_OK) s->own = 0;
     free(key);
-    return st;
+    return PT_OK;
 }
 
 static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cut, int r,
-                           pt_recompute rc, const sched_sum *sum, pt_plan_memory_cache *k) {
+                           pt_recompute rc, const sched_sum *sum, int gpu,
+                           pt_plan_memory_cache *k) {
     memset(s, 0, sizeof *s);
     int p = c->parallel.pp, v = pt_config_virtual_stages(c), L = c->model.n_layer;
     const char *name = pt_config_schedule(c);
@@ -295,7 +350,7 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
     }
     pt_model_options o = {
         .tp = c->parallel.tp, .sp = c->parallel.sequence_parallel, .owned = own, .recompute = rc};
-    pt_status st = model_of(k, c, &o, &s->m, &s->own_m);
+    pt_status st = model_of(k, c, &o, gpu, s);
     free(own);
     return st;
 }
@@ -550,7 +605,7 @@ static int stage_recompute(const pt_plan_layout *l, int r) {
 
 static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_info *s, int rc,
                      double *cat) {
-    const pt_model *m = s->m;
+    const model_sum *u = s->u;
     int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
     double b = (double)c->train.batch_size / dp / M, S = c->model.seq_len;
     double h = c->model.n_embd, a = c->model.n_head, t = c->parallel.tp;
@@ -561,13 +616,12 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
      * tied wte included); modules named in zero_whole stay whole */
     int zero = dp > 1 ? c->parallel.zero : 0;
     double Nd = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
-    double psi = (double)pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) / sizeof(float);
-    size_t n = pt_model_num_params(m);
+    double psi = (double)u->params_bytes / sizeof(float);
+    size_t n = u->n;
     psi -= n ? 0 : 1; /* the flat buffer of an empty stage is one float */
     double whole = 0;
     for (int i = 0; zero >= 3 && i < L + 2; i++) {
-        size_t off, cnt;
-        pt_model_module_region(m, i, &off, &cnt);
+        size_t cnt = u->cnt[i];
         if (l->zero_whole[0] && kept_whole(l->zero_whole, i, L)) whole += (double)cnt;
     }
     double sharded = psi - whole;
@@ -583,8 +637,7 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     if (zero >= 3) {
         double blk = 0;
         for (int i = 1; i <= L; i++) {
-            size_t off, cnt;
-            pt_model_module_region(m, i, &off, &cnt);
+            size_t cnt = u->cnt[i];
             if ((double)cnt > blk) blk = (double)cnt;
         }
         cat[PT_MEM_COMM] = 2 * 2 * blk;
@@ -626,6 +679,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         table_clear(&k->cuts, 0);
         table_clear(&k->scheds, 0);
         table_clear(&k->models, 1);
+        table_clear(&k->sums, 0);
         k->model = c.model, k->have_model = 1;
     }
     pt_stage cutbuf[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
@@ -641,7 +695,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
     for (int r = 0; r < p; r++) {
         int rc = stage_recompute(l, r);
         stage_info s;
-        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], k));
+        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k));
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so (pt_comm_shard): each one */
