@@ -13,6 +13,9 @@
  *        Korthikanti et al. 2022's activations per layer (Table 2), times
  *        the micro-batches the schedule holds.
  *
+ * The search's calls go through a pt_plan_memory_cache (plan_memory_impl.h)
+ * that keeps what layouts share: stage cuts, pass list counts, tables.
+ *
  * Not here: whether it fits (pt_plan_mem_overflow, the search), time. */
 #include "partrain/plan.h"
 
