@@ -8,28 +8,8 @@
 #include <string.h>
 
 #include "../../src/plan/plan_memory_impl.h"
-#include "partrain/train.h"
 #include "plan_test.h"
 #include "pt_test.h"
-
-static pt_config model_a(void) {
-    pt_config c;
-    pt_config_defaults(&c);
-    c.model = (pt_model_config){
-        .n_layer = 4, .n_embd = 64, .n_head = 4, .vocab_size = 256, .seq_len = 32};
-    c.train.batch_size = 64;
-    return c;
-}
-
-/* a vocabulary no tp divides (wte padded) and more layers than stages */
-static pt_config model_b(void) {
-    pt_config c;
-    pt_config_defaults(&c);
-    c.model = (pt_model_config){
-        .n_layer = 6, .n_embd = 48, .n_head = 4, .vocab_size = 201, .seq_len = 16};
-    c.train.batch_size = 64;
-    return c;
-}
 
 typedef struct {
     pt_plan_layout *l;
@@ -122,7 +102,9 @@ static void test_sweep(void) {
     layouts s = {0};
     sweep(&s, 8);
     pt_cluster cl = plan_test_cluster(2, 4, 80e9);
-    pt_config a = model_a(), b = model_b();
+    /* b: a vocabulary no tp divides (wte padded), more layers than stages */
+    pt_config a = plan_test_model(4, 64, 4, 256, 32, 64),
+              b = plan_test_model(6, 48, 4, 201, 16, 64);
     pt_plan_memory_cache *k;
     CHECK_OK(pt_plan_memory_cache_new(&k));
     long ok = 0, piped = 0;
