@@ -13,6 +13,9 @@
  *        Korthikanti et al. 2022's activations per layer (Table 2), times
  *        the micro-batches the schedule holds.
  *
+ * The search's calls go through a pt_plan_memory_cache (plan_memory_impl.h)
+ * that keeps what layouts share: stage cuts, pass list counts, tables.
+ *
  * Not here: whether it fits (pt_plan_mem_overflow, the search), time. */
 #include "partrain/plan.h"
 
@@ -20,6 +23,9 @@
 #include "partrain/optim.h"
 #include "partrain/parallel.h"
 
+#include "plan_memory_impl.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +35,59 @@
  * fragmentation. */
 #define GPU_SLACK_BYTES (2.0 * 1073741824.0)
 
+/* What the memory model reads of a rank's pass list (pt_schedule). */
+typedef struct {
+    int virtual_stages, split, in_flight, pending_w;
+    int chunk_in_flight[PT_SCHEDULE_MAX_VIRTUAL];
+    int vstage[PT_SCHEDULE_MAX_VIRTUAL]; /* pt_schedule_virtual_stage per chunk */
+    size_t bytes;                        /* pt_schedule_bytes */
+} sched_sum;
+
+/* Pipeline rank r's list (p > 1) or the whole model's (p 1), summed up. */
+static pt_status sched_sum_of(sched_sum *u, const char *name, int m, int p, int r, int v) {
+    pt_schedule sc;
+    PT_CHECK(p > 1 ? pt_schedule_build_stage(&sc, name, m, p, r, v)
+                   : pt_schedule_build(&sc, name, m));
+    memset(u, 0, sizeof *u);
+    u->virtual_stages = sc.virtual_stages;
+    u->split = sc.split;
+    u->in_flight = sc.in_flight;
+    u->pending_w = pt_schedule_pending_w(&sc);
+    for (int ch = 0; ch < PT_SCHEDULE_MAX_VIRTUAL; ch++)
+        u->chunk_in_flight[ch] = sc.chunk_in_flight[ch];
+    for (int ch = 0; ch < sc.virtual_stages && p > 1; ch++)
+        u->vstage[ch] = pt_schedule_virtual_stage(&sc, ch);
+    u->bytes = pt_schedule_bytes(&sc);
+    pt_schedule_free(&sc);
+    return PT_OK;
+}
+
+/* What the bf16 regime reads of a stage's table-only model: a few
+ * hundred bytes where the model is tens of kB (a search keeps thousands). */
+typedef struct {
+    size_t params_bytes; /* pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) */
+    size_t n;            /* pt_model_num_params */
+    size_t cnt[];        /* L + 2: pt_model_module_region's counts */
+} model_sum;
+
+static model_sum *model_sum_new(const pt_model *m, int L) {
+    model_sum *u = malloc(sizeof *u + sizeof u->cnt[0] * ((size_t)L + 2));
+    if (!u) return NULL;
+    u->params_bytes = pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS);
+    u->n = pt_model_num_params(m);
+    for (int i = 0; i < L + 2; i++) {
+        size_t off;
+        pt_model_module_region(m, i, &off, &u->cnt[i]);
+    }
+    return u;
+}
+
 /* One pipeline stage's layout, shared by both regimes. */
 typedef struct {
-    pt_schedule sched;
-    pt_model *m; /* table only (max_B 0): this stage's tp slice */
+    sched_sum sched;
+    pt_model *m;        /* fp32: table only (max_B 0), this stage's tp slice */
+    const model_sum *u; /* bf16: the same model summed up */
+    int own;            /* m or u is this stage's (else the cache's, lent) */
     int first[PT_SCHEDULE_MAX_VIRTUAL], last[PT_SCHEDULE_MAX_VIRTUAL];
     int emb_here, head_here, tied_peer;
     int most_blocks;  /* blocks of the rank's largest chunk */
@@ -41,30 +96,239 @@ typedef struct {
 } stage_info;
 
 static void stage_free(stage_info *s) {
+    if (!s->own) return;
     pt_model_free(s->m);
-    pt_schedule_free(&s->sched);
+    free((model_sum *)s->u);
 }
 
 static pt_recompute recompute_of(int rc) {
     return rc == 2 ? PT_RECOMPUTE_FULL : rc == 1 ? PT_RECOMPUTE_SELECTIVE : PT_RECOMPUTE_NONE;
 }
 
+/* ---- the cache (plan_memory_impl.h) ----
+ * Open addressing on byte keys, the table doubled at half full. */
+typedef struct {
+    uint64_t h;
+    size_t klen;
+    unsigned char *key; /* NULL: empty */
+    void *val;
+} slot;
+typedef struct {
+    slot *s;
+    size_t cap, n;
+} table;
+
+#ifndef MODEL_CACHE_MAX
+#define MODEL_CACHE_MAX 1024
+#endif
+
+struct pt_plan_memory_cache {
+    pt_model_config model; /* what every entry was computed for */
+    int have_model;
+    long hits;    /* lookups answered (pt_plan_memory_cache_hits) */
+    table cuts;   /* "schedule/p/v/stage_layers" -> p x v pt_stage */
+    table scheds; /* "schedule/m/p/v" -> p sched_sum */
+    table models; /* fp32: (tp, sp, recompute, whole, owned[L + 2]) -> pt_model */
+    table sums;   /* bf16: the same key -> model_sum */
+};
+
+static uint64_t bytes_hash(const void *key, size_t n) {
+    const unsigned char *b = key;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void *table_get(const table *t, const void *key, size_t klen, uint64_t h) {
+    for (size_t i = t->cap ? h & (t->cap - 1) : 0; t->cap; i = (i + 1) & (t->cap - 1)) {
+        const slot *e = &t->s[i];
+        if (!e->key) return NULL;
+        if (e->h == h && e->klen == klen && !memcmp(e->key, key, klen)) return e->val;
+    }
+    return NULL;
+}
+
+/* Takes val (freed with the table) unless it fails. */
+static pt_status table_put(table *t, const void *key, size_t klen, uint64_t h, void *val) {
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        slot *s = calloc(cap, sizeof *s);
+        if (!s) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->s[i].key) continue;
+            size_t j = t->s[i].h & (cap - 1);
+            while (s[j].key) j = (j + 1) & (cap - 1);
+            s[j] = t->s[i];
+        }
+        free(t->s);
+        t->s = s, t->cap = cap;
+    }
+    unsigned char *k = malloc(klen);
+    if (!k) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+    memcpy(k, key, klen);
+    size_t j = h & (t->cap - 1);
+    while (t->s[j].key) j = (j + 1) & (t->cap - 1);
+    t->s[j] = (slot){.h = h, .klen = klen, .key = k, .val = val};
+    t->n++;
+    return PT_OK;
+}
+
+static void table_clear(table *t, int models) {
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->s[i].key) continue;
+        free(t->s[i].key);
+        if (models)
+            pt_model_free(t->s[i].val);
+        else
+            free(t->s[i].val);
+    }
+    free(t->s);
+    memset(t, 0, sizeof *t);
+}
+
+pt_status pt_plan_memory_cache_new(pt_plan_memory_cache **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? PT_OK : pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+}
+
+long pt_plan_memory_cache_hits(const pt_plan_memory_cache *k) {
+    return k ? k->hits : 0;
+}
+
+void pt_plan_memory_cache_free(pt_plan_memory_cache *k) {
+    if (!k) return;
+    table_clear(&k->cuts, 0);
+    table_clear(&k->scheds, 0);
+    table_clear(&k->models, 1);
+    table_clear(&k->sums, 0);
+    free(k);
+}
+
+/* The stage cut of c (p x v entries) into *cut: k's, or computed into buf. */
+static pt_status cut_of(pt_plan_memory_cache *k, const pt_config *c, pt_stage *buf,
+                        const pt_stage **cut) {
+    int p = c->parallel.pp, v = pt_config_virtual_stages(c);
+    const char *name = pt_config_schedule(c);
+    char key[sizeof c->parallel.stage_layers + 64];
+    size_t n = 0;
+    if (k) {
+        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%s", name, p, v, c->parallel.stage_layers);
+        if (n >= sizeof key) n = sizeof key - 1;
+        const pt_stage *hit = table_get(&k->cuts, key, n, bytes_hash(key, n));
+        if (hit) {
+            k->hits++;
+            *cut = hit;
+            return PT_OK;
+        }
+    }
+    PT_CHECK(pt_stage_split_for(&c->model, name, p, v, c->parallel.stage_layers, buf));
+    *cut = buf;
+    if (!k) return PT_OK;
+    pt_stage *own = malloc(sizeof *own * (size_t)p * (size_t)v);
+    if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+    memcpy(own, buf, sizeof *own * (size_t)p * (size_t)v);
+    pt_status st = table_put(&k->cuts, key, n, bytes_hash(key, n), own);
+    if (st != PT_OK) free(own);
+    *cut = st == PT_OK ? own : buf;
+    return st;
+}
+
+/* The p ranks' pass list summaries of c: k's, or computed into buf. */
+static pt_status scheds_of(pt_plan_memory_cache *k, const pt_config *c, sched_sum *buf,
+                           const sched_sum **out) {
+    int p = c->parallel.pp, v = pt_config_virtual_stages(c), m = c->parallel.microbatches;
+    const char *name = pt_config_schedule(c);
+    char key[96];
+    size_t n = 0;
+    if (k) {
+        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d", name, m, p, v);
+        if (n >= sizeof key) n = sizeof key - 1;
+        const sched_sum *hit = table_get(&k->scheds, key, n, bytes_hash(key, n));
+        if (hit) {
+            k->hits++;
+            *out = hit;
+            return PT_OK;
+        }
+    }
+    for (int r = 0; r < p; r++) PT_CHECK(sched_sum_of(&buf[r], name, m, p, r, v));
+    *out = buf;
+    if (!k) return PT_OK;
+    sched_sum *own = malloc(sizeof *own * (size_t)p);
+    if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+    memcpy(own, buf, sizeof *own * (size_t)p);
+    pt_status st = table_put(&k->scheds, key, n, bytes_hash(key, n), own);
+    if (st != PT_OK) free(own);
+    *out = st == PT_OK ? own : buf;
+    return st;
+}
+
+/* The table-only model of o's slice of c's model into s: fp32 the model,
+ * bf16 its summary; k's (lent) or new (s->own). */
+static pt_status model_of(pt_plan_memory_cache *k, const pt_config *c, const pt_model_options *o,
+                          int gpu, stage_info *s) {
+    int L = c->model.n_layer;
+    size_t n = 4 * sizeof(int) + (size_t)L + 2;
+    unsigned char *key = NULL;
+    uint64_t h = 0;
+    table *t = k ? gpu ? &k->sums : &k->models : NULL;
+    if (k) {
+        key = calloc(n, 1);
+        if (!key) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
+        int head[4] = {o->tp, o->sp, (int)o->recompute, o->owned == NULL};
+        memcpy(key, head, sizeof head);
+        if (o->owned) memcpy(key + sizeof head, o->owned, (size_t)L + 2);
+        h = bytes_hash(key, n);
+        void *hit = table_get(t, key, n, h);
+        if (hit) {
+            k->hits++;
+            if (gpu)
+                s->u = hit;
+            else
+                s->m = hit;
+            free(key);
+            return PT_OK;
+        }
+    }
+    s->own = 1;
+    pt_model *m;
+    pt_status st = pt_model_new_opts(&m, &c->model, 0, o);
+    if (st != PT_OK) {
+        free(key);
+        return st;
+    }
+    void *val = m;
+    if (gpu) {
+        model_sum *u = model_sum_new(m, L);
+        pt_model_free(m);
+        if (!u) {
+            free(key);
+            return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
+        }
+        s->u = u, val = u;
+    } else {
+        s->m = m;
+    }
+    /* the fp32 models bounded: forgotten all at once (a model is lent for
+     * one stage only); a failed put leaves the stage its own */
+    if (k && !gpu && t->n >= MODEL_CACHE_MAX) table_clear(t, 1);
+    if (k && table_put(t, key, n, h, val) == PT_OK) s->own = 0;
+    free(key);
+    return PT_OK;
+}
+
 static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cut, int r,
-                           pt_recompute rc) {
+                           pt_recompute rc, const sched_sum *sum, int gpu,
+                           pt_plan_memory_cache *k) {
     memset(s, 0, sizeof *s);
     int p = c->parallel.pp, v = pt_config_virtual_stages(c), L = c->model.n_layer;
     const char *name = pt_config_schedule(c);
-    PT_CHECK(p > 1 ? pt_schedule_build_stage(&s->sched, name, c->parallel.microbatches, p, r, v)
-                   : pt_schedule_build(&s->sched, name, c->parallel.microbatches));
+    s->sched = *sum;
     unsigned char *own = NULL;
     if (p > 1) {
         own = calloc((size_t)L + 2, 1);
-        if (!own) {
-            pt_schedule_free(&s->sched);
-            return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
-        }
+        if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
         for (int ch = 0; ch < v; ch++) {
-            const pt_stage *g = &cut[pt_schedule_virtual_stage(&s->sched, ch)];
+            const pt_stage *g = &cut[s->sched.vstage[ch]];
             s->first[ch] = g->first;
             s->last[ch] = g->last;
             for (int i = g->first; i <= g->last; i++) own[i] = 1;
@@ -89,9 +353,8 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
     }
     pt_model_options o = {
         .tp = c->parallel.tp, .sp = c->parallel.sequence_parallel, .owned = own, .recompute = rc};
-    pt_status st = pt_model_new_opts(&s->m, &c->model, 0, &o);
+    pt_status st = model_of(k, c, &o, gpu, s);
     free(own);
-    if (st != PT_OK) pt_schedule_free(&s->sched);
     return st;
 }
 
@@ -238,8 +501,8 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
                                         : i == L + 1 ? PT_MODULE_HEAD
                                                      : PT_MODULE_BLOCK);
                 }
-                cat[PT_MEM_ACTS] += (double)pt_schedule_pending_w(&s->sched) *
-                                    (double)pt_module_scratch_bytes(m, mB, kinds);
+                cat[PT_MEM_ACTS] +=
+                    (double)s->sched.pending_w * (double)pt_module_scratch_bytes(m, mB, kinds);
             }
     }
 
@@ -309,7 +572,7 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
     if (s->tied_peer && s->emb_here) /* the head's wte gradient, received */
         cat[PT_MEM_COMM] += (double)pt_model_tensor(m, 0)->numel * sizeof(float);
     /* the pass list */
-    cat[PT_MEM_SCRATCH] = (double)pt_schedule_bytes(&s->sched);
+    cat[PT_MEM_SCRATCH] = (double)s->sched.bytes;
 }
 
 /* ---- bf16: the published formulas ---- */
@@ -345,7 +608,7 @@ static int stage_recompute(const pt_plan_layout *l, int r) {
 
 static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_info *s, int rc,
                      double *cat) {
-    const pt_model *m = s->m;
+    const model_sum *u = s->u;
     int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
     double b = (double)c->train.batch_size / dp / M, S = c->model.seq_len;
     double h = c->model.n_embd, a = c->model.n_head, t = c->parallel.tp;
@@ -356,13 +619,12 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
      * tied wte included); modules named in zero_whole stay whole */
     int zero = dp > 1 ? c->parallel.zero : 0;
     double Nd = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
-    double psi = (double)pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) / sizeof(float);
-    size_t n = pt_model_num_params(m);
+    double psi = (double)u->params_bytes / sizeof(float);
+    size_t n = u->n;
     psi -= n ? 0 : 1; /* the flat buffer of an empty stage is one float */
     double whole = 0;
     for (int i = 0; zero >= 3 && i < L + 2; i++) {
-        size_t off, cnt;
-        pt_model_module_region(m, i, &off, &cnt);
+        size_t cnt = u->cnt[i];
         if (l->zero_whole[0] && kept_whole(l->zero_whole, i, L)) whole += (double)cnt;
     }
     double sharded = psi - whole;
@@ -378,8 +640,7 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     if (zero >= 3) {
         double blk = 0;
         for (int i = 1; i <= L; i++) {
-            size_t off, cnt;
-            pt_model_module_region(m, i, &off, &cnt);
+            size_t cnt = u->cnt[i];
             if ((double)cnt > blk) blk = (double)cnt;
         }
         cat[PT_MEM_COMM] = 2 * 2 * blk;
@@ -398,11 +659,16 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
 
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out) {
+    return pt_plan_memory_cached(NULL, model, l, cl, out);
+}
+
+pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
+                                const pt_plan_layout *l, const pt_cluster *cl, pt_plan_mem *out) {
     memset(out, 0, sizeof *out);
     pt_config c = *model;
     pt_plan_layout_apply(l, &c);
     PT_CHECK(pt_config_validate_layout(&c));
-    int p = c.parallel.pp, v = pt_config_virtual_stages(&c);
+    int p = c.parallel.pp;
     if (p > PT_PLAN_MAX_STAGES)
         return pt_error_set(PT_ERR_UNSUPPORTED, "plan: parallel.pp = %d (at most %d stages)", p,
                             PT_PLAN_MAX_STAGES);
@@ -411,10 +677,20 @@ pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const 
         return pt_error_set(PT_ERR_INVALID,
                             "train.precision = bf16: the cluster's device.peak_flops.bf16 is 0 "
                             "(the device has no bf16)");
-    pt_stage cut[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    if (p > 1)
-        PT_CHECK(pt_stage_split_for(&c.model, pt_config_schedule(&c), p, v, c.parallel.stage_layers,
-                                    cut));
+    if (k && (!k->have_model || memcmp(&k->model, &c.model, sizeof c.model))) {
+        /* another model: nothing kept holds */
+        table_clear(&k->cuts, 0);
+        table_clear(&k->scheds, 0);
+        table_clear(&k->models, 1);
+        table_clear(&k->sums, 0);
+        k->model = c.model, k->have_model = 1;
+    }
+    pt_stage cutbuf[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    const pt_stage *cut = cutbuf;
+    if (p > 1) PT_CHECK(cut_of(k, &c, cutbuf, &cut));
+    sched_sum sumbuf[PT_PLAN_MAX_STAGES];
+    const sched_sum *sums;
+    PT_CHECK(scheds_of(k, &c, sumbuf, &sums));
     double slack = gpu ? GPU_SLACK_BYTES : 0;
     int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
     int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
@@ -422,7 +698,7 @@ pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const 
     for (int r = 0; r < p; r++) {
         int rc = stage_recompute(l, r);
         stage_info s;
-        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc)));
+        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k));
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so (pt_comm_shard): each one */

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan_memory_impl.h"
 #include "plan_time_impl.h"
 
 #define PT_PLAN_KEEP     256 /* fitting layouts kept, fastest first */
@@ -113,8 +114,9 @@ static uint64_t dead_hash(const pt_plan_layout *l) {
     return name_hash(k);
 }
 
-static pt_status mem_of(memo *tab, long *calls, double *secs, const pt_config *c,
-                        const pt_plan_layout *l, const pt_cluster *cl, pt_plan_mem *out) {
+static pt_status mem_of(memo *tab, pt_plan_memory_cache *k, long *calls, double *secs,
+                        const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                        pt_plan_mem *out) {
     char name[PT_PLAN_NAME_MAX * 4];
     pt_plan_layout_name(l, name, sizeof name);
     uint64_t h = name_hash(name);
@@ -125,7 +127,7 @@ static pt_status mem_of(memo *tab, long *calls, double *secs, const pt_config *c
     }
     (*calls)++;
     uint64_t t0 = pt_time_ns();
-    pt_status st = pt_plan_memory(c, l, cl, out);
+    pt_status st = pt_plan_memory_cached(k, c, l, cl, out);
     *secs += (double)(pt_time_ns() - t0) / 1e9;
     PT_CHECK(st);
     e->key = h, e->mem = *out;
@@ -159,6 +161,7 @@ typedef struct {
     pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
     memo *memo;
+    pt_plan_memory_cache *mcache; /* what layouts share of their memory */
     /* (family without recompute, ZeRO, group) -> the highest recompute mode
      * + 1 known not to fit, uniform (0: none known); DEAD_SLOTS, overwritten */
     uint64_t *dead_key;
@@ -399,7 +402,7 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     }
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
         t.recompute = r;
-        if (mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
+        if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
             m->n_stage != p)
             return 0;
         if (m->max.total > s->cap) mark_dead(s, &t, r);
@@ -510,14 +513,15 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
         if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
         s->n_eval++;
-        PT_CHECK(mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
+        PT_CHECK(mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
         if (s->mem.max.total > s->cap) {
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE ||
                 !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) != PT_OK ||
+                mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
+                    PT_OK ||
                 s->mem.max.total > s->cap) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
@@ -530,7 +534,8 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (t.zero == 3 && !s->fix[F_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
-            if (mem_of(s->memo, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) == PT_OK &&
+            if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) ==
+                    PT_OK &&
                 s->mem2.max.total <= s->cap) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, the "
@@ -629,8 +634,9 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
         s->dead_key = calloc(DEAD_SLOTS, sizeof *s->dead_key);
         s->dead_mode = calloc(DEAD_SLOTS, 1);
+        if (pt_plan_memory_cache_new(&s->mcache) != PT_OK) s->mcache = NULL;
     }
-    if (!s || !scratch || !fit || !s->memo || !s->dead_key || !s->dead_mode) {
+    if (!s || !scratch || !fit || !s->memo || !s->dead_key || !s->dead_mode || !s->mcache) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
         goto done;
     }
@@ -860,6 +866,7 @@ done:
     free(zvalid);
     if (s) {
         free(s->memo);
+        pt_plan_memory_cache_free(s->mcache);
         free(s->dead_key);
         free(s->dead_mode);
     }

@@ -22,4 +22,15 @@ static inline pt_cluster plan_test_cluster(int nodes, int dpn, double mem) {
     return c;
 }
 
+/* The defaults with a GPT-2 shaped model of L layers, width C, NH heads,
+ * vocabulary V, T tokens, and a global batch of B sequences. */
+static inline pt_config plan_test_model(int L, int C, int NH, int V, int T, int B) {
+    pt_config c;
+    pt_config_defaults(&c);
+    c.model =
+        (pt_model_config){.n_layer = L, .n_embd = C, .n_head = NH, .vocab_size = V, .seq_len = T};
+    c.train.batch_size = B;
+    return c;
+}
+
 #endif

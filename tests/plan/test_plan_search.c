@@ -21,12 +21,7 @@ static pt_cluster hand_cluster(double mem) {
 }
 
 static pt_config small_model(void) {
-    pt_config c;
-    pt_config_defaults(&c);
-    c.model = (pt_model_config){
-        .n_layer = 4, .n_embd = 64, .n_head = 4, .vocab_size = 256, .seq_len = 32};
-    c.train.batch_size = 16;
-    return c;
+    return plan_test_model(4, 64, 4, 256, 32, 16);
 }
 
 static const char *const cats[] = {"params", "grads", "optim", "acts", "comm", "scratch"};

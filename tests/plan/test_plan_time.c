@@ -20,11 +20,7 @@ static pt_cluster hand_cluster(int nodes, int dpn) {
 }
 
 static pt_config small_model(void) {
-    pt_config c;
-    pt_config_defaults(&c);
-    c.model = (pt_model_config){
-        .n_layer = 8, .n_embd = 256, .n_head = 8, .vocab_size = 512, .seq_len = 128};
-    c.train.batch_size = 32;
+    pt_config c = plan_test_model(8, 256, 8, 512, 128, 32);
     c.parallel.overlap = 0;
     return c;
 }
