@@ -24,7 +24,9 @@
  * gradients and parameters sharded over the dp ranks (parallel.h, pt_zero);
  * checkpoints still hold full tensors (gathered before saving).
  *
- * Not here (yet): tensor and pipeline parallelism. */
+ * Tensor and pipeline parallelism (parallel.tp, parallel.pp) compose with
+ * both over the mesh (parallel.h, pt_mesh); the pipeline's runtime is
+ * trainer_pipe.c. Not here: choosing a layout (plan.h). */
 #ifndef PARTRAIN_TRAIN_H
 #define PARTRAIN_TRAIN_H
 
