@@ -25,10 +25,10 @@
 #include "parallel/parity_harness.h"
 #include "parallel/ckpt_test.h"
 
-#define L3      "model.n_layer=3 "
-#define L5      "model.n_layer=5 "
-#define PP2     "parallel.pp=2 parallel.microbatches=2 "
-#define PP4     "parallel.pp=4 parallel.microbatches=2 "
+#define L3  "model.n_layer=3 "
+#define L5  "model.n_layer=5 "
+#define PP2 "parallel.pp=2 parallel.microbatches=2 "
+#define PP4 "parallel.pp=4 parallel.microbatches=2 "
 
 static const ckpt_case cases[] = {
     {L3, PP2, "parallel.pp=1"},

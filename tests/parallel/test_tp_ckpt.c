@@ -24,7 +24,7 @@
 #include "parallel/parity_harness.h"
 #include "parallel/ckpt_test.h"
 
-#define HEADS4  "model.n_head=4 "
+#define HEADS4 "model.n_head=4 "
 
 static const ckpt_case cases[] = {
     {"", "parallel.tp=2", "parallel.tp=1"},
