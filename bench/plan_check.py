@@ -13,12 +13,21 @@ layout once, and the measured step is the median over rounds.
 Goals (issue 14): step time within 10%, every memory category within 5%,
 and the planner's top layout within 5% of the fastest measured one.
 
+The machine's speed. A shared host's speed moves (on the 2-core
+development machine a one-thread product's rate moved 2x within a minute,
+and the same run's step 2x between hours), so every run logs the speed
+probe after each step (log.probe: the probe whose median the profile's
+figures were scaled to, profile.probe_flops_s), and `speed` is the median
+of probe / profile probe over the timed steps: below 1, the machine ran
+slower than when it was calibrated. Only indicative beyond one rank: rank
+0 probes while the other ranks still compute on the same cores.
+
   bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K]
                       [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
                       [--save]
 
 --cluster defaults to a `partrain calibrate` of this machine for the
-configs' shapes, measured first (about a minute). PARTRAIN=path overrides the binary (default
+configs' shapes, measured first (about two minutes). PARTRAIN=path overrides the binary (default
 build/src/cli/partrain). --save also writes the table and the JSON lines to
 bench/results/plan_<date>.txt. One JSON line per (config, world, layout)."""
 
@@ -87,21 +96,22 @@ def sets(p):
     return out
 
 
-def measure(binary, config, p, world, warmup, steps, tmp, tag):
+def measure(binary, config, p, world, warmup, steps, ref, tmp, tag):
     metrics = os.path.join(tmp, tag + ".jsonl")
     cmd = [binary, "train", "--config", config] + (["--nproc", str(world)] if world > 1 else [])
     cmd += sets(p)
     cmd += ["--set", "train.steps=%d" % (warmup + steps), "--set", "train.warmup_steps=0"]
     cmd += ["--set", "train.val_every=0", "--set", "log.every=1", "--set", "checkpoint.every=0"]
     cmd += ["--set", "checkpoint.dir=" + os.path.join(tmp, tag + ".ckpt")]
-    cmd += ["--set", "log.metrics=" + metrics, "--set", "data.val="]
+    cmd += ["--set", "log.metrics=" + metrics, "--set", "data.val=", "--set", "log.probe=true"]
     run(cmd, os.path.join(tmp, tag + ".log"))
     rows = [json.loads(l) for l in open(metrics)]
     rows = [r for r in rows if "step_ms" in r and r["step"] > warmup]
     if not rows:
         fail("%s: no timed steps in %s" % (tag, metrics))
     mem = {c: max(r["mem"][c] for r in rows) for c in CATS}
-    return statistics.median(r["step_ms"] for r in rows), mem
+    speed = [r["probe_flops_s"] / ref for r in rows]
+    return statistics.median(r["step_ms"] for r in rows), speed, mem
 
 
 def err(pred, meas):
@@ -117,7 +127,7 @@ def main():
     ap.add_argument("--top", type=int, default=0, help="first K ranked layouts (0: all)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--cluster", default="")
     ap.add_argument("--save", action="store_true")
     a = ap.parse_args()
@@ -138,7 +148,10 @@ def main():
             cmd += ["--config", os.path.join("configs", cname + ".json")]
         run(cmd, cluster + ".log")
     os.chdir(ROOT)
-    lines, out = [], []
+    ref = json.load(open(cluster)).get("profile", {}).get("probe_flops_s", 0)
+    if not ref:
+        fail("%s: no profile.probe_flops_s (calibrate it again with this binary)" % cluster)
+    lines, out, tops = [], [], []
 
     def say(s=""):
         print(s, flush=True)
@@ -155,38 +168,54 @@ def main():
                     say("%s world %d: no layout fits" % (cname, world))
                     continue
                 times = [[] for _ in ranked]
+                speeds = [[] for _ in ranked]
                 mems = [None] * len(ranked)
                 for rd in range(a.rounds):
                     order = list(range(len(ranked)))
                     order = order[rd % len(order):] + order[: rd % len(order)]
                     for i in order:
                         tag = "%s_w%d_%d_r%d" % (cname, world, i, rd)
-                        ms, mem = measure(binary, config, ranked[i], world, a.warmup, a.steps, tmp, tag)
+                        ms, sp, mem = measure(binary, config, ranked[i], world, a.warmup, a.steps,
+                                              ref, tmp, tag)
                         times[i].append(ms)
+                        speeds[i] += sp
                         mems[i] = mem
                 say("## %s, %d rank%s (%d layouts ranked)" % (cname, world, "s" * (world > 1), len(ranked)))
-                say("| # | layout | step ms pred | meas | err | " + " | ".join(
+                say("| # | layout | step ms pred | meas | err | speed | " + " | ".join(
                     "%s MiB pred / meas (err)" % c for c in CATS) + " |")
-                say("| ---: | --- | ---: | ---: | ---: |" + " --- |" * len(CATS))
+                say("| ---: | --- | ---: | ---: | ---: | ---: |" + " --- |" * len(CATS))
                 meas_ms = [statistics.median(t) for t in times]
+                speed = [statistics.median(v) for v in speeds]
                 for i, p in enumerate(ranked):
                     e = err(p["step_ms"], meas_ms[i])
                     cells = []
                     rec = {"config": cname, "world": world, "rank": i + 1, "layout": p["layout"],
-                           "pred_ms": p["step_ms"], "meas_ms": meas_ms[i], "err_ms": e, "mem": {}}
+                           "pred_ms": p["step_ms"], "meas_ms": meas_ms[i], "err_ms": e,
+                           "speed": speed[i], "rounds_ms": times[i], "mem": {}}
                     for c in CATS:
                         pm, mm = p["mem"][c], mems[i][c]
                         ce = err(pm, mm)
                         rec["mem"][c] = {"pred": pm, "meas": mm, "err": ce}
                         cells.append("%.1f / %.1f (%+.1f%%)" % (pm / 2**20, mm / 2**20, 100 * ce))
-                    say("| %d | %s | %.1f | %.1f | %+.1f%% | %s |" % (
-                        i + 1, p["layout"], p["step_ms"], meas_ms[i], 100 * e, " | ".join(cells)))
+                    say("| %d | %s | %.1f | %.1f | %+.1f%% | %.2f | %s |" % (
+                        i + 1, p["layout"], p["step_ms"], meas_ms[i], 100 * e, speed[i],
+                        " | ".join(cells)))
                     lines.append(json.dumps(rec))
                 best = min(range(len(ranked)), key=lambda i: meas_ms[i])
                 say("top layout %s: %.1f ms measured; fastest measured %s: %.1f ms (top is %+.1f%%)" % (
                     ranked[0]["layout"], meas_ms[0], ranked[best]["layout"], meas_ms[best],
                     100 * err(meas_ms[0], meas_ms[best])))
+                tops.append(err(meas_ms[0], meas_ms[best]))
                 say()
+    if lines:
+        recs = [json.loads(l) for l in lines]
+        errs = [abs(r["err_ms"]) for r in recs]
+        say("step time: %d of %d layouts within 10%%, worst %.1f%%, median %.1f%%" % (
+            sum(e <= 0.10 for e in errs), len(errs), 100 * max(errs), 100 * statistics.median(errs)))
+        say("top layout against the fastest measured: %d of %d blocks within 5%%, worst %+.1f%%" % (
+            sum(t <= 0.05 for t in tops), len(tops), 100 * max(tops)))
+        worst = max(abs(m["err"]) for r in recs for m in r["mem"].values())
+        say("memory: worst category error %.1f%%" % (100 * worst))
     for l in lines:
         print(l)
     if a.save:

@@ -53,12 +53,17 @@ typedef struct {
     pt_cluster cluster;
     pt_profile profile;
     double seconds;    /* wall time of the whole measurement */
-    double phase_s[4]; /* of each phase: comm, memory+elementwise+optimizer, gemm, modules */
+    double phase_s[5]; /* of each phase: comm, memory+elementwise+optimizer, gemm, modules,
+                          tensor-parallel shards */
     /* The backward's transposed products (input gradient dout W^T, weight
      * gradient inp^T dout) at 512 rows on one thread: their rate over the
      * forward's at the same shape, lowest and highest over the shapes (the
      * profile keeps only the forward's; the modules' times include them). */
     double transpose_lo[2], transpose_hi[2];
+    /* The speed probe over the run: slowest and fastest rate, how many
+     * (profile.probe_flops_s holds the median every figure was scaled to). */
+    double probe_lo, probe_hi;
+    int n_probes;
 } pt_calibration;
 
 /* Measure this machine. Runs ranks with pt_launch (so call it from a
@@ -67,6 +72,12 @@ typedef struct {
  * (one line naming the field and value), allocation, a rank that failed. */
 pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out);
 void pt_calibration_deinit(pt_calibration *c);
+
+/* The speed probe alone, repeated for `seconds` (at least 5 times): its
+ * median, slowest and fastest rate in flop/s, to set against a profile's
+ * probe_flops_s (how fast this machine is now against when it was
+ * calibrated). */
+pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double *hi);
 
 /* The calibration as docs/plan.md's JSON, pt_cluster_to_json's (malloc'd;
  * NULL when out of memory). */

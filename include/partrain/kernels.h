@@ -61,6 +61,13 @@ const char *pt_blas_coretype_advice(const char *corename, const pt_cpu_features 
 void pt_kernels_set_threads(int n);
 int pt_kernels_threads(void);
 
+/* The speed probe (probe.c): the rate in flop/s of a fixed one-thread
+ * product now, the fastest of three after a warm-up (about 10 ms; the
+ * thread count is restored). buf: pt_speed_probe_floats() floats, any
+ * contents, owned by the caller. */
+size_t pt_speed_probe_floats(void);
+double pt_speed_probe(float *buf);
+
 /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
  * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */
 void pt_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,

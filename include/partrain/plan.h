@@ -57,6 +57,10 @@ typedef struct {
     int tp;                                  /* tensor-parallel degree of the shard timed */
     int tokens;                              /* rows of the micro-batch */
     int threads;
+    /* ranks running at once while it was measured, each at `threads`: 1
+     * alone, tp for a shard's group, the cores for tp 1 under load (every
+     * core running the same passes). Optional in the file (default tp). */
+    int ranks;
     double fwd_s, bgrad_s, wgrad_s; /* forward, input-gradient (B), weight-gradient (W) */
     double recompute_s[3];          /* extra backward time: none (0), selective, full */
 } pt_profile_module;
@@ -85,6 +89,9 @@ typedef struct {
     double memory_bw;      /* bytes/s, one thread, streaming copy */
     double elementwise_s;  /* seconds per float of a fused elementwise pass, one thread */
     double adamw_s, sgd_s; /* optimizer seconds per parameter, one thread */
+    /* The speed probe's median rate over the run (calibrate.h), to which
+     * every figure above and below was scaled; 0: not recorded. */
+    double probe_flops_s;
     pt_profile_gemm *gemm;
     int n_gemm;
     pt_profile_module *module;

@@ -84,6 +84,7 @@ typedef struct {
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
         int every;
+        int probe; /* the speed probe after each step, in the metrics (kernels.h) */
     } log;
 } pt_config;
 
@@ -223,6 +224,9 @@ typedef struct {
     float grad_norm; /* before clipping */
     double step_ms;
     double tokens_per_s;
+    /* log.probe: rank 0's speed probe after the step (kernels.h's
+     * pt_speed_probe; not in step_ms), flop/s; 0 without it */
+    double probe_flops_s;
     /* Data parallel (0 for one worker). Timings are this rank's. */
     double compute_ms;      /* step_ms minus the time blocked on communication */
     double comm_ms;         /* comm-thread (or blocking) time of the ops completed this step */

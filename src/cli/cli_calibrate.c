@@ -11,8 +11,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: partrain calibrate [--out FILE] [--config FILE ...] [--quick] [--threads N]\n\n"
-            "Measures this machine (about a minute of CPU on 2 cores; longer when it is busy)\n"
+            "usage: partrain calibrate [--out FILE] [--config FILE ...] [--quick] [--threads N]\n"
+            "       partrain calibrate --probe SECONDS\n\n"
+            "Measures this machine (about two minutes on 2 cores; longer when it is busy)\n"
             "and writes a profile: matrix products by shape and thread count, each module's\n"
             "forward, input-gradient and weight-gradient time, recomputation, memory\n"
             "bandwidth, elementwise and optimizer rates, the shm backend's collectives and\n"
@@ -23,7 +24,10 @@ static void usage(FILE *f) {
             "  --config FILE  a model whose shape is timed (repeatable; default: the default,\n"
             "                 small and gpt2 shapes)\n"
             "  --quick        a few seconds: the first shape, fewer sizes and repetitions\n"
-            "  --threads N    most BLAS threads timed (default: the cores this process may use)\n");
+            "  --threads N    most BLAS threads timed (default: the cores this process may use)\n"
+            "  --probe S      only the speed probe (a one-thread product), for S seconds: prints\n"
+            "                 its median rate as one JSON line, to compare with a profile's\n"
+            "                 probe_flops_s (every profile figure is scaled to that median)\n");
 }
 
 static void summary(const pt_calibration *c, const char *path) {
@@ -44,20 +48,25 @@ static void summary(const pt_calibration *c, const char *path) {
     printf("memory     %.2f GB/s copy, elementwise %.2f ns/float, adamw %.2f ns/param, "
            "sgd %.2f ns/param\n",
            p->memory_bw / 1e9, p->elementwise_s * 1e9, p->adamw_s * 1e9, p->sgd_s * 1e9);
+    if (c->n_probes)
+        printf("probe      median %.1f GFLOP/s over %d probes (%.1f-%.1f): every figure scaled "
+               "to the median\n",
+               p->probe_flops_s / 1e9, c->n_probes, c->probe_lo / 1e9, c->probe_hi / 1e9);
     printf("links      shm p2p %.2f GB/s, latency %.1f us\n", cl->intra_node.bw / 1e9,
            cl->intra_node.latency * 1e6);
-    printf("\n%-9s %5s %5s %6s %7s %9s %9s %9s %9s %9s\n", "module", "C", "T", "tokens", "threads",
-           "fwd ms", "bgrad ms", "wgrad ms", "sel ms", "full ms");
+    printf("\n%-9s %5s %5s %3s %6s %7s %9s %9s %9s %9s %9s\n", "module", "C", "T", "tp", "tokens",
+           "threads", "fwd ms", "bgrad ms", "wgrad ms", "sel ms", "full ms");
     static const char *const kinds[] = {"embedding", "block", "head"};
     for (int i = 0; i < p->n_module; i++) {
         const pt_profile_module *m = &p->module[i];
-        printf("%-9s %5d %5d %6d %7d %9.3f %9.3f %9.3f %9.3f %9.3f\n", kinds[m->kind], m->n_embd,
-               m->seq_len, m->tokens, m->threads, m->fwd_s * 1e3, m->bgrad_s * 1e3,
-               m->wgrad_s * 1e3, m->recompute_s[1] * 1e3, m->recompute_s[2] * 1e3);
+        printf("%-9s %5d %5d %3d %6d %7d %9.3f %9.3f %9.3f %9.3f %9.3f\n", kinds[m->kind],
+               m->n_embd, m->seq_len, m->tp, m->tokens, m->threads, m->fwd_s * 1e3,
+               m->bgrad_s * 1e3, m->wgrad_s * 1e3, m->recompute_s[1] * 1e3,
+               m->recompute_s[2] * 1e3);
     }
     printf("\n%d collective and p2p points (shm, 2 and 4 ranks)\n", p->n_comm);
-    printf("measured in %.1f s (comm %.1f, memory %.1f, gemm %.1f, modules %.1f)\n", c->seconds,
-           c->phase_s[0], c->phase_s[1], c->phase_s[2], c->phase_s[3]);
+    printf("measured in %.1f s (comm %.1f, groups %.1f, memory %.1f, gemm %.1f, modules %.1f)\n",
+           c->seconds, c->phase_s[0], c->phase_s[4], c->phase_s[1], c->phase_s[2], c->phase_s[3]);
     printf("wrote %s\n", path);
 }
 
@@ -65,6 +74,7 @@ int pt_cli_calibrate(int argc, char **argv) {
     pt_model_config models[PT_CALIBRATE_MAX_MODELS];
     pt_calibrate_options o = {.progress = stderr};
     const char *out = NULL;
+    double probe_s = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int r;
@@ -78,6 +88,13 @@ int pt_cli_calibrate(int argc, char **argv) {
         }
         if ((r = pt_cli_option(argc, argv, &i, "--out", "calibrate", &v)) != 0) {
             out = v;
+        } else if ((r = pt_cli_option(argc, argv, &i, "--probe", "calibrate", &v)) != 0) {
+            char *end = NULL;
+            if (r > 0) probe_s = strtod(v, &end);
+            if (r > 0 && (end == v || *end || !(probe_s > 0 && probe_s <= 3600))) {
+                fprintf(stderr, "partrain: --probe '%s' must be seconds in (0, 3600]\n", v);
+                return 2;
+            }
         } else if ((r = pt_cli_option(argc, argv, &i, "--threads", "calibrate", &v)) != 0) {
             if (r > 0 && !pt_cli_parse_int(a, v, 1, 1024, &o.threads)) return 2;
         } else if ((r = pt_cli_option(argc, argv, &i, "--config", "calibrate", &v)) != 0) {
@@ -97,6 +114,13 @@ int pt_cli_calibrate(int argc, char **argv) {
             return 2;
         }
         if (r < 0) return 2;
+    }
+    if (probe_s > 0) {
+        double med, lo, hi;
+        if (pt_calibrate_probe(probe_s, &med, &lo, &hi) != PT_OK)
+            return pt_cli_fail(pt_error_message());
+        printf("{\"probe_flops_s\": %.6g, \"lo\": %.6g, \"hi\": %.6g}\n", med, lo, hi);
+        return 0;
     }
     if (o.n_models) o.models = models;
     if (!getenv("PT_LOG")) pt_log_set_level(PT_LOG_WARN); /* the ranks' backend lines */

@@ -8,10 +8,18 @@
  * over the shm backend for the collectives. A measurement is the fastest
  * of repetitions after one warm-up, repeated until a time target is reached
  * (at least three, or one after a warm-up that alone passed the target):
- * the fastest, because what other processes do to a run only ever adds
- * time (on this 2-core machine shared with other builds the median of a
- * block's forward moved 4x between runs), and the planner wants what the
- * machine does when a run has it.
+ * the fastest within that fraction of a second, because an interruption
+ * only ever adds time.
+ *
+ * The speed probe (kernels.h's pt_speed_probe). A shared host's speed also
+ * moves from one second to the next, and the fastest repetition of
+ * whatever moment an item was measured in is not what a training run of
+ * minutes sees. So each measurement is taken next to a probe and scaled, at
+ * the end, to the probes' median over the whole run: the profile describes the machine at its
+ * median speed, which is what a step's median measures, and records that median (probe_flops_s) so
+ * that a later run can tell how fast the machine is against it (partrain calibrate --probe). The
+ * collectives are not scaled: they run in forked ranks, and copies do not move with a product's
+ * rate.
  *
  * Not here: tensor-parallel shards (a tp > 1 model's passes need the
  * group's collectives, so a shard cannot be timed without its peers; the
@@ -158,7 +166,69 @@ typedef struct {
     int cap_gemm, cap_module, cap_comm;
     int threads[8]; /* thread counts timed: 1, 2, 4, .., max */
     int n_threads;
+    /* the speed probe: its buffers, every rate it measured, and the rate
+     * beside each table entry (parallel to gemm[] and module[]) */
+    float *probe_buf;
+    double *probes, *probe_gemm, *probe_module, probe_stream;
+    int n_probes, cap_probes, cap_probe_gemm, cap_probe_module, n_gemm_probed, n_module_probed;
 } calib;
+
+/* ---- the speed probe (see the file comment) -------------------------------- */
+
+static pt_status probe_init(calib *k) {
+    size_t n = pt_speed_probe_floats();
+    k->probe_buf = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * n);
+    if (!k->probe_buf) return pt_error_set(PT_ERR_NOMEM, "calibrate: probe buffers");
+    fill(k->probe_buf, n, 9);
+    return PT_OK;
+}
+
+static void probe_free(calib *k) {
+    pt_mem_free(k->probe_buf);
+    free(k->probes);
+    free(k->probe_gemm);
+    free(k->probe_module);
+}
+
+/* The probe's rate now (flop/s), kept in k->probes. */
+static pt_status probe(calib *k, double *rate) {
+    *rate = pt_speed_probe(k->probe_buf);
+    return push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof *rate, rate);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Scale every probed figure to the probes' median (its speed). */
+static void probe_rescale(calib *k) {
+    pt_profile *p = k->p;
+    if (k->n_probes == 0) return;
+    double *sorted = malloc(sizeof(double) * (size_t)k->n_probes);
+    if (!sorted) return; /* unscaled: still a measurement */
+    memcpy(sorted, k->probes, sizeof(double) * (size_t)k->n_probes);
+    qsort(sorted, (size_t)k->n_probes, sizeof(double), cmp_double);
+    int n = k->n_probes;
+    double ref = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    k->c->probe_lo = sorted[0];
+    k->c->probe_hi = sorted[n - 1];
+    k->c->n_probes = n;
+    free(sorted);
+    p->probe_flops_s = ref;
+    for (int i = 0; i < p->n_gemm; i++) p->gemm[i].flops_s *= ref / k->probe_gemm[i];
+    for (int i = 0; i < p->n_module; i++) {
+        pt_profile_module *m = &p->module[i];
+        double f = k->probe_module[i] / ref; /* slow probe: the time came out long */
+        m->fwd_s *= f, m->bgrad_s *= f, m->wgrad_s *= f;
+        for (int r = 0; r < 3; r++) m->recompute_s[r] *= f;
+    }
+    if (k->probe_stream > 0) {
+        double f = k->probe_stream / ref;
+        p->memory_bw /= f;
+        p->elementwise_s *= f, p->adamw_s *= f, p->sgd_s *= f;
+    }
+}
 
 /* ---- collectives (forked ranks) ------------------------------------------- */
 
@@ -302,6 +372,8 @@ static pt_status measure_stream(calib *k) {
         else
             fill(*bufs[i], n, (uint32_t)i + 1);
     }
+    double p0 = 0, p1 = 0;
+    if (st == PT_OK) st = probe(k, &p0);
     if (st == PT_OK) {
         pt_kernels_set_threads(1);
         /* STREAM's copy convention: bytes read plus bytes written */
@@ -311,6 +383,8 @@ static pt_status measure_stream(calib *k) {
         memset(s.d, 0, n * sizeof(float));
         k->p->adamw_s = time_min(k->e, pass_adamw, &s) / (double)n;
         k->p->sgd_s = time_min(k->e, pass_sgd, &s) / (double)n;
+        st = probe(k, &p1);
+        k->probe_stream = 0.5 * (p0 + p1);
     }
     for (int i = 0; i < 4; i++) pt_mem_free(*bufs[i]);
     return st;
@@ -364,8 +438,16 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
     for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
         pt_kernels_set_threads(k->threads[t]);
         pt_profile_gemm e = {.m = m, .n = n, .k = kk, .threads = k->threads[t]};
+        double p0, p1;
+        st = probe(k, &p0);
+        if (st != PT_OK) break;
         e.flops_s = flop / time_min(k->e, pass_gemm, &g);
-        st = push((void **)&k->p->gemm, &k->p->n_gemm, &k->cap_gemm, sizeof e, &e);
+        st = probe(k, &p1);
+        double pe = 0.5 * (p0 + p1);
+        if (st == PT_OK)
+            st = push((void **)&k->probe_gemm, &k->n_gemm_probed, &k->cap_probe_gemm, sizeof pe,
+                      &pe);
+        if (st == PT_OK) st = push((void **)&k->p->gemm, &k->p->n_gemm, &k->cap_gemm, sizeof e, &e);
         /* the backward's transposed products, at the medium row count on
          * one thread: the profile has no field for them (the modules'
          * bgrad_s and wgrad_s include them); how far they are from the
@@ -458,12 +540,17 @@ static void module_models_free(module_models *mm) {
     pt_mem_free(mm->dx);
 }
 
-static pt_status module_models_new(module_models *mm, const pt_model_config *mc, int max_B) {
+/* The three models of one module each, of tp rank `rank` of t (tp_comm
+ * its group's communicator; t 1: the whole modules, tp_comm NULL). */
+static pt_status module_models_new(module_models *mm, const pt_model_config *mc, int max_B, int t,
+                                   int rank, pt_comm *tp_comm) {
     memset(mm, 0, sizeof *mm);
     static const unsigned char block_only[3] = {0, 1, 0};
     for (int r = 0; r < 3; r++) {
-        pt_model_options opt = {.recompute = (pt_recompute)r, .owned = r ? block_only : NULL};
+        pt_model_options opt = {
+            .recompute = (pt_recompute)r, .owned = r ? block_only : NULL, .tp = t, .tp_rank = rank};
         PT_CHECK(pt_model_new_opts(&mm->m[r], mc, max_B, &opt));
+        if (t > 1) pt_model_set_tp_comm(mm->m[r], tp_comm);
         pt_model_draw_weights(mm->m[r], 1);
         if (r)
             PT_CHECK(pt_model_slot_new_range(&mm->slot[r], mm->m[r], 1, 1));
@@ -481,69 +568,218 @@ static pt_status module_models_new(module_models *mm, const pt_model_config *mc,
     return PT_OK;
 }
 
+/* The largest micro-batch (sequences, a power of 2) whose forward is
+ * within the effort's cap (1 at least). */
+static int module_max_B(const effort *e, const pt_model_config *mc) {
+    int max_B = 1;
+    for (int mult = 2; mult <= e->max_mult; mult *= 2)
+        if (forward_flop(mc, (double)mult * mc->seq_len) <= e->fwd_max_flop) max_B = mult;
+    return max_B;
+}
+
+typedef double (*timer_fn)(const effort *e, pass_fn fn, void *arg);
+
+/* Each module's passes at micro-batch B (e[3]: embedding, block, head, of
+ * tp shard t at `threads`), timed by `timer`; *probe_mean the speed probe's
+ * mean before and after, when probe_buf (else 0). */
+static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
+                         const pt_model_config *mc, int B, int threads, int t, int ranks,
+                         float *probe_buf, pt_profile_module e[3], double *probe_mean) {
+    int T = mc->seq_len;
+    pt_batch b = {.tokens = mm->tokens, .targets = mm->tokens, .B = B, .T = T};
+    b.dloss = 1.0f / (float)(B * T);
+    module_arg a = {.b = &b, .last = 2, .dy = mm->dy, .dx = mm->dx};
+    double bw[3] = {0}, p0 = probe_buf ? pt_speed_probe(probe_buf) : 0;
+    for (int r = 0; r < 3; r++) {
+        a.m = mm->m[r];
+        a.s = mm->slot[r];
+        if (r) fill(pt_model_slot_stream(a.s, 0), (size_t)B * T * mc->n_embd, 5);
+        /* one forward in order fills every module's input */
+        for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
+            a.i = i;
+            a.pass = P_FWD;
+            pass_module(&a);
+        }
+        for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
+            a.i = i;
+            if (r == 0) {
+                e[i] = (pt_profile_module){.kind = i == 0   ? PT_MODULE_EMBEDDING
+                                                   : i == 1 ? PT_MODULE_BLOCK
+                                                            : PT_MODULE_HEAD,
+                                           .n_embd = mc->n_embd,
+                                           .n_head = mc->n_head,
+                                           .seq_len = T,
+                                           .vocab_size = mc->vocab_size,
+                                           .tp = t,
+                                           .tokens = B * T,
+                                           .threads = threads,
+                                           .ranks = ranks};
+                a.pass = P_FWD;
+                e[i].fwd_s = timer(ef, pass_module, &a);
+                a.pass = P_BGRAD;
+                e[i].bgrad_s = timer(ef, pass_module, &a);
+                a.pass = P_WGRAD;
+                e[i].wgrad_s = timer(ef, pass_module, &a);
+            }
+            if (i == 1) {
+                a.pass = P_BACKWARD;
+                bw[r] = timer(ef, pass_module, &a);
+            }
+        }
+    }
+    /* Recomputation's extra backward time: the difference of two minima,
+     * so noise can make it negative; it is never below 0. */
+    for (int r = 1; r < 3; r++) e[1].recompute_s[r] = bw[r] > bw[0] ? bw[r] - bw[0] : 0;
+    *probe_mean = probe_buf ? 0.5 * (p0 + pt_speed_probe(probe_buf)) : 0;
+}
+
+/* Three module entries and the probe beside them into the tables. */
+static pt_status push_modules(calib *k, const pt_profile_module e[3], double probe_mean) {
+    PT_CHECK(
+        push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof probe_mean, &probe_mean));
+    for (int i = 0; i < 3; i++) {
+        PT_CHECK(push((void **)&k->probe_module, &k->n_module_probed, &k->cap_probe_module,
+                      sizeof probe_mean, &probe_mean));
+        PT_CHECK(push((void **)&k->p->module, &k->p->n_module, &k->cap_module, sizeof e[i], &e[i]));
+    }
+    return PT_OK;
+}
+
 static pt_status measure_model(calib *k, const pt_model_config *shape) {
     pt_model_config mc = *shape;
     mc.n_layer = 1; /* one module of each kind */
     PT_CHECK(pt_model_config_validate(&mc));
-    int T = mc.seq_len, max_B = 1;
-    for (int mult = 2; mult <= k->e->max_mult; mult *= 2)
-        if (forward_flop(&mc, (double)mult * T) <= k->e->fwd_max_flop) max_B = mult;
+    int max_B = module_max_B(k->e, &mc);
     module_models mm;
-    pt_status st = module_models_new(&mm, &mc, max_B);
+    pt_status st = module_models_new(&mm, &mc, max_B, 1, 0, NULL);
     for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
         if (t > 0 && t < k->n_threads - 1) continue; /* modules: 1 and the most */
         pt_kernels_set_threads(k->threads[t]);
         for (int B = 1; st == PT_OK && B <= max_B; B *= 2) {
-            pt_batch b = {.tokens = mm.tokens, .targets = mm.tokens, .B = B, .T = T};
-            b.dloss = 1.0f / (float)(B * T);
-            module_arg a = {.b = &b, .last = 2, .dy = mm.dy, .dx = mm.dx};
             pt_profile_module e[3];
-            double bw[3] = {0};
-            for (int r = 0; r < 3; r++) {
-                a.m = mm.m[r];
-                a.s = mm.slot[r];
-                if (r) fill(pt_model_slot_stream(a.s, 0), (size_t)B * T * mc.n_embd, 5);
-                /* one forward in order fills every module's input */
-                for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
-                    a.i = i;
-                    a.pass = P_FWD;
-                    pass_module(&a);
-                }
-                for (int i = r ? 1 : 0; i <= (r ? 1 : 2); i++) {
-                    a.i = i;
-                    if (r == 0) {
-                        e[i] = (pt_profile_module){.kind = i == 0   ? PT_MODULE_EMBEDDING
-                                                           : i == 1 ? PT_MODULE_BLOCK
-                                                                    : PT_MODULE_HEAD,
-                                                   .n_embd = mc.n_embd,
-                                                   .n_head = mc.n_head,
-                                                   .seq_len = T,
-                                                   .vocab_size = mc.vocab_size,
-                                                   .tp = 1,
-                                                   .tokens = B * T,
-                                                   .threads = k->threads[t]};
-                        a.pass = P_FWD;
-                        e[i].fwd_s = time_min(k->e, pass_module, &a);
-                        a.pass = P_BGRAD;
-                        e[i].bgrad_s = time_min(k->e, pass_module, &a);
-                        a.pass = P_WGRAD;
-                        e[i].wgrad_s = time_min(k->e, pass_module, &a);
-                    }
-                    if (i == 1) {
-                        a.pass = P_BACKWARD;
-                        bw[r] = time_min(k->e, pass_module, &a);
-                    }
-                }
-            }
-            /* Recomputation's extra backward time: the difference of two
-             * minima, so noise can make it negative; it is never below 0. */
-            for (int r = 1; r < 3; r++) e[1].recompute_s[r] = bw[r] > bw[0] ? bw[r] - bw[0] : 0;
-            for (int i = 0; i < 3 && st == PT_OK; i++)
-                st = push((void **)&k->p->module, &k->p->n_module, &k->cap_module, sizeof e[i],
-                          &e[i]);
+            double pm;
+            time_modules(k->e, time_min, &mm, &mc, B, k->threads[t], 1, 1, k->probe_buf, e, &pm);
+            st = push_modules(k, e, pm);
         }
     }
     module_models_free(&mm);
+    return st;
+}
+
+/* ---- in groups: tensor-parallel shards, and tp 1 under load ---------------
+ * A shard's passes run the group's collectives, so a shard is timed in a
+ * group of t ranks forked by pt_launch (shm), one thread each: its times
+ * hold the collectives, the ranks waiting for one another at each (the skew
+ * of a shared machine) and t ranks sharing the cores (the planner scales by
+ * its own oversubscription over this one). And whole modules are timed
+ * again with every core running the same passes (a rank per core, no
+ * collectives), what a data-parallel or pipeline rank sees: on the 2-core
+ * development machine a one-thread step took 20-28% longer with a second
+ * one on the other core (caches and memory bandwidth are shared), and the
+ * planner underestimated every multi-rank layout by about that much without
+ * it. Every rank runs the same passes the same number of times (a time
+ * target would let the counts differ and the collectives pair wrongly): a
+ * warm-up, then two, rank 0's faster kept, with rank 0's probe beside
+ * them (the groups take half the run's time as it is). */
+
+enum { TP_MAX_OUT = 64 };
+
+typedef struct {
+    const effort *e;
+    pt_model_config mc;  /* n_layer 1 */
+    int t, ranks, max_B; /* the shard's tp (1: whole), ranks at once */
+    /* shared with the parent (MAP_SHARED): rank 0's entries, 3 per B, and
+     * the probe beside each three */
+    pt_profile_module out[TP_MAX_OUT];
+    double probe[TP_MAX_OUT / 3];
+    int n_out;
+} tp_job;
+
+static double time_fixed(const effort *e, pass_fn fn, void *arg) {
+    int reps = e->quick ? 1 : 2;
+    fn(arg); /* warm-up */
+    double best = 0;
+    for (int n = 0; n < reps; n++) {
+        double t0 = pt_time_s();
+        fn(arg);
+        double t = pt_time_s() - t0;
+        if (n == 0 || t < best) best = t;
+    }
+    return best;
+}
+
+static int tp_rank_main(void *arg) {
+    tp_job *j = arg;
+    pt_comm_options co = {.backend = "shm"};
+    pt_comm *c = NULL;
+    pt_status s = pt_comm_init(&c, &co);
+    int rank = c ? pt_comm_rank(c) : -1;
+    module_models mm = {0};
+    float *probe_buf = NULL;
+    if (s == PT_OK && rank == 0) {
+        probe_buf = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * pt_speed_probe_floats());
+        if (!probe_buf)
+            s = pt_error_set(PT_ERR_NOMEM, "calibrate: probe buffers");
+        else
+            fill(probe_buf, pt_speed_probe_floats(), 9);
+    }
+    if (s == PT_OK) s = module_models_new(&mm, &j->mc, j->max_B, j->t, j->t > 1 ? rank : 0, c);
+    pt_kernels_set_threads(1);
+    for (int B = 1; s == PT_OK && B <= j->max_B; B *= 2) {
+        pt_profile_module e[3];
+        double pm;
+        time_modules(j->e, time_fixed, &mm, &j->mc, B, 1, j->t, j->ranks, probe_buf, e, &pm);
+        for (int m = 0; m < 3; m++) s = s == PT_OK ? pt_model_take_error(mm.m[m]) : s;
+        if (s == PT_OK && rank == 0 && j->n_out + 3 <= TP_MAX_OUT) {
+            j->probe[j->n_out / 3] = pm;
+            memcpy(&j->out[j->n_out], e, sizeof e);
+            j->n_out += 3;
+        }
+    }
+    if (s != PT_OK)
+        fprintf(stderr, "partrain calibrate: group rank %d of %d: %s\n", rank, j->ranks,
+                pt_error_message());
+    module_models_free(&mm);
+    pt_mem_free(probe_buf);
+    pt_comm_free(c);
+    return s == PT_OK ? 0 : 1;
+}
+
+/* The shape's shards at t = 2 and 4 (2 in quick), where the shape splits
+ * that way, and whole modules on every core. Before any thread of the
+ * parent's starts (pt_launch forks). */
+static pt_status measure_groups(calib *k, const pt_model_config *shape) {
+    tp_job *j = mmap(NULL, sizeof *j, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (j == MAP_FAILED)
+        return pt_error_set(PT_ERR_NOMEM, "calibrate: shared results: %s", strerror(errno));
+    pt_status st = PT_OK;
+    const int groups[3][2] = {{1, k->p->cores}, {2, 2}, {4, 4}}; /* tp, ranks */
+    for (int g = 0; st == PT_OK && g < (k->e->quick ? 2 : 3); g++) {
+        int t = groups[g][0], ranks = groups[g][1];
+        if (ranks < 2) continue; /* one core: under load is alone */
+        memset(j, 0, sizeof *j);
+        j->e = k->e;
+        j->mc = *shape;
+        j->mc.n_layer = 1;
+        j->t = t;
+        j->ranks = ranks;
+        j->max_B = module_max_B(k->e, &j->mc);
+        if (pt_model_config_validate(&j->mc) != PT_OK || pt_shard_check(&j->mc, t) != PT_OK) {
+            pt_error_clear();
+            continue; /* the shape does not split t ways */
+        }
+        pt_comm_options co = {.backend = "shm"};
+        int exit_code = 1;
+        st = pt_launch(ranks, tp_rank_main, j, &co, &exit_code);
+        if (st == PT_OK && exit_code != 0)
+            st = pt_error_set(PT_ERR_COMM,
+                              "calibrate: the %d-rank measurement of tp %d failed "
+                              "(exit %d)",
+                              ranks, t, exit_code);
+        for (int i = 0; st == PT_OK && i < j->n_out; i += 3)
+            st = push_modules(k, &j->out[i], j->probe[i / 3]);
+    }
+    munmap(j, sizeof *j);
     return st;
 }
 
@@ -623,10 +859,22 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
 
     pt_status st = PT_OK;
     double t0 = pt_time_s();
-    /* first: pt_launch wants a parent without threads of its own */
+    /* first: pt_launch wants a parent without threads of its own (the
+     * probe's products may start BLAS threads, so it comes after) */
     progress(o, "collectives and point-to-point (shm, 2 and 4 ranks)");
     st = measure_comm(&k);
     out->phase_s[0] = pt_time_s() - t0;
+    t0 = pt_time_s();
+    for (int i = 0; st == PT_OK && i < n_models; i++) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "modules of C%d NH%d V%d T%d on every core, tensor-parallel shards of 2 and 4",
+                 models[i].n_embd, models[i].n_head, models[i].vocab_size, models[i].seq_len);
+        progress(o, what);
+        st = measure_groups(&k, &models[i]);
+    }
+    out->phase_s[4] = pt_time_s() - t0;
+    if (st == PT_OK) st = probe_init(&k);
     if (st == PT_OK) {
         t0 = pt_time_s();
         progress(o, "memory bandwidth, elementwise, optimizers");
@@ -649,12 +897,31 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
     }
     out->phase_s[3] = pt_time_s() - t0;
     pt_kernels_set_threads(threads_before);
+    if (st == PT_OK) probe_rescale(&k);
+    probe_free(&k);
     if (st != PT_OK) {
         pt_calibration_deinit(out);
         return st;
     }
     fill_cluster(out);
     out->seconds = pt_time_s() - t_start;
+    return PT_OK;
+}
+
+pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double *hi) {
+    if (!(seconds > 0 && seconds <= 3600))
+        return pt_error_set(PT_ERR_INVALID, "calibrate: probe seconds %g (expected (0, 3600])",
+                            seconds);
+    pt_profile p = {0};
+    pt_calibration c = {0};
+    calib k = {.e = &effort_full, .p = &p, .c = &c};
+    pt_status st = probe_init(&k);
+    double start = pt_time_s(), r;
+    while (st == PT_OK && (k.n_probes < 5 || pt_time_s() - start < seconds)) st = probe(&k, &r);
+    if (st == PT_OK) probe_rescale(&k); /* no tables: only the median */
+    probe_free(&k);
+    PT_CHECK(st);
+    *median = p.probe_flops_s, *lo = c.probe_lo, *hi = c.probe_hi;
     return PT_OK;
 }
 

@@ -181,12 +181,13 @@ static const char *const op_names[PT_PROFILE_NOPS] = {"allreduce", "allgather", 
 /* ---- the profile: one field list per table, for reading and writing ---- */
 
 typedef enum {
-    F_INT,    /* int, > 0 */
-    F_POS,    /* double, > 0 */
-    F_NONNEG, /* double, >= 0 */
-    F_ENUM,   /* int: the index of the string among `names` */
-    F_STR,    /* char[len] among `choices` (NULL: any) */
-    F_TRIPLE  /* double[3], each >= 0 (recompute_s: none, selective, full) */
+    F_INT,     /* int, > 0 */
+    F_INT_OPT, /* int, > 0, or absent (0) */
+    F_POS,     /* double, > 0 */
+    F_NONNEG,  /* double, >= 0 */
+    F_ENUM,    /* int: the index of the string among `names` */
+    F_STR,     /* char[len] among `choices` (NULL: any) */
+    F_TRIPLE   /* double[3], each >= 0 (recompute_s: none, selective, full) */
 } field_kind;
 
 typedef struct {
@@ -222,6 +223,7 @@ static const field module_fields[] = {
     FLD(pt_profile_module, "tp", F_INT, tp),
     FLD(pt_profile_module, "tokens", F_INT, tokens),
     FLD(pt_profile_module, "threads", F_INT, threads),
+    FLD(pt_profile_module, "ranks", F_INT_OPT, ranks),
     FLD(pt_profile_module, "fwd_s", F_POS, fwd_s),
     /* the embedding has no input gradient: 0 is a measurement */
     FLD(pt_profile_module, "bgrad_s", F_NONNEG, bgrad_s),
@@ -273,6 +275,9 @@ static pt_status read_fields(const reader *r, const field *f, int n, void *dst) 
         switch (f[i].kind) {
         case F_INT:
             PT_CHECK(read_int(r, f[i].key, 1, (int *)at));
+            break;
+        case F_INT_OPT:
+            PT_CHECK(read_int(r, f[i].key, 0, (int *)at));
             break;
         case F_POS:
             PT_CHECK(read_num(r, f[i].key, 1, POSITIVE, (double *)at));
@@ -339,6 +344,7 @@ static pt_status read_profile(const reader *r, pt_profile *p) {
         return pt_error_set(PT_ERR_UNSUPPORTED, "%s: profile.version %g is not supported (1)",
                             r->what, version);
     PT_CHECK(read_fields(r, profile_fields, NFIELD(profile_fields), p));
+    PT_CHECK(read_num(r, "probe_flops_s", 0, POSITIVE, &p->probe_flops_s));
     void *t;
     pt_status st =
         read_table(r, "gemm", gemm_fields, NFIELD(gemm_fields), sizeof *p->gemm, &t, &p->n_gemm);
@@ -348,6 +354,8 @@ static pt_status read_profile(const reader *r, pt_profile *p) {
                     &p->n_module);
     p->module = t;
     PT_CHECK(st);
+    for (int i = 0; i < p->n_module; i++) /* absent: a shard's own group */
+        if (p->module[i].ranks == 0) p->module[i].ranks = p->module[i].tp;
     st = read_table(r, "comm", comm_fields, NFIELD(comm_fields), sizeof *p->comm, &t, &p->n_comm);
     p->comm = t;
     return st;
@@ -370,9 +378,10 @@ static pt_status read_cluster(const char *what, const cJSON *root, pt_cluster *c
     static const char *const flops_keys[] = {"fp32", "bf16", NULL};
     static const char *const links_keys[] = {"intra_node", "inter_node", NULL};
     static const char *const eff_keys[] = {"matmul", "elementwise", "comm", NULL};
-    static const char *const profile_keys[] = {"version",   "cpu",           "binary",  "cores",
-                                               "memory_bw", "elementwise_s", "adamw_s", "sgd_s",
-                                               "gemm",      "modules",       "comm",    NULL};
+    static const char *const profile_keys[] = {
+        "version",       "cpu",     "binary", "cores",         "memory_bw",
+        "elementwise_s", "adamw_s", "sgd_s",  "probe_flops_s", "gemm",
+        "modules",       "comm",    NULL};
     reader top, dev, fl, links, eff, prof;
     int present;
     PT_CHECK(reader_open(&top, what, "", root, top_keys));
@@ -505,6 +514,9 @@ static void add_fields(cJSON *o, const field *f, int n, const void *src, int *ok
         case F_INT:
             add_num(o, f[i].key, *(const int *)at, ok);
             break;
+        case F_INT_OPT:
+            if (*(const int *)at > 0) add_num(o, f[i].key, *(const int *)at, ok);
+            break;
         case F_POS:
         case F_NONNEG:
             add_num(o, f[i].key, *(const double *)at, ok);
@@ -538,6 +550,7 @@ static void add_profile(cJSON *root, const pt_profile *p, int *ok) {
     if (!o) return;
     add_num(o, "version", 1, ok);
     add_fields(o, profile_fields, NFIELD(profile_fields), p, ok);
+    if (p->probe_flops_s > 0) add_num(o, "probe_flops_s", p->probe_flops_s, ok);
     add_table(o, "gemm", gemm_fields, NFIELD(gemm_fields), p->gemm, sizeof *p->gemm, p->n_gemm, ok);
     add_table(o, "modules", module_fields, NFIELD(module_fields), p->module, sizeof *p->module,
               p->n_module, ok);

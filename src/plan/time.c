@@ -6,9 +6,12 @@
  * llm.c's letters: C n_embd, NH n_head, T seq_len, V vocab_size, t tp):
  *   measured  the cluster's profile, when it has the module at this shape
  *             (interpolated log-log in tokens, the nearest thread count
- *             scaled linearly; a tp shard without its own entry is the
- *             tp = 1 time / t, scaled by the gemm table's rate at the full
- *             over the shard shape);
+ *             scaled linearly). A tp shard's own entry was timed in a
+ *             real group of t ranks (calibrate) and holds the collectives
+ *             and the ranks' waiting for one another, so nothing is added
+ *             for them; without one, a shard is the tp = 1 time / t,
+ *             scaled by the gemm table's rate at the full over the shard
+ *             shape, plus the modelled collectives below;
  *   modelled  matrix flops / (peak(precision) x efficiency.matmul) plus
  *             elementwise bytes / (memory_bw x efficiency.elementwise).
  *             A block's forward is 24 N C^2 / t + 4 N T C / t flops (the
@@ -114,27 +117,50 @@ static int same_shape(const pt_profile_module *e, const pt_model_config *m, int 
            e->seq_len == m->seq_len && (kind == PT_MODULE_BLOCK || e->vocab_size == m->vocab_size);
 }
 
-/* The measured passes of module `kind` at tp shard t for N rows and
- * `threads` threads: 1 with t4 = {fwd, bgrad, wgrad, recompute[rec]}, 0
- * when the profile lacks the shape. */
+/* Ranks running at once when entry e was measured (0, as in a table built
+ * in code: its own tp group). */
+static int entry_ranks(const pt_profile_module *e) {
+    return e->ranks > 0 ? e->ranks : e->tp > 0 ? e->tp : 1;
+}
+
+/* The measured passes of module `kind` at tp shard t for N rows, `threads`
+ * threads a rank and `busy` cores running at once: t4 = {fwd, bgrad,
+ * wgrad, recompute[rec]}, *own the oversubscription the measurement itself
+ * ran under (ranks x threads over the cores, at least 1); returns 2 when
+ * they were measured as a shard of a real group of t ranks (the times hold
+ * the collectives and the group's skew), 1 when they are tp 1's (scaled
+ * for a shard), 0 when the profile lacks the shape. Entries are taken at
+ * the nearest thread count, then the nearest number of busy cores (alone,
+ * or under load: calibrate times both). */
 static int profile_module(const pt_profile *p, const pt_model_config *m, int kind, int t, double N,
-                          int threads, int rec, double t4[4]) {
+                          int threads, int busy, int rec, double t4[4], double *own) {
     if (!p) return 0;
+    int cores = p->cores > 0 ? p->cores : 1;
     for (int pass = 0; pass < 2; pass++) {
         int want_tp = pass == 0 ? t : 1;
         if (pass == 1 && t == 1) break;
-        /* the thread count measured nearest to the one wanted */
-        int th = -1;
+        /* the thread count measured nearest to the one wanted, then the
+         * ranks whose busy cores are nearest */
+        int th = -1, rk = -1;
         for (int i = 0; i < p->n_module; i++) {
             const pt_profile_module *e = &p->module[i];
             if (!same_shape(e, m, kind) || e->tp != want_tp) continue;
             if (th < 0 || abs(e->threads - threads) < abs(th - threads)) th = e->threads;
         }
         if (th < 0) continue;
-        const pt_profile_module *lo = NULL, *hi = NULL;
         for (int i = 0; i < p->n_module; i++) {
             const pt_profile_module *e = &p->module[i];
             if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th) continue;
+            int er = entry_ranks(e), eb = er * th < cores ? er * th : cores,
+                rb = rk * th < cores ? rk * th : cores;
+            if (rk < 0 || abs(eb - busy) < abs(rb - busy)) rk = er;
+        }
+        const pt_profile_module *lo = NULL, *hi = NULL;
+        for (int i = 0; i < p->n_module; i++) {
+            const pt_profile_module *e = &p->module[i];
+            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th ||
+                entry_ranks(e) != rk)
+                continue;
             if (e->tokens <= N && (!lo || e->tokens > lo->tokens)) lo = e;
             if (e->tokens >= N && (!hi || e->tokens < hi->tokens)) hi = e;
         }
@@ -151,7 +177,8 @@ static int profile_module(const pt_profile *p, const pt_model_config *m, int kin
         }
         for (int j = 0; j < 4; j++)
             t4[j] = a[j] > 0 ? interp(N, lo->tokens, a[j], hi->tokens, b[j]) * scale : 0;
-        return 1;
+        *own = (double)rk * th > cores ? (double)rk * th / cores : 1.0;
+        return want_tp > 1 ? 2 : 1;
     }
     return 0;
 }
@@ -163,6 +190,7 @@ typedef struct {
     double el;               /* bytes an element */
     double tp_bw, tp_lat;    /* the tp group's link */
     double slow;             /* ranks beyond the devices: they share them */
+    int cores;               /* a measured machine's (the profile's), else 1 */
 } rates;
 
 /* Module `kind`'s F, B, W seconds of one micro-batch (N rows) under
@@ -173,12 +201,16 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
     const pt_model_config *m = &c->model;
     double C = m->n_embd, T = m->seq_len, V = m->vocab_size, NH = m->n_head, t = l->tp;
     double ar = l->tp > 1 ? pt_plan_allreduce_s(l->tp, N * C * r->el, r->tp_bw, r->tp_lat) : 0;
-    double meas[4];
-    int have =
-        profile_module(cl->profile, m, kind, l->tp, N, l->threads > 0 ? l->threads : 1, rec, meas);
-    /* measured on a rank of its own: oversubscribed ranks share the cores
-     * (the modelled rates already carry it) */
-    for (int j = 0; have && j < 4; j++) meas[j] *= r->slow;
+    double meas[4], own = 1;
+    int threads = l->threads > 0 ? l->threads : 1, cores = r->cores,
+        busy = l->dp * l->tp * l->pp * threads < cores ? l->dp * l->tp * l->pp * threads : cores;
+    int have = profile_module(cl->profile, m, kind, l->tp, N, threads, busy, rec, meas, &own);
+    /* oversubscribed ranks share the cores, beyond what the measurement's
+     * own ranks did (the modelled rates already carry it) */
+    for (int j = 0; have && j < 4; j++) meas[j] *= r->slow / own;
+    /* a group's measurement holds its collectives: *tpc still reports
+     * them (the breakdown), but they are not added again */
+    double add = have == 2 ? 0 : 1;
     *tpc = 0;
     if (kind == PT_MODULE_EMBEDDING) {
         if (have) {
@@ -188,7 +220,7 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
             *b = 0;
             *w = 2 * N * C * r->el / r->bytes_s;
         }
-        *f += ar, *tpc = ar;
+        *f += add * ar, *tpc = ar;
         return;
     }
     if (kind == PT_MODULE_HEAD) {
@@ -202,7 +234,7 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
             *w = mm;
         }
         double small = l->tp > 1 ? pt_plan_allreduce_s(l->tp, 2 * N * 4, r->tp_bw, r->tp_lat) : 0;
-        *f += small, *b += ar, *tpc = small + ar;
+        *f += add * small, *b += add * ar, *tpc = small + ar;
         return;
     }
     double whole = l->sequence_parallel ? 11 * C / t : 11 * C, gelu = 8 * C / t,
@@ -221,10 +253,11 @@ static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_c
                  : 0;
     }
     double tpr = rec == PT_RECOMPUTE_FULL ? 2 * ar : 0;
-    *f = ff + 2 * ar;
-    *b = fb + fr + 2 * ar + tpr;
+    *f = ff + add * 2 * ar;
+    *b = fb + fr + add * (2 * ar + tpr);
     *w = fw;
     *tpc = 4 * ar + tpr;
+    if (have == 2 && *tpc > *f + *b) *tpc = *f + *b; /* within what was measured */
 }
 
 /* The recompute mode of pipeline rank r: its entry of stage_recompute
@@ -314,7 +347,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
                bf16 ? 2 : 4,
                link_bw(cl, tl),
                tl->latency,
-               pp->slow};
+               pp->slow,
+               cl->profile && cl->profile->cores > 0 ? cl->profile->cores : 1};
 
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
     pt_plan_layout lt = *l;

@@ -145,6 +145,10 @@ static const key_def keys[] = {
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,
      "Chrome trace JSON (one track per rank and one per comm thread; empty: none)"},
     {"log.every", K_INT, OFF(log.every), "10", 1, 1e9, NULL, "progress line every N steps"},
+    {"log.probe", K_BOOL, OFF(log.probe), "false", 0, 1, NULL,
+     "after each step rank 0 times the speed probe (a one-thread product, about 10 ms, outside "
+     "step_ms) and logs its rate as probe_flops_s: on a shared host, tells a slow step from a "
+     "slow machine"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

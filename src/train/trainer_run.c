@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "partrain/kernels.h"
+
 /* Validation gives the same bits under every layout (for the same
  * parameters), so that a layout's val_loss is comparable with one worker's
  * exactly:
@@ -153,6 +155,7 @@ static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
             metrics_printf(t, "%s%llu", k ? "," : "", (unsigned long long)info->stage_acts[k]);
         metrics_printf(t, "]");
     }
+    if (info->probe_flops_s > 0) metrics_printf(t, ",\"probe_flops_s\":%.6g", info->probe_flops_s);
     metrics_printf(t, "}\n");
     return metrics_flush(t);
 }
@@ -275,6 +278,13 @@ pt_status pt_trainer_run(pt_trainer *t) {
         if (!t->metrics)
             return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
     }
+    /* log.probe: rank 0's buffer for the speed probe after each step
+     * (malloc, not pt_mem: instrumentation stays out of the categories) */
+    float *probe_buf = NULL;
+    if (c->log.probe && t->metrics) {
+        probe_buf = calloc(pt_speed_probe_floats(), sizeof(float));
+        if (!probe_buf) return pt_error_set(PT_ERR_NOMEM, "log.probe: the probe's buffers");
+    }
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -312,6 +322,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     while (t->step < c->train.steps && !interrupted) {
         pt_step_info info;
         PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
+        if (probe_buf) info.probe_flops_s = pt_speed_probe(probe_buf); /* outside step_ms */
         PT_CHECK_GOTO(st, write_metrics(t, &info), done);
         if (t->rank == 0 &&
             (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1)) {
@@ -340,6 +351,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
 done:
+    free(probe_buf);
     sigaction(SIGINT, &old, NULL);
     if (t->metrics) { /* closed here, where a failed last write can still be reported */
         int bad = fclose(t->metrics) != 0, err = errno;

@@ -71,6 +71,17 @@ for i, m in enumerate(mods):
         errs.append("%s.recompute_s %r" % (w, r))
     if m.get("kind") != "block" and r != [0, 0, 0]: errs.append("%s: only blocks recompute" % w)
     if m.get("tokens", 1) % m.get("seq_len", 1): errs.append("%s: tokens not whole sequences" % w)
+num(p, "probe_flops_s", "profile")
+for i, m in enumerate(mods):
+    if m.get("ranks", m.get("tp")) not in (1, m.get("tp"), p.get("cores")):
+        errs.append("modules[%d].ranks %r" % (i, m.get("ranks")))
+# the groups: tp 2 shards timed in a group of 2, tp 1 again on every core
+if not any(m.get("tp") == 2 and m.get("ranks", 2) == 2 and m.get("threads") == 1 for m in mods):
+    errs.append("no tp 2 shard measured in its group")
+if p.get("cores", 1) > 1 and not any(m.get("tp") == 1 and m.get("ranks") == p["cores"] for m in mods):
+    errs.append("no tp 1 modules under load (ranks = cores)")
+if not any(m.get("tp") == 1 and m.get("ranks", 1) == 1 for m in mods):
+    errs.append("no tp 1 modules alone")
 comm = p.get("comm", [])
 for i, c in enumerate(comm):
     if c.get("backend") != "shm": errs.append("comm[%d].backend %r" % (i, c.get("backend")))
@@ -118,6 +129,21 @@ expect_fail() {
         ok "$name"
     fi
 }
+# the speed probe alone: one JSON line, median within its range
+if "$P" calibrate --probe 0.1 >"$T/out" 2>"$T/err" && python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read())
+sys.exit(0 if 0 < d["lo"] <= d["probe_flops_s"] <= d["hi"] else 1)' "$T/out"; then
+    ok "--probe prints its median"
+else
+    bad "--probe" "$(cat "$T/out" "$T/err")"
+fi
+for v in 0 -1 abc 1e9; do
+    "$P" calibrate --probe "$v" >/dev/null 2>"$T/err"
+    [ $? -eq 2 ] && grep -q -- "--probe '$v'" "$T/err" && ok "--probe $v refused" ||
+        bad "--probe $v" "$(cat "$T/err")"
+done
+
 expect_fail "--out in a missing folder" "$T/w/nope/p.json" --out "$T/w/nope/p.json"
 expect_fail "--out a directory" "$T/w: is a directory" --out "$T/w"
 expect_fail "--config missing" "$T/w/none.json" --config "$T/w/none.json"

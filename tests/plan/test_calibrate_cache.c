@@ -25,19 +25,39 @@ static void test_tables(void) {
     CHECK_OK(pt_calibrate(&o, &c));
     CHECK_EQ(pt_kernels_threads(), 1);
     const pt_profile *p = &c.profile;
-    int nt = p->cores > 1 ? 2 : 1;     /* threads 1 and cores */
-    CHECK_EQ(p->n_module, 3 * 2 * nt); /* kinds x tokens T, 2T x threads */
-    int seen[3][2] = {{0}};
+    int nt = p->cores > 1 ? 2 : 1; /* threads 1 and cores, alone */
+    int loaded = p->cores > 1;     /* tp 1 again with a rank on every core */
+    /* kinds x tokens T, 2T x (threads alone + under load + the tp 2 group) */
+    CHECK_EQ(p->n_module, 3 * 2 * (nt + loaded + 1));
+    int seen[3][2] = {{0}}, group = 0, under_load = 0;
     for (int i = 0; i < p->n_module; i++) {
         const pt_profile_module *m = &p->module[i];
         CHECK(m->kind >= 0 && m->kind <= 2);
         CHECK(m->tokens == 32 || m->tokens == 64);
         CHECK(m->fwd_s > 0 && m->bgrad_s > 0 && m->wgrad_s > 0);
         CHECK_EQ(m->n_embd, 64);
+        if (m->tp == 2) { /* a shard, timed in its group of 2 at one thread */
+            CHECK_EQ(m->ranks, 2);
+            CHECK_EQ(m->threads, 1);
+            group++;
+            continue;
+        }
         CHECK_EQ(m->tp, 1);
+        if (m->ranks > 1) {
+            CHECK_EQ(m->ranks, p->cores);
+            CHECK_EQ(m->threads, 1);
+            under_load++;
+            continue;
+        }
+        CHECK_EQ(m->ranks, 1);
         if (m->kind >= 0 && m->kind <= 2) seen[m->kind][m->tokens == 64]++;
     }
     for (int k = 0; k < 3; k++) CHECK(seen[k][0] == nt && seen[k][1] == nt);
+    CHECK_EQ(group, 6);
+    CHECK_EQ(under_load, 6 * loaded);
+    /* every figure scaled to the probes' median, which lies in their range */
+    CHECK(c.n_probes > 0);
+    CHECK(c.probe_lo > 0 && c.probe_lo <= p->probe_flops_s && p->probe_flops_s <= c.probe_hi);
     CHECK(p->n_gemm > 0);
     for (int i = 0; i < p->n_gemm; i++) CHECK(p->gemm[i].flops_s > 0);
     CHECK(c.cluster.profile == p);
@@ -67,6 +87,9 @@ static void test_tables(void) {
         CHECK(strcmp(cl->profile->binary, p->binary) == 0);
         CHECK_NEAR(cl->profile->module[1].fwd_s, p->module[1].fwd_s, 0, 1e-14);
         CHECK_NEAR(cl->profile->module[1].recompute_s[2], p->module[1].recompute_s[2], 0, 1e-14);
+        CHECK_NEAR(cl->profile->probe_flops_s, p->probe_flops_s, 0, 1e-14);
+        for (int i = 0; i < p->n_module; i++) /* ranks round-trips (absent: tp) */
+            CHECK_EQ(cl->profile->module[i].ranks, p->module[i].ranks);
     }
     pt_cluster_free(cl);
     pt_calibration_deinit(&c);

@@ -100,6 +100,21 @@ if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 "$P" tra
 else
     bad "train --plan" "exit $?: $(tail -3 err)"
 fi
+# log.probe: the speed probe's rate on every step line, and only with it
+if "$P" train --config tiny.json --set train.steps=2 --set log.probe=true \
+    --set log.metrics=probe.jsonl >/dev/null 2>err &&
+    "$P" train --config tiny.json --set train.steps=2 --set log.metrics=noprobe.jsonl \
+        >/dev/null 2>>err && python3 -c '
+import json
+on = [json.loads(l) for l in open("probe.jsonl") if "step_ms" in l]
+off = [json.loads(l) for l in open("noprobe.jsonl") if "step_ms" in l]
+assert len(on) == 2 and all(r["probe_flops_s"] > 0 for r in on)
+assert off and not any("probe_flops_s" in r for r in off)
+'; then
+    ok "log.probe"
+else
+    bad "log.probe" "$(tail -3 err)"
+fi
 if python3 -c '
 import json
 d = json.load(open("trace.json"))

@@ -6,7 +6,8 @@
  *   - ranks beyond the cluster's cores slow compute by world / cores, and
  *     a rank's threads are cores / world;
  *   - a measured profile's module times replace the datasheet model,
- *     interpolated log-log in tokens. */
+ *     interpolated log-log in tokens; entries measured in groups (tp
+ *     shards, tp 1 under load) are chosen by the layout's busy cores. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,11 +209,78 @@ static void test_profile_modules(void) {
     free(none);
 }
 
+/* The block's F on stage 0 of layout l: the stage's F less that of the
+ * same model without blocks (the embedding and head, modelled). */
+static double block_f(const pt_config *c, const pt_cluster *cl, const pt_plan_layout *l) {
+    pt_config c0 = *c;
+    c0.model.n_layer = 0;
+    pt_plan_pipe *pp = calloc(1, sizeof *pp), *rest = calloc(1, sizeof *rest);
+    CHECK_OK(pt_plan_pipe_times(c, l, cl, pp));
+    CHECK_OK(pt_plan_pipe_times(&c0, l, cl, rest));
+    double f = pp->f[0] - rest->f[0];
+    free(pp);
+    free(rest);
+    return f;
+}
+
+/* Entries measured in groups (calibrate's ranks field): a tp shard's own
+ * entry holds its collectives (nothing modelled is added), its group's own
+ * oversubscription is not counted twice, and whole modules under load are
+ * what a rank among others on the cores runs at, alone what a lone rank
+ * does. Only blocks are measured here: the embedding and head are
+ * modelled, the same in every layout of one tp. */
+static void test_profile_groups(void) {
+    pt_cluster cl = hand_cluster(1, 2);
+    pt_config c = small_model();
+    c.model.n_layer = 1;
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 2;
+    /* tp 1 alone 10 ms, tp 1 under load (2 ranks) 12 ms, tp 2 in its group
+     * 7 ms, tp 4 in its group of 4 on the 2 cores 8 ms: forward = B = W */
+    const struct {
+        int tp, ranks;
+        double s;
+    } e[4] = {{1, 1, 0.010}, {1, 2, 0.012}, {2, 2, 0.007}, {4, 4, 0.008}};
+    pt_profile_module mods[4];
+    for (int i = 0; i < 4; i++)
+        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK,
+                                      .n_embd = 256,
+                                      .n_head = 8,
+                                      .seq_len = 128,
+                                      .vocab_size = 512,
+                                      .tp = e[i].tp,
+                                      .tokens = 512,
+                                      .threads = 1,
+                                      .ranks = e[i].ranks,
+                                      .fwd_s = e[i].s,
+                                      .bgrad_s = e[i].s,
+                                      .wgrad_s = e[i].s};
+    prof.module = mods, prof.n_module = 4;
+    c.train.batch_size = 4; /* 512 tokens a micro-batch at dp 1, m 1 */
+    cl.profile = &prof;
+    pt_plan_layout one = layout(1, 1, 1, "none", 1, 1);
+    one.threads = 1; /* a lone rank at one thread: the entry alone */
+    CHECK_NEAR(block_f(&c, &cl, &one), 0.010, 0, 1e-9);
+    c.train.batch_size = 8; /* dp 2: 512 tokens each */
+    pt_plan_layout dp2 = layout(2, 1, 1, "none", 1, 1);
+    CHECK_NEAR(block_f(&c, &cl, &dp2), 0.012, 0, 1e-9); /* both cores busy: under load */
+    c.train.batch_size = 4;
+    pt_plan_layout tp2 = layout(1, 2, 1, "none", 1, 1);
+    CHECK_NEAR(block_f(&c, &cl, &tp2), 0.007, 0, 1e-9); /* no all-reduce added */
+    pt_plan_layout tp4 = layout(1, 4, 1, "none", 1, 1);
+    CHECK_NEAR(block_f(&c, &cl, &tp4), 0.008, 0, 1e-9); /* its own 2x, not twice */
+    c.train.batch_size = 8;
+    pt_plan_layout dp2tp2 = layout(2, 2, 1, "none", 1, 1);
+    CHECK_NEAR(block_f(&c, &cl, &dp2tp2), 2 * 0.007, 0, 1e-9); /* 4 ranks on the group's 2 cores */
+}
+
 int main(void) {
     RUN(test_bubble_formula);
     RUN(test_dp_ring);
     RUN(test_tp_ring);
     RUN(test_oversubscription);
     RUN(test_profile_modules);
+    RUN(test_profile_groups);
     return TEST_DONE();
 }
