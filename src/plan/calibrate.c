@@ -190,9 +190,11 @@ static void probe_free(calib *k) {
     free(k->probe_module);
 }
 
-/* The probe's rate now (flop/s), kept in k->probes. */
+/* The probe's rate now (flop/s), kept in k->probes. Quick runs (the
+ * tests', under the sanitizers too, where a probe costs a second) measure
+ * it once and reuse it: nothing is scaled. */
 static pt_status probe(calib *k, double *rate) {
-    *rate = pt_speed_probe(k->probe_buf);
+    *rate = k->e->quick && k->n_probes > 0 ? k->probes[0] : pt_speed_probe(k->probe_buf);
     return push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof *rate, rate);
 }
 
@@ -216,9 +218,12 @@ static void probe_rescale(calib *k) {
     k->c->n_probes = n;
     free(sorted);
     p->probe_flops_s = ref;
-    for (int i = 0; i < p->n_gemm; i++) p->gemm[i].flops_s *= ref / k->probe_gemm[i];
+    /* an entry without a probe beside it (0: quick) stays as measured */
+    for (int i = 0; i < p->n_gemm; i++)
+        if (k->probe_gemm[i] > 0) p->gemm[i].flops_s *= ref / k->probe_gemm[i];
     for (int i = 0; i < p->n_module; i++) {
         pt_profile_module *m = &p->module[i];
+        if (!(k->probe_module[i] > 0)) continue;
         double f = k->probe_module[i] / ref; /* slow probe: the time came out long */
         m->fwd_s *= f, m->bgrad_s *= f, m->wgrad_s *= f;
         for (int r = 0; r < 3; r++) m->recompute_s[r] *= f;
@@ -635,8 +640,9 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
 
 /* Three module entries and the probe beside them into the tables. */
 static pt_status push_modules(calib *k, const pt_profile_module e[3], double probe_mean) {
-    PT_CHECK(
-        push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof probe_mean, &probe_mean));
+    if (probe_mean > 0)
+        PT_CHECK(push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof probe_mean,
+                      &probe_mean));
     for (int i = 0; i < 3; i++) {
         PT_CHECK(push((void **)&k->probe_module, &k->n_module_probed, &k->cap_probe_module,
                       sizeof probe_mean, &probe_mean));
@@ -658,7 +664,8 @@ static pt_status measure_model(calib *k, const pt_model_config *shape) {
         for (int B = 1; st == PT_OK && B <= max_B; B *= 2) {
             pt_profile_module e[3];
             double pm;
-            time_modules(k->e, time_min, &mm, &mc, B, k->threads[t], 1, 1, k->probe_buf, e, &pm);
+            time_modules(k->e, time_min, &mm, &mc, B, k->threads[t], 1, 1,
+                         k->e->quick ? NULL : k->probe_buf, e, &pm);
             st = push_modules(k, e, pm);
         }
     }
@@ -716,7 +723,7 @@ static int tp_rank_main(void *arg) {
     int rank = c ? pt_comm_rank(c) : -1;
     module_models mm = {0};
     float *probe_buf = NULL;
-    if (s == PT_OK && rank == 0) {
+    if (s == PT_OK && rank == 0 && !j->e->quick) {
         probe_buf = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * pt_speed_probe_floats());
         if (!probe_buf)
             s = pt_error_set(PT_ERR_NOMEM, "calibrate: probe buffers");
