@@ -6,10 +6,12 @@
  * passes, collectives): matrix products by shape class and thread count;
  * per module kind and model shape, forward, input-gradient (B) and
  * weight-gradient (W) seconds per micro-batch and the extra backward time
- * of selective and full recomputation; a streaming copy (memory
- * bandwidth), an elementwise pass, AdamW and SGD per parameter; the shm
- * backend's collectives and point-to-point per size and group size (ranks
- * forked by pt_launch).
+ * of selective and full recomputation, alone, with a rank on every core,
+ * and as tp 2 and 4 shards in a real group (ranks forked by pt_launch); a
+ * streaming copy (memory bandwidth), an elementwise pass, AdamW and SGD
+ * per parameter; the shm backend's collectives and point-to-point per size
+ * and group size; every figure but the collectives scaled to a speed
+ * probe's median over the run (kernels.h's pt_speed_probe).
  *
  * Lifecycle: pt_calibrate fills a pt_calibration (caller-owned) ->
  * pt_calibrate_write / pt_calibration_to_json -> pt_calibration_deinit.

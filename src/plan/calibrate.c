@@ -21,10 +21,12 @@
  * collectives are not scaled: they run in forked ranks, and copies do not move with a product's
  * rate.
  *
- * Not here: tensor-parallel shards (a tp > 1 model's passes need the
- * group's collectives, so a shard cannot be timed without its peers; the
- * profile's modules are tp 1), the mpi backend, bf16 (partrain's CPU
- * runtime has none: peak_flops.bf16 is 0). */
+ * Tensor-parallel shards are timed in a real group of forked ranks, and
+ * whole modules again with a rank on every core (the groups' section).
+ *
+ * Not here: the mpi backend, bf16 (partrain's CPU runtime has none:
+ * peak_flops.bf16 is 0), sequence parallelism's own shard times (its
+ * layouts take the plain shard's). */
 #include "partrain/calibrate.h"
 
 #include <errno.h>
