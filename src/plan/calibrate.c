@@ -683,13 +683,12 @@ static pt_status measure_model(calib *k, const pt_model_config *shape) {
  * its own oversubscription over this one). And whole modules are timed
  * again with every core running the same passes (a rank per core, no
  * collectives), what a data-parallel or pipeline rank sees: on the 2-core
- * development machine a one-thread step took 20-28% longer with a second
- * one on the other core (caches and memory bandwidth are shared), and the
- * planner underestimated every multi-rank layout by about that much without
- * it. Every rank runs the same passes the same number of times (a time
+ * development machine a one-thread step took 15-28% longer with a second
+ * one on the other core (caches and memory bandwidth are shared). Every
+ * rank runs the same passes the same number of times (a time
  * target would let the counts differ and the collectives pair wrongly): a
  * warm-up, then two, rank 0's faster kept, with rank 0's probe beside
- * them (the groups take half the run's time as it is). */
+ * them (the groups take about 40% of the run's time as it is). */
 
 enum { TP_MAX_OUT = 64 };
 
