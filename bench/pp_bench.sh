@@ -7,10 +7,10 @@
 # machine is shared and noisy). The pp runs write a Chrome trace
 # (log.trace), from which the script takes the mean F, B, W (or BW) pass
 # time over the timed steps, per stage and over both stages. A pass's time
-# is its compute: the trace's pass event also spans the wait for the
-# neighbour's activations or gradients, so the script sums the module events
-# nested in it instead (a W pass receives nothing: its whole event);
-# pass_wall_ms in the JSON keeps the whole events.
+# is its compute, the sum of the module events nested in its pass event
+# (which begins once its input has arrived, and also holds posting its
+# sends; a W pass: its whole event); pass_wall_ms in the JSON keeps the
+# whole events.
 #
 # Formula bubble: `partrain bench schedule` with tf, tb, tw from zb1's trace
 # of the same config and m (split B and W passes; mean over rounds); when zb1
@@ -20,9 +20,14 @@
 #
 # Columns: step_ms (median over rounds of each run's median timed step),
 # speed-up = baseline_ms / pp_ms, bubble (median over the timed steps and
-# rounds of the metric), formula bubble, |difference|, goal = 0.9 * 2 /
-# (1 + formula bubble) and whether the speed-up meets it, stage_acts per
-# stage (MiB, the PT_MEM_ACTS peak). One JSON line per (config, m, schedule).
+# rounds of the metric), formula bubble, |difference|, then the same run
+# replayed on an ideal runtime from its own trace (bench/pp_replay.py):
+# stage = the schedule at each stage's mean pass times (the formula plus
+# the stages' imbalance), replay = at each pass's own time (plus its
+# jitter), rt = bubble - replay (what the runtime adds: hand-overs, wake-
+# ups); goal = 0.9 * 2 / (1 + formula bubble) and whether the speed-up
+# meets it, stage_acts per stage (MiB, the PT_MEM_ACTS peak). One JSON line
+# per (config, m, schedule).
 #
 #   bench/pp_bench.sh [--rounds R] [--warmup W] [--steps S] [--configs "small gpt2"]
 #                     [--micro "2 4 8"] [--schedules "gpipe 1f1b interleaved zb1 zbv"] [--save]
@@ -45,7 +50,7 @@ while [ $# -gt 0 ]; do
     --micro) MICRO=$2; shift 2 ;;
     --schedules) SCHEDULES=$2; shift 2 ;;
     --save) SAVE=1; shift ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "pp_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -104,9 +109,11 @@ run() {
         tail -3 "$TMP/$tag.log" >&2
         exit 1
     fi
-    python3 - "$TMP/$tag.jsonl" "$TMP/$tag.trace.json" "$WARMUP" <<'PY' >>"$TMP/${cfg}_${m}_$sch"
+    python3 - "$TMP/$tag.jsonl" "$TMP/$tag.trace.json" "$WARMUP" "$ROOT/bench" "$sch" <<'PY' >>"$TMP/${cfg}_${m}_$sch"
 import bisect, json, os, re, statistics, sys
-metrics, trace, warmup = sys.argv[1], sys.argv[2], int(sys.argv[3])
+metrics, trace, warmup, bench, sch = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+sys.path.insert(0, bench)
+import pp_replay
 rows = [json.loads(l) for l in open(metrics)]
 rows = [r for r in rows if "step_ms" in r and r["step"] > warmup]
 out = {"step_ms": statistics.median(r["step_ms"] for r in rows)}
@@ -150,14 +157,18 @@ if os.path.exists(trace):
         out[key] = {k: statistics.mean(d for v in s.values() for d in v) for k, s in src.items()}
         out[key + "_stage"] = {k: {p: statistics.mean(v) for p, v in sorted(s.items())}
                                for k, s in src.items()}
+    v = 2 if sch in ("interleaved", "zbv") else 1
+    rp = pp_replay.replay(trace, 2, sch, v, warmup)
+    out["replay"], out["stage"] = rp["replay"], rp["stage"]
 print(json.dumps(out))
 PY
 }
 
 {
     echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, partrain $(git -C "$ROOT" rev-parse --short HEAD), rounds $ROUNDS, warm-up $WARMUP, timed $STEPS; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
-    printf "%-6s %2s %-11s %9s %7s %7s %7s %6s %6s %4s %6s %-15s %s\n" config m schedule step_ms \
-        speedup bubble formula diff goal met times stage_acts_MiB "compute_ms F/B/W/BW (stage0 | stage1)"
+    printf "%-6s %2s %-11s %9s %7s %7s %7s %6s %6s %6s %6s %6s %4s %6s %-15s %s\n" config m schedule \
+        step_ms speedup bubble formula diff stage replay rt goal met times stage_acts_MiB \
+        "compute_ms F/B/W/BW (stage0 | stage1)"
 } | tee "$OUTFILE"
 for cfg in $CONFIGS; do
     set -- $(shape "$cfg")
@@ -194,6 +205,8 @@ for s in schedules:
     runs = load(s)
     ms = med(r["step_ms"] for r in runs)
     bub = med(b for r in runs for b in r["bubbles"])
+    stage = med(b for r in runs for b in r["stage"])
+    rep = med(b for r in runs for b in r["replay"])
     own = times(runs)
     if zb1 and all(k in zb1 for k in "FBW"):
         tf, tb, tw, src = zb1["F"], zb1["B"], zb1["W"], "zb1"
@@ -215,14 +228,15 @@ for s in schedules:
     ptxt = "/".join("%.0f" % own[k] for k in order) + " (" + \
         "/".join("%.0f" % per[k][0] for k in order) + " | " + \
         "/".join("%.0f" % per[k][1] for k in order) + ")"
-    rows.append("%-6s %2d %-11s %9.1f %6.2fx %7.3f %7.3f %6.3f %5.2fx %4s %6s %-15s %s" % (
-        cfg, m, s, ms, speedup, bub, f["bubble"], abs(bub - f["bubble"]), goal,
+    rows.append("%-6s %2d %-11s %9.1f %6.2fx %7.3f %7.3f %6.3f %6.3f %6.3f %+6.3f %5.2fx %4s %6s %-15s %s" % (
+        cfg, m, s, ms, speedup, bub, f["bubble"], abs(bub - f["bubble"]), stage, rep, bub - rep, goal,
         "yes" if speedup >= goal else "no", src, "/".join("%.1f" % a for a in acts), ptxt))
     lines.append(json.dumps({"bench": "pp", "config": cfg, "pp": 2, "microbatches": m, "schedule": s,
                       "virtual_stages": v, "threads_per_rank": 1,
                       "baseline_ms": base_ms, "step_ms": ms, "speedup": speedup,
                       "bubble": bub, "formula_bubble": f["bubble"],
-                      "bubble_diff": abs(bub - f["bubble"]), "goal_speedup": goal,
+                      "bubble_diff": abs(bub - f["bubble"]), "stage_bubble": stage,
+                      "replay_bubble": rep, "runtime_bubble": bub - rep, "goal_speedup": goal,
                       "goal_met": speedup >= goal, "times_from": src,
                       "tf_ms": tf, "tb_ms": tb, "tw_ms": tw, "formula_makespan_ms": f["makespan"],
                       "in_flight": f["in_flight"], "pass_ms": own, "pass_ms_stage": per,
