@@ -154,61 +154,6 @@ static void test_oversubscription(void) {
     CHECK_NEAR(t1.compute_s, t2.compute_s, 0, 1e-9);
 }
 
-/* Block times from the profile: log-log between the measured tokens. */
-static void test_profile_modules(void) {
-    pt_cluster cl = hand_cluster(1, 1);
-    pt_config c = small_model();
-    c.model.n_layer = 1;
-    pt_profile prof;
-    memset(&prof, 0, sizeof prof);
-    prof.cores = 1;
-    pt_profile_module mods[2];
-    for (int i = 0; i < 2; i++) {
-        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK,
-                                      .n_embd = 256,
-                                      .n_head = 8,
-                                      .seq_len = 128,
-                                      .vocab_size = 512,
-                                      .tp = 1,
-                                      .tokens = 1024 << (2 * i),
-                                      .threads = 1};
-        mods[i].fwd_s = 0.01 * (i ? 8 : 1), mods[i].bgrad_s = 0.02 * (i ? 8 : 1);
-        mods[i].wgrad_s = 0.01 * (i ? 8 : 1);
-    }
-    prof.module = mods, prof.n_module = 2;
-    cl.profile = &prof;
-    c.train.batch_size = 16; /* 2048 tokens: the geometric middle */
-    pt_plan_layout l = layout(1, 1, 1, "none", 1, 1);
-    pt_plan_pipe *pp = calloc(1, sizeof *pp), *none = calloc(1, sizeof *none);
-    CHECK_OK(pt_plan_pipe_times(&c, &l, &cl, pp));
-    cl.profile = NULL;
-    CHECK_OK(pt_plan_pipe_times(&c, &l, &cl, none));
-    /* the stage = embedding + block + head; the block's share is measured */
-    double emb_head_f = none->f[0], block_f_model;
-    {
-        pt_config c0 = c;
-        c0.model.n_layer = 2;
-        pt_plan_pipe *two = calloc(1, sizeof *two);
-        CHECK_OK(pt_plan_pipe_times(&c0, &l, &cl, two));
-        block_f_model = two->f[0] - none->f[0];
-        free(two);
-    }
-    emb_head_f -= block_f_model;
-    CHECK_NEAR(pp->f[0] - emb_head_f, sqrt(0.01 * 0.08), 0, 1e-9);
-    /* two ranks on the one device, the same share each: measured passes
-     * slow down as the modelled ones do */
-    cl.profile = &prof;
-    c.train.batch_size = 32;
-    pt_plan_layout l2 = layout(2, 1, 1, "none", 1, 1);
-    pt_plan_pipe *shared = calloc(1, sizeof *shared);
-    CHECK_OK(pt_plan_pipe_times(&c, &l2, &cl, shared));
-    CHECK_NEAR(shared->f[0], 2 * pp->f[0], 0, 1e-9);
-    CHECK_NEAR(shared->b[0], 2 * pp->b[0], 0, 1e-9);
-    free(shared);
-    free(pp);
-    free(none);
-}
-
 /* The block's F on stage 0 of layout l: the stage's F less that of the
  * same model without blocks (the embedding and head, modelled). */
 static double block_f(const pt_config *c, const pt_cluster *cl, const pt_plan_layout *l) {
@@ -221,6 +166,55 @@ static double block_f(const pt_config *c, const pt_cluster *cl, const pt_plan_la
     free(pp);
     free(rest);
     return f;
+}
+
+/* A block's profile entry of the tests' shape (C 256, NH 8, T 128, V 512;
+ * one thread): tp shard `tp` timed with `ranks` ranks at once. */
+static pt_profile_module block_entry(int tp, int ranks, int tokens, double f, double b, double w) {
+    return (pt_profile_module){.kind = PT_MODULE_BLOCK,
+                               .n_embd = 256,
+                               .n_head = 8,
+                               .seq_len = 128,
+                               .vocab_size = 512,
+                               .tp = tp,
+                               .tokens = tokens,
+                               .threads = 1,
+                               .ranks = ranks,
+                               .fwd_s = f,
+                               .bgrad_s = b,
+                               .wgrad_s = w};
+}
+
+/* Block times from the profile: log-log between the measured tokens. */
+static void test_profile_modules(void) {
+    pt_cluster cl = hand_cluster(1, 1);
+    pt_config c = small_model();
+    c.model.n_layer = 1;
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 1;
+    /* 1024 and 4096 tokens; 8x the time for 4x the tokens */
+    pt_profile_module mods[2] = {block_entry(1, 1, 1024, 0.01, 0.02, 0.01),
+                                 block_entry(1, 1, 4096, 0.08, 0.16, 0.08)};
+    prof.module = mods, prof.n_module = 2;
+    cl.profile = &prof;
+    c.train.batch_size = 16; /* 2048 tokens: the geometric middle */
+    pt_plan_layout l = layout(1, 1, 1, "none", 1, 1);
+    /* the stage = embedding + block + head; the block's share is measured */
+    CHECK_NEAR(block_f(&c, &cl, &l), sqrt(0.01 * 0.08), 0, 1e-9);
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    CHECK_OK(pt_plan_pipe_times(&c, &l, &cl, pp));
+    /* two ranks on the one device, the same share each: measured passes
+     * slow down as the modelled ones do */
+    cl.profile = &prof;
+    c.train.batch_size = 32;
+    pt_plan_layout l2 = layout(2, 1, 1, "none", 1, 1);
+    pt_plan_pipe *shared = calloc(1, sizeof *shared);
+    CHECK_OK(pt_plan_pipe_times(&c, &l2, &cl, shared));
+    CHECK_NEAR(shared->f[0], 2 * pp->f[0], 0, 1e-9);
+    CHECK_NEAR(shared->b[0], 2 * pp->b[0], 0, 1e-9);
+    free(shared);
+    free(pp);
 }
 
 /* Entries measured in groups (calibrate's ranks field): a tp shard's own
@@ -244,18 +238,7 @@ static void test_profile_groups(void) {
     } e[4] = {{1, 1, 0.010}, {1, 2, 0.012}, {2, 2, 0.007}, {4, 4, 0.008}};
     pt_profile_module mods[4];
     for (int i = 0; i < 4; i++)
-        mods[i] = (pt_profile_module){.kind = PT_MODULE_BLOCK,
-                                      .n_embd = 256,
-                                      .n_head = 8,
-                                      .seq_len = 128,
-                                      .vocab_size = 512,
-                                      .tp = e[i].tp,
-                                      .tokens = 512,
-                                      .threads = 1,
-                                      .ranks = e[i].ranks,
-                                      .fwd_s = e[i].s,
-                                      .bgrad_s = e[i].s,
-                                      .wgrad_s = e[i].s};
+        mods[i] = block_entry(e[i].tp, e[i].ranks, 512, e[i].s, e[i].s, e[i].s);
     prof.module = mods, prof.n_module = 4;
     c.train.batch_size = 4; /* 512 tokens a micro-batch at dp 1, m 1 */
     cl.profile = &prof;
