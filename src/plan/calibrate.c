@@ -442,12 +442,14 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
         fill(g.w, (size_t)kk * n, 2);
         fill(g.bias, (size_t)n, 3);
     }
+    double p0, p1 = 0; /* the probes before and after; an after serves as the next before */
     for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
         pt_kernels_set_threads(k->threads[t]);
         pt_profile_gemm e = {.m = m, .n = n, .k = kk, .threads = k->threads[t]};
-        double p0, p1;
-        st = probe(k, &p0);
-        if (st != PT_OK) break;
+        if (p1 > 0)
+            p0 = p1;
+        else if ((st = probe(k, &p0)) != PT_OK)
+            break;
         e.flops_s = flop / time_min(k->e, pass_gemm, &g);
         st = probe(k, &p1);
         double pe = 0.5 * (p0 + p1);
@@ -465,6 +467,7 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
             double *lo = &k->c->transpose_lo[g.which - 1], *hi = &k->c->transpose_hi[g.which - 1];
             if (*lo == 0 || r < *lo) *lo = r;
             if (r > *hi) *hi = r;
+            p1 = 0; /* products ran since */
         }
         g.which = 0;
     }
@@ -696,6 +699,7 @@ typedef struct {
     const effort *e;
     pt_model_config mc;  /* n_layer 1 */
     int t, ranks, max_B; /* the shard's tp (1: whole), ranks at once */
+    float *probe_buf;    /* the parent's (its pages are the fork's) */
     /* shared with the parent (MAP_SHARED): rank 0's entries, 3 per B, and
      * the probe beside each three */
     pt_profile_module out[TP_MAX_OUT];
@@ -723,14 +727,8 @@ static int tp_rank_main(void *arg) {
     pt_status s = pt_comm_init(&c, &co);
     int rank = c ? pt_comm_rank(c) : -1;
     module_models mm = {0};
-    float *probe_buf = NULL;
-    if (s == PT_OK && rank == 0 && !j->e->quick) {
-        probe_buf = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * pt_speed_probe_floats());
-        if (!probe_buf)
-            s = pt_error_set(PT_ERR_NOMEM, "calibrate: probe buffers");
-        else
-            fill(probe_buf, pt_speed_probe_floats(), 9);
-    }
+    /* the parent's buffers, a copy-on-write copy in this forked rank */
+    float *probe_buf = rank == 0 && !j->e->quick ? j->probe_buf : NULL;
     if (s == PT_OK) s = module_models_new(&mm, &j->mc, j->max_B, j->t, j->t > 1 ? rank : 0, c);
     pt_kernels_set_threads(1);
     for (int B = 1; s == PT_OK && B <= j->max_B; B *= 2) {
@@ -748,7 +746,6 @@ static int tp_rank_main(void *arg) {
         fprintf(stderr, "partrain calibrate: group rank %d of %d: %s\n", rank, j->ranks,
                 pt_error_message());
     module_models_free(&mm);
-    pt_mem_free(probe_buf);
     pt_comm_free(c);
     return s == PT_OK ? 0 : 1;
 }
@@ -772,6 +769,7 @@ static pt_status measure_groups(calib *k, const pt_model_config *shape) {
         j->t = t;
         j->ranks = ranks;
         j->max_B = module_max_B(k->e, &j->mc);
+        j->probe_buf = k->probe_buf;
         if (pt_model_config_validate(&j->mc) != PT_OK || pt_shard_check(&j->mc, t) != PT_OK) {
             pt_error_clear();
             continue; /* the shape does not split t ways */
@@ -865,12 +863,13 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
     int n_models;
     models_of(o, &models, &n_models);
 
-    pt_status st = PT_OK;
+    /* the probe's buffers now, for the forked group ranks too; its first
+     * product comes after the forks: pt_launch wants a parent without
+     * threads of its own, and a product may start BLAS threads */
+    pt_status st = probe_init(&k);
     double t0 = pt_time_s();
-    /* first: pt_launch wants a parent without threads of its own (the
-     * probe's products may start BLAS threads, so it comes after) */
     progress(o, "collectives and point-to-point (shm, 2 and 4 ranks)");
-    st = measure_comm(&k);
+    if (st == PT_OK) st = measure_comm(&k);
     out->phase_s[0] = pt_time_s() - t0;
     t0 = pt_time_s();
     for (int i = 0; st == PT_OK && i < n_models; i++) {
@@ -882,7 +881,6 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
         st = measure_groups(&k, &models[i]);
     }
     out->phase_s[4] = pt_time_s() - t0;
-    if (st == PT_OK) st = probe_init(&k);
     if (st == PT_OK) {
         t0 = pt_time_s();
         progress(o, "memory bandwidth, elementwise, optimizers");
