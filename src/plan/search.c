@@ -157,7 +157,10 @@ typedef struct {
     int lists_next;
     pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
     /* the stage cut per (pp, virtual stages, V-shaped or not): computed
-     * once (pt_stage_split_for tries up to 2e6 cuts at v > 1) */
+     * once (pt_stage_split_for tries up to 2e6 cuts at v > 1). The key
+     * suffices: parallel.stage_layers is the same in every layout of a
+     * search (the fixed key, or empty until explain_layers writes out the
+     * cut that the cache already holds) */
     pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
     memo *memo;

@@ -141,7 +141,7 @@ static int profile_module(const pt_profile *p, const pt_model_config *m, int kin
         if (pass == 1 && t == 1) break;
         /* the thread count measured nearest to the one wanted, then the
          * ranks whose busy cores are nearest */
-        int th = -1, rk = -1;
+        int th = -1, rk = -1, rk_busy = 0; /* rk_busy: the cores rk's entries kept busy */
         for (int i = 0; i < p->n_module; i++) {
             const pt_profile_module *e = &p->module[i];
             if (!same_shape(e, m, kind) || e->tp != want_tp) continue;
@@ -151,9 +151,8 @@ static int profile_module(const pt_profile *p, const pt_model_config *m, int kin
         for (int i = 0; i < p->n_module; i++) {
             const pt_profile_module *e = &p->module[i];
             if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th) continue;
-            int er = entry_ranks(e), eb = er * th < cores ? er * th : cores,
-                rb = rk * th < cores ? rk * th : cores;
-            if (rk < 0 || abs(eb - busy) < abs(rb - busy)) rk = er;
+            int er = entry_ranks(e), eb = er * th < cores ? er * th : cores;
+            if (rk < 0 || abs(eb - busy) < abs(rk_busy - busy)) rk = er, rk_busy = eb;
         }
         const pt_profile_module *lo = NULL, *hi = NULL;
         for (int i = 0; i < p->n_module; i++) {
