@@ -25,9 +25,10 @@
 # stage = the schedule at each stage's mean pass times (the formula plus
 # the stages' imbalance), replay = at each pass's own time (plus its
 # jitter), rt = bubble - replay (what the runtime adds: hand-overs, wake-
-# ups); goal = 0.9 * 2 / (1 + formula bubble) and whether the speed-up
-# meets it, stage_acts per stage (MiB, the PT_MEM_ACTS peak). One JSON line
-# per (config, m, schedule).
+# ups; each round's pass order at the formula's times must give the
+# formula, else the script stops); goal = 0.9 * 2 / (1 + formula bubble)
+# and whether the speed-up meets it, stage_acts per stage (MiB, the
+# PT_MEM_ACTS peak). One JSON line per (config, m, schedule).
 #
 #   bench/pp_bench.sh [--rounds R] [--warmup W] [--steps S] [--configs "small gpt2"]
 #                     [--micro "2 4 8"] [--schedules "gpipe 1f1b interleaved zb1 zbv"] [--save]
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     --micro) MICRO=$2; shift 2 ;;
     --schedules) SCHEDULES=$2; shift 2 ;;
     --save) SAVE=1; shift ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "pp_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -159,7 +160,7 @@ if os.path.exists(trace):
                                for k, s in src.items()}
     v = 2 if sch in ("interleaved", "zbv") else 1
     rp = pp_replay.replay(trace, 2, sch, v, warmup)
-    out["replay"], out["stage"] = rp["replay"], rp["stage"]
+    out["replay"], out["stage"], out["trace"] = rp["replay"], rp["stage"], trace
 print(json.dumps(out))
 PY
 }
@@ -189,9 +190,12 @@ for cfg in $CONFIGS; do
             for s in $order; do run "$cfg" "$m" "$s" "$r"; done
             r=$((r + 1))
         done
-        python3 - "$BIN" "$TMP" "$cfg" "$m" "$SCHEDULES" <<'PY' | tee -a "$OUTFILE"
+        python3 - "$BIN" "$TMP" "$cfg" "$m" "$SCHEDULES" "$ROOT/bench" "$WARMUP" <<'PY' | tee -a "$OUTFILE"
 import json, statistics, subprocess, sys
 bin_, tmp, cfg, m, schedules = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
+sys.path.insert(0, sys.argv[6])
+import pp_replay
+warmup = int(sys.argv[7])
 load = lambda s: [json.loads(l) for l in open("%s/%s_%d_%s" % (tmp, cfg, m, s))]
 med = statistics.median
 base = load("base")
@@ -219,6 +223,13 @@ for s in schedules:
                                    "--microbatches", str(m), "--virtual-stages", str(v),
                                    "--tf", "%.6f" % tf, "--tb", "%.6f" % tb, "--tw", "%.6f" % tw,
                                    "--json"], check=True, capture_output=True, text=True).stdout)
+    # the replay's dependencies are the schedule's: each round's pass order
+    # at the formula's times gives the formula
+    for r in runs:
+        u = pp_replay.replay(r["trace"], 2, s, v, warmup, {"F": tf, "B": tb, "W": tw})["uniform"]
+        if abs(u - f["bubble"]) > 1e-4:
+            sys.exit("pp_bench.sh: %s m %d %s: the replay at the formula's times gives %.6f, "
+                     "the formula %.6f" % (cfg, m, s, u, f["bubble"]))
     speedup = base_ms / ms
     goal = 0.9 * 2 / (1 + f["bubble"])
     acts = [a / 2**20 for a in runs[-1]["stage_acts"]]

@@ -23,7 +23,11 @@ The bubble is the runtime's own measure: 1 - busy / (ranks x the longest
 rank's span), every rank starting at 0.
 
   bench/pp_replay.py TRACE --pp P --schedule S [--virtual-stages V]
-                     [--warmup W] [--json]
+                     [--warmup W] [--times TF TB TW] [--json]
+
+--times also replays the first timed step's pass order at those times:
+`partrain bench schedule`'s bubble exactly, when the dependencies above are
+the schedule's (pp_bench.sh checks this on every run).
 
 Chunk c of rank r is virtual stage c*p + r (interleaved) or, for zbv,
 r then 2p-1-r (the V)."""
@@ -85,7 +89,11 @@ def simulate(ranks, n_vstages):
     return 1 - sum(busy) / (p * span) if span > 0 else 0.0
 
 
-def replay(trace, p, schedule, v, warmup):
+def replay(trace, p, schedule, v, warmup, times=None):
+    """The replayed bubbles of the trace's timed steps; with times {F, B, W}
+    also "uniform", its first step's pass order at those times: the
+    formula (`partrain bench schedule`) exactly, if the passes depend on one
+    another here as they do in the runtime's schedule."""
     steps = steps_of(trace, p, schedule, warmup)
     if not steps:
         sys.exit("pp_replay.py: %s: no pipeline passes after step %d" % (trace, warmup))
@@ -100,9 +108,15 @@ def replay(trace, p, schedule, v, warmup):
     mean = {k: statistics.mean(v) for k, v in durs.items()}
     stage = [simulate([[(k, mb, g, c, mean[(r, k, c)]) for k, mb, g, c, _ in row]
                        for r, row in enumerate(steps[s])], G) for s in sorted(steps)]
-    return {"steps": sorted(steps), "replay": per_step, "stage": stage,
+    out = {}
+    if times:
+        t = dict(times, BW=times["B"] + times["W"])
+        first = steps[min(steps)]
+        out["uniform"] = simulate([[(k, mb, g, c, t[k]) for k, mb, g, c, _ in row]
+                                   for row in first], G)
+    return dict(out, **{"steps": sorted(steps), "replay": per_step, "stage": stage,
             "replay_median": statistics.median(per_step), "stage_median": statistics.median(stage),
-            "stage_ms": {"%d %s c%d" % k: v for k, v in sorted(mean.items())}}
+            "stage_ms": {"%d %s c%d" % k: v for k, v in sorted(mean.items())}})
 
 
 def main():
@@ -113,16 +127,21 @@ def main():
                     choices=("gpipe", "1f1b", "interleaved", "zb1", "zbv"))
     ap.add_argument("--virtual-stages", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=0)
+    ap.add_argument("--times", nargs=3, type=float, metavar=("TF", "TB", "TW"),
+                    help="also the pass order at these F, B, W times (the formula's)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     v = a.virtual_stages or (2 if a.schedule == "zbv" else 1)
-    out = replay(a.trace, a.pp, a.schedule, v, a.warmup)
+    times = dict(zip("FBW", a.times)) if a.times else None
+    out = replay(a.trace, a.pp, a.schedule, v, a.warmup, times)
     if a.json:
         print(json.dumps(out))
         return
     for s, b, st in zip(out["steps"], out["replay"], out["stage"]):
         print("step %d: replay bubble %.3f, stage-mean bubble %.3f" % (s, b, st))
     print("median: replay %.3f, stage %.3f" % (out["replay_median"], out["stage_median"]))
+    if "uniform" in out:
+        print("at the times given: %.6f" % out["uniform"])
 
 
 if __name__ == "__main__":
