@@ -477,19 +477,24 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
             (double)(s->sched.in_flight - 1) * (double)pt_model_slot_bytes_at(m, 0, L + 1, mB);
     } else {
         /* trainer_pipe.c: in_flight blocks, each the largest chunk's slot
-         * and its gradients in and out; a split backward adds sets of deferred
-         * scratch, as many as the list has W's pending at once */
+         * and its gradients in and out, or each chunk's own (as many as it
+         * holds at once, its own size) where that is less; a split backward
+         * adds sets of deferred scratch, as many as the list has W's
+         * pending at once */
         size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
                                                   : (size_t)mB * T) *
                    C;
-        size_t block = 0;
+        size_t block = 0, own = 0;
         for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
             size_t f = pt_model_slot_bytes_at(m, s->first[ch], s->last[ch], mB) / sizeof(float) +
                        (size_t)((s->last[ch] <= L) + (s->first[ch] > 0)) * R;
+            f = (f + 15) & ~(size_t)15;
             if (f > block) block = f;
+            own += (size_t)s->sched.chunk_in_flight[ch] * f;
         }
-        block = (block + 15) & ~(size_t)15;
-        cat[PT_MEM_ACTS] += (double)s->sched.in_flight * (double)block * sizeof(float);
+        size_t shared = (size_t)s->sched.in_flight * block;
+        cat[PT_MEM_ACTS] +=
+            (double)(s->sched.virtual_stages > 1 && own < shared ? own : shared) * sizeof(float);
         if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
                              * the kinds of module j of the chunks */
             for (int j = 0; j < s->most_modules; j++) {

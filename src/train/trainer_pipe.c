@@ -23,12 +23,15 @@
  * reduce-scatter). Only the embedding's stage optimizes wte; the copy
  * follows it.
  *
- * Buffers: BLOCKS of memory, as many as the micro-batches the schedule
+ * Buffers: BLOCKS of memory, each one micro-batch of a chunk (its slot:
+ * pt_model_slot_new_range_in, its received output gradient dy, its sent
+ * input gradient dx). Shared: as many as the micro-batches the schedule
  * holds at once over all of a rank's chunks, each as large as the largest
- * chunk's micro-batch (its slot: pt_model_slot_new_range_in, its received
- * output gradient dy, its sent input gradient dx). Every chunk has a view
- * of every block, so that the memory is the schedule's count, whichever
- * chunk each micro-batch is in. A block's sends complete before it is
+ * chunk's, and every chunk has a view of every block, so that the memory
+ * is the schedule's count whichever chunk each micro-batch is in. Or each
+ * chunk's own, as many as it holds at once, each its own size, where that
+ * is less (chunks of unequal size: ZB-V's first chunk holds 3 micro-batches
+ * where its second holds 1). A block's sends complete before it is
  * reused. Under a split backward, SETS of deferred scratch (one per module
  * of a chunk: what a W reads after its B that its context cannot hold), as
  * many as the list has W's pending at once: a B takes one, its W frees it.
@@ -42,8 +45,9 @@
 
 enum { K_ACT, K_GRAD, K_NKIND };
 
-/* A chunk: its modules and neighbours, and a view of every block (its
- * slot, dy and dx carved from the block's memory). */
+/* A chunk: its modules and neighbours, and a view of every block it may
+ * use (its slot, dy and dx carved from the block's memory; NULL for a block
+ * of another chunk's own). */
 typedef struct {
     int first, last;            /* modules */
     int g;                      /* virtual stage */
@@ -62,13 +66,15 @@ struct pt_pipe {
     pt_comm *c[K_NKIND][PT_SCHEDULE_MAX_VIRTUAL]; /* by kind and the receiving chunk */
     pt_comm *tied;                                /* first <-> last stage: wte and its gradient */
     chunk ch[PT_SCHEDULE_MAX_VIRTUAL];
-    /* BLOCKS: one micro-batch of any chunk each, as many as the schedule
-     * holds at once over all chunks (pt_schedule.in_flight), each as large
-     * as the largest chunk's micro-batch: what a rank holds is the
-     * schedule's count, not the sum of its chunks' own peaks */
+    /* BLOCKS, shared: one micro-batch of any chunk each, as many as the
+     * schedule holds at once over all chunks (pt_schedule.in_flight), each
+     * as large as the largest chunk's micro-batch. Or, where that is less
+     * memory (chunks of unequal size), each chunk's own: as many as it
+     * holds at once (chunk_in_flight), each its own size */
     int nblocks;
-    float *mem; /* nblocks x block_floats, PT_MEM_ACTS */
-    size_t block_floats;
+    float *mem;                          /* the blocks, PT_MEM_ACTS */
+    size_t *blk_off;                     /* per block: its first float in mem */
+    int *blk_chunk;                      /* per block: the chunk it serves, -1 any */
     int *owner;                          /* per block: chunk x M + micro-batch held, -1 free */
     pt_comm_req **send_act, **send_grad; /* per block, in flight */
     pt_comm_req **recv_grad;             /* per block: its dy, posted at its forward */
@@ -152,6 +158,8 @@ void pt_pipe_free(pt_pipe *q) {
     free(q->set_of);
     free(q->set_busy);
     pt_mem_free(q->mem);
+    free(q->blk_off);
+    free(q->blk_chunk);
     free(q->owner);
     free(q->send_act);
     free(q->send_grad);
@@ -196,9 +204,8 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->rc = (sp ? N / (size_t)tp : N) * (size_t)cfg->n_embd;
     q->tp = sp ? tp : 1;
     q->C = cfg->n_embd;
-    /* the chunks, and the largest micro-batch of any of them: a block */
-    q->nblocks = s->in_flight;
-    PT_ASSERT(q->nblocks >= 1);
+    /* the chunks, and each one's micro-batch: its slot and gradients */
+    size_t fl[PT_SCHEDULE_MAX_VIRTUAL], most = 0;
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
         h->g = pt_schedule_virtual_stage(s, c);
@@ -209,10 +216,24 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         h->next =
             h->g < G - 1 ? pt_schedule_locate(s->name, q->p, q->v, h->g + 1, &h->next_chunk) : -1;
         /* dy unless the chunk ends with the head; dx unless it starts with the embedding */
-        size_t fl = pt_model_slot_bytes(m, h->first, h->last) / sizeof(float) +
-                    (size_t)((h->last <= q->L) + (h->first > 0)) * q->rc;
-        if (fl > q->block_floats) q->block_floats = fl;
+        fl[c] = pt_model_slot_bytes(m, h->first, h->last) / sizeof(float) +
+                (size_t)((h->last <= q->L) + (h->first > 0)) * q->rc;
+        fl[c] = (fl[c] + 15) & ~(size_t)15; /* 64-byte aligned blocks */
+        if (fl[c] > most) most = fl[c];
         if (h->last - h->first + 1 > q->nscr) q->nscr = h->last - h->first + 1;
+    }
+    /* shared blocks, or each chunk's own where that is smaller */
+    size_t shared = (size_t)s->in_flight * most, own = 0;
+    int n_own = 0;
+    for (int c = 0; c < q->v; c++) {
+        own += (size_t)s->chunk_in_flight[c] * fl[c];
+        n_own += s->chunk_in_flight[c];
+    }
+    int per_chunk = q->v > 1 && own < shared;
+    q->nblocks = per_chunk ? n_own : s->in_flight;
+    PT_ASSERT(q->nblocks >= 1);
+    for (int c = 0; c < q->v; c++) {
+        chunk *h = &q->ch[c];
         h->slot = calloc((size_t)q->nblocks, sizeof *h->slot);
         h->dy = calloc((size_t)q->nblocks, sizeof *h->dy);
         h->dx = calloc((size_t)q->nblocks, sizeof *h->dx);
@@ -223,7 +244,8 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         }
         for (int mb = 0; mb < q->M; mb++) h->slot_of[mb] = -1;
     }
-    q->block_floats = (q->block_floats + 15) & ~(size_t)15; /* 64-byte aligned blocks */
+    q->blk_off = malloc((size_t)q->nblocks * sizeof *q->blk_off);
+    q->blk_chunk = malloc((size_t)q->nblocks * sizeof *q->blk_chunk);
     q->owner = malloc((size_t)q->nblocks * sizeof *q->owner);
     q->send_act = calloc((size_t)q->nblocks, sizeof *q->send_act);
     q->send_grad = calloc((size_t)q->nblocks, sizeof *q->send_grad);
@@ -235,12 +257,24 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         q->set_of = malloc((size_t)q->nblocks * sizeof *q->set_of);
         q->set_busy = calloc((size_t)q->nsets, sizeof *q->set_busy);
     }
-    q->mem = pt_mem_alloc(PT_MEM_ACTS, (size_t)q->nblocks * q->block_floats * sizeof(float));
-    if (!q->owner || !q->send_act || !q->send_grad || !q->recv_grad || !q->nfl ||
-        (q->split && (!q->scratch || !q->set_of || !q->set_busy)) || !q->mem) {
-        st = pt_error_set(PT_ERR_NOMEM, "pipeline activations (%d blocks of %zu bytes)", q->nblocks,
-                          q->block_floats * sizeof(float));
+    size_t total = per_chunk ? own : shared;
+    q->mem = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
+    if (!q->blk_off || !q->blk_chunk || !q->owner || !q->send_act || !q->send_grad ||
+        !q->recv_grad || !q->nfl || (q->split && (!q->scratch || !q->set_of || !q->set_busy)) ||
+        !q->mem) {
+        st = pt_error_set(PT_ERR_NOMEM, "pipeline activations (%d blocks, %zu bytes)", q->nblocks,
+                          total * sizeof(float));
         goto fail;
+    }
+    for (int k = 0, c = 0, in_c = 0; k < q->nblocks; k++) {
+        if (per_chunk) {
+            while (in_c == s->chunk_in_flight[c]) c++, in_c = 0;
+            q->blk_chunk[k] = c;
+            in_c++;
+        } else {
+            q->blk_chunk[k] = -1;
+        }
+        q->blk_off[k] = k ? q->blk_off[k - 1] + (per_chunk ? fl[q->blk_chunk[k - 1]] : most) : 0;
     }
     /* a zero-bubble W reads what its B left: module j's scratch of a set,
      * sized for the kinds of module j of the chunks */
@@ -258,9 +292,10 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     for (int k = 0; k < q->nblocks; k++) {
         q->owner[k] = -1;
         if (q->split) q->set_of[k] = -1;
-        float *blk = q->mem + (size_t)k * q->block_floats;
+        float *blk = q->mem + q->blk_off[k];
         for (int c = 0; c < q->v; c++) {
             chunk *h = &q->ch[c];
+            if (q->blk_chunk[k] >= 0 && q->blk_chunk[k] != c) continue;
             PT_CHECK_GOTO(st, pt_model_slot_new_range_in(&h->slot[k], m, h->first, h->last, blk),
                           fail);
             float *b = blk + pt_model_slot_bytes(m, h->first, h->last) / sizeof(float);
@@ -354,7 +389,7 @@ void pt_pipe_grads_final(pt_pipe *q, pt_model *m, int module) {
 
 static int take_slot(pt_pipe *q, chunk *h, int mb) {
     for (int k = 0; k < q->nblocks; k++)
-        if (q->owner[k] < 0) {
+        if (q->owner[k] < 0 && (q->blk_chunk[k] < 0 || q->blk_chunk[k] == h->chunk)) {
             /* the block's last sends read it */
             wait_send(q, &q->send_act[k], "send of activations");
             wait_send(q, &q->send_grad[k], "send of gradients");

@@ -13,7 +13,10 @@
  *           serve any of its chunks, trainer_pipe.c): a slot of its modules
  *           (pt_model_slot_new_range: contexts and stream), its received
  *           and sent gradients (rows x C floats each, where the chunk has a
- *           neighbour), measured by allocating them here;
+ *           neighbour), measured by allocating them here; where chunks
+ *           differ in size and it is less, k(r) x U(r) is instead the sum
+ *           over chunks c of k_c(r) x U_c(r), each chunk's own blocks (k_c
+ *           its list's most at once, pt_schedule.chunk_in_flight);
  *   S(r)    a set of deferred scratch, one per module of the largest chunk
  *           (what a W after its B reads and its context cannot hold: B's
  *           gradients go to the activations only B reads,
@@ -143,7 +146,7 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
     size_t rows_c = (size_t)mB * (size_t)c->model.seq_len * (size_t)c->model.n_embd;
     /* U: the largest chunk's micro-batch (a slot measured by allocating
      * one, its gradients in and out) */
-    size_t unit = 0;
+    size_t unit = 0, own = 0;
     int most = 0;
     for (int ch = 0; ch < v; ch++) {
         const pt_stage *st = &stages[pt_schedule_virtual_stage(&s, ch)];
@@ -155,6 +158,7 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
         u += rows_c * sizeof(float) * (size_t)((st->last <= L) + (st->first > 0)); /* dy, dx */
         u = (u + 63) & ~(size_t)63;
         if (u > unit) unit = u;
+        own += (size_t)s.chunk_in_flight[ch] * u;
         if (st->last - st->first + 1 > most) most = st->last - st->first + 1;
     }
     size_t set = 0; /* S: module j of the rank's chunks: its kinds' deferred scratch */
@@ -186,7 +190,7 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
         printf("  %s p %d r %d m %d: the list holds %d, the formula says %d\n", sched, p, r, m,
                s.in_flight, want);
     CHECK_EQ(s.in_flight, want);
-    total += (size_t)want * unit;
+    total += v > 1 && own < (size_t)want * unit ? own : (size_t)want * unit;
     pt_model_free(mdl);
     pt_schedule_free(&s);
     return total + 2 * (size_t)c->train.batch_size * (size_t)c->model.seq_len * sizeof(int);
