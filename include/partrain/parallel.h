@@ -102,6 +102,15 @@ size_t pt_schedule_bytes(const pt_schedule *s);
  * run, not they; at least 1): the deferred scratch sets a split schedule
  * needs. */
 int pt_schedule_pending_w(const pt_schedule *s);
+/* A pipeline rank's activation blocks, which the trainer carves once
+ * (trainer_pipe.c) and the planner's memory model counts: chunk c of the
+ * v holds a micro-batch in fl[c] floats. in_flight blocks shared by the
+ * chunks, each the largest chunk's size; or, with several chunks where
+ * that is less, each chunk's own: as many as its list holds at once
+ * (chunk_in_flight[c]), each its own size. Returns the floats in all;
+ * *per_chunk (1: the chunks' own) and *nblocks may be NULL. */
+size_t pt_schedule_blocks(int v, int in_flight, const int *chunk_in_flight, const size_t *fl,
+                          int *per_chunk, int *nblocks);
 /* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
  * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
  * naming an unknown or unsupported schedule. */

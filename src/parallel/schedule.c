@@ -125,6 +125,22 @@ static void count_list(pt_schedule *s) {
     }
 }
 
+size_t pt_schedule_blocks(int v, int in_flight, const int *chunk_in_flight, const size_t *fl,
+                          int *per_chunk, int *nblocks) {
+    size_t most = 0, own = 0;
+    int n_own = 0;
+    for (int c = 0; c < v; c++) {
+        if (fl[c] > most) most = fl[c];
+        own += (size_t)chunk_in_flight[c] * fl[c];
+        n_own += chunk_in_flight[c];
+    }
+    size_t shared = (size_t)in_flight * most;
+    int mine = v > 1 && own < shared;
+    if (per_chunk) *per_chunk = mine;
+    if (nblocks) *nblocks = mine ? n_own : in_flight;
+    return mine ? own : shared;
+}
+
 size_t pt_schedule_bytes(const pt_schedule *s) {
     return sizeof(pt_pass) * (size_t)(s->split ? 3 : 2) * (size_t)s->microbatches *
            (size_t)s->virtual_stages;

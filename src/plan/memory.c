@@ -484,17 +484,15 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
         size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
                                                   : (size_t)mB * T) *
                    C;
-        size_t block = 0, own = 0;
+        size_t fl[PT_SCHEDULE_MAX_VIRTUAL];
         for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
-            size_t f = pt_model_slot_bytes_at(m, s->first[ch], s->last[ch], mB) / sizeof(float) +
-                       (size_t)((s->last[ch] <= L) + (s->first[ch] > 0)) * R;
-            f = (f + 15) & ~(size_t)15;
-            if (f > block) block = f;
-            own += (size_t)s->sched.chunk_in_flight[ch] * f;
+            fl[ch] = pt_model_slot_bytes_at(m, s->first[ch], s->last[ch], mB) / sizeof(float) +
+                     (size_t)((s->last[ch] <= L) + (s->first[ch] > 0)) * R;
+            fl[ch] = (fl[ch] + 15) & ~(size_t)15;
         }
-        size_t shared = (size_t)s->sched.in_flight * block;
-        cat[PT_MEM_ACTS] +=
-            (double)(s->sched.virtual_stages > 1 && own < shared ? own : shared) * sizeof(float);
+        cat[PT_MEM_ACTS] += (double)pt_schedule_blocks(s->sched.virtual_stages, s->sched.in_flight,
+                                                       s->sched.chunk_in_flight, fl, NULL, NULL) *
+                            sizeof(float);
         if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
                              * the kinds of module j of the chunks */
             for (int j = 0; j < s->most_modules; j++) {

@@ -223,14 +223,9 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         if (h->last - h->first + 1 > q->nscr) q->nscr = h->last - h->first + 1;
     }
     /* shared blocks, or each chunk's own where that is smaller */
-    size_t shared = (size_t)s->in_flight * most, own = 0;
-    int n_own = 0;
-    for (int c = 0; c < q->v; c++) {
-        own += (size_t)s->chunk_in_flight[c] * fl[c];
-        n_own += s->chunk_in_flight[c];
-    }
-    int per_chunk = q->v > 1 && own < shared;
-    q->nblocks = per_chunk ? n_own : s->in_flight;
+    int per_chunk;
+    size_t total =
+        pt_schedule_blocks(q->v, s->in_flight, s->chunk_in_flight, fl, &per_chunk, &q->nblocks);
     PT_ASSERT(q->nblocks >= 1);
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
@@ -257,7 +252,6 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         q->set_of = malloc((size_t)q->nblocks * sizeof *q->set_of);
         q->set_busy = calloc((size_t)q->nsets, sizeof *q->set_busy);
     }
-    size_t total = per_chunk ? own : shared;
     q->mem = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
     if (!q->blk_off || !q->blk_chunk || !q->owner || !q->send_act || !q->send_grad ||
         !q->recv_grad || !q->nfl || (q->split && (!q->scratch || !q->set_of || !q->set_busy)) ||
