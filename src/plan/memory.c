@@ -90,9 +90,9 @@ typedef struct {
     int own;            /* m or u is this stage's (else the cache's, lent) */
     int first[PT_SCHEDULE_MAX_VIRTUAL], last[PT_SCHEDULE_MAX_VIRTUAL];
     int emb_here, head_here, tied_peer;
-    int most_blocks;  /* blocks of the rank's largest chunk */
-    int most_modules; /* modules of the rank's largest chunk */
-    int head_chunk;   /* the chunk holding the head (head_here) */
+    int blocks[PT_SCHEDULE_MAX_VIRTUAL]; /* blocks of each chunk */
+    int most_modules;                    /* modules of the rank's largest chunk */
+    int head_chunk;                      /* the chunk holding the head (head_here) */
 } stage_info;
 
 static void stage_free(stage_info *s) {
@@ -334,7 +334,7 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
             for (int i = g->first; i <= g->last; i++) own[i] = 1;
             int nb = g->last - g->first + 1, nm = nb;
             nb -= (g->first == 0) + (g->last == L + 1);
-            if (nb > s->most_blocks) s->most_blocks = nb;
+            s->blocks[ch] = nb;
             if (nm > s->most_modules) s->most_modules = nm;
             if (g->last == L + 1) s->head_chunk = ch;
         }
@@ -348,7 +348,7 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
         s->first[0] = 0;
         s->last[0] = L + 1;
         s->emb_here = s->head_here = 1;
-        s->most_blocks = L;
+        s->blocks[0] = L;
         s->most_modules = L + 2;
     }
     pt_model_options o = {
@@ -648,11 +648,16 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
         }
         cat[PT_MEM_COMM] = 2 * 2 * blk;
     }
-    /* activations: the micro-batches in flight times the largest chunk's
-     * layers, the head's fp32 logits for the loss, and under full
-     * recomputation one layer's whole activations while its backward runs */
+    /* activations: the trainer's blocks of layers (the micro-batches in
+     * flight times the largest chunk's, or each chunk's own where less),
+     * the head's fp32 logits for the loss, and under full recomputation one
+     * layer's whole activations while its backward runs */
     double layer = layer_acts_bf16(S, b, h, a, t, sp, rc);
-    cat[PT_MEM_ACTS] = s->sched.in_flight * (double)s->most_blocks * layer;
+    size_t nb[PT_SCHEDULE_MAX_VIRTUAL];
+    for (int ch = 0; ch < s->sched.virtual_stages; ch++) nb[ch] = (size_t)s->blocks[ch];
+    cat[PT_MEM_ACTS] = (double)pt_schedule_blocks(s->sched.virtual_stages, s->sched.in_flight,
+                                                  s->sched.chunk_in_flight, nb, NULL, NULL) *
+                       layer;
     if (rc == PT_RECOMPUTE_FULL) cat[PT_MEM_ACTS] += layer_acts_bf16(S, b, h, a, t, sp, 0);
     if (s->head_here) {
         int k = c->parallel.pp > 1 ? s->sched.chunk_in_flight[s->head_chunk] : 1;

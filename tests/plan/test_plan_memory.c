@@ -318,6 +318,27 @@ static void test_bf16_pipeline(void) {
         for (int k = 0; k < PT_MEM_NCAT; k++) CHECK(pr.stage[r].cat[k] == pm.stage[r].cat[k]);
     for (int k = 0; k < PT_MEM_NCAT; k++)
         if (k != PT_MEM_ACTS) CHECK(pr.stage[0].cat[k] == pm.stage[0].cat[k]);
+    /* chunks of different sizes (interleaved, v 2: 4 layers in each rank's
+     * first chunk, 8 in its second): each chunk's micro-batches held at
+     * once times its own layers, where that is less than all of them in
+     * flight times the larger chunk's, as the trainer carves them */
+    gpt3(&c, 1, 8, 8, 16);
+    c.parallel.sequence_parallel = 1;
+    snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "interleaved");
+    c.parallel.virtual_stages = 2;
+    snprintf(c.parallel.stage_layers, sizeof c.parallel.stage_layers,
+             "4,4,4,4,4,4,4,4,8,8,8,8,8,8,8,8");
+    pt_plan_layout_from_config(&l, &c);
+    pt_plan_mem pi = plan(&c, &l);
+    for (int r = 0; r < 7; r++) { /* the last holds the head's logits too */
+        pt_schedule sc;
+        CHECK_OK(pt_schedule_build_stage(&sc, "interleaved", 16, 8, r, 2));
+        double shared = sc.in_flight * 8.0,
+               own = sc.chunk_in_flight[0] * 4.0 + sc.chunk_in_flight[1] * 8.0;
+        if (r == 0) CHECK(own < shared); /* the per-chunk case, on this rank at least */
+        CHECK_NEAR(pi.stage[r].cat[PT_MEM_ACTS], (own < shared ? own : shared) * layer, 0, 1e-12);
+        pt_schedule_free(&sc);
+    }
 }
 
 /* parallel.zero_whole: a module kept whole under ZeRO-3 holds all of its
