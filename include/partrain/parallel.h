@@ -171,13 +171,17 @@ typedef struct {
  * layers string that does not parse, does not name p stages, does not add
  * up to L, or leaves a middle stage empty. */
 pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, pt_stage *out);
-/* The cut a pipeline runs: p x v virtual stages for schedule `name`
- * (pt_schedule_locate maps them to ranks). With one chunk a rank, or with
- * layers given, pt_stage_split's; with several, the cut whose most loaded
- * RANK (the sum of its chunks) is the lightest, ties to the lightest
- * largest stage (every cut tried, up to 2e6 of them; past that, the
- * per-stage cut). Errors: pt_stage_split's. */
-pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v,
+/* The cut a pipeline runs: p x v virtual stages for schedule `name` over m
+ * micro-batches (pt_schedule_locate maps them to ranks). With one chunk a
+ * rank, or with layers given, pt_stage_split's; with several, the cut
+ * whose most loaded RANK (the sum of its chunks) is the lightest (every
+ * cut tried, up to 2e6 of them; past that, the per-stage cut); of those,
+ * the one whose step the schedule's simulator at m ends first, each
+ * stage's passes as long as its cost (the 64 with the lightest largest
+ * stage simulated, of up to 4096, at p <= 64; past that, the lightest
+ * largest stage); ties to the lightest largest stage. Errors:
+ * pt_stage_split's, and pt_schedule_build_stage's for the m given. */
+pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
                              const char *layers, pt_stage *out);
 /* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */
 void pt_stage_describe(const pt_model_config *cfg, int p, const pt_stage *s, char *buf, size_t n);

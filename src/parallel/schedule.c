@@ -254,8 +254,8 @@ static pt_status check_list(const pt_schedule *s, int *cnt) {
     return PT_OK;
 }
 
-pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw, double *makespan,
-                           double *busy) {
+pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw,
+                           const double *scale, double *makespan, double *busy) {
     const char *name = s[0].name;
     int m = s[0].microbatches, p = s[0].stages, v = s[0].virtual_stages, G = p * v;
     pt_status st = PT_OK;
@@ -293,6 +293,7 @@ pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw
                     dep[1] = g < G - 1 ? FIN(1, mb, g + 1) : 0;
                 }
                 if (dep[0] < 0 || dep[1] < 0) break;
+                if (scale) dur *= scale[g];
                 t[r] = FIN(slot, mb, g) = fmax(t[r], fmax(dep[0], dep[1])) + dur;
                 progress = 1;
             }
@@ -322,10 +323,11 @@ pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw
         double b = 0;
         for (int k = 0; k < s[r].npass; k++) {
             pt_pass_kind kd = s[r].pass[k].kind;
-            b += kd == PT_PASS_FORWARD          ? tf
-                 : kd == PT_PASS_BACKWARD       ? tb + tw
-                 : kd == PT_PASS_BACKWARD_INPUT ? tb
-                                                : tw;
+            b += (kd == PT_PASS_FORWARD          ? tf
+                  : kd == PT_PASS_BACKWARD       ? tb + tw
+                  : kd == PT_PASS_BACKWARD_INPUT ? tb
+                                                 : tw) *
+                 (scale ? scale[vstage(name, p, r, s[r].pass[k].chunk)] : 1);
         }
         busy[r] = b;
     }
@@ -348,7 +350,7 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
     if (!s) return PT_ERR_NOMEM;
     for (int r = 0; r < p; r++)
         PT_CHECK_GOTO(st, pt_schedule_build_stage(&s[r], name, m, p, r, v), done);
-    st = pt_pipe_simulate(s, tf, tb, tw, makespan, busy);
+    st = pt_pipe_simulate(s, tf, tb, tw, NULL, makespan, busy);
 done:
     for (int r = 0; r < p; r++) pt_schedule_free(&s[r]);
     pt_mem_free(s);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "partrain/parallel.h"
+#include "pipeline/pipeline_impl.h"
 
 /* Forward + backward work of module i, in flops per sequence. */
 static double module_cost(const pt_model_config *c, int i) {
@@ -155,6 +156,14 @@ void pt_stage_describe(const pt_model_config *c, int p, const pt_stage *s, char 
 
 /* ---- a rank's chunks together ---- */
 
+/* Cuts as light as the lightest are collected up to CUT_CANDIDATES (past
+ * that the lightest largest stage stays, unsimulated), and the first
+ * CUT_SIMULATED of them by largest stage are simulated, at up to
+ * CUT_MAX_RANKS ranks. */
+#define CUT_CANDIDATES 4096
+#define CUT_SIMULATED  64
+#define CUT_MAX_RANKS  64 /* the simulator's lists on the stack */
+
 typedef struct {
     const pt_model_config *c;
     int G, p, nmod;
@@ -162,27 +171,51 @@ typedef struct {
     const double *pre;  /* prefix sums of the modules' costs */
     int *cur, *best;    /* starts of virtual stages 1..G-1 */
     double best_rank, best_stage;
-    long budget; /* cuts left to try */
+    double *part;       /* per rank: the cost of its stages closed so far */
+    int collect;        /* 1: gather the cuts as light as best_rank */
+    int *cand, n_cand;  /* n_cand x (G - 1) starts; n_cand > CUT_CANDIDATES: too many */
+    double *cand_stage; /* each one's largest stage */
 } search;
 
+/* The cut `at` (starts of stages 1..G-1): its most loaded rank's compute
+ * and its costliest stage. */
+static void score(const search *x, const int *at, double *top, double *stage) {
+    double rank[PT_SCHEDULE_MAX_VIRTUAL * 64] = {0};
+    *top = *stage = 0;
+    for (int k = 0; k < x->G; k++) {
+        int a = k ? at[k - 1] : 0, b = k + 1 < x->G ? at[k] : x->nmod;
+        double w = x->pre[b] - x->pre[a];
+        rank[x->rank_of[k]] += w;
+        if (w > *stage) *stage = w;
+    }
+    for (int r = 0; r < x->p; r++)
+        if (rank[r] > *top) *top = rank[r];
+}
+
+/* a < b, beyond rounding */
+static int below(double a, double b) {
+    return a < b * (1 - 1e-12);
+}
+
 /* Every cut whose stages 0..g-1 are chosen (cur[k - 1]: the first module
- * of stage k), stage g - 1 starting at `at`: the rest by recursion; each
- * complete cut scored by its most loaded rank, then its costliest stage. */
+ * of stage k), stage g - 1 starting at `at`: the rest by recursion. Each
+ * complete cut is kept if it beats the best so far on its most loaded
+ * rank, then its costliest stage; or, collecting, gathered if it is as
+ * light as the best. */
 static void try_cuts(search *x, int g, int at) {
-    if (x->budget <= 0) return;
     if (g == x->G) {
-        x->budget--;
-        double rank[PT_SCHEDULE_MAX_VIRTUAL * 64] = {0}, top = 0, stage = 0;
-        for (int k = 0; k < x->G; k++) {
-            int a = k ? x->cur[k - 1] : 0, b = k + 1 < x->G ? x->cur[k] : x->nmod;
-            double v = x->pre[b] - x->pre[a];
-            rank[x->rank_of[k]] += v;
-            if (v > stage) stage = v;
-        }
-        for (int r = 0; r < x->p; r++)
-            if (rank[r] > top) top = rank[r];
-        if (top < x->best_rank * (1 - 1e-12) ||
-            (top <= x->best_rank * (1 + 1e-12) && stage < x->best_stage * (1 - 1e-12))) {
+        double top, stage;
+        score(x, x->cur, &top, &stage);
+        if (x->collect) {
+            if (below(x->best_rank, top)) return;
+            if (x->n_cand < CUT_CANDIDATES) {
+                memcpy(x->cand + (size_t)x->n_cand * (size_t)(x->G - 1), x->cur,
+                       (size_t)(x->G - 1) * sizeof *x->cur);
+                x->cand_stage[x->n_cand] = stage;
+            }
+            x->n_cand++;
+        } else if (below(top, x->best_rank) ||
+                   (!below(x->best_rank, top) && below(stage, x->best_stage))) {
             x->best_rank = top;
             x->best_stage = stage;
             memcpy(x->best, x->cur, (size_t)(x->G - 1) * sizeof *x->cur);
@@ -190,14 +223,60 @@ static void try_cuts(search *x, int g, int at) {
         return;
     }
     /* stage g - 1 starts at `at`; stage g at `next`, leaving a module for
-     * each stage after it */
+     * each stage after it. A rank already heavier than the best cut ends
+     * the loop: a later `next` only adds to it */
+    double *part = &x->part[x->rank_of[g - 1]], base = *part;
     for (int next = at + 1; next <= x->nmod - (x->G - g); next++) {
+        *part = base + (x->pre[next] - x->pre[at]);
+        if (below(x->best_rank, *part)) break;
         x->cur[g - 1] = next;
         try_cuts(x, g + 1, next);
     }
+    *part = base;
 }
 
-pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int p, int v,
+/* Of x's candidates, the one whose step the schedule's simulator (its
+ * lists at m micro-batches, each virtual stage's F, B and W a third of its
+ * cost) ends first, into x->best; ties to the lighter largest stage, then
+ * to the order found. The lightest largest stage is among the simulated. */
+static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
+    int G = x->G, n = x->n_cand;
+    pt_schedule lists[CUT_MAX_RANKS];
+    double scale[PT_SCHEDULE_MAX_VIRTUAL * 64];
+    int *order = malloc((size_t)n * sizeof *order);
+    if (!order) return pt_error_set(PT_ERR_NOMEM, "stage split");
+    for (int i = 0; i < n; i++) order[i] = i;
+    /* insertion sort by largest stage, stable: n is small */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && below(x->cand_stage[order[j]], x->cand_stage[order[j - 1]]); j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    pt_status st = PT_OK;
+    int built = 0;
+    for (; st == PT_OK && built < x->p; built++)
+        st = pt_schedule_build_stage(&lists[built], schedule, m, x->p, built, v);
+    double best_end = -1;
+    for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
+        const int *at = x->cand + (size_t)order[k] * (size_t)(G - 1);
+        for (int g = 0; g < G; g++) {
+            int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
+            scale[g] = (x->pre[b] - x->pre[a]) / x->pre[x->nmod];
+        }
+        double end = 0;
+        st = pt_pipe_simulate(lists, 1.0 / 3, 1.0 / 3, 1.0 / 3, scale, &end, NULL);
+        if (st == PT_OK && (best_end < 0 || below(end, best_end))) {
+            best_end = end;
+            memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
+        }
+    }
+    for (int r = 0; r < built; r++) pt_schedule_free(&lists[r]);
+    free(order);
+    return st;
+}
+
+pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int p, int v, int m,
                              const char *layers, pt_stage *out) {
     int G = p * v, nmod = c->n_layer + 2;
     PT_CHECK(pt_stage_split(c, G, layers, out));
@@ -205,41 +284,50 @@ pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int
     if (v == 1 || (layers && *layers) || G > PT_SCHEDULE_MAX_VIRTUAL * 64) return PT_OK;
     /* Several chunks a rank: what a rank works is the SUM of its chunks,
      * which the per-stage cut does not balance (ZB-V at p 2 over 6 blocks:
-     * 2 blocks and 4). Try every cut (up to a budget; past it, the
-     * per-stage cut stays) for the smallest largest rank, then stage. */
+     * 2 blocks and 4). Try every cut (up to 2e6 of them; past that, the
+     * per-stage cut stays) for the smallest largest rank, then the
+     * smallest largest stage. Of the cuts that light (several, when the
+     * modules cost the same), the pipeline's own step decides: how a
+     * rank's chunks are sized moves the waits between them (gpt2's 12
+     * blocks, interleaved at p 2, m 4: embedding + 4 | 3 | 5 | head by
+     * largest stage, 0.142 of the step idle in the simulation; embedding +
+     * 3 | 3 | 6 | head, 0.120). */
+    long total = 1; /* C(nmod - 1, G - 1), capped: the search's size */
+    for (int k = 1; k < G && total <= 2000000; k++) total = total * (nmod - k) / k;
+    if (total > 2000000) return PT_OK;
     int rank_of[PT_SCHEDULE_MAX_VIRTUAL * 64];
     for (int g = 0; g < G; g++) rank_of[g] = pt_schedule_locate(schedule, p, v, g, NULL);
     double *pre = malloc((size_t)(nmod + 1) * sizeof *pre);
     int *cur = malloc((size_t)G * sizeof *cur), *best = malloc((size_t)G * sizeof *best);
-    if (!pre || !cur || !best) {
-        free(pre);
-        free(cur);
-        free(best);
-        return pt_error_set(PT_ERR_NOMEM, "stage split");
+    int *cand = malloc((size_t)CUT_CANDIDATES * (size_t)G * sizeof *cand);
+    double *cand_stage = malloc((size_t)CUT_CANDIDATES * sizeof *cand_stage);
+    double *part = calloc((size_t)p, sizeof *part);
+    pt_status st = PT_OK;
+    if (!pre || !cur || !best || !cand || !cand_stage || !part) {
+        st = pt_error_set(PT_ERR_NOMEM, "stage split");
+        goto done;
     }
     pre[0] = 0;
     for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, i);
-    search x = {c, G, p, nmod, rank_of, pre, cur, best, 0, 0, 2000000};
+    search x = {c, G, p, nmod, rank_of, pre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
     /* the per-stage cut is the one to beat */
     for (int k = 1; k < G; k++) best[k - 1] = cur[k - 1] = out[k].first;
-    {
-        double rank[PT_SCHEDULE_MAX_VIRTUAL * 64] = {0};
-        for (int k = 0; k < G; k++) {
-            rank[rank_of[k]] += out[k].cost;
-            if (out[k].cost > x.best_stage) x.best_stage = out[k].cost;
-        }
-        for (int r = 0; r < p; r++)
-            if (rank[r] > x.best_rank) x.best_rank = rank[r];
-    }
-    long total = 1; /* C(nmod - 1, G - 1), capped: the search's size */
-    for (int k = 1; k < G && total <= x.budget; k++) total = total * (nmod - k) / k;
-    if (total <= x.budget) try_cuts(&x, 1, 0);
-    for (int k = 0; k < G; k++) {
+    score(&x, best, &x.best_rank, &x.best_stage);
+    try_cuts(&x, 1, 0);
+    x.collect = 1;
+    try_cuts(&x, 1, 0);
+    if (x.n_cand > 1 && x.n_cand <= CUT_CANDIDATES && p <= CUT_MAX_RANKS)
+        st = simulate_cuts(&x, schedule, m, v);
+    for (int k = 0; st == PT_OK && k < G; k++) {
         int a = k ? best[k - 1] : 0, b = k + 1 < G ? best[k] : nmod;
         fill(c, &out[k], a, b - 1, k == G - 1);
     }
+done:
     free(pre);
     free(cur);
     free(best);
-    return PT_OK;
+    free(cand);
+    free(cand_stage);
+    free(part);
+    return st;
 }

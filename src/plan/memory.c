@@ -207,12 +207,14 @@ void pt_plan_memory_cache_free(pt_plan_memory_cache *k) {
 /* The stage cut of c (p x v entries) into *cut: k's, or computed into buf. */
 static pt_status cut_of(pt_plan_memory_cache *k, const pt_config *c, pt_stage *buf,
                         const pt_stage **cut) {
-    int p = c->parallel.pp, v = pt_config_virtual_stages(c);
+    int p = c->parallel.pp, v = pt_config_virtual_stages(c), m = c->parallel.microbatches;
     const char *name = pt_config_schedule(c);
     char key[sizeof c->parallel.stage_layers + 64];
     size_t n = 0;
     if (k) {
-        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%s", name, p, v, c->parallel.stage_layers);
+        /* the micro-batches weigh only a cut of several chunks a rank */
+        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d/%s", name, p, v, v > 1 ? m : 0,
+                             c->parallel.stage_layers);
         if (n >= sizeof key) n = sizeof key - 1;
         const pt_stage *hit = table_get(&k->cuts, key, n, bytes_hash(key, n));
         if (hit) {
@@ -221,7 +223,7 @@ static pt_status cut_of(pt_plan_memory_cache *k, const pt_config *c, pt_stage *b
             return PT_OK;
         }
     }
-    PT_CHECK(pt_stage_split_for(&c->model, name, p, v, c->parallel.stage_layers, buf));
+    PT_CHECK(pt_stage_split_for(&c->model, name, p, v, m, c->parallel.stage_layers, buf));
     *cut = buf;
     if (!k) return PT_OK;
     pt_stage *own = malloc(sizeof *own * (size_t)p * (size_t)v);

@@ -134,6 +134,13 @@ static pt_status mem_of(memo *tab, pt_plan_memory_cache *k, long *calls, double 
     return PT_OK;
 }
 
+/* One stage cut of the search's cache (p x v entries in st). */
+typedef struct cut_node {
+    int m; /* its micro-batches (0 at v = 1, where the cut does not depend on them) */
+    struct cut_node *next;
+    pt_stage st[];
+} cut_node;
+
 typedef struct {
     const pt_config *base;
     pt_config *scratch; /* base with the layout under test written in */
@@ -156,12 +163,13 @@ typedef struct {
     } lists[4];
     int lists_next;
     pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
-    /* the stage cut per (pp, virtual stages, V-shaped or not): computed
-     * once (pt_stage_split_for tries up to 2e6 cuts at v > 1). The key
-     * suffices: parallel.stage_layers is the same in every layout of a
-     * search (the fixed key, or empty until explain_layers writes out the
-     * cut that the cache already holds) */
-    pt_stage *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
+    /* the stage cut per (pp, virtual stages, V-shaped or not), a list by
+     * micro-batches at v > 1 (the cut simulates the schedule there):
+     * computed once (pt_stage_split_for tries up to 2e6 cuts at v > 1).
+     * The key suffices: parallel.stage_layers is the same in every layout
+     * of a search (the fixed key, or empty until explain_layers writes out
+     * the cut that the cache already holds) */
+    cut_node *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
     pt_plan_mem mem, mem2;
     memo *memo;
     pt_plan_memory_cache *mcache; /* what layouts share of their memory */
@@ -293,19 +301,23 @@ static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
  * every kept layout, or on an error (*st). */
 static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **out) {
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1, zbv = !strcmp(l->schedule, "zbv");
-    pt_stage **c = &s->cut[l->pp][v][zbv];
-    if (!*c) {
-        pt_stage *st = malloc(sizeof *st * (size_t)l->pp * v);
-        if (!st) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
-        pt_status e =
-            pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->stage_layers, st);
+    int m = v > 1 ? l->microbatches : 0;
+    cut_node **head = &s->cut[l->pp][v][zbv], *c = *head;
+    while (c && c->m != m) c = c->next;
+    if (!c) {
+        c = malloc(sizeof *c + sizeof c->st[0] * (size_t)l->pp * (size_t)v);
+        if (!c) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
+        pt_status e = pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->microbatches,
+                                         l->stage_layers, c->st);
         if (e != PT_OK) {
-            free(st);
+            free(c);
             return e;
         }
-        *c = st;
+        c->m = m;
+        c->next = *head;
+        *head = c;
     }
-    *out = *c;
+    *out = c->st;
     return PT_OK;
 }
 
@@ -865,7 +877,11 @@ done:
     }
     for (int p = 0; s && p <= PT_PLAN_MAX_STAGES; p++)
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
-            for (int k = 0; k < 2; k++) free(s->cut[p][v][k]);
+            for (int k = 0; k < 2; k++)
+                for (cut_node *c = s->cut[p][v][k], *next; c; c = next) {
+                    next = c->next;
+                    free(c);
+                }
     free(zvalid);
     if (s) {
         free(s->memo);

@@ -166,8 +166,8 @@ static pt_status cut_stages(pt_trainer *t) {
     t->stages = malloc((size_t)G * sizeof *t->stages);
     t->owned = calloc((size_t)p * (size_t)nmod, 1);
     if (!t->stages || !t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
-    PT_CHECK(pt_stage_split_for(&cfg->model, t->sched.name, p, v, cfg->parallel.stage_layers,
-                                t->stages));
+    PT_CHECK(pt_stage_split_for(&cfg->model, t->sched.name, p, v, t->sched.microbatches,
+                                cfg->parallel.stage_layers, t->stages));
     for (int g = 0; g < G; g++) {
         int c, r = pt_schedule_locate(t->sched.name, p, v, g, &c);
         for (int i = t->stages[g].first; i <= t->stages[g].last; i++)

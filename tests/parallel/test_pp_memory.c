@@ -211,7 +211,7 @@ static void check(int L, int p, int m, const char *sched, const char *rc) {
     remove(tmp_path("stage_acts"));
     int v = pt_config_virtual_stages(&j.cfg);
     pt_stage stages[64];
-    CHECK_OK(pt_stage_split_for(&j.cfg.model, sched, p, v, "", stages));
+    CHECK_OK(pt_stage_split_for(&j.cfg.model, sched, p, v, m, "", stages));
     for (int r = 0; r < p; r++) {
         size_t want = expected(&j.cfg, r, stages, sched);
         if (got[r] != want || r == 0)

@@ -276,7 +276,7 @@ static void test_simulator_refuses(void) {
     pt_schedule s[2];
     double end;
     for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "gpipe", 2, 2, r, 1));
-    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, &end, NULL));
+    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL));
     CHECK_NEAR(end, 9, 1e-12, 0); /* (m+p-1)(tf+tb+tw) */
     /* rank 0 runs none's order, rank 1 BW1 before BW0: rank 0's BW0 waits
      * on rank 1's BW0, behind its BW1, behind F1, behind rank 0's BW0 */
@@ -290,7 +290,7 @@ static void test_simulator_refuses(void) {
                      {PT_PASS_BACKWARD, 0, 0}};
     memcpy(s[0].pass, r0, sizeof r0);
     memcpy(s[1].pass, r1, sizeof r1);
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "deadlocks: rank 0 waits at pass 1") != NULL);
     /* a backward before its own forward */
     pt_pass early[4] = {{PT_PASS_BACKWARD, 0, 0},
@@ -299,20 +299,20 @@ static void test_simulator_refuses(void) {
                         {PT_PASS_BACKWARD, 1, 0}};
     memcpy(s[1].pass, early, sizeof early);
     memcpy(s[0].pass, r0, sizeof r0);
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "deadlocks") != NULL);
     /* a pass repeated (so another missing) */
     s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD, 0, 0};
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "BW of micro-batch 0 chunk 0 appears 2 times") != NULL);
     /* a split pass in a non-split schedule */
     s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD_INPUT, 1, 0};
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "does not belong") != NULL);
     for (int r = 0; r < 2; r++) pt_schedule_free(&s[r]);
     /* zb1 with a W moved before its B */
     for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "zb1", 2, 2, r, 1));
-    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, &end, NULL));
+    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL));
     int kb = -1, kw = -1;
     for (int k = 0; k < s[1].npass; k++) {
         if (s[1].pass[k].kind == PT_PASS_BACKWARD_INPUT && s[1].pass[k].micro == 0) kb = k;
@@ -321,7 +321,7 @@ static void test_simulator_refuses(void) {
     CHECK(kb >= 0 && kw > kb);
     pt_pass tmp = s[1].pass[kb];
     s[1].pass[kb] = s[1].pass[kw], s[1].pass[kw] = tmp;
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
     char want[96];
     snprintf(want, sizeof want, "rank 1 waits at pass %d (W of micro-batch 0 chunk 0)", kb);
     CHECK(strstr(pt_error_message(), want) != NULL);

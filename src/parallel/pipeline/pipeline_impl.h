@@ -22,8 +22,9 @@ int pt_pipe_zbv(pt_pass *out, int m, int p, int r);
 /* The simulator over given lists (schedule.c): s[0..p-1] are ranks 0..p-1
  * of one schedule (name, m, p, v from s[0]), lent. What
  * pt_schedule_simulate runs once it has built them; tests hand it broken
- * lists. */
-pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw, double *makespan,
-                           double *busy);
+ * lists; the stage cut (stages.c) weighs cuts with it. scale: NULL, or p x
+ * v factors, virtual stage g's passes taking scale[g] times tf, tb, tw. */
+pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw,
+                           const double *scale, double *makespan, double *busy);
 
 #endif
