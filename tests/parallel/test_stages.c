@@ -1,9 +1,10 @@
 /* Pipeline stages (parallel.h, stages.c): the balanced split is the best
  * contiguous cut, checked against every cut by brute force (n_layer 1..7,
  * every p); stages cover the modules in order, none empty; the parameters
- * add up to the model's plus the last stage's copy of wte; the
- * parallel.stage_layers override lands where it says; and every bad split
- * is one line naming the value. */
+ * add up to the model's plus the last stage's copy of wte; with two chunks
+ * a rank the cut balances the ranks and, of those cuts, has the fastest
+ * simulated step (brute force too); the parallel.stage_layers override
+ * lands where it says; and every bad split is one line naming the value. */
 #include <string.h>
 
 #include "../../src/parallel/pipeline/pipeline_impl.h" /* pt_pipe_simulate */
@@ -166,10 +167,10 @@ static double step_of(const pt_schedule *lists, const double *cost, int n, const
 
 /* Of the cuts that balance the ranks, the one whose simulated step ends
  * first (brute force over every cut; zbv and interleaved at p 2, m 2 to
- * 8, 2 to 9 blocks and configs/gpt2.json's 12); on it, interleaved at m 4, that is
- * embedding + 3 | 3 | 6 | head, where the lightest largest stage alone
- * gives embedding + 4 | 3 | 5 | head, whose step the simulation ends
- * later. */
+ * 8, 2 to 9 blocks and configs/gpt2.json's 12). On gpt2, interleaved at
+ * m 4, that is embedding + 3 | 3 | 6 | head, where the lightest largest
+ * stage alone gives embedding + 4 | 3 | 5 | head, whose step the
+ * simulation ends later. */
 static void test_ranks_simulated(void) {
     static const struct {
         const char *name;
