@@ -165,7 +165,6 @@ void pt_stage_describe(const pt_model_config *c, int p, const pt_stage *s, char 
 #define CUT_MAX_RANKS  64 /* the simulator's lists on the stack */
 
 typedef struct {
-    const pt_model_config *c;
     int G, p, nmod;
     const int *rank_of; /* virtual stage -> rank */
     const double *pre;  /* prefix sums of the modules' costs */
@@ -235,6 +234,19 @@ static void try_cuts(search *x, int g, int at) {
     *part = base;
 }
 
+/* A candidate by its largest stage, then the order found. */
+typedef struct {
+    double stage;
+    int i;
+} by_stage;
+
+static int by_stage_cmp(const void *pa, const void *pb) {
+    const by_stage *a = pa, *b = pb;
+    if (below(a->stage, b->stage)) return -1;
+    if (below(b->stage, a->stage)) return 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
 /* Of x's candidates, the one whose step the schedule's simulator (its
  * lists at m micro-batches, each virtual stage's F, B and W a third of its
  * cost) ends first, into x->best; ties to the lighter largest stage, then
@@ -243,23 +255,17 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     int G = x->G, n = x->n_cand;
     pt_schedule lists[CUT_MAX_RANKS];
     double scale[PT_SCHEDULE_MAX_VIRTUAL * 64];
-    int *order = malloc((size_t)n * sizeof *order);
+    by_stage *order = malloc((size_t)n * sizeof *order);
     if (!order) return pt_error_set(PT_ERR_NOMEM, "stage split");
-    for (int i = 0; i < n; i++) order[i] = i;
-    /* insertion sort by largest stage, stable: n is small */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && below(x->cand_stage[order[j]], x->cand_stage[order[j - 1]]); j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
+    for (int i = 0; i < n; i++) order[i] = (by_stage){x->cand_stage[i], i};
+    qsort(order, (size_t)n, sizeof *order, by_stage_cmp);
     pt_status st = PT_OK;
     int built = 0;
     for (; st == PT_OK && built < x->p; built++)
         st = pt_schedule_build_stage(&lists[built], schedule, m, x->p, built, v);
     double best_end = -1;
     for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
-        const int *at = x->cand + (size_t)order[k] * (size_t)(G - 1);
+        const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
         for (int g = 0; g < G; g++) {
             int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
             scale[g] = (x->pre[b] - x->pre[a]) / x->pre[x->nmod];
@@ -309,7 +315,7 @@ pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int
     }
     pre[0] = 0;
     for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, i);
-    search x = {c, G, p, nmod, rank_of, pre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
+    search x = {G, p, nmod, rank_of, pre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
     /* the per-stage cut is the one to beat */
     for (int k = 1; k < G; k++) best[k - 1] = cur[k - 1] = out[k].first;
     score(&x, best, &x.best_rank, &x.best_stage);
