@@ -11,7 +11,8 @@
  * streaming copy (memory bandwidth), an elementwise pass, AdamW and SGD
  * per parameter; the shm backend's collectives and point-to-point per size
  * and group size; every figure but the collectives scaled to a speed
- * probe's median over the run (kernels.h's pt_speed_probe).
+ * probe's median over the run (kernels.h's pt_speed_probe; a figure on n
+ * threads to the median of probes on n cores at once).
  *
  * Lifecycle: pt_calibrate fills a pt_calibration (caller-owned) ->
  * pt_calibrate_write / pt_calibration_to_json -> pt_calibration_deinit.
@@ -62,10 +63,15 @@ typedef struct {
      * forward's at the same shape, lowest and highest over the shapes (the
      * profile keeps only the forward's; the modules' times include them). */
     double transpose_lo[2], transpose_hi[2];
-    /* The speed probe over the run: slowest and fastest rate, how many
-     * (profile.probe_flops_s holds the median every figure was scaled to). */
+    /* The one-core speed probe over the run: slowest and fastest rate, how
+     * many (profile.probe_flops_s holds their median, to which every
+     * one-thread figure was scaled). */
     double probe_lo, probe_hi;
     int n_probes;
+    /* The median of the probes on the most threads timed, all at once (the
+     * slowest core's rate each; 0 when only one thread was timed). */
+    double probe_all;
+    int probe_all_cores;
 } pt_calibration;
 
 /* Measure this machine. Runs ranks with pt_launch (so call it from a

@@ -64,9 +64,13 @@ int pt_kernels_threads(void);
 /* The speed probe (probe.c): the rate in flop/s of a fixed one-thread
  * product now, the fastest of three after a warm-up (about 10 ms; the
  * thread count is restored). buf: pt_speed_probe_floats() floats, any
- * contents, owned by the caller. */
+ * contents, owned by the caller. pt_speed_probe_cores: n such probes at
+ * once, a thread each (n - 1 started for it), on n consecutive parts of
+ * buf (n x pt_speed_probe_floats() floats); the slowest one's rate, what a
+ * product split n ways runs at. */
 size_t pt_speed_probe_floats(void);
 double pt_speed_probe(float *buf);
+double pt_speed_probe_cores(float *buf, int n);
 
 /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
  * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */

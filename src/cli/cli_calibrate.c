@@ -49,9 +49,12 @@ static void summary(const pt_calibration *c, const char *path) {
            "sgd %.2f ns/param\n",
            p->memory_bw / 1e9, p->elementwise_s * 1e9, p->adamw_s * 1e9, p->sgd_s * 1e9);
     if (c->n_probes)
-        printf("probe      median %.1f GFLOP/s over %d probes (%.1f-%.1f): every figure scaled "
-               "to the median\n",
+        printf("probe      median %.1f GFLOP/s over %d one-core probes (%.1f-%.1f)",
                p->probe_flops_s / 1e9, c->n_probes, c->probe_lo / 1e9, c->probe_hi / 1e9);
+    if (c->n_probes && c->probe_all_cores > 1)
+        printf(", %.1f on %d cores at once (the slowest's)", c->probe_all / 1e9,
+               c->probe_all_cores);
+    if (c->n_probes) printf(": each figure scaled to the median on its thread count\n");
     printf("links      shm p2p %.2f GB/s, latency %.1f us\n", cl->intra_node.bw / 1e9,
            cl->intra_node.latency * 1e6);
     printf("\n%-9s %5s %5s %3s %6s %7s %9s %9s %9s %9s %9s\n", "module", "C", "T", "tp", "tokens",

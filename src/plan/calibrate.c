@@ -18,8 +18,11 @@
  * the end, to the probes' median over the whole run: the profile describes the machine at its
  * median speed, which is what a step's median measures, and records that median (probe_flops_s) so
  * that a later run can tell how fast the machine is against it (partrain calibrate --probe). The
- * collectives are not scaled: they run in forked ranks, and copies do not move with a product's
- * rate.
+ * cores' speeds move apart (bench/bench_cores), and a product on n threads waits for the slowest:
+ * a measurement on n threads is probed on n cores at once (pt_speed_probe_cores, the slowest's
+ * rate) and scaled to the median of such probes, so that it describes the median speed of n
+ * threads, below one core's. The collectives are not scaled: they run in forked ranks, and copies
+ * do not move with a product's rate.
  *
  * Tensor-parallel shards are timed in a real group of forked ranks, and
  * whole modules again with a rank on every core (the groups' section).
@@ -168,17 +171,21 @@ typedef struct {
     int cap_gemm, cap_module, cap_comm;
     int threads[8]; /* thread counts timed: 1, 2, 4, .., max */
     int n_threads;
-    /* the speed probe: its buffers, every rate it measured, and the rate
-     * beside each table entry (parallel to gemm[] and module[]) */
+    /* the speed probe: its buffers, every rate it measured and on how many
+     * cores at once (parallel to probes[]), and the rate beside each table
+     * entry (parallel to gemm[] and module[]), on the entry's threads */
     float *probe_buf;
     double *probes, *probe_gemm, *probe_module, probe_stream;
+    int *probe_cores;
     int n_probes, cap_probes, cap_probe_gemm, cap_probe_module, n_gemm_probed, n_module_probed;
+    int n_probe_cores, cap_probe_cores;
 } calib;
 
 /* ---- the speed probe (see the file comment) -------------------------------- */
 
 static pt_status probe_init(calib *k) {
-    size_t n = pt_speed_probe_floats();
+    int cores = k->n_threads > 0 ? k->threads[k->n_threads - 1] : 1;
+    size_t n = pt_speed_probe_floats() * (size_t)cores;
     k->probe_buf = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(float) * n);
     if (!k->probe_buf) return pt_error_set(PT_ERR_NOMEM, "calibrate: probe buffers");
     fill(k->probe_buf, n, 9);
@@ -188,16 +195,26 @@ static pt_status probe_init(calib *k) {
 static void probe_free(calib *k) {
     pt_mem_free(k->probe_buf);
     free(k->probes);
+    free(k->probe_cores);
     free(k->probe_gemm);
     free(k->probe_module);
 }
 
-/* The probe's rate now (flop/s), kept in k->probes. Quick runs (the
+/* A rate the probe measured on `cores` cores at once, into k->probes. */
+static pt_status keep_probe(calib *k, int cores, double rate) {
+    PT_CHECK(push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof rate, &rate));
+    return push((void **)&k->probe_cores, &k->n_probe_cores, &k->cap_probe_cores, sizeof cores,
+                &cores);
+}
+
+/* The probe's rate now (flop/s) on `cores` cores at once (the slowest's:
+ * what a measurement on as many threads sees), kept. Quick runs (the
  * tests', under the sanitizers too, where a probe costs a second) measure
  * it once and reuse it: nothing is scaled. */
-static pt_status probe(calib *k, double *rate) {
-    *rate = k->e->quick && k->n_probes > 0 ? k->probes[0] : pt_speed_probe(k->probe_buf);
-    return push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof *rate, rate);
+static pt_status probe(calib *k, int cores, double *rate) {
+    *rate =
+        k->e->quick && k->n_probes > 0 ? k->probes[0] : pt_speed_probe_cores(k->probe_buf, cores);
+    return keep_probe(k, k->e->quick ? 1 : cores, *rate);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -205,28 +222,58 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Scale every probed figure to the probes' median (its speed). */
+/* The median of the probes taken on `cores` cores at once (0: none), and
+ * their lowest and highest. */
+static double probe_median(const calib *k, int cores, double *lo, double *hi) {
+    double *sorted = malloc(sizeof(double) * (size_t)(k->n_probes ? k->n_probes : 1));
+    int n = 0;
+    for (int i = 0; sorted && i < k->n_probes; i++)
+        if (k->probe_cores[i] == cores) sorted[n++] = k->probes[i];
+    if (n == 0) {
+        free(sorted);
+        return 0;
+    }
+    qsort(sorted, (size_t)n, sizeof(double), cmp_double);
+    double med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    if (lo) *lo = sorted[0], *hi = sorted[n - 1];
+    free(sorted);
+    return med;
+}
+
+/* The median of the probes on `cores` cores at once, else ref. */
+static double probe_ref(const calib *k, int cores, double ref) {
+    double r = probe_median(k, cores, NULL, NULL);
+    return r > 0 ? r : ref;
+}
+
+/* Scale every probed figure to the median of the probes taken on as many
+ * cores as it kept busy (the machine at its median speed for that many; the
+ * one-core median is profile.probe_flops_s). */
 static void probe_rescale(calib *k) {
     pt_profile *p = k->p;
-    if (k->n_probes == 0) return;
-    double *sorted = malloc(sizeof(double) * (size_t)k->n_probes);
-    if (!sorted) return; /* unscaled: still a measurement */
-    memcpy(sorted, k->probes, sizeof(double) * (size_t)k->n_probes);
-    qsort(sorted, (size_t)k->n_probes, sizeof(double), cmp_double);
-    int n = k->n_probes;
-    double ref = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    k->c->probe_lo = sorted[0];
-    k->c->probe_hi = sorted[n - 1];
-    k->c->n_probes = n;
-    free(sorted);
+    double lo = 0, hi = 0, ref = probe_median(k, 1, &lo, &hi);
+    if (!(ref > 0)) return; /* unscaled: still a measurement */
+    k->c->probe_lo = lo;
+    k->c->probe_hi = hi;
+    k->c->n_probes = 0;
+    for (int i = 0; i < k->n_probes; i++) k->c->n_probes += k->probe_cores[i] == 1;
     p->probe_flops_s = ref;
+    for (int t = 2; t <= p->cores; t++) {
+        double r = probe_median(k, t, NULL, NULL);
+        if (r > 0) k->c->probe_all = r, k->c->probe_all_cores = t;
+    }
     /* an entry without a probe beside it (0: quick) stays as measured */
     for (int i = 0; i < p->n_gemm; i++)
-        if (k->probe_gemm[i] > 0) p->gemm[i].flops_s *= ref / k->probe_gemm[i];
+        if (k->probe_gemm[i] > 0)
+            p->gemm[i].flops_s *= probe_ref(k, p->gemm[i].threads, ref) / k->probe_gemm[i];
     for (int i = 0; i < p->n_module; i++) {
         pt_profile_module *m = &p->module[i];
         if (!(k->probe_module[i] > 0)) continue;
-        double f = k->probe_module[i] / ref; /* slow probe: the time came out long */
+        /* slow probe: the time came out long. To the median speed of the
+         * cores the entry kept busy: a rank among others (the groups' entries,
+         * probed on rank 0's core) ends its step when the slowest does */
+        int busy = m->threads * (m->ranks > 0 ? m->ranks : 1);
+        double f = k->probe_module[i] / probe_ref(k, busy < p->cores ? busy : p->cores, ref);
         m->fwd_s *= f, m->bgrad_s *= f, m->wgrad_s *= f;
         for (int r = 0; r < 3; r++) m->recompute_s[r] *= f;
     }
@@ -380,7 +427,7 @@ static pt_status measure_stream(calib *k) {
             fill(*bufs[i], n, (uint32_t)i + 1);
     }
     double p0 = 0, p1 = 0;
-    if (st == PT_OK) st = probe(k, &p0);
+    if (st == PT_OK) st = probe(k, 1, &p0);
     if (st == PT_OK) {
         pt_kernels_set_threads(1);
         /* STREAM's copy convention: bytes read plus bytes written */
@@ -390,7 +437,7 @@ static pt_status measure_stream(calib *k) {
         memset(s.d, 0, n * sizeof(float));
         k->p->adamw_s = time_min(k->e, pass_adamw, &s) / (double)n;
         k->p->sgd_s = time_min(k->e, pass_sgd, &s) / (double)n;
-        st = probe(k, &p1);
+        st = probe(k, 1, &p1);
         k->probe_stream = 0.5 * (p0 + p1);
     }
     for (int i = 0; i < 4; i++) pt_mem_free(*bufs[i]);
@@ -442,16 +489,13 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
         fill(g.w, (size_t)kk * n, 2);
         fill(g.bias, (size_t)n, 3);
     }
-    double p0, p1 = 0; /* the probes before and after; an after serves as the next before */
+    double p0, p1; /* the probes before and after, on the product's threads */
     for (int t = 0; st == PT_OK && t < k->n_threads; t++) {
         pt_kernels_set_threads(k->threads[t]);
         pt_profile_gemm e = {.m = m, .n = n, .k = kk, .threads = k->threads[t]};
-        if (p1 > 0)
-            p0 = p1;
-        else if ((st = probe(k, &p0)) != PT_OK)
-            break;
+        if ((st = probe(k, k->threads[t], &p0)) != PT_OK) break;
         e.flops_s = flop / time_min(k->e, pass_gemm, &g);
-        st = probe(k, &p1);
+        st = probe(k, k->threads[t], &p1);
         double pe = 0.5 * (p0 + p1);
         if (st == PT_OK)
             st = push((void **)&k->probe_gemm, &k->n_gemm_probed, &k->cap_probe_gemm, sizeof pe,
@@ -467,7 +511,6 @@ static pt_status measure_gemm_shape(calib *k, int m, int n, int kk) {
             double *lo = &k->c->transpose_lo[g.which - 1], *hi = &k->c->transpose_hi[g.which - 1];
             if (*lo == 0 || r < *lo) *lo = r;
             if (r > *hi) *hi = r;
-            p1 = 0; /* products ran since */
         }
         g.which = 0;
     }
@@ -591,7 +634,7 @@ typedef double (*timer_fn)(const effort *e, pass_fn fn, void *arg);
 
 /* Each module's passes at micro-batch B (e[3]: embedding, block, head, of
  * tp shard t at `threads`), timed by `timer`; *probe_mean the speed probe's
- * mean before and after, when probe_buf (else 0). */
+ * mean before and after on as many cores, when probe_buf (else 0). */
 static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
                          const pt_model_config *mc, int B, int threads, int t, int ranks,
                          float *probe_buf, pt_profile_module e[3], double *probe_mean) {
@@ -599,7 +642,7 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
     pt_batch b = {.tokens = mm->tokens, .targets = mm->tokens, .B = B, .T = T};
     b.dloss = 1.0f / (float)(B * T);
     module_arg a = {.b = &b, .last = 2, .dy = mm->dy, .dx = mm->dx};
-    double bw[3] = {0}, p0 = probe_buf ? pt_speed_probe(probe_buf) : 0;
+    double bw[3] = {0}, p0 = probe_buf ? pt_speed_probe_cores(probe_buf, threads) : 0;
     for (int r = 0; r < 3; r++) {
         a.m = mm->m[r];
         a.s = mm->slot[r];
@@ -640,14 +683,13 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
     /* Recomputation's extra backward time: the difference of two minima,
      * so noise can make it negative; it is never below 0. */
     for (int r = 1; r < 3; r++) e[1].recompute_s[r] = bw[r] > bw[0] ? bw[r] - bw[0] : 0;
-    *probe_mean = probe_buf ? 0.5 * (p0 + pt_speed_probe(probe_buf)) : 0;
+    *probe_mean = probe_buf ? 0.5 * (p0 + pt_speed_probe_cores(probe_buf, threads)) : 0;
 }
 
-/* Three module entries and the probe beside them into the tables. */
+/* Three module entries and the probe beside them (on their threads' cores)
+ * into the tables. */
 static pt_status push_modules(calib *k, const pt_profile_module e[3], double probe_mean) {
-    if (probe_mean > 0)
-        PT_CHECK(push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof probe_mean,
-                      &probe_mean));
+    if (probe_mean > 0) PT_CHECK(keep_probe(k, e[0].threads, probe_mean));
     for (int i = 0; i < 3; i++) {
         PT_CHECK(push((void **)&k->probe_module, &k->n_module_probed, &k->cap_probe_module,
                       sizeof probe_mean, &probe_mean));
@@ -923,7 +965,7 @@ pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double 
     calib k = {.e = &effort_full, .p = &p, .c = &c};
     pt_status st = probe_init(&k);
     double start = pt_time_s(), r;
-    while (st == PT_OK && (k.n_probes < 5 || pt_time_s() - start < seconds)) st = probe(&k, &r);
+    while (st == PT_OK && (k.n_probes < 5 || pt_time_s() - start < seconds)) st = probe(&k, 1, &r);
     if (st == PT_OK) probe_rescale(&k); /* no tables: only the median */
     probe_free(&k);
     PT_CHECK(st);

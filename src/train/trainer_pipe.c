@@ -205,7 +205,7 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
     q->tp = sp ? tp : 1;
     q->C = cfg->n_embd;
     /* the chunks, and each one's micro-batch: its slot and gradients */
-    size_t fl[PT_SCHEDULE_MAX_VIRTUAL], most = 0;
+    size_t fl[PT_SCHEDULE_MAX_VIRTUAL];
     for (int c = 0; c < q->v; c++) {
         chunk *h = &q->ch[c];
         h->g = pt_schedule_virtual_stage(s, c);
@@ -219,7 +219,6 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         fl[c] = pt_model_slot_bytes(m, h->first, h->last) / sizeof(float) +
                 (size_t)((h->last <= q->L) + (h->first > 0)) * q->rc;
         fl[c] = (fl[c] + 15) & ~(size_t)15; /* 64-byte aligned blocks */
-        if (fl[c] > most) most = fl[c];
         if (h->last - h->first + 1 > q->nscr) q->nscr = h->last - h->first + 1;
     }
     /* shared blocks, or each chunk's own where that is smaller */
@@ -268,7 +267,9 @@ pt_status pt_pipe_new(pt_pipe **out, pt_model *m, pt_comm *pp, const pt_schedule
         } else {
             q->blk_chunk[k] = -1;
         }
-        q->blk_off[k] = k ? q->blk_off[k - 1] + (per_chunk ? fl[q->blk_chunk[k - 1]] : most) : 0;
+        /* shared blocks: each the largest chunk's (total / nblocks) */
+        size_t prev = k && per_chunk ? fl[q->blk_chunk[k - 1]] : total / (size_t)q->nblocks;
+        q->blk_off[k] = k ? q->blk_off[k - 1] + prev : 0;
     }
     /* a zero-bubble W reads what its B left: module j's scratch of a set,
      * sized for the kinds of module j of the chunks */

@@ -837,6 +837,32 @@ static void test_fork_after_threads(void) {
     free(x), free(a), free(b), free(mean), free(rstd), free(w), free(bias);
 }
 
+/* The speed probe on n cores at once: a positive rate; every thread ran
+ * its own product on its own part of the buffer (parts filled alike but
+ * for their outputs come out alike, bit for bit); the thread count is
+ * restored. Not its speed: that is the machine's. */
+static void test_speed_probe(void) {
+    size_t per = pt_speed_probe_floats();
+    enum { MAXN = 3 };
+    float *buf = malloc(sizeof(float) * per * MAXN);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    for (int n = 1; n <= MAXN; n++) {
+        for (int i = 0; i < MAXN; i++)
+            for (size_t j = 0; j < per; j++)
+                buf[i * per + j] = (float)((j * 7 + 3) % 17) * 0.125f - 1.0f;
+        for (int i = 0; i < MAXN; i++) buf[i * per] = 1000.0f + (float)i; /* each output's first */
+        pt_kernels_set_threads(2);
+        double r = n == 1 ? pt_speed_probe(buf) : pt_speed_probe_cores(buf, n);
+        CHECK(r > 0 && r < 1e15);
+        CHECK(pt_kernels_threads() == 2);
+        for (int i = 1; i < n; i++) CHECK(memcmp(buf, buf + i * per, sizeof(float) * per) == 0);
+        for (int i = n; i < MAXN; i++) CHECK(buf[i * per] == 1000.0f + (float)i); /* untouched */
+    }
+    pt_kernels_set_threads(1);
+    free(buf);
+}
+
 /* The OpenBLAS core advice (blas_core.c) on both kinds of CPU, with fake
  * feature sets: only a core below what the CPU supports gets advice. */
 static void test_blas_coretype_advice(void) {
@@ -895,5 +921,6 @@ int main(void) {
     RUN(test_adamw);
     RUN(test_sum_squares);
     RUN(test_fork_after_threads);
+    RUN(test_speed_probe);
     return TEST_DONE();
 }
