@@ -60,10 +60,16 @@ while [ "$({ wc -l <metrics.jsonl; } 2>/dev/null || echo 0)" -lt 3 ] && [ $i -lt
     i=$((i + 1))
 done
 # The rank's process: under mpirun by OMPI_COMM_WORLD_RANK, under the shm
-# launcher the launcher's children in fork order (rank r is the r-th).
+# launcher the launcher's children in fork order (rank r is the r-th). Pids
+# are handed out cyclically and wrap at pid_max (32768 on some machines, a
+# few times in one CI run), and the three forks share a start time: fork
+# order is pid order counted on from the launcher's own pid.
 pid=""
 if [ "$backend" = shm ]; then
-    pid=$(ps -o pid= --ppid "$job" --sort=start_time,pid | sed -n "$((culprit + 1))p" | tr -d ' ')
+    pid_max=$(cat /proc/sys/kernel/pid_max)
+    pid=$(ps -o pid= --ppid "$job" |
+        awk -v j="$job" -v m="$pid_max" '{ print ($1 - j + m) % m, $1 }' |
+        sort -n | sed -n "$((culprit + 1))p" | awk '{ print $2 }')
 else
     for p in $(pgrep -f -- "$tag"); do
         if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$culprit"; then
