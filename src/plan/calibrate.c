@@ -171,14 +171,16 @@ typedef struct {
     int cap_gemm, cap_module, cap_comm;
     int threads[8]; /* thread counts timed: 1, 2, 4, .., max */
     int n_threads;
-    /* the speed probe: its buffers, every rate it measured and on how many
-     * cores at once (parallel to probes[]), and the rate beside each table
-     * entry (parallel to gemm[] and module[]), on the entry's threads */
+    /* the speed probe: its buffers, every rate it measured (and on how many
+     * cores at once), and the rate beside each table entry (parallel to
+     * gemm[] and module[]), on the entry's threads */
     float *probe_buf;
-    double *probes, *probe_gemm, *probe_module, probe_stream;
-    int *probe_cores;
+    struct probe_rec {
+        double rate;
+        int cores;
+    } * probes;
+    double *probe_gemm, *probe_module, probe_stream;
     int n_probes, cap_probes, cap_probe_gemm, cap_probe_module, n_gemm_probed, n_module_probed;
-    int n_probe_cores, cap_probe_cores;
 } calib;
 
 /* ---- the speed probe (see the file comment) -------------------------------- */
@@ -195,16 +197,14 @@ static pt_status probe_init(calib *k) {
 static void probe_free(calib *k) {
     pt_mem_free(k->probe_buf);
     free(k->probes);
-    free(k->probe_cores);
     free(k->probe_gemm);
     free(k->probe_module);
 }
 
 /* A rate the probe measured on `cores` cores at once, into k->probes. */
 static pt_status keep_probe(calib *k, int cores, double rate) {
-    PT_CHECK(push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof rate, &rate));
-    return push((void **)&k->probe_cores, &k->n_probe_cores, &k->cap_probe_cores, sizeof cores,
-                &cores);
+    struct probe_rec rec = {rate, cores};
+    return push((void **)&k->probes, &k->n_probes, &k->cap_probes, sizeof rec, &rec);
 }
 
 /* The probe's rate now (flop/s) on `cores` cores at once (the slowest's:
@@ -212,8 +212,8 @@ static pt_status keep_probe(calib *k, int cores, double rate) {
  * tests', under the sanitizers too, where a probe costs a second) measure
  * it once and reuse it: nothing is scaled. */
 static pt_status probe(calib *k, int cores, double *rate) {
-    *rate =
-        k->e->quick && k->n_probes > 0 ? k->probes[0] : pt_speed_probe_cores(k->probe_buf, cores);
+    *rate = k->e->quick && k->n_probes > 0 ? k->probes[0].rate
+                                           : pt_speed_probe_cores(k->probe_buf, cores);
     return keep_probe(k, k->e->quick ? 1 : cores, *rate);
 }
 
@@ -228,7 +228,7 @@ static double probe_median(const calib *k, int cores, double *lo, double *hi) {
     double *sorted = malloc(sizeof(double) * (size_t)(k->n_probes ? k->n_probes : 1));
     int n = 0;
     for (int i = 0; sorted && i < k->n_probes; i++)
-        if (k->probe_cores[i] == cores) sorted[n++] = k->probes[i];
+        if (k->probes[i].cores == cores) sorted[n++] = k->probes[i].rate;
     if (n == 0) {
         free(sorted);
         return 0;
@@ -240,32 +240,35 @@ static double probe_median(const calib *k, int cores, double *lo, double *hi) {
     return med;
 }
 
-/* The median of the probes on `cores` cores at once, else ref. */
-static double probe_ref(const calib *k, int cores, double ref) {
-    double r = probe_median(k, cores, NULL, NULL);
-    return r > 0 ? r : ref;
+static int clamp_cores(int t, int ncores) {
+    return t < 1 ? 1 : t > ncores ? ncores : t;
 }
 
 /* Scale every probed figure to the median of the probes taken on as many
  * cores as it kept busy (the machine at its median speed for that many; the
  * one-core median is profile.probe_flops_s). */
-static void probe_rescale(calib *k) {
+static pt_status probe_rescale(calib *k) {
     pt_profile *p = k->p;
     double lo = 0, hi = 0, ref = probe_median(k, 1, &lo, &hi);
-    if (!(ref > 0)) return; /* unscaled: still a measurement */
+    if (!(ref > 0)) return PT_OK; /* unscaled: still a measurement */
     k->c->probe_lo = lo;
     k->c->probe_hi = hi;
     k->c->n_probes = 0;
-    for (int i = 0; i < k->n_probes; i++) k->c->n_probes += k->probe_cores[i] == 1;
+    for (int i = 0; i < k->n_probes; i++) k->c->n_probes += k->probes[i].cores == 1;
     p->probe_flops_s = ref;
-    for (int t = 2; t <= p->cores; t++) {
+    /* med[t]: the median on t cores at once, else the one-core median */
+    int ncores = p->cores > 1 ? p->cores : 1;
+    double *med = malloc(sizeof(double) * (size_t)(ncores + 1));
+    if (!med) return pt_error_set(PT_ERR_NOMEM, "calibrate: probe medians");
+    for (int t = 1; t <= ncores; t++) {
         double r = probe_median(k, t, NULL, NULL);
-        if (r > 0) k->c->probe_all = r, k->c->probe_all_cores = t;
+        med[t] = r > 0 ? r : ref;
+        if (t > 1 && r > 0) k->c->probe_all = r, k->c->probe_all_cores = t;
     }
     /* an entry without a probe beside it (0: quick) stays as measured */
     for (int i = 0; i < p->n_gemm; i++)
         if (k->probe_gemm[i] > 0)
-            p->gemm[i].flops_s *= probe_ref(k, p->gemm[i].threads, ref) / k->probe_gemm[i];
+            p->gemm[i].flops_s *= med[clamp_cores(p->gemm[i].threads, ncores)] / k->probe_gemm[i];
     for (int i = 0; i < p->n_module; i++) {
         pt_profile_module *m = &p->module[i];
         if (!(k->probe_module[i] > 0)) continue;
@@ -273,7 +276,7 @@ static void probe_rescale(calib *k) {
          * cores the entry kept busy: a rank among others (the groups' entries,
          * probed on rank 0's core) ends its step when the slowest does */
         int busy = m->threads * (m->ranks > 0 ? m->ranks : 1);
-        double f = k->probe_module[i] / probe_ref(k, busy < p->cores ? busy : p->cores, ref);
+        double f = k->probe_module[i] / med[clamp_cores(busy, ncores)];
         m->fwd_s *= f, m->bgrad_s *= f, m->wgrad_s *= f;
         for (int r = 0; r < 3; r++) m->recompute_s[r] *= f;
     }
@@ -282,6 +285,8 @@ static void probe_rescale(calib *k) {
         p->memory_bw /= f;
         p->elementwise_s *= f, p->adamw_s *= f, p->sgd_s *= f;
     }
+    free(med);
+    return PT_OK;
 }
 
 /* ---- collectives (forked ranks) ------------------------------------------- */
@@ -945,7 +950,7 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
     }
     out->phase_s[3] = pt_time_s() - t0;
     pt_kernels_set_threads(threads_before);
-    if (st == PT_OK) probe_rescale(&k);
+    if (st == PT_OK) st = probe_rescale(&k);
     probe_free(&k);
     if (st != PT_OK) {
         pt_calibration_deinit(out);
@@ -966,7 +971,7 @@ pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double 
     pt_status st = probe_init(&k);
     double start = pt_time_s(), r;
     while (st == PT_OK && (k.n_probes < 5 || pt_time_s() - start < seconds)) st = probe(&k, 1, &r);
-    if (st == PT_OK) probe_rescale(&k); /* no tables: only the median */
+    if (st == PT_OK) st = probe_rescale(&k); /* no tables: only the median */
     probe_free(&k);
     PT_CHECK(st);
     *median = p.probe_flops_s, *lo = c.probe_lo, *hi = c.probe_hi;
