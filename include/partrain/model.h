@@ -433,6 +433,9 @@ void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, in
 void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
                              float *dx, int split);
 void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last);
+/* pt_module_recompute of modules [first, last] in slot s, after their
+ * forward. */
+void pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last);
 
 /* pt_model_forward / pt_model_backward in slot s: the activations are s's,
  * so that the forwards of several micro-batches can precede their
@@ -516,6 +519,12 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
 void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                               const float *dout, float *din);
 void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
+/* What B (and pt_module_backward) of module i recomputes first under the
+ * model's recompute mode, alone: nothing for NONE and for the embedding and
+ * the head. After a forward of ctx and b; under tensor parallelism a FULL
+ * recompute runs the forward's collectives, on every rank of the group.
+ * For calibrate, which times recomputation on its own. */
+void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
 
 #ifdef __cplusplus
 }

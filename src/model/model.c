@@ -875,6 +875,10 @@ void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, in
     for (int i = last; i >= first; i--) pt_module_backward_weight(m, i, s->ctx[i], &s->last);
 }
 
+void pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last) {
+    for (int i = last; i >= first; i--) pt_module_recompute(m, i, s->ctx[i], &s->last);
+}
+
 void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
     pt_model_forward_in(m, m->own, b, loss);
 }

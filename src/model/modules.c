@@ -384,6 +384,15 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
     if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
 }
 
+void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->tp == 1 || m->tp_comm);
+    if (ctx->kind != PT_MODULE_BLOCK) return;
+    pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b); /* as B's */
+    v.scratch = pass_scratch(m, ctx);
+    block_recompute(m, i, &v, b);
+}
+
 void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);

@@ -543,7 +543,7 @@ static pt_status measure_gemm(calib *k, const pt_model_config *models, int n_mod
 
 /* ---- modules ---------------------------------------------------------------- */
 
-enum { P_FWD, P_BGRAD, P_WGRAD, P_BACKWARD };
+enum { P_FWD, P_BGRAD, P_WGRAD, P_RECOMPUTE };
 
 typedef struct {
     pt_model *m;
@@ -570,9 +570,8 @@ static void pass_module(void *arg) {
     case P_WGRAD:
         pt_model_backward_weight_range(a->m, a->s, i, i);
         break;
-    default: /* B then W, as a recomputation's extra time is counted */
-        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
-        pt_model_backward_weight_range(a->m, a->s, i, i);
+    default: /* what B recomputes first, alone: its extra time */
+        pt_model_recompute_range(a->m, a->s, i, i);
         break;
     }
 }
@@ -647,7 +646,7 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
     pt_batch b = {.tokens = mm->tokens, .targets = mm->tokens, .B = B, .T = T};
     b.dloss = 1.0f / (float)(B * T);
     module_arg a = {.b = &b, .last = 2, .dy = mm->dy, .dx = mm->dx};
-    double bw[3] = {0}, p0 = probe_buf ? pt_speed_probe_cores(probe_buf, threads) : 0;
+    double p0 = probe_buf ? pt_speed_probe_cores(probe_buf, threads) : 0;
     for (int r = 0; r < 3; r++) {
         a.m = mm->m[r];
         a.s = mm->slot[r];
@@ -679,15 +678,12 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
                 a.pass = P_WGRAD;
                 e[i].wgrad_s = timer(ef, pass_module, &a);
             }
-            if (i == 1) {
-                a.pass = P_BACKWARD;
-                bw[r] = timer(ef, pass_module, &a);
+            if (i == 1 && r > 0) {
+                a.pass = P_RECOMPUTE;
+                e[1].recompute_s[r] = timer(ef, pass_module, &a);
             }
         }
     }
-    /* Recomputation's extra backward time: the difference of two minima,
-     * so noise can make it negative; it is never below 0. */
-    for (int r = 1; r < 3; r++) e[1].recompute_s[r] = bw[r] > bw[0] ? bw[r] - bw[0] : 0;
     *probe_mean = probe_buf ? 0.5 * (p0 + pt_speed_probe_cores(probe_buf, threads)) : 0;
 }
 

@@ -7,12 +7,15 @@
  * tp = 1 and over a tp group of 2 forked ranks (shm), plain and under
  * sequence parallelism. The oracle is the NONE model with the same weights.
  * Also: each context's PT_MEM_ACTS bytes match the formula of what its
- * mode keeps, the model's activation peak falls with each mode, and a FULL
- * backward under tp reruns exactly the forward's first collectives. */
+ * mode keeps, the model's activation peak falls with each mode, a FULL
+ * backward under tp reruns exactly the forward's first collectives, and
+ * pt_module_recompute alone rebuilds what W reads. */
+#include <math.h>
 #include <string.h>
 
 #include "partrain/comm.h"
 #include "../../src/kernels/kernels_impl.h" /* pt_sgemm_set_path: both GEMM paths */
+#include "../../src/model/model_impl.h"     /* a scratch's recompute region, to poison it */
 #include "partrain/model.h"
 #include "pt_test.h"
 
@@ -236,6 +239,55 @@ static void test_bitwise(void) {
     pt_sgemm_set_path(PT_GEMM_AUTO);
 }
 
+/* pt_module_recompute alone (calibrate times it so): every B, then each
+ * block's recompute region poisoned and rebuilt by pt_module_recompute,
+ * then every W: NONE's gradients bit for bit, which W reads from the region
+ * only if the recompute rebuilt it. */
+static void test_recompute_alone(void) {
+    pt_model *ref = NULL;
+    CHECK_OK(model_new(&ref, PT_RECOMPUTE_NONE, 1, 0, 0));
+    if (!ref) return;
+    size_t n = pt_model_num_params(ref);
+    memset(&want, 0, sizeof want);
+    CHECK(!module_chain(ref, CH_ALLB_ALLW, &want));
+    for (int k = 1; k < 3; k++) {
+        pt_model *m = NULL;
+        CHECK_OK(model_new(&m, modes[k], 1, 0, 0));
+        if (!m) break;
+        pt_module_ctx *ctx[NMOD] = {0};
+        pt_module_scratch *scr[NMOD] = {0};
+        for (int i = 0; i < NMOD; i++) {
+            CHECK_OK(pt_module_ctx_new(&ctx[i], m, i, MB));
+            CHECK_OK(pt_module_scratch_new(&scr[i], m, MB));
+            if (ctx[i] && scr[i]) pt_module_ctx_set_scratch(ctx[i], scr[i]);
+        }
+        static chain_bufs cb;
+        int x[BT], y[BT];
+        fill(x, y, 0);
+        pt_batch b = {x, y, 1.0f / BT, MB, 16, 0, 1};
+        memset(&cb, 0, sizeof cb);
+        pt_model_zero_grads(m);
+        chain_forward(m, ctx, &b, &cb);
+        chain_input(m, ctx, &b, &cb, CH_ALLB_ALLW); /* every B, no W */
+        for (int i = 1; i < NMOD - 1; i++) {
+            CHECK(scr[i]->recomp != NULL);
+            for (size_t j = 0; j < region_floats(modes[k]); j++) scr[i]->recomp[j] = NAN;
+            pt_module_recompute(m, i, ctx[i], &b);
+        }
+        chain_weight(m, ctx, &b);
+        CHECK_OK(pt_model_take_error(m));
+        int bad = memcmp(want.grads, pt_model_grads(m), n * sizeof(float)) != 0;
+        if (bad) fprintf(stderr, "mode %d: W after pt_module_recompute differs from none\n", k);
+        CHECK(!bad);
+        for (int i = 0; i < NMOD; i++) {
+            pt_module_ctx_free(ctx[i]);
+            pt_module_scratch_free(scr[i]);
+        }
+        pt_model_free(m);
+    }
+    pt_model_free(ref);
+}
+
 /* ---- bitwise, tp = 2 ---- */
 
 enum { TP = 2 };
@@ -337,6 +389,7 @@ int main(void) {
     pt_log_set_level(PT_LOG_WARN);
     RUN(test_bytes);
     RUN(test_bitwise);
+    RUN(test_recompute_alone);
     RUN(test_bitwise_tp);
     RUN(test_bad_mode);
     return TEST_DONE();
