@@ -141,6 +141,39 @@ static double time_min(const effort *e, pass_fn fn, void *arg) {
     return best;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* How often the groups' passes run (after a warm-up), the same on every rank. */
+static int fixed_reps(const effort *e) {
+    return e->quick ? 1 : 2;
+}
+
+/* fb's time over fa's, fa and fb run in alternation (one warm-up each):
+ * the median of the pairs' differences, so that a slow spell of the host,
+ * which slows a pair's two runs alike, cancels, and an outlier pair does
+ * not count. `reps` pairs when reps > 0 (every rank of a group runs the
+ * same passes), else as time_min repeats. */
+static double time_paired_extra(const effort *e, int reps, pass_fn fa, void *aa, pass_fn fb,
+                                void *ab) {
+    if (!e->quick) fa(aa), fb(ab);
+    int n_min = reps > 0 ? reps : e->quick ? 1 : e->min_reps;
+    int timed = reps == 0 && !e->quick; /* then also until twice the target */
+    double d[64], start = pt_time_s();
+    int n = 0;
+    while (n < 64 && (n < n_min || (timed && pt_time_s() - start < 2 * e->target_s))) {
+        double t0 = pt_time_s();
+        fa(aa);
+        double t1 = pt_time_s();
+        fb(ab);
+        d[n++] = (pt_time_s() - t1) - (t1 - t0);
+    }
+    qsort(d, (size_t)n, sizeof d[0], cmp_double);
+    return n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2]);
+}
+
 static void fill(float *x, size_t n, uint32_t seed) {
     uint32_t s = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
@@ -215,11 +248,6 @@ static pt_status probe(calib *k, int cores, double *rate) {
     *rate = k->e->quick && k->n_probes > 0 ? k->probes[0].rate
                                            : pt_speed_probe_cores(k->probe_buf, cores);
     return keep_probe(k, k->e->quick ? 1 : cores, *rate);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* The median of the probes taken on `cores` cores at once (0: none), and
@@ -543,7 +571,7 @@ static pt_status measure_gemm(calib *k, const pt_model_config *models, int n_mod
 
 /* ---- modules ---------------------------------------------------------------- */
 
-enum { P_FWD, P_BGRAD, P_WGRAD, P_RECOMPUTE };
+enum { P_FWD, P_BGRAD, P_WGRAD, P_BW, P_RECOMPUTE };
 
 typedef struct {
     pt_model *m;
@@ -570,7 +598,11 @@ static void pass_module(void *arg) {
     case P_WGRAD:
         pt_model_backward_weight_range(a->m, a->s, i, i);
         break;
-    default: /* what B recomputes first, alone: its extra time */
+    case P_BW:
+        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
+        pt_model_backward_weight_range(a->m, a->s, i, i);
+        break;
+    default: /* what B recomputes first, alone */
         pt_model_recompute_range(a->m, a->s, i, i);
         break;
     }
@@ -684,6 +716,22 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
             }
         }
     }
+    /* Recomputation's extra backward time: B + W under the mode minus B + W
+     * under none, paired runs' median difference, and never below the
+     * recompute alone. B itself runs slower after a full recompute, so the
+     * recompute alone falls short (small's block, 1024 tokens, 2 threads:
+     * 15.0 ms alone, 18.5 ms of extra B + W); a difference of two minima
+     * timed apart was noise (0 to 10 ms for one entry between runs). */
+    for (int r = 1; r < 3; r++) {
+        module_arg none = a, mode = a;
+        none.m = mm->m[0], none.s = mm->slot[0];
+        mode.m = mm->m[r], mode.s = mm->slot[r];
+        none.i = mode.i = 1;
+        none.pass = mode.pass = P_BW;
+        double extra = time_paired_extra(ef, timer == time_min ? 0 : fixed_reps(ef), pass_module,
+                                         &none, pass_module, &mode);
+        if (extra > e[1].recompute_s[r]) e[1].recompute_s[r] = extra;
+    }
     *probe_mean = probe_buf ? 0.5 * (p0 + pt_speed_probe_cores(probe_buf, threads)) : 0;
 }
 
@@ -751,7 +799,7 @@ typedef struct {
 } tp_job;
 
 static double time_fixed(const effort *e, pass_fn fn, void *arg) {
-    int reps = e->quick ? 1 : 2;
+    int reps = fixed_reps(e);
     fn(arg); /* warm-up */
     double best = 0;
     for (int n = 0; n < reps; n++) {
