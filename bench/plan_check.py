@@ -34,8 +34,10 @@ slower than when it was calibrated. Only indicative beyond one rank: rank
 
   bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K]
                       [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
-                      [--save]
+                      [--set KEY=VALUE ...] [--save]
 
+--set fixes a key for the planner as `partrain plan --set` does (repeatable):
+only the layouts with it are ranked and timed, e.g. one recompute mode.
 --cluster defaults to a `partrain calibrate` of this machine for the
 configs' shapes, measured first (about two minutes). PARTRAIN=path overrides the binary (default
 build/src/cli/partrain). --save also writes the table and the JSON lines to
@@ -84,8 +86,10 @@ def run(cmd, log):
         fail("%s failed:\n  %s" % (" ".join(cmd), "\n  ".join(tail)))
 
 
-def plan(binary, config, cluster, world, top):
+def plan(binary, config, cluster, world, top, fixed):
     cmd = [binary, "plan", "--config", config, "--cluster", cluster, "--world", str(world), "--json"]
+    for kv in fixed:
+        cmd += ["--set", kv]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         fail("%s: %s" % (" ".join(cmd), r.stderr.strip()))
@@ -106,9 +110,11 @@ def sets(p):
     return out
 
 
-def measure(binary, config, p, world, warmup, steps, ref, tmp, tag):
+def measure(binary, config, p, world, warmup, steps, ref, tmp, tag, fixed):
     metrics = os.path.join(tmp, tag + ".jsonl")
     cmd = [binary, "train", "--config", config] + (["--nproc", str(world)] if world > 1 else [])
+    for kv in fixed:  # the planner's fixed keys, then the layout's own
+        cmd += ["--set", kv]
     cmd += sets(p)
     cmd += ["--set", "train.steps=%d" % (warmup + steps), "--set", "train.warmup_steps=0"]
     cmd += ["--set", "train.val_every=0", "--set", "log.every=1", "--set", "checkpoint.every=0"]
@@ -140,6 +146,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--cluster", default="")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="fix a key for the planner (as plan --set), e.g. model.recompute=full")
     ap.add_argument("--save", action="store_true")
     a = ap.parse_args()
     binary = os.environ.get("PARTRAIN", os.path.join(ROOT, "build/src/cli/partrain"))
@@ -174,7 +182,7 @@ def main():
             if not os.path.isfile(config):
                 fail("%s: no such config" % config)
             for world in a.worlds:
-                ranked = plan(binary, config, cluster, world, a.top)
+                ranked = plan(binary, config, cluster, world, a.top, a.set)
                 if not ranked:
                     say("%s world %d: no layout fits" % (cname, world))
                     continue
@@ -188,7 +196,7 @@ def main():
                     for i in order:
                         tag = "%s_w%d_%d_r%d" % (cname, world, i, rd)
                         ms, lo, sp, mem = measure(binary, config, ranked[i], world, a.warmup,
-                                                  a.steps, ref, tmp, tag)
+                                                  a.steps, ref, tmp, tag, a.set)
                         times[i].append(ms)
                         fastest[i] = min(fastest[i], lo)
                         speeds[i] += sp
