@@ -721,7 +721,7 @@ static void time_modules(const effort *ef, timer_fn timer, module_models *mm,
      * recompute alone. B itself runs slower after a full recompute, so the
      * recompute alone falls short (small's block, 1024 tokens, 2 threads:
      * 15.0 ms alone, 18.5 ms of extra B + W); a difference of two minima
-     * timed apart was noise (0 to 10 ms for one entry between runs). */
+     * timed apart was noise (one entry: 14.3 ms, then 67.0 ms; some 0). */
     for (int r = 1; r < 3; r++) {
         module_arg none = a, mode = a;
         none.m = mm->m[0], none.s = mm->slot[0];
