@@ -264,6 +264,16 @@ static void block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_batch
     }
 }
 
+/* A block's view for its backward (B, or the fused backward) in scratch s
+ * (ctx's), with what its recompute mode dropped rebuilt. */
+static pt_module_ctx recomputed_view(pt_model *m, int i, pt_module_ctx *ctx, pt_module_scratch *s,
+                                     const pt_batch *b) {
+    pt_module_ctx v = block_view(m, ctx, s, b);
+    v.scratch = pass_scratch(m, ctx);
+    block_recompute(m, i, &v, b);
+    return v;
+}
+
 void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
                        float *out) {
     PT_ASSERT(ctx && ctx->module == i);
@@ -322,9 +332,7 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
         break;
     case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
-        pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b);
-        v.scratch = pass_scratch(m, ctx);
-        block_recompute(m, i, &v, b);
+        pt_module_ctx v = recomputed_view(m, i, ctx, scratch_of(m, ctx), b);
         if (m->tp > 1)
             pt_tp_block_backward(m, i, &v, b, dout, din);
         else
@@ -360,9 +368,7 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
         break;
     case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
-        pt_module_ctx v = block_view(m, ctx, s, b);
-        v.scratch = pass_scratch(m, ctx);
-        block_recompute(m, i, &v, b);
+        pt_module_ctx v = recomputed_view(m, i, ctx, s, b);
         if (m->tp > 1)
             pt_tp_block_backward_input(m, i, &v, b, dout, din);
         else
@@ -388,9 +394,7 @@ void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch 
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
     if (ctx->kind != PT_MODULE_BLOCK) return;
-    pt_module_ctx v = block_view(m, ctx, scratch_of(m, ctx), b); /* as B's */
-    v.scratch = pass_scratch(m, ctx);
-    block_recompute(m, i, &v, b);
+    recomputed_view(m, i, ctx, scratch_of(m, ctx), b); /* as B's */
 }
 
 void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
