@@ -3,12 +3,16 @@
 #   fault_test.sh kill      MPIRUN BIN   rank 1 SIGKILLs itself mid all-reduce
 #   fault_test.sh stall     MPIRUN BIN   rank 2 never joins the all-reduce (alive)
 #   fault_test.sh stop      MPIRUN BIN   rank 2 SIGSTOPs itself mid all-reduce
+#   fault_test.sh wedge-stop MPIRUN BIN  rank 1 SIGSTOPs while every rank waits in a
+#                                        collective, soon enough that at the deadline
+#                                        its silence is still short
 #   fault_test.sh stop-save MPIRUN BIN   a slow save (3 timeouts, alive) passes, then
 #                                        rank 0 SIGSTOPs in the next save
 # Asserts: mpirun exits non-zero within the timeout + 5 s of the fault (the
 # stop-save case: + the slow save); the job shows exactly one "partrain: "
 # line and it names the rank at fault (mpirun's own report names a killed
-# rank); afterwards no process of the run is left (a stopped one included).
+# rank) and no survivor shows an error of its own; afterwards no process
+# of the run is left (a stopped one included).
 set -u
 mode=$1 mpirun=$2 bin=$3
 timeout_s=3
@@ -20,6 +24,7 @@ case $mode in
 kill) args="--kill 1 --after 30" culprit=1 ;;
 stall) args="--stall 2" culprit=2 ;;
 stop) args="--stop 2 --after 30" culprit=2 ;;
+wedge-stop) args="--wedge-stop 1" culprit=1 ;;
 stop-save) args="--stop-save" culprit=0 limit=$((4 * timeout_s + 5)) ;;
 *) echo "fault_test.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -51,7 +56,17 @@ else
   if ! grep '^partrain: ' "$out" | grep -q "^partrain: rank $culprit "; then
     echo "FAIL: the line does not name rank $culprit as the rank at fault"; fail=1
   fi
-  if [ "$mode" != stall ] && ! grep '^partrain: ' "$out" | grep -q "stopped responding"; then
+  # The others adopt the verdict (the backend's fault_reported) and say
+  # nothing of their own: a survivor's error line means the verdict did
+  # not reach it in time.
+  if grep -q '^rank [0-9]*: error: ' "$out"; then
+    echo "FAIL: a survivor reported an error of its own beside the verdict"; fail=1
+  fi
+  # wedge-stop: if rank 1's beat that says it waits in a collective did not
+  # leave before it stopped (a loaded machine), rank 0 rightly sees a rank
+  # that has not joined, heard from 1.2 s before: "did not take part".
+  if [ "$mode" != stall ] && [ "$mode" != wedge-stop ] &&
+    ! grep '^partrain: ' "$out" | grep -q "stopped responding"; then
     echo "FAIL: a stopped rank is not reported as stopped responding"; fail=1
   fi
   if [ "$mode" = stop-save ] && [ "$(grep -c 'slow save passed' "$out")" -ne 3 ]; then

@@ -10,6 +10,12 @@
  *   test_mpi_backend --kill R [--after K]    rank R SIGKILLs itself in the K-th all-reduce
  *   test_mpi_backend --stall R          rank R never joins the all-reduce loop
  *   test_mpi_backend --stop R [--after K]   rank R SIGSTOPs itself in the K-th all-reduce
+ *   test_mpi_backend --wedge-stop R     at the 30th all-reduce rank R (> 0) joins one on a
+ *                                       communicator of its own with rank 0 late (0.4
+ *                                       timeouts) and SIGSTOPs 0.5 s into it: at the
+ *                                       others' deadline every rank waits in a collective
+ *                                       and R has been silent for less than half the
+ *                                       timeout (a rank stopped soon after it joined)
  *   test_mpi_backend --stop-save        a save as the trainer does it (a long progress
  *                                       timeout while rank 0 writes): a slow save of 3
  *                                       timeouts passes, then rank 0 SIGSTOPs in the next
@@ -243,6 +249,49 @@ static int stop_save(void *w) {
     return 4; /* must not finish */
 }
 
+static void *stop_soon(void *arg) {
+    (void)arg;
+    usleep(500000); /* its next beats say where it waits */
+    kill(getpid(), SIGSTOP);
+    return NULL;
+}
+
+/* --wedge-stop R: every rank waits in a collective (R in one on {R, 0},
+ * the others on the world, so neither completes); R stops. One line must
+ * name R as stopped, not a timeout line per rank. */
+static int wedge_stop(void *w, int r) {
+    const char *e = getenv("PT_COMM_TIMEOUT");
+    double timeout = e && atof(e) > 0 ? atof(e) : 10;
+    void *pair;
+    int pr, ps;
+    PT_ASSERT(be->split(w, me == r || me == 0 ? 0 : 1, me, &pair, &pr, &ps) == PT_OK);
+    float buf[1024] = {0};
+    for (int it = 0;; it++) {
+        pt_status s;
+        if (me == r && it == 30) {
+            fprintf(stderr, "rank %d: late, in a collective the others are not in, then SIGSTOP\n",
+                    me);
+            usleep((useconds_t)(0.4 * timeout * 1e6));
+            pthread_t t;
+            PT_ASSERT(pthread_create(&t, NULL, stop_soon, NULL) == 0);
+            pthread_detach(t);
+            s = be->allreduce(pair, buf, 1024, PT_REDUCE_SUM);
+        } else {
+            s = be->allreduce(w, buf, 1024, PT_REDUCE_SUM);
+        }
+        if (s != PT_OK) {
+            report(w, s);
+            be->free(pair);
+            be->free(w);
+            return 3;
+        }
+        if (it > 60) break; /* should never get here */
+    }
+    be->free(pair);
+    be->free(w);
+    return 4; /* must not finish */
+}
+
 /* Fault modes: all-reduce 1 MiB in a loop. Returns the process exit code. */
 static int fault_loop(void *w, int kill_rank, int after, int stall_rank, int stop_rank,
                       double seconds) {
@@ -282,6 +331,7 @@ static int fault_loop(void *w, int kill_rank, int after, int stall_rank, int sto
 
 int main(int argc, char **argv) {
     int kill_rank = -1, after = 20, stall_rank = -1, stop_rank = -1, stop_in_save = 0;
+    int wedge = -1;
     double seconds = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--max-count") && i + 1 < argc)
@@ -294,6 +344,8 @@ int main(int argc, char **argv) {
             stall_rank = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--stop") && i + 1 < argc)
             stop_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--wedge-stop") && i + 1 < argc)
+            wedge = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--stop-save"))
             stop_in_save = 1;
         else if (!strcmp(argv[i], "--loop") && i + 1 < argc)
@@ -303,7 +355,7 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--max-count N] [--kill R [--after K]] [--stall R] [--stop R] "
-                    "[--stop-save] [--loop S]\n",
+                    "[--wedge-stop R] [--stop-save] [--loop S]\n",
                     argv[0]);
             return 2;
         }
@@ -316,6 +368,7 @@ int main(int argc, char **argv) {
         return s == PT_ERR_UNSUPPORTED ? 77 : 1;
     }
     if (stop_in_save) return stop_save(w);
+    if (wedge > 0 && wedge < np) return wedge_stop(w, wedge);
     if (kill_rank >= 0 || stall_rank >= 0 || stop_rank >= 0 || seconds > 0)
         return fault_loop(w, kill_rank, after, stall_rank, stop_rank, seconds);
 

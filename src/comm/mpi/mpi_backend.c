@@ -198,10 +198,10 @@ static struct {
     int rank, size;
     double live_s;
     uint64_t period_ns;
-    pt_ticker tick; /* the heartbeat thread (ticker.h): hb_round every period */
-    int final_sent; /* after a failure: the verdict went out, no more MPI calls */
-    MPI_Request *sreq, *rreq;
-    hb_msg *sbuf, *rbuf;
+    pt_ticker tick;                  /* the heartbeat thread (ticker.h): hb_round every period */
+    int final_sent;                  /* after a failure: the verdict went out, no more MPI calls */
+    MPI_Request *sreq, *rreq, *freq; /* freq: the verdict's last sends, apart from the beats */
+    hb_msg *sbuf, *rbuf, *fbuf;
     _Atomic uint64_t *heard; /* per peer: pt_time_ns of its last beat; UINT64_MAX: it left */
     _Atomic int *peer_wait;  /* per peer: the waiting_on of its last beat */
     _Atomic int my_wait;
@@ -299,20 +299,42 @@ static void hb_check_stale(void) {
     hb_set_verdict(p, hb.rank, PT_ERR_TIMEOUT, reason);
 }
 
+/* Send every peer the verdict, if there is one, from buffers of its own:
+ * the last beat's send is nearly always still pending (under a blocking
+ * collective it stayed so for 200 ms), and a verdict that waited for it
+ * went nowhere: the others then printed lines of their own when mpirun was
+ * slow to end them. MPI keeps the order of the two messages. */
+static void hb_send_verdict(void) {
+    if (!hb_has_verdict()) return;
+    for (int p = 0; p < hb.size; p++) {
+        if (p == hb.rank || hb.freq[p] != MPI_REQUEST_NULL) continue;
+        hb_fill(&hb.fbuf[p], 0);
+        pt_mpi_lock();
+        MPI_Isend(&hb.fbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.freq[p]);
+        pt_mpi_unlock();
+    }
+}
+
+/* Wait until `until` (pt_time_ns) at most for the verdict's sends to leave. */
+static void hb_verdict_sent(uint64_t until) {
+    for (int p = 0; p < hb.size; p++) {
+        int done = hb.freq[p] == MPI_REQUEST_NULL;
+        while (!done && pt_time_ns() < until) {
+            pt_mpi_lock();
+            MPI_Test(&hb.freq[p], &done, MPI_STATUS_IGNORE);
+            pt_mpi_unlock();
+            if (!done) sleep_us(1000);
+        }
+    }
+}
+
 static void hb_round(void) {
     if (pt_mpi_g.failed) {
         /* One last round that carries the verdict out, then no MPI call
          * (check_usable says why). */
         if (hb.final_sent) return;
         hb.final_sent = 1;
-        if (!hb_has_verdict()) return;
-        for (int p = 0; p < hb.size; p++) {
-            if (p == hb.rank || hb.sreq[p] != MPI_REQUEST_NULL) continue;
-            hb_fill(&hb.sbuf[p], 0);
-            pt_mpi_lock();
-            MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
-            pt_mpi_unlock();
-        }
+        hb_send_verdict();
         return;
     }
     uint64_t now = pt_time_ns();
@@ -375,9 +397,12 @@ static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
     hb.rreq = malloc(n * sizeof *hb.rreq);
     hb.sbuf = calloc(n, sizeof *hb.sbuf);
     hb.rbuf = calloc(n, sizeof *hb.rbuf);
+    hb.freq = malloc(n * sizeof *hb.freq);
+    hb.fbuf = calloc(n, sizeof *hb.fbuf);
     hb.heard = calloc(n, sizeof *hb.heard);
     hb.peer_wait = calloc(n, sizeof *hb.peer_wait);
-    if (!hb.sreq || !hb.rreq || !hb.sbuf || !hb.rbuf || !hb.heard || !hb.peer_wait)
+    if (!hb.sreq || !hb.rreq || !hb.sbuf || !hb.rbuf || !hb.freq || !hb.fbuf || !hb.heard ||
+        !hb.peer_wait)
         return pt_error_set(PT_ERR_NOMEM, "mpi: heartbeat state for %d ranks", size);
     pt_mpi_lock();
     int rc = MPI_Comm_dup(world, &hb.comm);
@@ -393,7 +418,7 @@ static pt_status hb_start(MPI_Comm world, int rank, int size, double live_s) {
     uint64_t now = pt_time_ns();
     atomic_store(&hb.last_round, now);
     for (int q = 0; q < size; q++) {
-        hb.sreq[q] = hb.rreq[q] = MPI_REQUEST_NULL;
+        hb.sreq[q] = hb.rreq[q] = hb.freq[q] = MPI_REQUEST_NULL;
         atomic_store(&hb.heard[q], now);
         atomic_store(&hb.peer_wait[q], HB_IDLE);
         if (q == rank) continue;
@@ -412,7 +437,14 @@ static void hb_stop(void) {
     if (!hb.on) return;
     pt_ticker_stop(&hb.tick);
     hb.on = 0;
-    if (pt_mpi_g.failed) return; /* no MPI call after a failure (check_usable) */
+    if (pt_mpi_g.failed) {
+        /* The verdict's last round, if the thread had not run it yet, and
+         * a moment (200 ms at most) for it to leave before the process
+         * does; a stopped peer never takes it. */
+        hb_round();
+        hb_verdict_sent(pt_time_ns() + 200000000ull);
+        return;
+    }
     uint64_t t0 = pt_time_ns();
     for (int p = 0; p < hb.size; p++) {
         if (p == hb.rank) continue;
@@ -487,6 +519,35 @@ static int blame(mpi_ctx *c, int peer) {
     return w;
 }
 
+/* At a wait's deadline, with `who` from blame(): how much longer this
+ * member waits before it decides (0: decide now). Two extensions at most,
+ * each once per wait (bits of *deferred):
+ *  - who < 0: every member waits in the collective and none has been silent
+ *    for half the timeout. One that joined late and stopped inside it (its
+ *    last beat said "in a collective") has not been silent for long yet;
+ *    wait until it would show, rather than print a line of one's own
+ *    beside the verdict (seen under load in CI: rank 2's own timeout line
+ *    next to rank 0's verdict). Operations out of order end the same way,
+ *    later.
+ *  - who >= 0: the lowest healthy member notices; the others give its
+ *    verdict a moment to arrive, so that the job shows one line. */
+static uint64_t deadline_grace(const mpi_ctx *c, int who, uint64_t now, int *deferred) {
+    if (!hb.on) return 0;
+    uint64_t slack = 1000000000ull + 4 * hb.period_ns;
+    if (who < 0) {
+        if (*deferred & 1) return 0;
+        *deferred |= 1;
+        return (uint64_t)(hb.live_s / 2 * 1e9) + slack;
+    }
+    if (*deferred & 2) return 0;
+    *deferred |= 2;
+    int first = -1;
+    for (int m = 0; m < c->size && first < 0; m++)
+        if (c->world[m] != who && (m == c->rank || hb_silence(c->world[m], now) < hb.live_s / 2))
+            first = m;
+    return first != c->rank ? slack : 0;
+}
+
 /* Wait for *req with the context's deadline. peer < 0 for collectives. */
 static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer, size_t bytes,
                           MPI_Status *st_out) {
@@ -495,7 +556,7 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
     uint64_t next_check = 0;
     MPI_Status st;
     int published = 0; /* this wait set hb.my_wait */
-    int deferred = 0;  /* the deadline was extended once for another rank's verdict */
+    int deferred = 0;  /* deadline_grace's extensions so far */
     for (unsigned spin = 0;; spin++) {
         int flag = 0;
         pt_mpi_lock();
@@ -534,19 +595,10 @@ static pt_status wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
         }
         if (waited > limit) {
             int who = blame(c, peer);
-            if (hb.on && who >= 0 && !deferred) {
-                /* The lowest healthy member notices; the others give its
-                 * verdict a moment to arrive, so that the job shows one line. */
-                deferred = 1;
-                int first = -1;
-                for (int m = 0; m < c->size && first < 0; m++)
-                    if (c->world[m] != who &&
-                        (m == c->rank || hb_silence(c->world[m], now) < hb.live_s / 2))
-                        first = m;
-                if (first != c->rank) {
-                    limit += 1000000000ull + 4 * hb.period_ns;
-                    continue;
-                }
+            uint64_t more = deadline_grace(c, who, now, &deferred);
+            if (more) {
+                limit += more;
+                continue;
             }
             c->failed = 1;
             pt_mpi_g.failed = 1;
@@ -598,7 +650,7 @@ typedef struct {
     const char *op;
     size_t bytes;
     uint64_t t0, limit; /* limit: ns from t0; the watchdog may extend it */
-    int deferred;       /* extended once for another rank's verdict */
+    int deferred;       /* deadline_grace's extensions so far */
 } watch_slot;
 
 /* One slot per collective in flight in this process (one per lane at most:
@@ -660,16 +712,6 @@ static void watch_end(int i) {
     atomic_store_explicit(&watch[i].claimed, 0, memory_order_release);
 }
 
-/* Wait until `until` (pt_time_ns) at most for the heartbeat send to p. */
-static int hb_send_done(int p, uint64_t until) {
-    int done = hb.sreq[p] == MPI_REQUEST_NULL;
-    while (!done && pt_time_ns() < until) {
-        MPI_Test(&hb.sreq[p], &done, MPI_STATUS_IGNORE);
-        if (!done) sleep_us(1000);
-    }
-    return done;
-}
-
 /* The process cannot go on (a collective of it will never return): send
  * every peer the verdict (hb_stop's messages would have carried it), give
  * them a moment to leave, and exit. On the heartbeat thread only. */
@@ -678,17 +720,8 @@ static _Noreturn void watch_end_job(void) {
     fflush(stderr);
     pt_mpi_g.failed = 1;
     hb.final_sent = 1; /* no more rounds: this is the last message */
-    if (hb_has_verdict()) {
-        uint64_t until = pt_time_ns() + 200000000ull;
-        for (int p = 0; p < hb.size; p++) {
-            if (p == hb.rank || !hb_send_done(p, until)) continue;
-            hb_fill(&hb.sbuf[p], 0);
-            MPI_Isend(&hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, hb.comm, &hb.sreq[p]);
-        }
-        until = pt_time_ns() + 200000000ull;
-        for (int p = 0; p < hb.size; p++)
-            if (p != hb.rank) hb_send_done(p, until);
-    }
+    hb_send_verdict();
+    hb_verdict_sent(pt_time_ns() + 200000000ull);
     _exit(3);
 }
 
@@ -707,17 +740,10 @@ static int watch_slot_check(watch_slot *w, uint64_t now) {
         if (waited <= w->limit) return 0;
     }
     int who = blame(c, -1);
-    if (who >= 0 && !w->deferred) {
-        w->deferred = 1;
-        int first = -1;
-        for (int m = 0; m < c->size && first < 0; m++)
-            if (c->world[m] != who &&
-                (m == c->rank || hb_silence(c->world[m], now) < hb.live_s / 2))
-                first = m;
-        if (first != c->rank) {
-            w->limit += 1000000000ull + 4 * hb.period_ns;
-            return 0;
-        }
+    uint64_t more = deadline_grace(c, who, now, &w->deferred);
+    if (more) {
+        w->limit += more;
+        return 0;
     }
     char reason[HB_REASON];
     if (who >= 0) {
