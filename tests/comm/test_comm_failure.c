@@ -38,9 +38,9 @@ static const char *case_op[] = {"allreduce", "allreduce", "allreduce", "allreduc
 
 typedef struct {
     int pid;
-    int status;  /* first error, 0 if none */
-    int again;   /* status of a barrier after that error */
-    int slow_ok; /* stop-save: the slow (alive) save passed */
+    _Atomic int status; /* first error, 0 if none; stored last (below) */
+    int again;          /* status of a barrier after that error */
+    int slow_ok;        /* stop-save: the slow (alive) save passed */
     double t_err;
     char msg[256];
 } rank_result;
@@ -124,9 +124,12 @@ static int rank_main(void *arg) {
         st = pt_comm_allreduce(w, buf, COUNT, PT_REDUCE_SUM);
     }
     if (st != PT_OK) {
-        sh->r[me].status = st;
+        /* The status last: the launcher's SIGTERM (sigint case) may end this
+         * rank between two stores, and a status without its message read as
+         * a message that names no operation. */
         sh->r[me].t_err = pt_time_s();
         snprintf(sh->r[me].msg, sizeof sh->r[me].msg, "%s", pt_error_message());
+        atomic_store_explicit(&sh->r[me].status, st, memory_order_release);
         sh->r[me].again = pt_comm_barrier(w); /* refused at once: the comm failed */
     }
     pt_mem_free(buf);
@@ -219,6 +222,7 @@ static void run_case(int which) {
             CHECK(strstr(rr->msg, want) != NULL);
         }
         if (which == STOP_SAVE) CHECK_EQ(rr->slow_ok, 1);
+        if (!strstr(rr->msg, case_op[which])) fprintf(stderr, "  rank %d: %s\n", r, rr->msg);
         CHECK(strstr(rr->msg, case_op[which]) != NULL);
         /* sigint: the launcher's SIGTERM may end a rank before it stores again */
         if (rr->status != 0 && !(which == SIGINT_LAUNCHER && rr->again == 0))
