@@ -20,11 +20,15 @@
  *     odd ranks' A, which waits for B: a deadlock that the timeout ends.
  * (b) A large operation does not delay a small one. Every rank queues a
  *     64 MiB all-reduce on A, then a small all-reduce on B, in the same
- *     order. The small one must end (the progress thread's end time,
- *     pt_comm_wait_timed) before the large one ends, in each of 3 rounds:
- *     the large one takes milliseconds, the small one microseconds once its
- *     own lane runs it. With one queue per process it starts only after the
- *     large one ended, every time.
+ *     order, in each of 3 rounds. With one queue per process the small one
+ *     starts only after the large one ended, every time: a single round in
+ *     which it ended first (the progress threads' end times,
+ *     pt_comm_wait_timed) is proof that it did not wait behind it, and the
+ *     test asks for one. Not every round: the large one takes a few
+ *     milliseconds, about a scheduler time slice, and with more busy
+ *     threads than cores (ctest -j on 2 cores) the small one's lane may
+ *     get no core until it ends (seen once in CI: started 4.9 ms into a
+ *     5.5 ms all-reduce, ended 15 us after it).
  *
  * Oracle: rank r's element i is val(r, i); the sums are checked in double. */
 #include "partrain/comm.h"
@@ -100,6 +104,7 @@ static void test_large_does_not_delay_small(pt_comm *a, pt_comm *b) {
     int me = pt_comm_rank(world), n = pt_comm_size(world);
     size_t big = (size_t)16 << 20; /* 64 MiB */
     float *x = buf_new(big), *y = buf_new(SMALL);
+    int first = 0; /* rounds in which the small one ended first */
     for (int round = 0; round < 3; round++) {
         fill(x, big, me);
         fill(y, SMALL, me);
@@ -117,10 +122,11 @@ static void test_large_does_not_delay_small(pt_comm *a, pt_comm *b) {
                     me, round, (double)(a_end - a_start) * 1e-6,
                     ((double)b_start - (double)a_start) * 1e-6,
                     ((double)b_end - (double)a_start) * 1e-6);
-        CHECK(b_end < a_end);
+        first += b_end < a_end;
         CHECK_EQ(check_sum(x, big, n, 4099), big);
         CHECK_EQ(check_sum(y, SMALL, n, 1), (size_t)SMALL);
     }
+    CHECK(first > 0);
     pt_mem_free(x);
     pt_mem_free(y);
 }
