@@ -62,7 +62,8 @@ layout gpipe 1 "$@" --set parallel.microbatches=2 --set parallel.schedule=gpipe
 
 "$bin" train "$@" --set model.recompute=some > "$dir/out" 2> "$dir/err"
 [ $? -ne 0 ] || fail "model.recompute=some accepted"
-[ "$(wc -l < "$dir/err")" = 1 ] && grep -q "model.recompute" "$dir/err" ||
+# OpenBLAS's re-run notice (an info line on some Intel CPUs) is not ours
+[ "$(grep -vc '^partrain info: OpenBLAS chose its' "$dir/err")" = 1 ] && grep -q "model.recompute" "$dir/err" ||
   fail "model.recompute=some: expected one line naming the key, got: $(cat "$dir/err")"
 "$bin" train --help 2>&1 | grep -q "model.recompute" || fail "--help does not list model.recompute"
 
