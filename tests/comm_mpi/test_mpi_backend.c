@@ -223,12 +223,17 @@ static void report(void *w, pt_status s) {
     fprintf(stderr, "rank %d: error: %s: %s\n", me, pt_status_name(s), pt_error_message());
 }
 
+/* The job's progress timeout (PT_COMM_TIMEOUT, else the default 10 s). */
+static double comm_timeout(void) {
+    const char *e = getenv("PT_COMM_TIMEOUT");
+    return e && atof(e) > 0 ? atof(e) : 10;
+}
+
 /* Two saves: rank 0 writes for 3 timeouts (alive) while the others wait
  * under a long progress timeout, which must pass; in the second rank 0
  * stops, which must be noticed within the (liveness) timeout. */
 static int stop_save(void *w) {
-    const char *e = getenv("PT_COMM_TIMEOUT");
-    double timeout = e && atof(e) > 0 ? atof(e) : 10;
+    double timeout = comm_timeout();
     for (int save = 0; save < 2; save++) {
         double old = be->set_timeout(w, 600);
         if (me == 0 && save == 0) usleep((useconds_t)(3 * timeout * 1e6));
@@ -258,10 +263,10 @@ static void *stop_soon(void *arg) {
 
 /* --wedge-stop R: every rank waits in a collective (R in one on {R, 0},
  * the others on the world, so neither completes); R stops. One line must
- * name R as stopped, not a timeout line per rank. */
+ * name R, as stopped or as not taking part (fault_test.sh says when each
+ * is right), not a timeout line per rank. */
 static int wedge_stop(void *w, int r) {
-    const char *e = getenv("PT_COMM_TIMEOUT");
-    double timeout = e && atof(e) > 0 ? atof(e) : 10;
+    double timeout = comm_timeout();
     void *pair;
     int pr, ps;
     PT_ASSERT(be->split(w, me == r || me == 0 ? 0 : 1, me, &pair, &pr, &ps) == PT_OK);

@@ -199,7 +199,8 @@ static struct {
     double live_s;
     uint64_t period_ns;
     pt_ticker tick;                  /* the heartbeat thread (ticker.h): hb_round every period */
-    int final_sent;                  /* after a failure: the verdict went out, no more MPI calls */
+    int final_sent;                  /* after a failure: the verdict went out; from here on only
+                                        MPI_Test of its sends (hb_stop), nothing that waits */
     MPI_Request *sreq, *rreq, *freq; /* freq: the verdict's last sends, apart from the beats */
     hb_msg *sbuf, *rbuf, *fbuf;
     _Atomic uint64_t *heard; /* per peer: pt_time_ns of its last beat; UINT64_MAX: it left */
