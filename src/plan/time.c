@@ -41,10 +41,12 @@
  * parameters in each forward and backward and a reduce-scatter of
  * gradients per micro-batch, prefetched under the compute (exposed: what
  * exceeds the rank's busy time); HSDP the shard's all-reduce across the
- * replicas; the optimizer from the profile's adamw_s / sgd_s, else 28
- * bytes a parameter over memory_bw. Ranks beyond the cluster's devices
- * share them: compute slows by world / devices, and BLAS threads per rank
- * are max(1, cores / world) unless train.threads is set.
+ * replicas; the optimizer from the profile's adamw_s / sgd_s over the
+ * threads, never faster than its bytes over the profile's memory_bw, and
+ * a read of the gradients for their norm where the runtime does not fuse
+ * it; without a profile 28 bytes a parameter over memory_bw. Ranks beyond the
+ * cluster's devices share them: compute slows by world / devices, and BLAS threads per rank are
+ * max(1, cores / world) unless train.threads is set.
  *
  * Not here: memory (memory.c), the choice of layout (search.c). */
 #include <math.h>
@@ -548,9 +550,22 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     double upd = params / (l->zero > 0 ? zg : 1);
     const pt_profile *pr = cl->profile;
     int adam = strcmp(c->train.optimizer, "sgd") != 0;
-    double per = pr && (adam ? pr->adamw_s : pr->sgd_s) > 0
-                     ? (adam ? pr->adamw_s : pr->sgd_s) / pp->threads
-                     : (adam ? 28.0 : 12.0) / (cl->device.memory_bw * cl->efficiency.elementwise);
+    double rate = pr ? (adam ? pr->adamw_s : pr->sgd_s) : 0, per;
+    if (rate > 0) {
+        /* The measured rate over the threads, but no faster than the
+         * update's memory traffic at the measured bandwidth (28 or 12
+         * bytes a parameter: the profile's buffers may sit in a large
+         * cache, a model's state does not), plus a pass that reads the
+         * gradients for their norm unless the runtime fuses the two (no
+         * tp, pp or ZeRO, no clipping: trainer_step.c). gpt2 on one rank
+         * at 2 threads: the update took 64 ms in a step's trace, adamw_s /
+         * threads said 21, this 65. */
+        int fused = l->tp == 1 && l->pp == 1 && l->zero == 0 && !(c->train.grad_clip > 0);
+        double traffic = (adam ? 28.0 : 12.0) / pr->memory_bw;
+        per = fmax(rate / pp->threads, traffic) + (fused ? 0 : sizeof(float) / pr->memory_bw);
+    } else {
+        per = (adam ? 28.0 : 12.0) / (cl->device.memory_bw * cl->efficiency.elementwise);
+    }
     out->optim_s = upd * per * pp->slow;
     out->comm_s[PT_MESH_TP] = pp->tp_busy[k];
     out->comm_s[PT_MESH_DP] = dp_s;

@@ -258,6 +258,39 @@ static void test_profile_groups(void) {
     CHECK_NEAR(block_f(&c, &cl, &dp2tp2), 2 * 0.007, 0, 1e-9); /* 4 ranks on the group's 2 cores */
 }
 
+/* The optimizer with a profile: adamw_s over the rank's threads, never
+ * faster than 28 bytes a parameter over memory_bw, plus a 4-byte read of
+ * the gradients for their norm unless the runtime fuses it (no tp, pp or
+ * ZeRO, no clipping). */
+static void test_profile_optimizer(void) {
+    pt_cluster cl = hand_cluster(1, 2);
+    pt_config c = small_model();
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 2;
+    prof.memory_bw = 1e10;
+    prof.adamw_s = 1e-9; /* faster than its bytes: 28 / 1e10 = 2.8e-9 */
+    cl.profile = &prof;
+    pt_plan_layout l = layout(1, 1, 1, "none", 1, 1);
+    l.threads = 1;
+    /* GPT-2's count, the tied wte once: V C + T C + L (12 C^2 + 13 C) + 2 C */
+    double C = c.model.n_embd, P = c.model.vocab_size * C + c.model.seq_len * C +
+                                   c.model.n_layer * (12 * C * C + 13 * C) + 2 * C;
+    pt_plan_time t;
+    c.train.grad_clip = 0; /* fused: the update alone, at its bytes (2.8e-9 > 1e-9) */
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.optim_s, P * 28 / 1e10, 0, 1e-9);
+    c.train.grad_clip = 1; /* the norm's read first */
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.optim_s, P * 32 / 1e10, 0, 1e-9);
+    prof.adamw_s = 8e-9; /* slower than its bytes: the measured rate, over the threads */
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.optim_s, P * (8e-9 + 4 / 1e10), 0, 1e-9);
+    l.threads = 2;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.optim_s, P * (4e-9 + 4 / 1e10), 0, 1e-9);
+}
+
 int main(void) {
     RUN(test_bubble_formula);
     RUN(test_dp_ring);
@@ -265,5 +298,6 @@ int main(void) {
     RUN(test_oversubscription);
     RUN(test_profile_modules);
     RUN(test_profile_groups);
+    RUN(test_profile_optimizer);
     return TEST_DONE();
 }
