@@ -9,7 +9,8 @@
  * of repetitions after one warm-up, repeated until a time target is reached
  * (at least three, or one after a warm-up that alone passed the target):
  * the fastest within that fraction of a second, because an interruption
- * only ever adds time.
+ * only ever adds time. A module's repetitions each begin with the caches
+ * evicted, as a step's modules find them (evict_caches).
  *
  * The speed probe (kernels.h's pt_speed_probe). A shared host's speed also
  * moves from one second to the next, and the fastest repetition of
