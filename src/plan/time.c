@@ -44,9 +44,10 @@
  * replicas; the optimizer from the profile's adamw_s / sgd_s over the
  * threads, never faster than its bytes over the profile's memory_bw, and
  * a read of the gradients for their norm where the runtime does not fuse
- * it; without a profile 28 bytes a parameter over memory_bw. Ranks beyond the
- * cluster's devices share them: compute slows by world / devices, and BLAS threads per rank are
- * max(1, cores / world) unless train.threads is set.
+ * it; without a profile 28 bytes a parameter over memory_bw. Ranks
+ * beyond the cluster's devices share them: compute slows by world /
+ * devices, and BLAS threads per rank are max(1, cores / world) unless
+ * train.threads is set.
  *
  * Not here: memory (memory.c), the choice of layout (search.c). */
 #include <math.h>
