@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --configs) CONFIGS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --save) SAVE=1; shift ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "twin_step.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
