@@ -13,9 +13,13 @@
  *     small one on B; odd ranks queue the small one on B, wait for it, and
  *     only then queue the large one on A. It must complete (no deadlock)
  *     within the comm timeout, with the right sums. On the even ranks the
- *     small operation must have finished first: their A cannot complete
- *     before the odd ranks join it, which they do only after B completed
- *     (a structural order, not a timing). With one progress queue per
+ *     small operation must have started before the large one ended: their
+ *     A cannot complete before the odd ranks join it, which they do only
+ *     after B completed, which needs the even ranks in B (a structural
+ *     order, not a timing: the progress thread stamps an operation's start
+ *     before it runs and its end after). Not "ended first": a lane thread
+ *     preempted between finishing B and stamping its end can stamp it after
+ *     A's (seen once in CI, by 0.08 ms). With one progress queue per
  *     process the even ranks' B waits behind their A, which waits for the
  *     odd ranks' A, which waits for B: a deadlock that the timeout ends.
  * (b) A large operation does not delay a small one. Every rank queues a
@@ -76,18 +80,18 @@ static void test_opposite_orders(pt_comm *a, pt_comm *b) {
     fill(x, big, me);
     fill(y, SMALL, me);
     pt_comm_req *ra = NULL, *rb = NULL;
-    uint64_t a_end = 0, b_end = 0;
+    uint64_t a_end = 0, b_start = 0;
     if (me % 2 == 0) {
         CHECK_OK(pt_comm_iallreduce(a, x, big, PT_REDUCE_SUM, &ra));
         CHECK_OK(pt_comm_iallreduce(b, y, SMALL, PT_REDUCE_SUM, &rb));
-        CHECK_OK(pt_comm_wait_timed(rb, NULL, &b_end));
+        CHECK_OK(pt_comm_wait_timed(rb, &b_start, NULL));
         CHECK_OK(pt_comm_wait_timed(ra, NULL, &a_end));
-        if (!(b_end < a_end))
+        if (!(b_start < a_end))
             fprintf(stderr,
-                    "rank %d: the small operation on B ended %.3f ms after the large one "
-                    "on A\n",
-                    me, (double)(b_end - a_end) * 1e-6);
-        CHECK(b_end < a_end);
+                    "rank %d: the small operation on B started %.3f ms after the large one "
+                    "on A ended\n",
+                    me, (double)(b_start - a_end) * 1e-6);
+        CHECK(b_start < a_end);
     } else {
         CHECK_OK(pt_comm_iallreduce(b, y, SMALL, PT_REDUCE_SUM, &rb));
         CHECK_OK(pt_comm_wait(rb));
