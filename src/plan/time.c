@@ -552,6 +552,7 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     const pt_profile *pr = cl->profile;
     int adam = strcmp(c->train.optimizer, "sgd") != 0;
     double rate = pr ? (adam ? pr->adamw_s : pr->sgd_s) : 0, per;
+    double bytes = adam ? 28.0 : 12.0; /* read p, g and the state, write p and the state */
     if (rate > 0) {
         /* The measured rate over the threads, but no faster than the
          * update's memory traffic at the measured bandwidth (28 or 12
@@ -562,10 +563,10 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
          * at 2 threads: the update took 64 ms in a step's trace, adamw_s /
          * threads said 21, this 65. */
         int fused = l->tp == 1 && l->pp == 1 && l->zero == 0 && !(c->train.grad_clip > 0);
-        double traffic = (adam ? 28.0 : 12.0) / pr->memory_bw;
-        per = fmax(rate / pp->threads, traffic) + (fused ? 0 : sizeof(float) / pr->memory_bw);
+        per = fmax(rate / pp->threads, bytes / pr->memory_bw) +
+              (fused ? 0 : sizeof(float) / pr->memory_bw);
     } else {
-        per = (adam ? 28.0 : 12.0) / (cl->device.memory_bw * cl->efficiency.elementwise);
+        per = bytes / (cl->device.memory_bw * cl->efficiency.elementwise);
     }
     out->optim_s = upd * per * pp->slow;
     out->comm_s[PT_MESH_TP] = pp->tp_busy[k];

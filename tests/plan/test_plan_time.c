@@ -283,6 +283,13 @@ static void test_profile_optimizer(void) {
     c.train.grad_clip = 1; /* the norm's read first */
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
     CHECK_NEAR(t.optim_s, P * 32 / 1e10, 0, 1e-9);
+    c.train.grad_clip = 0; /* ZeRO reads the norm apart even unclipped: the shard's update + read */
+    c.train.batch_size = 64;
+    pt_plan_layout z = layout(2, 1, 1, "none", 1, 1);
+    z.zero = 1, z.threads = 1;
+    CHECK_OK(pt_plan_time_predict(&c, &z, &cl, &t));
+    CHECK_NEAR(t.optim_s, P / 2 * 32 / 1e10, 0, 1e-9);
+    c.train.grad_clip = 1;
     prof.adamw_s = 8e-9; /* slower than its bytes: the measured rate, over the threads */
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
     CHECK_NEAR(t.optim_s, P * (8e-9 + 4 / 1e10), 0, 1e-9);
