@@ -40,11 +40,14 @@
  * all-gather of the updated shards; ZeRO-3 an all-gather of the sharded
  * parameters in each forward and backward and a reduce-scatter of
  * gradients per micro-batch, prefetched under the compute (exposed: what
- * exceeds the rank's busy time); HSDP the shard's all-reduce across the
- * replicas; the optimizer from the profile's adamw_s / sgd_s over the
- * threads, never faster than its bytes over the profile's memory_bw, and
- * a read of the gradients for their norm where the runtime does not fuse
- * it; without a profile 28 bytes a parameter over memory_bw. Ranks
+ * exceeds the rank's busy time); on a measured machine whose cores the
+ * ranks' threads fill, none of it hides (the collectives are copies on
+ * the same cores). HSDP the shard's all-reduce across the replicas; the
+ * optimizer from the profile's adamw_s / sgd_s over the threads, never
+ * faster than its bytes over the profile's memory_bw times the threads,
+ * and a read of the gradients for their norm where the runtime does not
+ * fuse it, plus the gradients' reset (a memset); without a profile 28
+ * bytes a parameter over memory_bw. Ranks
  * beyond the cluster's devices share them: compute slows by world /
  * devices, and BLAS threads per rank are max(1, cores / world) unless
  * train.threads is set.
@@ -528,7 +531,16 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
         for (int i = pp->first[g]; pp->rank_of[g] == k && i <= pp->last[g]; i++)
             if (kept_whole(l->zero_whole, i, c->model.n_layer))
                 whole += module_params(&c->model, i, pp->first[g]) / l->tp;
-    double window = c->parallel.overlap ? pp->last_bw[k] : 0, busy = pp->busy[k];
+    /* A measured machine whose cores the ranks' threads fill: its
+     * collectives are copies on those same cores (shm), so none of them
+     * hides behind compute. gpt2 under ZeRO-3 on 2 ranks of 2 cores: the
+     * step's trace showed the gathers and reduce-scatters as gaps, waits
+     * and slower passes (+140 ms), where "hidden" predicted 0. */
+    const pt_profile *pr = cl->profile;
+    int world = l->dp * l->tp * l->pp, cores = pr && pr->cores > 0 ? pr->cores : 0;
+    int full = cores > 0 && world * pp->threads >= cores;
+    double window = c->parallel.overlap && !full ? pp->last_bw[k] : 0,
+           busy = full ? 0 : pp->busy[k];
     double dp_s = 0;
     if (dp > 1) {
         if (l->zero == 0) {
@@ -549,26 +561,32 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
             dp_s += pt_plan_allreduce_s(dp / zg, (params - whole) / zg * gb, rbw, rlat);
     }
     double upd = params / (l->zero > 0 ? zg : 1);
-    const pt_profile *pr = cl->profile;
     int adam = strcmp(c->train.optimizer, "sgd") != 0;
     double rate = pr ? (adam ? pr->adamw_s : pr->sgd_s) : 0, per;
+    double bw = pr ? pr->memory_bw : 0;
     double bytes = adam ? 28.0 : 12.0; /* read p, g and the state, write p and the state */
     if (rate > 0) {
         /* The measured rate over the threads, but no faster than the
-         * update's memory traffic at the measured bandwidth (28 or 12
-         * bytes a parameter: the profile's buffers may sit in a large
-         * cache, a model's state does not), plus a pass that reads the
-         * gradients for their norm unless the runtime fuses the two (no
-         * tp, pp or ZeRO, no clipping: trainer_step.c). gpt2 on one rank
-         * at 2 threads: the update took 64 ms in a step's trace, adamw_s /
-         * threads said 21, this 65. */
+         * update's memory traffic (28 or 12 bytes a parameter) at the
+         * bandwidth one thread reached (calibrate times both on buffers
+         * larger than the caches) times the rank's threads, plus a pass
+         * that reads the gradients for their norm unless the runtime fuses
+         * the two (no tp, pp or ZeRO, no clipping: trainer_step.c). gpt2's
+         * step, a parameter: one thread 0.80 ns (this says 0.69), 2 ranks
+         * of 1 thread each 0.81 (0.69), one rank of 2 threads 0.40-0.52
+         * (0.35); the machine's aggregate bound (2 ranks together moved no
+         * more than one rank of 2 threads) is left out. */
         int fused = l->tp == 1 && l->pp == 1 && l->zero == 0 && !(c->train.grad_clip > 0);
-        per = fmax(rate / pp->threads, bytes / pr->memory_bw) +
-              (fused ? 0 : sizeof(float) / pr->memory_bw);
+        double tbw = bw * pp->threads;
+        per = fmax(rate / pp->threads, bytes / tbw) + (fused ? 0 : sizeof(float) / tbw);
     } else {
         per = bytes / (cl->device.memory_bw * cl->efficiency.elementwise);
     }
-    out->optim_s = upd * per * pp->slow;
+    /* and the gradients' reset at the step's start, a memset of every
+     * gradient the rank holds, on one thread (4 bytes written; gpt2's 124
+     * M: 16-24 ms between a step's update and the next step's forward) */
+    double reset = pr ? params * sizeof(float) / bw : 0;
+    out->optim_s = (upd * per + reset) * pp->slow;
     out->comm_s[PT_MESH_TP] = pp->tp_busy[k];
     out->comm_s[PT_MESH_DP] = dp_s;
     out->comm_s[PT_MESH_PP] = pp->makespan - pp->makespan_nop2p;
@@ -580,7 +598,6 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     out->bubble = pp->makespan > 0 ? 1 - mean / pp->makespan : 0;
     double tokens = (double)c->train.batch_size * c->model.seq_len;
     out->tokens_per_s = tokens / out->step_s;
-    int world = l->dp * l->tp * l->pp;
     double peak = bf16 ? cl->device.peak_flops_bf16 : cl->device.peak_flops_fp32;
     /* a measured machine's device is one core; a rank uses threads of them */
     double ranks_peak = cl->profile ? (double)(world < cluster_devices(cl) ? world * pp->threads
