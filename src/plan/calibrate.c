@@ -70,7 +70,7 @@ typedef struct {
                            * gpt2's update moved 35) */
 } effort;
 
-static const effort effort_full = {.target_s = 0.15,
+static const effort effort_full = {.target_s = 0.10,
                                    .min_reps = 3,
                                    .gemm_max_flop = 10e9,
                                    .fwd_max_flop = 40e9,
