@@ -554,6 +554,14 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
             double sh = params - whole, m = l->microbatches;
             double z3 = 3 * m * pt_plan_allgather_s(zg, sh * gb, sbw, slat);
             dp_s = z3 > busy ? z3 - busy : 0;
+            /* and the main thread's own traffic per micro-batch (zero.c): a
+             * unit's gradient buffer zeroed (4 bytes a parameter), its
+             * shard copied in for each of the two gathers (8 / zg) and the
+             * reduced slice added into the shard (12 / zg). On a measured
+             * machine only: a GPU does these at HBM rates. gpt2 on 2 ranks:
+             * 50 ms of gaps between the modules in the step's trace; this
+             * says 33. */
+            if (pr) dp_s += m * sh * (4 + 28.0 / zg) / pr->memory_bw;
             double ar = pt_plan_allreduce_s(dp, whole * gb, sbw, slat);
             dp_s += ar > window ? ar - window : 0;
         }
