@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "partrain/model.h"
+#include "partrain/plan.h"
 #include "partrain/train.h"
 
 int pt_cli_train(int argc, char **argv);
@@ -56,6 +57,11 @@ pt_status pt_cli_config_build(const pt_cli_config_args *a, pt_config *cfg);
  * model.recompute, model.stage_recompute, train.threads. Given by the user,
  * the planner holds it fixed. */
 int pt_cli_layout_key(const char *key);
+
+/* One stderr line when `cluster`'s profile (loaded as cl) has no measured
+ * modules of model m's shape: the planner then models the passes from the
+ * product table, and the user should calibrate for this config. */
+void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const char *cluster);
 
 /* train --layout auto (cli_layout.c): plan cfg for `world` ranks on this
  * machine (the calibrate profile of cfg's shape, measured once into the

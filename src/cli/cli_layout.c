@@ -51,6 +51,16 @@ static void say_choice(const pt_plan_result *r, int world, const pt_cluster *cl,
     }
 }
 
+void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const char *cluster) {
+    if (!cl->profile || pt_plan_profile_has_model(cl->profile, m)) return;
+    fprintf(stderr,
+            "partrain: note: %s's profile has no measured modules of this model's shape (C %d, "
+            "NH %d, T %d, V %d): its passes are modelled from the product table, which misses "
+            "their cost beyond the products; `partrain calibrate --config MODEL.json` measures "
+            "them\n",
+            cluster, m->n_embd, m->n_head, m->seq_len, m->vocab_size);
+}
+
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
                              const char *cluster) {
     char path[PT_CONFIG_STR_MAX];
@@ -70,6 +80,7 @@ pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int wo
     }
     pt_cluster *cl = NULL;
     PT_CHECK(pt_cluster_load_file(&cl, cluster));
+    pt_cli_profile_note(cl, &cfg->model, cluster);
     char names[MAX_FIXED][128];
     const char *fixed[MAX_FIXED];
     int nfixed = fixed_keys(a, names, fixed);

@@ -182,6 +182,7 @@ int pt_cli_plan(int argc, char **argv) {
         nfixed++;
     }
     if (st == PT_OK) st = pt_cluster_load_file(&cl, cluster);
+    if (st == PT_OK) pt_cli_profile_note(cl, &cfg->model, cluster);
     if (st == PT_OK && world == 0) world = cl->nodes * cl->devices_per_node;
     if (st == PT_OK) st = pt_plan_search(cfg, (const char *const *)fixed, nfixed, cl, world, &res);
     if (st == PT_OK && top == 0) top = json ? res.n_fit : 10;

@@ -123,6 +123,14 @@ static int same_shape(const pt_profile_module *e, const pt_model_config *m, int 
            e->seq_len == m->seq_len && (kind == PT_MODULE_BLOCK || e->vocab_size == m->vocab_size);
 }
 
+int pt_plan_profile_has_model(const pt_profile *p, const pt_model_config *m) {
+    int kinds = 0;
+    for (int i = 0; p && i < p->n_module; i++)
+        for (int k = 0; k < 3; k++)
+            if (same_shape(&p->module[i], m, k)) kinds |= 1 << k;
+    return kinds == 7;
+}
+
 /* Ranks running at once when entry e was measured (0, as in a table built
  * in code: its own tp group). */
 static int entry_ranks(const pt_profile_module *e) {

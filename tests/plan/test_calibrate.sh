@@ -3,7 +3,8 @@
 # cluster description and profile, positive where a time or rate, and the
 # cluster fields agree with the tables they come from; without --out it goes
 # to the cache ($XDG_CACHE_HOME/partrain/); a bad --out fails at once with
-# one line naming it and leaves nothing behind.
+# one line naming it and leaves nothing behind; plan on a profile that
+# lacks the config's shape says so in one line.
 # Usage: test_calibrate.sh PATH/TO/partrain
 set -u
 P=${1:?usage: test_calibrate.sh PATH/TO/partrain}
@@ -108,6 +109,25 @@ if XDG_CACHE_HOME="$T/cache" "$P" calibrate --quick --config "$T/tiny.json" >"$T
     ok "default --out is the cache"
 else
     bad "default --out is the cache" "$(cat "$T/out" "$T/err"; ls -R "$T/cache")"
+fi
+
+# plan on that profile: quiet for the shape it measured; for another (T 8)
+# one note on stderr naming the shape, and the table all the same
+prof=$(ls "$T"/cache/partrain/profile-*.json 2>/dev/null | head -1)
+sed 's/"seq_len": 16/"seq_len": 8/' "$T/tiny.json" >"$T/tiny8.json"
+if [ -n "$prof" ] && "$P" plan --config "$T/tiny.json" --cluster "$prof" --world 1 >"$T/out" 2>"$T/err" &&
+    ! grep -q "note" "$T/err" && grep -q "^1 " "$T/out"; then
+    ok "plan on the profile of its shape: no note"
+else
+    bad "plan on the profile of its shape" "$(cat "$T/out" "$T/err")"
+fi
+if [ -n "$prof" ] && "$P" plan --config "$T/tiny8.json" --cluster "$prof" --world 1 >"$T/out" 2>"$T/err" &&
+    [ "$(grep -vc '^partrain info: OpenBLAS chose its' "$T/err")" -eq 1 ] &&
+    grep -q "^partrain: note: .*no measured modules of this model's shape (C 32, NH 2, T 8, V 32)" "$T/err" &&
+    grep -q "^1 " "$T/out"; then
+    ok "plan on a profile of another shape: one note"
+else
+    bad "plan on a profile of another shape" "$(cat "$T/out" "$T/err")"
 fi
 
 # expect_fail NAME PATTERN ARGS...: non-zero exit before measuring, exactly one
