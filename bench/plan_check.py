@@ -47,6 +47,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -118,9 +119,16 @@ def measure(binary, config, p, world, warmup, steps, ref, tmp, tag, fixed):
     cmd += sets(p)
     cmd += ["--set", "train.steps=%d" % (warmup + steps), "--set", "train.warmup_steps=0"]
     cmd += ["--set", "train.val_every=0", "--set", "log.every=1", "--set", "checkpoint.every=0"]
-    cmd += ["--set", "checkpoint.dir=" + os.path.join(tmp, tag + ".ckpt")]
+    ckpt = os.path.join(tmp, tag + ".ckpt")
+    cmd += ["--set", "checkpoint.dir=" + ckpt]
     cmd += ["--set", "log.metrics=" + metrics, "--set", "data.val=", "--set", "log.probe=true"]
-    run(cmd, os.path.join(tmp, tag + ".log"))
+    try:
+        run(cmd, os.path.join(tmp, tag + ".log"))
+    finally:
+        # the run's final checkpoint (gpt2's: 1.5 GB, in 3 rounds of 24
+        # layouts) is not measured: gone at once, so a stopped check
+        # leaves one at most
+        shutil.rmtree(ckpt, ignore_errors=True)
     rows = [json.loads(l) for l in open(metrics)]
     rows = [r for r in rows if "step_ms" in r and r["step"] > warmup]
     if not rows:
