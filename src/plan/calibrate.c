@@ -839,17 +839,23 @@ typedef struct {
     int n_out;
 } tp_job;
 
-static double time_fixed(const effort *e, pass_fn fn, void *arg) {
-    int reps = fixed_reps(e);
-    fn(arg); /* warm-up */
-    double best = 0;
+/* A warm-up, then `reps` timed runs of fn(arg) into t. */
+static void time_runs(pass_fn fn, void *arg, int reps, double *t) {
+    fn(arg);
     for (int n = 0; n < reps; n++) {
         evict_caches();
         double t0 = pt_time_s();
         fn(arg);
-        double t = pt_time_s() - t0;
-        if (n == 0 || t < best) best = t;
+        t[n] = pt_time_s() - t0;
     }
+}
+
+static double time_fixed(const effort *e, pass_fn fn, void *arg) {
+    double t[8];
+    int reps = fixed_reps(e);
+    time_runs(fn, arg, reps, t);
+    double best = t[0];
+    for (int n = 1; n < reps; n++) best = t[n] < best ? t[n] : best;
     return best;
 }
 
@@ -860,18 +866,11 @@ static double time_fixed(const effort *e, pass_fn fn, void *arg) {
  * the fastest of two is a lucky draw, not a step's). So the median of
  * five, the same count on every rank. */
 static double time_over(const effort *e, pass_fn fn, void *arg) {
-    enum { REPS = 5 };
-    double t[REPS];
-    fn(arg); /* warm-up */
-    for (int n = 0; n < REPS; n++) {
-        evict_caches();
-        double t0 = pt_time_s();
-        fn(arg);
-        t[n] = pt_time_s() - t0;
-        if (e->quick) return t[0];
-    }
-    qsort(t, REPS, sizeof t[0], cmp_double);
-    return t[REPS / 2];
+    double t[5];
+    int reps = e->quick ? 1 : 5;
+    time_runs(fn, arg, reps, t);
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
 }
 
 static int tp_rank_main(void *arg) {
