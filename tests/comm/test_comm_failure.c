@@ -28,13 +28,13 @@
 #define TIMEOUT_S 2.0
 #define COUNT     (256 * 1024)
 
-enum { KILL, EARLY, NONZERO, HANG, SIGINT_LAUNCHER, STOP_STEP, STOP_SAVE, CHAIN };
-static const char *case_names[] = {"kill",   "early",     "nonzero",   "hang",
-                                   "sigint", "stop-step", "stop-save", "chain"};
+enum { KILL, EARLY, NONZERO, HANG, SIGINT_LAUNCHER, STOP_STEP, STOP_SAVE, CHAIN, OFFSTAGE };
+static const char *case_names[] = {"kill",      "early",     "nonzero", "hang",    "sigint",
+                                   "stop-step", "stop-save", "chain",   "offstage"};
 /* The rank each case breaks (-1: none) and the operation the others are in. */
-static const int case_broken[] = {2, 3, 1, 1, -1, 2, 0, 3};
-static const char *case_op[] = {"allreduce", "allreduce", "allreduce", "allreduce",
-                                "allreduce", "allreduce", "barrier",   "recv"};
+static const int case_broken[] = {2, 3, 1, 1, -1, 2, 0, 3, 1};
+static const char *case_op[] = {"allreduce", "allreduce", "allreduce", "allreduce", "allreduce",
+                                "allreduce", "barrier",   "recv",      "allreduce"};
 
 typedef struct {
     int pid;
@@ -121,6 +121,22 @@ static int rank_main(void *arg) {
             if (me < 3) st = pt_comm_recv(w, &byte, 1, me + 1, 0);
             break;
         }
+        if (which == OFFSTAGE && it == 3) {
+            /* Rank 0 waits for rank 1 outside the communicator (as for a
+             * file rank 1 writes), alive, and publishes no wait; rank 1 is
+             * frozen after the others entered the all-reduce. The chain of
+             * waits ends at rank 0, but the silent rank 1 explains the stall
+             * (seen: a frozen rank 1, a verdict naming rank 0). Rank 0 goes
+             * on once another rank has failed, and fails with the verdict. */
+            if (me == 1) {
+                usleep(300000);
+                sh->t_break = pt_time_s();
+                raise(SIGSTOP);
+            }
+            if (me == 0)
+                for (int i = 0; i < 20000 && !sh->r[2].status && !sh->r[3].status; i++)
+                    usleep(1000);
+        }
         st = pt_comm_allreduce(w, buf, COUNT, PT_REDUCE_SUM);
     }
     if (st != PT_OK) {
@@ -193,7 +209,8 @@ static void run_case(int which) {
         snprintf(subject, sizeof subject, "partrain: %s ", want);
         CHECK(strncmp(summary, subject, strlen(subject)) == 0);
     }
-    if (summary && (which == STOP_STEP || which == STOP_SAVE || which == CHAIN))
+    if (summary &&
+        (which == STOP_STEP || which == STOP_SAVE || which == CHAIN || which == OFFSTAGE))
         CHECK(strstr(summary, "stopped responding") != NULL);
     if (summary && which == KILL) CHECK(strstr(summary, "SIGKILL") != NULL);
     /* "during" or, killed between two all-reduces (a slow sanitizer build),
@@ -287,6 +304,9 @@ static void test_stop_save(void) {
 }
 static void test_chain(void) {
     run_case(CHAIN);
+}
+static void test_offstage(void) {
+    run_case(OFFSTAGE);
 }
 
 /* A clean job: exit code 0, no summary line. */
@@ -452,6 +472,7 @@ int main(void) {
     RUN(test_stop_step);
     RUN(test_stop_save);
     RUN(test_chain);
+    RUN(test_offstage);
     RUN(test_set_timeout);
     RUN(test_launcher_killed);
     munmap(sh, sizeof *sh);

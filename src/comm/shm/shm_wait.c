@@ -113,20 +113,33 @@ static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
     return e != PT_OK ? e : pt_error_set(st, "%s: %s", shm_op_name(op), reason);
 }
 
-/* A rank whose heartbeat stopped more than live_s ago (SIGSTOP, a frozen
- * host process): -1 if none. *age_s gets its silence. */
-static int stale_rank(shm_ctx *x, uint64_t now, double *age_s) {
-    uint64_t live_ns = (uint64_t)(x->live_s * 1e9);
+/* The rank (not this one) whose heartbeat has been silent longest, if
+ * longer than min_s (SIGSTOP, a frozen host process): -1 if none. *age_s
+ * gets its silence. */
+static int silent_rank(shm_ctx *x, uint64_t now, double min_s, double *age_s) {
+    uint64_t min_ns = (uint64_t)(min_s * 1e9), worst = 0;
+    int found = -1;
     for (int r = 0; r < x->job->nranks; r++) {
         if (r == x->wrank) continue;
         shm_rank_info *ri = &x->job->ranks[r];
         if (atomic_load_explicit(&ri->state, memory_order_acquire) != RANK_RUNNING) continue;
         uint64_t b = atomic_load_explicit(&ri->beat, memory_order_acquire);
-        if (b == 0 || b == BEAT_OFF || now <= b + live_ns) continue;
-        *age_s = (double)(now - b) * 1e-9;
-        return r;
+        if (b == 0 || b == BEAT_OFF || now <= b + min_ns || now - b <= worst) continue;
+        worst = now - b;
+        found = r;
     }
-    return -1;
+    if (found >= 0) *age_s = (double)worst * 1e-9;
+    return found;
+}
+
+/* The verdict's words for world rank w, silent for age_s. */
+static const char *silent_reason(shm_ctx *x, int w, double age_s) {
+    static _Thread_local char out[200];
+    snprintf(out, sizeof out,
+             "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen or "
+             "overloaded; comm.timeout %.3g s)",
+             w, age_s, x->live_s);
+    return out;
 }
 
 /* Whom to blame when world rank w did not take part in time: follow what
@@ -214,32 +227,28 @@ pt_status shm_wait_until(shm_ctx *x, shm_pending_fn pending, const void *arg, in
                 fault = publish_verdict(x, ww, fault, op, gone_reason(x, ww));
             }
             double age = 0;
-            int st = fault == PT_OK ? stale_rank(x, now, &age) : -1;
-            if (st >= 0) {
-                char reason[200];
-                snprintf(reason, sizeof reason,
-                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
-                         "or overloaded; comm.timeout %.3g s)",
-                         st, age, x->live_s);
-                fault = publish_verdict(x, st, PT_ERR_TIMEOUT, op, reason);
-            }
+            int st = fault == PT_OK ? silent_rank(x, now, x->live_s, &age) : -1;
+            if (st >= 0)
+                fault = publish_verdict(x, st, PT_ERR_TIMEOUT, op, silent_reason(x, st, age));
         }
         if (fault == PT_OK && now - t0 > timeout_ns) {
-            int c = blame_chain(x, ww);
-            char reason[200];
-            /* Silent for over half the liveness timeout (ten beat periods): it
-             * is frozen, not merely elsewhere. */
-            uint64_t b = atomic_load(&x->job->ranks[c].beat);
-            double age = b && b != BEAT_OFF && now > b ? (double)(now - b) * 1e-9 : 0;
-            if (age > x->live_s / 2)
-                snprintf(reason, sizeof reason,
-                         "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen "
-                         "or overloaded; comm.timeout %.3g s)",
-                         c, age, x->live_s);
-            else
+            /* A rank silent for over half the liveness timeout (ten beat
+             * periods) is frozen, not merely elsewhere, and explains the
+             * stall wherever the chain of waits ends: a chain can end at a
+             * live rank that waits for the frozen one outside a published
+             * wait, or for this one (seen: rank 1 SIGSTOPped, the verdict
+             * named rank 0). Otherwise, the end of the chain. */
+            double age = 0;
+            int c = silent_rank(x, now, x->live_s / 2, &age);
+            if (c >= 0) {
+                fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, silent_reason(x, c, age));
+            } else {
+                c = blame_chain(x, ww);
+                char reason[160];
                 snprintf(reason, sizeof reason, "rank %d did not take part within %.3g s", c,
                          x->timeout_s);
-            fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, reason);
+                fault = publish_verdict(x, c, PT_ERR_TIMEOUT, op, reason);
+            }
         }
         if (fault != PT_OK) {
             if (waiting_on >= 0) atomic_compare_exchange_strong(my_wait, &waiting_on, -1);
