@@ -101,13 +101,18 @@ static pt_status cma_error(shm_ctx *x, int m, int err, size_t bytes, int op) {
     PT_CHECK(shm_check_abort(x, op));
     if (err == ESRCH || pid_dead(x->cma_pid[m])) {
         /* Give the launcher a moment to reap it: its verdict names the
-         * signal or exit code (as every other wait does). */
+         * signal or exit code (as every other wait does), and makes this
+         * rank's error the job's fault, which the launcher alone prints.
+         * The peer's own state is looked at only after that: between the
+         * launcher's waitpid and its mark the pid is gone but the rank not
+         * yet marked, and this rank printed a line of its own (seen in CI:
+         * "rank 1 (pid ...) is gone" beside the launcher's line). */
         for (int i = 0; i < 1000; i++) {
             PT_CHECK(shm_check_abort(x, op));
-            PT_CHECK(shm_check_peer(x, m, op));
             struct timespec ms = {0, 1000000};
             nanosleep(&ms, NULL);
         }
+        PT_CHECK(shm_check_peer(x, m, op));
         return pt_error_set(PT_ERR_COMM, "%s: %s (pid %d) died", shm_op_name(op), who,
                             x->cma_pid[m]);
     }

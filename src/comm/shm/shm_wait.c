@@ -107,6 +107,16 @@ static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
         expected = ABORT_NONE;
         atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_FAULT);
         shm_wake_all(job);
+    } else {
+        /* Another rank holds the lock and is about to set the abort word:
+         * wait for it, or this rank's own error would not read as the job's
+         * fault, and the job would show two lines (seen in CI: rank 1
+         * SIGKILLed, rank 2's "rank 1 (pid ...) is gone" beside the
+         * launcher's line; the winner had been descheduled between the
+         * two stores). Bounded, should the winner die right there: the
+         * launcher then sets the word. */
+        uint64_t until = pt_time_ns() + 1000000000ull;
+        while (atomic_load(&job->aborted) == ABORT_NONE && pt_time_ns() < until) sched_yield();
     }
     pt_status e = shm_check_abort(x, op);
     /* Another abort (a death the launcher saw, Ctrl-C) came first: that one. */
