@@ -34,13 +34,18 @@ slower than when it was calibrated. Only indicative beyond one rank: rank
 
   bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K]
                       [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
-                      [--set KEY=VALUE ...] [--save]
+                      [--fresh] [--set KEY=VALUE ...] [--save]
 
 --set fixes a key for the planner as `partrain plan --set` does (repeatable):
 only the layouts with it are ranked and timed, e.g. one recompute mode.
 --cluster defaults to a `partrain calibrate` of this machine for the
 configs' shapes, measured first (about two minutes). PARTRAIN=path overrides the binary (default
-build/src/cli/partrain). --save also writes the table and the JSON lines to
+build/src/cli/partrain). --fresh calibrates again before each block (config
+and world), for that config's shape only (30-50 s each): the profile and the
+runs then share the host's state of the moment, and what is left of the error
+is the model's, not the host's drift between a calibrate and a run minutes
+or hours later (the default profile is measured once, first, as a user's
+cached one is). --save also writes the table and the JSON lines to
 bench/results/plan_<date>.txt. One JSON line per (config, world, layout)."""
 
 import argparse
@@ -154,6 +159,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--cluster", default="")
+    ap.add_argument("--fresh", action="store_true",
+                    help="calibrate this config's shape again before each block")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="fix a key for the planner (as plan --set), e.g. model.recompute=full")
     ap.add_argument("--save", action="store_true")
@@ -166,30 +173,47 @@ def main():
     os.environ.update(OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     os.chdir(ROOT)
+    if a.fresh and a.cluster:
+        fail("--fresh calibrates its own profiles: give --cluster or --fresh, not both")
     cluster = a.cluster
-    if not cluster:
+
+    def calibrate(cnames):
         # this machine, measured now for the configs' own shapes
-        cluster = os.path.join(tempfile.gettempdir(), "pt-plan-check-profile.json")
-        cmd = [binary, "calibrate", "--out", cluster]
-        for cname in a.configs:
+        path = os.path.join(tempfile.gettempdir(), "pt-plan-check-profile.json")
+        cmd = [binary, "calibrate", "--out", path]
+        for cname in cnames:
             cmd += ["--config", os.path.join("configs", cname + ".json")]
-        run(cmd, cluster + ".log")
-    os.chdir(ROOT)
-    ref = json.load(open(cluster)).get("profile", {}).get("probe_flops_s", 0)
-    if not ref:
-        fail("%s: no profile.probe_flops_s (calibrate it again with this binary)" % cluster)
+        run(cmd, path + ".log")
+        return path
+
+    def probe_ref(path):
+        r = json.load(open(path)).get("profile", {}).get("probe_flops_s", 0)
+        if not r:
+            fail("%s: no profile.probe_flops_s (calibrate it again with this binary)" % path)
+        return r
+
+    if not cluster and not a.fresh:
+        cluster = calibrate(a.configs)
+    ref = probe_ref(cluster) if cluster else 0
     lines, out, tops = [], [], []
 
     def say(s=""):
         print(s, flush=True)
         out.append(s)
 
+    say("profile: %s; %d rounds, %d timed steps after %d warm-up" % (
+        "calibrated again before each block (--fresh)" if a.fresh else cluster, a.rounds, a.steps,
+        a.warmup))
+    say()
     with tempfile.TemporaryDirectory(prefix="pt-plan-check-") as tmp:
         for cname in a.configs:
             config = os.path.join("configs", cname + ".json")
             if not os.path.isfile(config):
                 fail("%s: no such config" % config)
             for world in a.worlds:
+                if a.fresh:
+                    cluster = calibrate([cname])
+                    ref = probe_ref(cluster)
                 ranked = plan(binary, config, cluster, world, a.top, a.set)
                 if not ranked:
                     say("%s world %d: no layout fits" % (cname, world))
