@@ -32,10 +32,13 @@ of probe / profile probe over the timed steps: below 1, the machine ran
 slower than when it was calibrated. Only indicative beyond one rank: rank
 0 probes while the other ranks still compute on the same cores.
 
-  bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K]
+  bench/plan_check.py [--configs small gpt2] [--worlds 1 2 4] [--top K | --spread K]
                       [--rounds R] [--warmup W] [--steps S] [--cluster FILE]
                       [--fresh] [--set KEY=VALUE ...] [--save]
 
+--spread K times K layouts spread evenly over the whole ranking (the top, the
+last and those between: pipelines, ZeRO-3, oversubscribed tensor groups),
+where --top K times the K fastest, which are often near-twins.
 --set fixes a key for the planner as `partrain plan --set` does (repeatable):
 only the layouts with it are ranked and timed, e.g. one recompute mode.
 --cluster defaults to a `partrain calibrate` of this machine for the
@@ -92,7 +95,7 @@ def run(cmd, log):
         fail("%s failed:\n  %s" % (" ".join(cmd), "\n  ".join(tail)))
 
 
-def plan(binary, config, cluster, world, top, fixed):
+def plan(binary, config, cluster, world, top, spread, fixed):
     cmd = [binary, "plan", "--config", config, "--cluster", cluster, "--world", str(world), "--json"]
     for kv in fixed:
         cmd += ["--set", kv]
@@ -101,7 +104,13 @@ def plan(binary, config, cluster, world, top, fixed):
         fail("%s: %s" % (" ".join(cmd), r.stderr.strip()))
     rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     rows = [p for p in rows if p.get("fits")]
-    return rows[:top] if top else rows
+    for i, p in enumerate(rows):
+        p["rank"] = i + 1
+    if spread and len(rows) > spread:
+        # evenly spaced over the ranking, the top and the last included
+        picks = sorted({round(i * (len(rows) - 1) / max(spread - 1, 1)) for i in range(spread)})
+        return [rows[i] for i in picks], len(rows)
+    return (rows[:top] if top else rows), len(rows)
 
 
 def sets(p):
@@ -155,6 +164,8 @@ def main():
     ap.add_argument("--configs", nargs="+", default=["small", "gpt2"])
     ap.add_argument("--worlds", nargs="+", type=int, default=[1, 2, 4])
     ap.add_argument("--top", type=int, default=0, help="first K ranked layouts (0: all)")
+    ap.add_argument("--spread", type=int, default=0,
+                    help="K layouts evenly spaced over the whole ranking, the top included")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
@@ -173,6 +184,8 @@ def main():
     os.environ.update(OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     os.chdir(ROOT)
+    if a.top and a.spread:
+        fail("give --top or --spread, not both")
     if a.fresh and a.cluster:
         fail("--fresh calibrates its own profiles: give --cluster or --fresh, not both")
     cluster = a.cluster
@@ -214,7 +227,7 @@ def main():
                 if a.fresh:
                     cluster = calibrate([cname])
                     ref = probe_ref(cluster)
-                ranked = plan(binary, config, cluster, world, a.top, a.set)
+                ranked, n_ranked = plan(binary, config, cluster, world, a.top, a.spread, a.set)
                 if not ranked:
                     say("%s world %d: no layout fits" % (cname, world))
                     continue
@@ -233,7 +246,8 @@ def main():
                         fastest[i] = min(fastest[i], lo)
                         speeds[i] += sp
                         mems[i] = mem
-                say("## %s, %d rank%s (%d layouts ranked)" % (cname, world, "s" * (world > 1), len(ranked)))
+                say("## %s, %d rank%s (%d layouts ranked, %d timed)" % (
+                    cname, world, "s" * (world > 1), n_ranked, len(ranked)))
                 say("| # | layout | step ms pred | meas | err | rel | best | err best | speed | " +
                     " | ".join("%s MiB pred / meas (err)" % c for c in CATS) + " |")
                 say("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" +
@@ -245,7 +259,7 @@ def main():
                     eb = err(p["step_ms"], fastest[i])
                     rel = err(p["step_ms"] / ranked[0]["step_ms"], meas_ms[i] / meas_ms[0])
                     cells = []
-                    rec = {"config": cname, "world": world, "rank": i + 1, "layout": p["layout"],
+                    rec = {"config": cname, "world": world, "rank": p["rank"], "layout": p["layout"],
                            "pred_ms": p["step_ms"], "meas_ms": meas_ms[i], "err_ms": e, "rel": rel,
                            "best_ms": fastest[i], "err_best": eb,
                            "speed": speed[i], "rounds_ms": times[i], "mem": {}}
@@ -255,7 +269,7 @@ def main():
                         rec["mem"][c] = {"pred": pm, "meas": mm, "err": ce}
                         cells.append("%.1f / %.1f (%+.1f%%)" % (pm / 2**20, mm / 2**20, 100 * ce))
                     say("| %d | %s | %.1f | %.1f | %+.1f%% | %+.1f%% | %.1f | %+.1f%% | %.2f | %s |" % (
-                        i + 1, p["layout"], p["step_ms"], meas_ms[i], 100 * e, 100 * rel,
+                        p["rank"], p["layout"], p["step_ms"], meas_ms[i], 100 * e, 100 * rel,
                         fastest[i], 100 * eb, speed[i], " | ".join(cells)))
                     lines.append(json.dumps(rec))
                 best = min(range(len(ranked)), key=lambda i: meas_ms[i])
@@ -272,7 +286,7 @@ def main():
         errs = [abs(r["err_best"]) for r in recs]
         say("against the best step: %d of %d layouts within 10%%, worst %.1f%%, median %.1f%%" % (
             sum(e <= 0.10 for e in errs), len(errs), 100 * max(errs), 100 * statistics.median(errs)))
-        rels = [abs(r["rel"]) for r in recs if r["rank"] > 1]
+        rels = [abs(r["rel"]) for r in recs if r["rank"] > 1]  # every block times its top
         if rels:
             say("relative to the top: %d of %d layouts within 10%%, worst %.1f%%, median %.1f%%" % (
                 sum(e <= 0.10 for e in rels), len(rels), 100 * max(rels),
