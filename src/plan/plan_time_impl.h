@@ -19,6 +19,11 @@ typedef struct {
     double b[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* input gradient (+ recompute) */
     double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* weight gradient */
     double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
+    /* f, b, w while the other pipeline ranks wait (= f, b, w unless ranks
+     * share devices: slow > 1, p > 1; time.c's run_shared) */
+    double fa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double p2p_intra, p2p_inter; /* one activation transfer between stages, per link */
     int p, v, m, stride, dpn;    /* pipeline shape; mesh stride of pp; devices a node */
     int rank_of[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* virtual stage -> pp rank */
@@ -26,6 +31,7 @@ typedef struct {
     double makespan_nop2p;                   /* the same with instant transfers */
     int crit;                                /* the busiest pipeline rank */
     double busy[PT_PLAN_MAX_STAGES];         /* per rank: seconds in passes */
+    double busy_lo[PT_PLAN_MAX_STAGES];      /* per rank: its passes at their shortest */
     double tp_busy[PT_PLAN_MAX_STAGES];      /* per rank: of which tp collectives */
     double last_bw[PT_PLAN_MAX_STAGES];      /* per rank: its last backward's length (dp overlap) */
     double stage_params[PT_PLAN_MAX_STAGES]; /* per rank: parameters it holds (tp shard) */

@@ -282,16 +282,20 @@ static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_ra
  * rank r starts no earlier than the first micro-batch's forwards on the
  * stages before it, and (one chunk a rank, backwards not split) its last
  * pass is a backward after which every earlier stage runs one more. Exact
- * for 1f1b and gpipe at equal stages. */
+ * for 1f1b and gpipe at equal stages. Each pass at its shortest, with the
+ * other pipeline ranks computing or not (they differ where ranks share
+ * devices). */
 static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
     if (pp->p == 1) return pp->busy[0];
     int split = !strcmp(l->schedule, "zb1") || !strcmp(l->schedule, "zbv");
     double best = 0, head = 0, tail = 0;
     for (int r = 0; r < pp->p; r++) {
-        double b = pp->busy[r];
+        double b = pp->busy_lo[r];
         if (pp->v == 1) b += head + (split ? 0 : tail);
         if (b > best) best = b;
-        if (pp->v == 1) head += pp->f[r], tail += pp->b[r] + pp->w[r];
+        if (pp->v == 1)
+            head += fmin(pp->f[r], pp->fa[r]),
+                tail += fmin(pp->b[r], pp->ba[r]) + fmin(pp->w[r], pp->wa[r]);
     }
     return best;
 }

@@ -49,8 +49,9 @@
  * fuse it, plus the gradients' reset (a memset); without a profile 28
  * bytes a parameter over memory_bw. Ranks
  * beyond the cluster's devices share them: compute slows by world /
- * devices, and BLAS threads per rank are max(1, cores / world) unless
- * train.threads is set.
+ * devices while every rank computes, less while a pipeline's stages wait
+ * in a bubble (run_shared), and BLAS threads per rank are max(1, cores /
+ * world) unless train.threads is set.
  *
  * Not here: memory (memory.c), the choice of layout (search.c). */
 #include <math.h>
@@ -364,9 +365,16 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
                pp->slow,
                cl->profile && cl->profile->cores > 0 ? cl->profile->cores : 1};
 
+    /* and a pipeline rank's passes while the others wait (one pipeline
+     * rank's dp x tp ranks on the devices): run_shared's other end */
+    double slow_a = l->dp * l->tp > dev ? (double)l->dp * l->tp / dev : 1.0;
+    rates ra = r;
+    ra.flops_s *= pp->slow / slow_a, ra.bytes_s *= pp->slow / slow_a, ra.slow = slow_a;
+
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
-    pt_plan_layout lt = *l;
+    pt_plan_layout lt = *l, la;
     lt.threads = pp->threads;
+    la = lt, la.pp = 1;
     int L = c->model.n_layer;
     for (int g = 0; g < G; g++) {
         int chunk = 0, rank = p > 1 ? pt_schedule_locate(l->schedule, p, v, g, &chunk) : 0;
@@ -379,6 +387,9 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
             double f, b, w, tpc;
             module_times(c, &lt, cl, &r, kind, N, rec, &f, &b, &w, &tpc);
             pp->f[g] += f, pp->b[g] += b, pp->w[g] += w, pp->tp[g] += tpc;
+            if (p > 1 && pp->slow > 1)
+                module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
+            pp->fa[g] += f, pp->ba[g] += b, pp->wa[g] += w;
         }
         /* parameters this rank holds (its tp shard; the tied wte's copy on
          * the last stage is in st's count) */
@@ -394,6 +405,9 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
         pp->tp_busy[rk] += l->microbatches * pp->tp[g];
         pp->last_bw[rk] += pp->b[g] + pp->w[g];
         pp->busy[rk] += l->microbatches * (pp->f[g] + pp->b[g] + pp->w[g]);
+        pp->busy_lo[rk] +=
+            l->microbatches *
+            (fmin(pp->f[g], pp->fa[g]) + fmin(pp->b[g], pp->ba[g]) + fmin(pp->w[g], pp->wa[g]));
     }
     for (int k = 0; k < p; k++)
         if (pp->busy[k] > pp->busy[pp->crit]) pp->crit = k;
@@ -429,98 +443,196 @@ static double p2p_between(const pt_plan_pipe *pp, int ra, int rb) {
     return na == nb ? pp->p2p_intra : pp->p2p_inter;
 }
 
-pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
-                                double *makespan, pt_plan_slot **slots, int *nslots) {
-    int p = pp->p, v = pp->v, m = pp->m, G = pp->G;
-    pt_status st = PT_OK;
-    pt_schedule *s = calloc((size_t)p, sizeof *s);
-    double *fdone = malloc(sizeof(double) * (size_t)G * m * 2), *bdone = fdone + (size_t)G * m;
-    int *idx = calloc((size_t)p, sizeof *idx);
-    double *free_at = calloc((size_t)p, sizeof *free_at);
-    pt_plan_slot *sl = NULL;
-    int ns = 0, total = 0;
-    if (slots) *slots = NULL;
-    if (!s || !fdone || !idx || !free_at) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
-        goto done;
-    }
-    for (size_t i = 0; i < (size_t)G * m * 2; i++) fdone[i] = -1;
-    const pt_schedule *lists = pp->lists; /* lent by the caller, or built here */
-    for (int r = 0; r < p; r++) {
-        if (!lists) {
-            st = pt_schedule_build_stage(&s[r], l->schedule, m, p, r, v);
-            if (st != PT_OK) goto done;
+/* A simulation's state: each rank's place in its pass list, and when each
+ * (virtual stage, micro-batch)'s forward and input gradient ended (-1: not
+ * yet). */
+typedef struct {
+    pt_plan_pipe *pp;
+    const pt_schedule *sc;
+    int with_p2p;
+    double *fdone, *bdone;
+    int *idx;
+    pt_plan_slot *sl;
+    int ns;
+} sim;
+
+/* Rank r's next pass: 0 while an input it needs is not done; else 1, with
+ * the time its inputs are all there (*ready) and its length with every
+ * pipeline rank computing (*dur) and alone (*alone). */
+static int next_pass(const sim *s, int r, double *ready, double *dur, double *alone) {
+    const pt_plan_pipe *pp = s->pp;
+    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
+    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), mb = ps->micro, m = pp->m;
+    *ready = 0;
+    if (ps->kind == PT_PASS_FORWARD) {
+        if (g > 0) {
+            double d = s->fdone[(size_t)(g - 1) * m + mb];
+            if (d < 0) return 0;
+            *ready = d + (s->with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
         }
-        total += (lists ? lists : s)[r].npass;
-        pp->busy[r] = 0;
+        *dur = pp->f[g], *alone = pp->fa[g];
+    } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
+        double d = s->bdone[(size_t)g * m + mb];
+        if (d < 0) return 0;
+        *ready = d;
+        *dur = pp->w[g], *alone = pp->wa[g];
+    } else {
+        double d = s->fdone[(size_t)g * m + mb];
+        if (d < 0) return 0;
+        *ready = d;
+        if (g + 1 < pp->G) {
+            double e = s->bdone[(size_t)(g + 1) * m + mb];
+            if (e < 0) return 0;
+            e += s->with_p2p ? p2p_between(pp, pp->rank_of[g + 1], r) : 0;
+            if (e > *ready) *ready = e;
+        }
+        int bw = ps->kind == PT_PASS_BACKWARD;
+        *dur = pp->b[g] + (bw ? pp->w[g] : 0), *alone = pp->ba[g] + (bw ? pp->wa[g] : 0);
     }
-    const pt_schedule *sc = lists ? lists : s;
-    if (slots && !(sl = malloc(sizeof *sl * (size_t)total))) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
-        goto done;
-    }
+    return 1;
+}
+
+/* Rank r's next pass ran from start to end. */
+static void end_pass(sim *s, int r, double start, double end) {
+    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
+    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), m = s->pp->m;
+    if (ps->kind == PT_PASS_FORWARD)
+        s->fdone[(size_t)g * m + ps->micro] = end;
+    else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
+        s->bdone[(size_t)g * m + ps->micro] = end;
+    if (s->sl) s->sl[s->ns++] = (pt_plan_slot){r, ps->kind, ps->micro, ps->chunk, start, end};
+    s->pp->busy[r] += end - start;
+    s->idx[r]++;
+}
+
+/* Each rank runs its passes in order, each as soon as its inputs are there
+ * and the rank is free. */
+static pt_status run_dedicated(sim *s, int total, double *free_at) {
+    int p = s->pp->p;
     for (int left = total; left > 0;) {
         int progress = 0;
         for (int r = 0; r < p; r++) {
-            while (idx[r] < sc[r].npass) {
-                const pt_pass *ps = &sc[r].pass[idx[r]];
-                int g = pt_schedule_virtual_stage(&sc[r], ps->chunk), mb = ps->micro;
-                double ready = 0, dur;
-                if (ps->kind == PT_PASS_FORWARD) {
-                    if (g > 0) {
-                        double d = fdone[(size_t)(g - 1) * m + mb];
-                        if (d < 0) break;
-                        ready = d + (with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
-                    }
-                    dur = pp->f[g];
-                } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
-                    double d = bdone[(size_t)g * m + mb];
-                    if (d < 0) break;
-                    ready = d;
-                    dur = pp->w[g];
-                } else {
-                    double d = fdone[(size_t)g * m + mb];
-                    if (d < 0) break;
-                    ready = d;
-                    if (g + 1 < G) {
-                        double e = bdone[(size_t)(g + 1) * m + mb];
-                        if (e < 0) break;
-                        e += with_p2p ? p2p_between(pp, pp->rank_of[g + 1], r) : 0;
-                        if (e > ready) ready = e;
-                    }
-                    dur = pp->b[g] + (ps->kind == PT_PASS_BACKWARD ? pp->w[g] : 0);
-                }
-                double start = ready > free_at[r] ? ready : free_at[r], end = start + dur;
-                if (ps->kind == PT_PASS_FORWARD)
-                    fdone[(size_t)g * m + mb] = end;
-                else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
-                    bdone[(size_t)g * m + mb] = end;
-                if (sl) sl[ns++] = (pt_plan_slot){r, ps->kind, mb, ps->chunk, start, end};
-                free_at[r] = end;
-                pp->busy[r] += dur;
-                idx[r]++, left--, progress = 1;
+            double ready, dur, alone;
+            while (s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, &dur, &alone)) {
+                double start = ready > free_at[r] ? ready : free_at[r];
+                free_at[r] = start + dur;
+                end_pass(s, r, start, free_at[r]);
+                left--, progress = 1;
             }
         }
-        if (!progress) {
-            st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
-                              l->schedule, p, m, v);
-            goto done;
+        if (!progress) return PT_ERR_INTERNAL;
+    }
+    return PT_OK;
+}
+
+/* Ranks beyond the devices share them (pp->slow > 1, p > 1). A pass's
+ * time is pp->f / b / w with every pipeline rank computing, and fa / ba /
+ * wa with its own rank's alone (the others waiting in a bubble, asleep:
+ * shm_wait.c); with n of the p computing, it runs at the time between the
+ * two where the ranks' oversubscription max(1, n x slow / p) falls between
+ * its ends. Simulated by events: the next pass to end, or the next
+ * transfer to land. On 2 cores, gpt2's dp 1 x tp 2 x pp 2 (zb1, m 2, full
+ * recompute): a block's backward took 12 ms while the other stage waited,
+ * 24 while it computed; every pass at the latter, the model said 1026 ms a
+ * step, measured 817. */
+static pt_status run_shared(sim *s, int total, double *free_at) {
+    pt_plan_pipe *pp = s->pp;
+    int p = pp->p;
+    double now = 0, left[PT_PLAN_MAX_STAGES], start[PT_PLAN_MAX_STAGES];
+    double full[PT_PLAN_MAX_STAGES], alone[PT_PLAN_MAX_STAGES];
+    int running[PT_PLAN_MAX_STAGES] = {0};
+    double lo = fmax(1, pp->slow / p); /* one pipeline rank's oversubscription */
+    for (int todo = total; todo > 0;) {
+        double wake = INFINITY;
+        int n = 0;
+        for (int r = 0; r < p; r++) {
+            double ready, dur, a;
+            while (!running[r] && s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, &dur, &a)) {
+                if (ready > now) {
+                    wake = fmin(wake, ready);
+                    break;
+                }
+                if (dur > 0 || a > 0) {
+                    running[r] = 1, left[r] = 1, start[r] = now, full[r] = dur, alone[r] = a;
+                } else { /* an empty pass ends as it starts */
+                    end_pass(s, r, now, now);
+                    free_at[r] = now, todo--;
+                }
+            }
+            n += running[r];
         }
+        if (todo == 0) break;
+        if (n == 0 && wake == INFINITY) return PT_ERR_INTERNAL;
+        /* where n computing ranks fall between alone (0) and all (1) */
+        double at = pp->slow > lo ? (fmax(lo, n * pp->slow / p) - lo) / (pp->slow - lo) : 1;
+        double len[PT_PLAN_MAX_STAGES], dt = wake - now;
+        for (int r = 0; r < p; r++) {
+            if (!running[r]) continue;
+            len[r] = alone[r] + (full[r] - alone[r]) * at;
+            if (left[r] * len[r] < dt) dt = left[r] * len[r];
+        }
+        now += dt;
+        for (int r = 0; r < p; r++) {
+            if (!running[r]) continue;
+            left[r] -= len[r] > 0 ? dt / len[r] : 1;
+            if (left[r] > 1e-12) continue;
+            running[r] = 0;
+            end_pass(s, r, start[r], now);
+            free_at[r] = now, todo--;
+        }
+    }
+    return PT_OK;
+}
+
+pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
+                                double *makespan, pt_plan_slot **slots, int *nslots) {
+    int p = pp->p, m = pp->m, G = pp->G;
+    pt_status st = PT_OK;
+    pt_schedule *own = calloc((size_t)p, sizeof *own);
+    sim s = {.pp = pp, .sc = pp->lists, .with_p2p = with_p2p};
+    s.fdone = malloc(sizeof(double) * (size_t)G * m * 2);
+    s.idx = calloc((size_t)p, sizeof *s.idx);
+    double *free_at = calloc((size_t)p, sizeof *free_at);
+    int total = 0;
+    if (slots) *slots = NULL;
+    if (!own || !s.fdone || !s.idx || !free_at) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
+        goto done;
+    }
+    s.bdone = s.fdone + (size_t)G * m;
+    for (size_t i = 0; i < (size_t)G * m * 2; i++) s.fdone[i] = -1;
+    for (int r = 0; r < p; r++) {
+        if (!pp->lists) {
+            st = pt_schedule_build_stage(&own[r], l->schedule, m, p, r, pp->v);
+            if (st != PT_OK) goto done;
+        }
+        total += (pp->lists ? pp->lists : own)[r].npass;
+        pp->busy[r] = 0;
+    }
+    if (!s.sc) s.sc = own;
+    if (slots && !(s.sl = malloc(sizeof *s.sl * (size_t)total))) {
+        st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
+        goto done;
+    }
+    if ((p > 1 && pp->slow > 1 ? run_shared : run_dedicated)(&s, total, free_at) != PT_OK) {
+        st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
+                          l->schedule, p, m, pp->v);
+        goto done;
     }
     *makespan = 0;
     for (int r = 0; r < p; r++)
         if (free_at[r] > *makespan) *makespan = free_at[r];
     if (slots) {
-        *slots = sl, *nslots = ns;
-        sl = NULL;
+        *slots = s.sl, *nslots = s.ns;
+        s.sl = NULL;
     }
 done:
-    for (int r = 0; s && r < p; r++) pt_schedule_free(&s[r]);
-    free(s);
-    free(fdone);
-    free(idx);
+    for (int r = 0; own && r < p; r++) pt_schedule_free(&own[r]);
+    free(own);
+    free(s.fdone);
+    free(s.idx);
     free(free_at);
-    free(sl);
+    free(s.sl);
     return st;
 }
 

@@ -256,6 +256,63 @@ static void test_profile_groups(void) {
     c.train.batch_size = 8;
     pt_plan_layout dp2tp2 = layout(2, 2, 1, "none", 1, 1);
     CHECK_NEAR(block_f(&c, &cl, &dp2tp2), 2 * 0.007, 0, 1e-9); /* 4 ranks on the group's 2 cores */
+    /* tp 2 x pp 2, 4 ranks on the 2 cores: every pass at twice the
+     * group's time, and alone (the other stage waiting) at the group's */
+    c.train.batch_size = 4;
+    pt_plan_layout tp2pp2 = layout(1, 2, 2, "1f1b", 1, 1);
+    c.model.n_layer = 2;
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    CHECK_OK(pt_plan_pipe_times(&c, &tp2pp2, &cl, pp));
+    c.model.n_layer = 0;
+    pt_plan_pipe *rest = calloc(1, sizeof *rest);
+    CHECK_OK(pt_plan_pipe_times(&c, &tp2pp2, &cl, rest));
+    CHECK_NEAR(pp->f[0] - rest->f[0], 2 * 0.007, 0, 1e-9);
+    CHECK_NEAR(pp->fa[0] - rest->fa[0], 0.007, 0, 1e-9);
+    CHECK_NEAR(pp->b[1] - rest->b[1], 2 * 0.007, 0, 1e-9);
+    CHECK_NEAR(pp->ba[1] - rest->ba[1], 0.007, 0, 1e-9);
+    free(pp);
+    free(rest);
+}
+
+/* Ranks sharing devices (slow > 1): a pass runs at its alone time while
+ * the other pipeline ranks wait, at its full time while they all compute. */
+static void test_shared_pipeline(void) {
+    pt_plan_layout l = layout(1, 1, 2, "gpipe", 1, 1);
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    pp->p = 2, pp->v = 1, pp->m = 1, pp->G = 2, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
+    for (int g = 0; g < 2; g++) {
+        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
+        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
+        pp->rank_of[g] = g;
+    }
+    /* one micro-batch: never two stages at once, every pass alone */
+    double mk = 0;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, NULL, NULL));
+    CHECK_NEAR(mk, 0.5 + 0.5 + 1.0 + 1.0, 1e-12, 0);
+    CHECK_NEAR(pp->busy[0], 1.5, 1e-12, 0);
+    /* two: F0 on stage 0 alone (0 to 0.5), its F1 beside stage 1's F0 at
+     * the full time (to 1.5), stage 1's F1 (to 2) and first backward (B +
+     * W, to 3) alone, its second beside stage 0's first (to 5), stage 0's
+     * second alone (to 6); every pass at the full time would take 9 */
+    pp->m = 2;
+    pt_plan_slot *sl = NULL;
+    int ns = 0;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, &sl, &ns));
+    CHECK_NEAR(mk, 6.0, 1e-12, 0);
+    CHECK(ns == 8);
+    CHECK_NEAR(sl[0].end, 0.5, 1e-12, 0); /* stage 0, F0, alone */
+    for (int i = 0; i < ns; i++)
+        if (sl[i].kind == PT_PASS_FORWARD && sl[i].micro == 1 && sl[i].rank == 0)
+            CHECK_NEAR(sl[i].end - sl[i].start, 1.0, 1e-12, 0); /* beside stage 1's F0 */
+    /* with alone = full, the event simulation is the plain one */
+    for (int g = 0; g < 2; g++) pp->fa[g] = pp->ba[g] = pp->wa[g] = 1.0;
+    double ded = 0;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, NULL, NULL));
+    pp->slow = 1;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &ded, NULL, NULL));
+    CHECK_NEAR(mk, ded, 1e-12, 0);
+    free(sl);
+    free(pp);
 }
 
 /* The optimizer with a profile: adamw_s over the rank's threads, never
@@ -340,6 +397,7 @@ int main(void) {
     RUN(test_oversubscription);
     RUN(test_profile_modules);
     RUN(test_profile_groups);
+    RUN(test_shared_pipeline);
     RUN(test_profile_optimizer);
     RUN(test_profile_exposed);
     return TEST_DONE();
