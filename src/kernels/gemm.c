@@ -12,7 +12,9 @@
  *       pack B[kc, nc] into 32-column panels, k-major (stays in L2; the
  *         panels split over the pool's threads), adding B's column sums to
  *         epi->colsum on the way (dbias)
- *       for each 12-row tile of A (split over the pool's threads):
+ *       for each 12-row tile of A (split over the pool's threads; with
+ *         fewer than 8 tiles, a micro-batch of 64 tokens, the panels are
+ *         split instead):
  *         pack the tile's A[12, kc], k-major, if A is transposed (else
  *           the micro-kernel reads A's 12 rows in place)
  *         for each 32-column panel: the 12x32 micro-kernel (24 zmm
@@ -167,6 +169,7 @@ typedef struct {
     float *bp_w;     /* the same, to write */
     const pt_gemm_epilogue *e;
     int M, N, pc, kc, jc, nc, acc, first, last;
+    int by_panel; /* compute_part splits the block's panels, not A's tiles */
 } gemm_ctx;
 
 /* Per-thread packing buffers, fixed size (no kernel allocates): the B block
@@ -332,10 +335,16 @@ static void tile(const gemm_ctx *g, int direct, const float *ap, int i0, const f
         kernel_12x32(g->kc, ap, bp, c, ldc, acc);
 }
 
+/* Tiles [lo, hi) of A times panels [plo, phi) of the B block: each C
+ * tile's sum is the same whichever worker takes it. */
 static void compute_part(void *p, int index, int count) {
     const gemm_ctx *g = p;
-    long tiles = (g->M + MR - 1) / MR, lo, hi;
-    pt_split_range(tiles, index, count, &lo, &hi);
+    long tiles = (g->M + MR - 1) / MR, panels = (g->nc + NR - 1) / NR, lo = 0, hi = tiles, plo = 0,
+         phi = panels;
+    if (g->by_panel)
+        pt_split_range(panels, index, count, &plo, &phi);
+    else
+        pt_split_range(tiles, index, count, &lo, &hi);
     float *ap = tl_a;
     const pt_gemm_epilogue *e = g->e;
     /* res + bias go in before the product (the tile may alias res), the
@@ -347,7 +356,7 @@ static void compute_part(void *p, int index, int count) {
         int i0 = (int)(t * MR), h = g->M - i0 < MR ? g->M - i0 : MR;
         int direct = !g->ta && h == MR; /* a partial tile is packed with zero rows */
         if (!direct) pack_a(ap, g, i0);
-        for (int j0 = 0; j0 < g->nc; j0 += NR) {
+        for (int j0 = (int)plo * NR; j0 < phi * NR; j0 += NR) {
             float *c = g->C + (long)i0 * g->ldc + g->jc + j0;
             const float *bp = g->bp + (long)j0 * g->kc;
             int w = g->nc - j0 < NR ? g->nc - j0 : NR;
@@ -399,7 +408,12 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
     int kcb = block_size(K, KC_MAX, 1), ncb = block_size(N, NC_MAX, NR);
     float *bp = tl_b; /* kcb <= KC_MAX, ncb <= NC_MAX */
     long tiles = (M + MR - 1) / MR;
-    int workers = tiles < 8 ? 1 : pt_kernels_threads();
+    /* Few tiles: the panels go to the workers instead (gpt2's head at 64
+     * tokens is 6 tiles: it took 39 ms on one thread and on two). Under a
+     * million multiply-adds the product stays on one thread: a pool run
+     * costs microseconds. */
+    g.by_panel = tiles < 8 && (long)M * N * K >= 1L << 20;
+    int workers = tiles >= 8 || g.by_panel ? pt_kernels_threads() : 1;
     for (int pc = 0; pc < K; pc += kcb) {
         g.pc = pc;
         g.kc = K - pc < kcb ? K - pc : kcb;

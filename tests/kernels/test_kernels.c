@@ -283,6 +283,8 @@ static void test_matmul(void) {
                 matmul_case(300, 40, 257, wt, bias, 1);    /* above the parallel bias threshold */
                 matmul_case(200, 520, 130, wt, bias, 0.5); /* 2 K blocks, partial tiles */
                 matmul_case(97, 64, 1100, wt, bias, 0.3);  /* 3 N blocks / 3 K blocks */
+                matmul_case(64, 256, 700, wt, bias, 0.5);  /* 6 tiles: panels split */
+                matmul_case(50, 96, 700, wt, bias, 0.5);   /* the same, a partial tile */
             }
     }
     pt_sgemm_set_path(PT_GEMM_AUTO);
