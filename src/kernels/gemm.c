@@ -158,6 +158,8 @@ static void sgemm_blas(int ta, int tb, int M, int N, int K, const float *A, int 
  * prefetch B 8 k-steps ahead and the C tile 24 k-steps before it is needed
  * (measured: 512 x 384 blocks 1-3% faster than 384 x 384 or 512 x 512). */
 enum { MR = 12, NR = 32, KC_MAX = 512, NC_MAX = 384, PF_B = 8, PF_C = 24 };
+/* Below this many row tiles the workers split the B block's panels. */
+enum { MIN_TILES = 8 };
 _Static_assert(NR == 2 * PT_VW, "a tile row is two vectors");
 
 typedef struct {
@@ -169,7 +171,6 @@ typedef struct {
     float *bp_w;     /* the same, to write */
     const pt_gemm_epilogue *e;
     int M, N, pc, kc, jc, nc, acc, first, last;
-    int by_panel; /* compute_part splits the block's panels, not A's tiles */
 } gemm_ctx;
 
 /* Per-thread packing buffers, fixed size (no kernel allocates): the B block
@@ -341,7 +342,7 @@ static void compute_part(void *p, int index, int count) {
     const gemm_ctx *g = p;
     long tiles = (g->M + MR - 1) / MR, panels = (g->nc + NR - 1) / NR, lo = 0, hi = tiles, plo = 0,
          phi = panels;
-    if (g->by_panel)
+    if (tiles < MIN_TILES)
         pt_split_range(panels, index, count, &plo, &phi);
     else
         pt_split_range(tiles, index, count, &lo, &hi);
@@ -412,8 +413,7 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
      * tokens is 6 tiles: it took 39 ms on one thread and on two). Under a
      * million multiply-adds the product stays on one thread: a pool run
      * costs microseconds. */
-    g.by_panel = tiles < 8 && (long)M * N * K >= 1L << 20;
-    int workers = tiles >= 8 || g.by_panel ? pt_kernels_threads() : 1;
+    int workers = tiles >= MIN_TILES || (long)M * N * K >= 1L << 20 ? pt_kernels_threads() : 1;
     for (int pc = 0; pc < K; pc += kcb) {
         g.pc = pc;
         g.kc = K - pc < kcb ? K - pc : kcb;
