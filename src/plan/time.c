@@ -34,9 +34,10 @@
  * simulated with these per-stage times and the point-to-point transfer of
  * a micro-batch's activations between ranks (over the link between their
  * nodes). Then per step: the data-parallel gradient all-reduce (ring, over
- * the link the dp group crosses), of which only what exceeds the last
- * backward is exposed when parallel.overlap is on; ZeRO 1/2 a
- * reduce-scatter of gradients (overlapped the same way) and an exposed
+ * the link the dp group crosses; on a measured machine the profile's own
+ * collectives), of which only what exceeds the last backward is exposed
+ * when parallel.overlap is on; ZeRO-1 the same all-reduce and ZeRO-2 a
+ * reduce-scatter of gradients (overlapped the same way), then an exposed
  * all-gather of the updated shards; ZeRO-3 an all-gather of the sharded
  * parameters in each forward and backward and a reduce-scatter of
  * gradients per micro-batch, prefetched under the compute (exposed: what
@@ -104,6 +105,39 @@ static double interp(double x, double x0, double y0, double x1, double y1) {
     if (x < x0) return y0 * x / x0;
     double a = (log(x) - log(x0)) / (log(x1) - log(x0));
     return exp(log(y0) + a * (log(y1) - log(y0)));
+}
+
+/* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
+ * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k. On a
+ * measured machine (one node), the profile's own table for (op, n) where it
+ * has one: interpolated log-log in bytes, bandwidth-bound (linear) beyond
+ * its largest size and latency-bound below its smallest, and scaled from
+ * the oversubscription it was timed at (n ranks on the cores) to the
+ * layout's (`slow`: every group runs its collective at once). The link's
+ * ring says less than the shm backend does: gpt2's 4-rank all-reduce on
+ * the 2-core machine, 16 MiB timed 3.2 ms where the ring over the
+ * point-to-point's bandwidth says 1.4. Elsewhere, the ring. */
+static double group_coll_s(const pt_cluster *cl, double slow, int op, int n, double bytes,
+                           const pt_link *k) {
+    if (n <= 1 || bytes <= 0) return 0;
+    const pt_profile *pr = cl->profile;
+    const pt_profile_comm *lo = NULL, *hi = NULL;
+    for (int i = 0; pr && cl->nodes == 1 && i < pr->n_comm; i++) {
+        const pt_profile_comm *e = &pr->comm[i];
+        if (e->op != op || e->ranks != n || !(e->seconds > 0) || !(e->bytes > 0)) continue;
+        if (e->bytes <= bytes && (!lo || e->bytes > lo->bytes)) lo = e;
+        if (e->bytes >= bytes && (!hi || e->bytes < hi->bytes)) hi = e;
+    }
+    if (lo || hi) {
+        double s = !hi   ? lo->seconds * bytes / lo->bytes
+                   : !lo ? hi->seconds
+                         : interp(bytes, lo->bytes, lo->seconds, hi->bytes, hi->seconds);
+        double own = pr->cores > 0 && n > pr->cores ? (double)n / pr->cores : 1;
+        return s * fmax(1, slow / own);
+    }
+    double bw = link_bw(cl, k), lat = k->latency;
+    return op == PT_PROFILE_ALLREDUCE ? pt_plan_allreduce_s(n, bytes, bw, lat)
+                                      : pt_plan_allgather_s(n, bytes, bw, lat);
 }
 
 /* The gemm table's rate nearest (in log distance over m, n, k) to the
@@ -644,8 +678,6 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     int zg = l->zero > 0 && l->zero_group > 0 && l->zero_group < dp ? l->zero_group : dp;
     const pt_link *shard = pt_plan_group_link(cl, zg, l->tp),
                   *repl = pt_plan_group_link(cl, dp / zg, zg * l->tp);
-    double sbw = link_bw(cl, shard), slat = shard->latency, rbw = link_bw(cl, repl),
-           rlat = repl->latency;
     double params = pp->stage_params[k], whole = 0;
     for (int g = 0; l->zero == 3 && l->zero_whole[0] && g < pp->G; g++)
         for (int i = pp->first[g]; pp->rank_of[g] == k && i <= pp->last[g]; i++)
@@ -661,18 +693,25 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     int full = cores > 0 && world * pp->threads >= cores;
     double window = c->parallel.overlap && !full ? pp->last_bw[k] : 0,
            busy = full ? 0 : pp->busy[k];
-    double dp_s = 0;
+    double dp_s = 0, slow = pp->slow;
+    const int AR = PT_PROFILE_ALLREDUCE, AG = PT_PROFILE_ALLGATHER, RS = PT_PROFILE_REDUCE_SCATTER;
     if (dp > 1) {
-        if (l->zero == 0) {
-            double ar = pt_plan_allreduce_s(dp, params * gb, sbw, slat);
+        if (l->zero < 2) {
+            /* ZeRO-1 all-reduces the gradients over the whole dp group as
+             * plain dp does (pt_ddp's buckets; zero.c), then all-gathers the
+             * updated shards inside the shard group */
+            const pt_link *all = pt_plan_group_link(cl, dp, l->tp);
+            double ar = group_coll_s(cl, slow, AR, dp, params * gb, all);
             dp_s = ar > window ? ar - window : 0;
-        } else if (l->zero < 3) {
-            double rs = pt_plan_allgather_s(zg, params * gb, sbw, slat);
-            double ag = pt_plan_allgather_s(zg, params * gb, sbw, slat);
+            if (l->zero == 1) dp_s += group_coll_s(cl, slow, AG, zg, params * gb, shard);
+        } else if (l->zero == 2) {
+            double rs = group_coll_s(cl, slow, RS, zg, params * gb, shard);
+            double ag = group_coll_s(cl, slow, AG, zg, params * gb, shard);
             dp_s = (rs > window ? rs - window : 0) + ag;
         } else {
             double sh = params - whole, m = l->microbatches;
-            double z3 = 3 * m * pt_plan_allgather_s(zg, sh * gb, sbw, slat);
+            double z3 = m * (2 * group_coll_s(cl, slow, AG, zg, sh * gb, shard) +
+                             group_coll_s(cl, slow, RS, zg, sh * gb, shard));
             dp_s = z3 > busy ? z3 - busy : 0;
             /* and the main thread's own traffic per micro-batch (zero.c): a
              * unit's gradient buffer zeroed (4 bytes a parameter), its
@@ -682,11 +721,11 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
              * 50 ms of gaps between the modules in the step's trace; this
              * says 33. */
             if (pr) dp_s += m * sh * (4 + 28.0 / zg) / pr->memory_bw;
-            double ar = pt_plan_allreduce_s(dp, whole * gb, sbw, slat);
+            double ar = group_coll_s(cl, slow, AR, dp, whole * gb, shard);
             dp_s += ar > window ? ar - window : 0;
         }
-        if (l->zero > 0 && zg < dp) /* HSDP: the shard across the replicas */
-            dp_s += pt_plan_allreduce_s(dp / zg, (params - whole) / zg * gb, rbw, rlat);
+        if (l->zero >= 2 && zg < dp) /* HSDP: the shard across the replicas */
+            dp_s += group_coll_s(cl, slow, AR, dp / zg, (params - whole) / zg * gb, repl);
     }
     double upd = params / (l->zero > 0 ? zg : 1);
     int adam = strcmp(c->train.optimizer, "sgd") != 0;

@@ -390,6 +390,55 @@ static void test_profile_exposed(void) {
     CHECK_NEAR(t.comm_s[PT_MESH_DP], copies, 0, 1e-9);
 }
 
+/* On a measured machine the dp group's collectives are the profile's own
+ * (the shm backend's copies), not the link's ring: interpolated log-log in
+ * bytes, latency-bound below the table and linear above it, and scaled
+ * from the oversubscription they were timed at (n ranks on the cores) to
+ * the layout's. ZeRO-1 all-reduces the gradients, as plain dp does, then
+ * all-gathers the updated shards. */
+static void test_profile_collectives(void) {
+    pt_cluster cl = hand_cluster(1, 2);
+    pt_config c = small_model();
+    c.train.batch_size = 64;
+    double P = (double)pt_model_config_num_params(&c.model), B = P * 4;
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.memory_bw = 1e10;
+    prof.adamw_s = 1e-9;
+    prof.cores = 2;
+    double t1 = 1e-3, t2 = 9e-3, tg = 2e-3, t4 = 5e-3;
+    pt_profile_comm tab[] = {{"shm", PT_PROFILE_ALLREDUCE, 2, B / 4, t1},
+                             {"shm", PT_PROFILE_ALLREDUCE, 2, 4 * B, t2},
+                             {"shm", PT_PROFILE_ALLGATHER, 2, 4 * B, tg},
+                             {"shm", PT_PROFILE_ALLREDUCE, 4, B / 8, t4}};
+    prof.comm = tab, prof.n_comm = 4;
+    cl.profile = &prof;
+    pt_plan_time t;
+    /* dp 2 on 2 cores: B is the geometric middle of the table's two sizes */
+    pt_plan_layout l = layout(2, 1, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], sqrt(t1 * t2), 0, 1e-12);
+    /* ZeRO-1: the same all-reduce, then the gather (below the table: its smallest) */
+    l.zero = 1;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], sqrt(t1 * t2) + tg, 0, 1e-12);
+    /* dp 4 on 2 cores, as the 4-rank entry was timed: linear above the table */
+    l = layout(4, 1, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], t4 * 8, 0, 1e-12);
+    /* dp 2 x tp 2: 2-rank groups timed alone, here 4 ranks on 2 cores (x 2),
+     * each moving half the parameters (a quarter of the way from B / 4 to 4 B) */
+    l = layout(2, 2, 1, "none", 1, 1);
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], 2 * pow(t1, 0.75) * pow(t2, 0.25), 0, 1e-12);
+    /* no entry for the op and size: the ring over the link */
+    l = layout(2, 1, 1, "none", 1, 1);
+    l.zero = 2;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    double bw = cl.intra_node.bw * cl.efficiency.comm, lat = cl.intra_node.latency;
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], pt_plan_allgather_s(2, B, bw, lat) + tg, 0, 1e-12);
+}
+
 int main(void) {
     RUN(test_bubble_formula);
     RUN(test_dp_ring);
@@ -400,5 +449,6 @@ int main(void) {
     RUN(test_shared_pipeline);
     RUN(test_profile_optimizer);
     RUN(test_profile_exposed);
+    RUN(test_profile_collectives);
     return TEST_DONE();
 }
