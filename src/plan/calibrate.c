@@ -185,6 +185,20 @@ static int fixed_reps(const effort *e) {
     return e->quick ? 1 : 2;
 }
 
+/* A group's ranks start each timed run together, after each one's cache
+ * eviction (256 MiB written, tens of ms on a core). Otherwise rank 0 may
+ * start while the others still evict: under load (a rank per core, no
+ * collectives) part of its pass then runs with the other cores doing
+ * something else than the same pass, and in a tp group it shares the
+ * cores with the evictions and waits for them at its first collective,
+ * timing both. NULL outside a group. */
+static pt_comm *lockstep;
+static pt_status lockstep_err; /* the first barrier's failure, for the rank's exit */
+
+static void start_together(void) {
+    if (lockstep && lockstep_err == PT_OK) lockstep_err = pt_comm_barrier(lockstep);
+}
+
 /* fb's time over fa's, fa and fb run in alternation (one warm-up each):
  * the median of the pairs' differences, so that a slow spell of the host,
  * which slows a pair's two runs alike, cancels, and an outlier pair does
@@ -199,10 +213,12 @@ static double time_paired_extra(const effort *e, int reps, pass_fn fa, void *aa,
     int n = 0;
     while (n < 64 && (n < n_min || (timed && pt_time_s() - start < 2 * e->target_s))) {
         evict_caches();
+        start_together();
         double t0 = pt_time_s();
         fa(aa);
         double ta = pt_time_s() - t0;
         evict_caches();
+        start_together();
         double t1 = pt_time_s();
         fb(ab);
         d[n++] = (pt_time_s() - t1) - ta;
@@ -844,6 +860,7 @@ static void time_runs(pass_fn fn, void *arg, int reps, double *t) {
     fn(arg);
     for (int n = 0; n < reps; n++) {
         evict_caches();
+        start_together();
         double t0 = pt_time_s();
         fn(arg);
         t[n] = pt_time_s() - t0;
@@ -883,6 +900,7 @@ static int tp_rank_main(void *arg) {
     /* the parent's buffers, a copy-on-write copy in this forked rank */
     float *probe_buf = rank == 0 && !j->e->quick ? j->probe_buf : NULL;
     if (s == PT_OK) s = module_models_new(&mm, &j->mc, j->max_B, j->t, j->t > 1 ? rank : 0, c);
+    lockstep = c;
     pt_kernels_set_threads(1);
     for (int B = 1; s == PT_OK && B <= j->max_B; B *= 2) {
         pt_profile_module e[3];
@@ -896,6 +914,8 @@ static int tp_rank_main(void *arg) {
             j->n_out += 3;
         }
     }
+    if (s == PT_OK) s = lockstep_err;
+    lockstep = NULL;
     if (s != PT_OK)
         fprintf(stderr, "partrain calibrate: group rank %d of %d: %s\n", rank, j->ranks,
                 pt_error_message());
