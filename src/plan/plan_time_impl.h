@@ -25,7 +25,11 @@ typedef struct {
     double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double p2p_intra, p2p_inter; /* one activation transfer between stages, per link */
-    int p, v, m, stride, dpn;    /* pipeline shape; mesh stride of pp; devices a node */
+    /* the tied wte where the embedding's and the head's pipeline ranks
+     * differ (trainer_pipe.c), else 0: each way's transfer, and the add of
+     * the head's gradient into the embedding's */
+    double tied_s, tied_add;
+    int p, v, m, stride, dpn; /* pipeline shape; mesh stride of pp; devices a node */
     int rank_of[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* virtual stage -> pp rank */
     double makespan;                         /* the pipeline's step, passes and p2p */
     double makespan_nop2p;                   /* the same with instant transfers */

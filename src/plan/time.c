@@ -108,7 +108,8 @@ static double interp(double x, double x0, double y0, double x1, double y1) {
 }
 
 /* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
- * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k. On a
+ * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k, or a
+ * point-to-point (PT_PROFILE_P2P, n 2). On a
  * measured machine (one node), the profile's own table for (op, n) where it
  * has one: interpolated log-log in bytes, bandwidth-bound (linear) beyond
  * its largest size and latency-bound below its smallest, and scaled from
@@ -136,8 +137,9 @@ static double group_coll_s(const pt_cluster *cl, double slow, int op, int n, dou
         return s * fmax(1, slow / own);
     }
     double bw = link_bw(cl, k), lat = k->latency;
-    return op == PT_PROFILE_ALLREDUCE ? pt_plan_allreduce_s(n, bytes, bw, lat)
-                                      : pt_plan_allgather_s(n, bytes, bw, lat);
+    return op == PT_PROFILE_P2P         ? bytes / bw + lat
+           : op == PT_PROFILE_ALLREDUCE ? pt_plan_allreduce_s(n, bytes, bw, lat)
+                                        : pt_plan_allgather_s(n, bytes, bw, lat);
 }
 
 /* The gemm table's rate nearest (in log distance over m, n, k) to the
@@ -434,6 +436,22 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     double act = N * c->model.n_embd * r.el / (l->sequence_parallel ? l->tp : 1);
     pp->p2p_intra = act / link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
     pp->p2p_inter = act / link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
+    /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
+     * head's at the step's first forward and waits for the send before
+     * going on; the head's sends its gradient back after the head's last
+     * backward, which the embedding's waits for and adds in its own last.
+     * The message is the vocabulary shard, from beyond the caches: gpt2's
+     * 154 MB took 22 ms at the first forward of a pipeline step on the
+     * 2-core machine, and the add 12 ms. */
+    int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
+    if (p > 1 && re != rh) {
+        double wb = (double)c->model.vocab_size * c->model.n_embd / l->tp * r.el;
+        long ne = (long)re * l->dp * l->tp / cl->devices_per_node,
+             nh = (long)rh * l->dp * l->tp / cl->devices_per_node;
+        pp->tied_s = group_coll_s(cl, 1, PT_PROFILE_P2P, 2, wb,
+                                  ne == nh ? &cl->intra_node : &cl->inter_node);
+        pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
+    }
     for (int g = 0; g < G; g++) {
         int rk = pp->rank_of[g];
         pp->tp_busy[rk] += l->microbatches * pp->tp[g];
@@ -488,6 +506,10 @@ typedef struct {
     int *idx;
     pt_plan_slot *sl;
     int ns;
+    /* the tied wte: weight passes done of the embedding's and the head's
+     * virtual stages, and when the head's last ended (-1: not yet) */
+    int sent, wemb, whead;
+    double head_final;
 } sim;
 
 /* Rank r's next pass: 0 while an input it needs is not done; else 1, with
@@ -505,6 +527,9 @@ static int next_pass(const sim *s, int r, double *ready, double *dur, double *al
             *ready = d + (s->with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
         }
         *dur = pp->f[g], *alone = pp->fa[g];
+        /* the step's first forward waits for the tied wte's send */
+        double t = g == 0 && !s->sent && s->with_p2p ? pp->tied_s : 0;
+        *dur += t, *alone += t;
     } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
         double d = s->bdone[(size_t)g * m + mb];
         if (d < 0) return 0;
@@ -523,6 +548,17 @@ static int next_pass(const sim *s, int r, double *ready, double *dur, double *al
         int bw = ps->kind == PT_PASS_BACKWARD;
         *dur = pp->b[g] + (bw ? pp->w[g] : 0), *alone = pp->ba[g] + (bw ? pp->wa[g] : 0);
     }
+    /* The embedding's last weight pass ends once the head's wte gradient
+     * is in (sent after the head's last), then adds it: it ends at
+     * max(start + dur, arrival) + add, which a start no earlier than
+     * arrival - dur gives. */
+    int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
+    if (wpass && g == 0 && s->wemb == m - 1 && pp->tied_add > 0) {
+        if (s->head_final < 0) return 0;
+        double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - *dur;
+        if (t > *ready) *ready = t;
+        *dur += pp->tied_add, *alone += pp->tied_add;
+    }
     return 1;
 }
 
@@ -534,6 +570,11 @@ static void end_pass(sim *s, int r, double start, double end) {
         s->fdone[(size_t)g * m + ps->micro] = end;
     else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
         s->bdone[(size_t)g * m + ps->micro] = end;
+    if (ps->kind == PT_PASS_FORWARD && g == 0) s->sent = 1;
+    if (ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT) {
+        if (g == 0) s->wemb++;
+        if (g == s->pp->G - 1 && ++s->whead == m) s->head_final = end;
+    }
     if (s->sl) s->sl[s->ns++] = (pt_plan_slot){r, ps->kind, ps->micro, ps->chunk, start, end};
     s->pp->busy[r] += end - start;
     s->idx[r]++;
@@ -622,14 +663,14 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
                                 double *makespan, pt_plan_slot **slots, int *nslots) {
     int p = pp->p, m = pp->m, G = pp->G;
     pt_status st = PT_OK;
-    pt_schedule *own = calloc((size_t)p, sizeof *own);
-    sim s = {.pp = pp, .sc = pp->lists, .with_p2p = with_p2p};
+    pt_schedule *built = calloc((size_t)p, sizeof *built);
+    sim s = {.pp = pp, .sc = pp->lists, .with_p2p = with_p2p, .head_final = -1};
     s.fdone = malloc(sizeof(double) * (size_t)G * m * 2);
     s.idx = calloc((size_t)p, sizeof *s.idx);
     double *free_at = calloc((size_t)p, sizeof *free_at);
     int total = 0;
     if (slots) *slots = NULL;
-    if (!own || !s.fdone || !s.idx || !free_at) {
+    if (!built || !s.fdone || !s.idx || !free_at) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
         goto done;
     }
@@ -637,13 +678,13 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
     for (size_t i = 0; i < (size_t)G * m * 2; i++) s.fdone[i] = -1;
     for (int r = 0; r < p; r++) {
         if (!pp->lists) {
-            st = pt_schedule_build_stage(&own[r], l->schedule, m, p, r, pp->v);
+            st = pt_schedule_build_stage(&built[r], l->schedule, m, p, r, pp->v);
             if (st != PT_OK) goto done;
         }
-        total += (pp->lists ? pp->lists : own)[r].npass;
+        total += (pp->lists ? pp->lists : built)[r].npass;
         pp->busy[r] = 0;
     }
-    if (!s.sc) s.sc = own;
+    if (!s.sc) s.sc = built;
     if (slots && !(s.sl = malloc(sizeof *s.sl * (size_t)total))) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
         goto done;
@@ -661,8 +702,8 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
         s.sl = NULL;
     }
 done:
-    for (int r = 0; own && r < p; r++) pt_schedule_free(&own[r]);
-    free(own);
+    for (int r = 0; built && r < p; r++) pt_schedule_free(&built[r]);
+    free(built);
     free(s.fdone);
     free(s.idx);
     free(free_at);

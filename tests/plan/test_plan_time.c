@@ -439,6 +439,51 @@ static void test_profile_collectives(void) {
     CHECK_NEAR(t.comm_s[PT_MESH_DP], pt_plan_allgather_s(2, B, bw, lat) + tg, 0, 1e-12);
 }
 
+/* The tied wte between the embedding's and the head's pipeline ranks
+ * (trainer_pipe.c): the step's first forward waits for its send; the
+ * embedding's last weight pass ends no earlier than the head's gradient
+ * lands (sent after the head's last weight pass), then adds it. */
+static void test_tied_embedding(void) {
+    pt_plan_layout l = layout(1, 1, 2, "gpipe", 1, 1);
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    pp->p = 2, pp->v = 1, pp->m = 1, pp->G = 2, pp->stride = 1, pp->dpn = 64, pp->slow = 1;
+    double f[2] = {1, 2}, bw[2] = {3, 4}, x = 0.25, tied = 5, add = 0.5;
+    for (int g = 0; g < 2; g++) {
+        pp->f[g] = pp->fa[g] = f[g];
+        pp->b[g] = pp->ba[g] = bw[g] / 2, pp->w[g] = pp->wa[g] = bw[g] / 2;
+        pp->rank_of[g] = g;
+    }
+    pp->p2p_intra = pp->p2p_inter = x;
+    pp->tied_s = tied, pp->tied_add = add;
+    /* stage 0's F ends at 1 + 5, stage 1's F and BW (the head's last) at
+     * 6 + x + 2 + 4 = H; stage 0's BW starts at H + x, or H + 5 - 3 if
+     * later, and takes 3 + 0.5 */
+    double H = f[0] + tied + x + f[1] + bw[1], mk = 0;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, NULL, NULL));
+    CHECK_NEAR(mk, fmax(H + x, H + tied - bw[0]) + bw[0] + add, 1e-12, 0);
+    CHECK_NEAR(pp->busy[0], f[0] + tied + bw[0] + add, 1e-12, 0);
+    /* without transfers: the add stays, the waits go */
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 0, &mk, NULL, NULL));
+    CHECK_NEAR(mk, f[0] + f[1] + bw[1] + bw[0] + add, 1e-12, 0);
+    free(pp);
+
+    /* from the model: the vocabulary shard over the link (no profile), and
+     * nothing where one rank holds both (zbv's V puts the head on rank 0) */
+    pt_cluster cl = hand_cluster(1, 8);
+    pt_config c = small_model();
+    pt_plan_pipe *q = calloc(1, sizeof *q);
+    pt_plan_layout t = layout(1, 2, 2, "1f1b", 1, 2);
+    CHECK_OK(pt_plan_pipe_times(&c, &t, &cl, q));
+    double wb = (double)c.model.vocab_size * c.model.n_embd / 2 * 4;
+    CHECK_NEAR(q->tied_s, wb / (cl.intra_node.bw * cl.efficiency.comm) + cl.intra_node.latency,
+               1e-12, 0);
+    CHECK(q->tied_add > 0);
+    pt_plan_layout v = layout(1, 1, 2, "zbv", 2, 2);
+    CHECK_OK(pt_plan_pipe_times(&c, &v, &cl, q));
+    CHECK(q->tied_s == 0 && q->tied_add == 0);
+    free(q);
+}
+
 int main(void) {
     RUN(test_bubble_formula);
     RUN(test_dp_ring);
@@ -447,6 +492,7 @@ int main(void) {
     RUN(test_profile_modules);
     RUN(test_profile_groups);
     RUN(test_shared_pipeline);
+    RUN(test_tied_embedding);
     RUN(test_profile_optimizer);
     RUN(test_profile_exposed);
     RUN(test_profile_collectives);
