@@ -109,14 +109,12 @@ static double interp(double x, double x0, double y0, double x1, double y1) {
 
 /* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
  * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k, or a
- * point-to-point (PT_PROFILE_P2P, n 2). On a
- * measured machine (one node), the profile's own table for (op, n) where it
- * has one: interpolated log-log in bytes, bandwidth-bound (linear) beyond
- * its largest size and latency-bound below its smallest, and scaled from
- * the oversubscription it was timed at (n ranks on the cores) to the
- * layout's (`slow`: every group runs its collective at once). The link's
- * ring says less than the shm backend does: gpt2's 4-rank all-reduce on
- * the 2-core machine, 16 MiB timed 3.2 ms where the ring over the
+ * point-to-point (PT_PROFILE_P2P, n 2). On a measured machine (one node),
+ * the profile's own table for (op, n) where it has one: interpolated log-log in bytes,
+ * bandwidth-bound (linear) beyond its largest size and latency-bound below its smallest, and scaled
+ * from the oversubscription it was timed at (n ranks on the cores) to the layout's (`slow`: every
+ * group runs its collective at once). The link's ring says less than the shm backend does: gpt2's
+ * 4-rank all-reduce on the 2-core machine, 16 MiB timed 3.2 ms where the ring over the
  * point-to-point's bandwidth says 1.4. Elsewhere, the ring. */
 static double group_coll_s(const pt_cluster *cl, double slow, int op, int n, double bytes,
                            const pt_link *k) {
@@ -354,6 +352,12 @@ static int cluster_devices(const pt_cluster *cl) {
     return cl->nodes * cl->devices_per_node;
 }
 
+/* Whether pipeline ranks ra and rb (their first dp x tp ranks: the mesh's
+ * pp stride apart) sit on one node. */
+static int same_node(const pt_plan_pipe *pp, int ra, int rb) {
+    return (long)ra * pp->stride / pp->dpn == (long)rb * pp->stride / pp->dpn;
+}
+
 pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                              pt_plan_pipe *pp) {
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1;
@@ -446,10 +450,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
     if (p > 1 && re != rh) {
         double wb = (double)c->model.vocab_size * c->model.n_embd / l->tp * r.el;
-        long ne = (long)re * l->dp * l->tp / cl->devices_per_node,
-             nh = (long)rh * l->dp * l->tp / cl->devices_per_node;
         pp->tied_s = group_coll_s(cl, 1, PT_PROFILE_P2P, 2, wb,
-                                  ne == nh ? &cl->intra_node : &cl->inter_node);
+                                  same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node);
         pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
     }
     for (int g = 0; g < G; g++) {
@@ -491,8 +493,7 @@ pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, cons
 
 static double p2p_between(const pt_plan_pipe *pp, int ra, int rb) {
     if (ra == rb) return 0;
-    long na = (long)ra * pp->stride / pp->dpn, nb = (long)rb * pp->stride / pp->dpn;
-    return na == nb ? pp->p2p_intra : pp->p2p_inter;
+    return same_node(pp, ra, rb) ? pp->p2p_intra : pp->p2p_inter;
 }
 
 /* A simulation's state: each rank's place in its pass list, and when each
@@ -506,8 +507,9 @@ typedef struct {
     int *idx;
     pt_plan_slot *sl;
     int ns;
-    /* the tied wte: weight passes done of the embedding's and the head's
-     * virtual stages, and when the head's last ended (-1: not yet) */
+    /* the tied wte: whether the embedding's first forward ran, the weight
+     * passes done of the embedding's and the head's virtual stages, and
+     * when the head's last ended (-1: not yet) */
     int sent, wemb, whead;
     double head_final;
 } sim;
