@@ -121,6 +121,11 @@ pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches);
  * checked). s->pass is allocated (scratch); on failure s is zeroed. */
 pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
                                   int stage, int virtual_stages);
+/* Every rank's list, s[0..stages-1] (rank r into s[r]); zbv's from one run
+ * of its list scheduler rather than one a rank. On failure every s[r] is
+ * zeroed. */
+pt_status pt_schedule_build_all(pt_schedule *s, const char *name, int microbatches, int stages,
+                                int virtual_stages);
 /* Frees s->pass and zeroes s; NULL-safe and idempotent. */
 void pt_schedule_free(pt_schedule *s);
 /* Whether the configuration is valid, before anything is allocated: one

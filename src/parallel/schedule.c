@@ -156,6 +156,15 @@ int pt_schedule_pending_w(const pt_schedule *s) {
     return most;
 }
 
+/* A built list's fields besides pass. */
+static void finish_list(pt_schedule *s, const sched_info *info, int n, int m, int p, int r, int v) {
+    snprintf(s->name, sizeof s->name, "%s", info->name);
+    s->npass = n;
+    s->microbatches = m, s->stages = p, s->stage = r, s->virtual_stages = v;
+    s->split = info->split;
+    count_list(s);
+}
+
 pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
                                   int stage, int virtual_stages) {
     memset(s, 0, sizeof *s);
@@ -184,12 +193,42 @@ pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbat
         pt_schedule_free(s);
         return PT_ERR_NOMEM;
     }
-    snprintf(s->name, sizeof s->name, "%s", name);
-    s->npass = n;
-    s->microbatches = m, s->stages = p, s->stage = r, s->virtual_stages = v;
-    s->split = info->split;
-    count_list(s);
+    finish_list(s, info, n, m, p, r, v);
     return PT_OK;
+}
+
+pt_status pt_schedule_build_all(pt_schedule *s, const char *name, int microbatches, int stages,
+                                int virtual_stages) {
+    int m = microbatches, p = stages, v = virtual_stages;
+    memset(s, 0, sizeof *s * (size_t)(p > 0 ? p : 0));
+    if (!name || !is(name, "zbv") || p < 2) {
+        for (int r = 0; r < p; r++) {
+            pt_status st = pt_schedule_build_stage(&s[r], name, m, p, r, v);
+            if (st != PT_OK) {
+                for (int k = 0; k < r; k++) pt_schedule_free(&s[k]);
+                return st;
+            }
+        }
+        return PT_OK;
+    }
+    PT_CHECK(pt_schedule_check(name, m, p, v, 0));
+    const sched_info *info = sched_find(name);
+    pt_pass **out = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *out * (size_t)p);
+    int *n = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *n * (size_t)p);
+    int ok = out && n;
+    for (int r = 0; ok && r < p; r++)
+        ok = (out[r] = s[r].pass =
+                  pt_mem_alloc(PT_MEM_SCRATCH, sizeof(pt_pass) * 3 * (size_t)m * v)) != NULL;
+    ok = ok && pt_pipe_zbv_all(out, n, m, p) == 0;
+    for (int r = 0; r < p; r++) {
+        if (ok)
+            finish_list(&s[r], info, n[r], m, p, r, v);
+        else
+            pt_schedule_free(&s[r]);
+    }
+    pt_mem_free(n);
+    pt_mem_free(out);
+    return ok ? PT_OK : PT_ERR_NOMEM; /* the last error set by pt_mem_alloc */
 }
 
 pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches) {
@@ -348,11 +387,9 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
     pt_status st = PT_OK;
     pt_schedule *s = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *s * (size_t)p);
     if (!s) return PT_ERR_NOMEM;
-    for (int r = 0; r < p; r++)
-        PT_CHECK_GOTO(st, pt_schedule_build_stage(&s[r], name, m, p, r, v), done);
-    st = pt_pipe_simulate(s, tf, tb, tw, NULL, makespan, busy);
-done:
-    for (int r = 0; r < p; r++) pt_schedule_free(&s[r]);
+    st = pt_schedule_build_all(s, name, m, p, v);
+    if (st == PT_OK) st = pt_pipe_simulate(s, tf, tb, tw, NULL, makespan, busy);
+    for (int r = 0; r < p; r++) pt_schedule_free(&s[r]); /* zeroed if build_all failed */
     pt_mem_free(s);
     return st;
 }

@@ -260,9 +260,7 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     for (int i = 0; i < n; i++) order[i] = (by_stage){x->cand_stage[i], i};
     qsort(order, (size_t)n, sizeof *order, by_stage_cmp);
     pt_status st = PT_OK;
-    int built = 0;
-    for (; st == PT_OK && built < x->p; built++)
-        st = pt_schedule_build_stage(&lists[built], schedule, m, x->p, built, v);
+    st = pt_schedule_build_all(lists, schedule, m, x->p, v);
     double best_end = -1;
     for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
@@ -277,7 +275,7 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
             memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
         }
     }
-    for (int r = 0; r < built; r++) pt_schedule_free(&lists[r]);
+    for (int r = 0; r < x->p; r++) pt_schedule_free(&lists[r]); /* zeroed if not built */
     free(order);
     return st;
 }

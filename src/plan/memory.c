@@ -43,23 +43,31 @@ typedef struct {
     size_t bytes;                        /* pt_schedule_bytes */
 } sched_sum;
 
-/* Pipeline rank r's list (p > 1) or the whole model's (p 1), summed up. */
-static pt_status sched_sum_of(sched_sum *u, const char *name, int m, int p, int r, int v) {
-    pt_schedule sc;
-    PT_CHECK(p > 1 ? pt_schedule_build_stage(&sc, name, m, p, r, v)
-                   : pt_schedule_build(&sc, name, m));
+/* A rank's list, summed up; then freed. */
+static void sched_sum_of(sched_sum *u, pt_schedule *sc, int p) {
     memset(u, 0, sizeof *u);
-    u->virtual_stages = sc.virtual_stages;
-    u->split = sc.split;
-    u->in_flight = sc.in_flight;
-    u->pending_w = pt_schedule_pending_w(&sc);
+    u->virtual_stages = sc->virtual_stages;
+    u->split = sc->split;
+    u->in_flight = sc->in_flight;
+    u->pending_w = pt_schedule_pending_w(sc);
     for (int ch = 0; ch < PT_SCHEDULE_MAX_VIRTUAL; ch++)
-        u->chunk_in_flight[ch] = sc.chunk_in_flight[ch];
-    for (int ch = 0; ch < sc.virtual_stages && p > 1; ch++)
-        u->vstage[ch] = pt_schedule_virtual_stage(&sc, ch);
-    u->bytes = pt_schedule_bytes(&sc);
-    pt_schedule_free(&sc);
-    return PT_OK;
+        u->chunk_in_flight[ch] = sc->chunk_in_flight[ch];
+    for (int ch = 0; ch < sc->virtual_stages && p > 1; ch++)
+        u->vstage[ch] = pt_schedule_virtual_stage(sc, ch);
+    u->bytes = pt_schedule_bytes(sc);
+    pt_schedule_free(sc);
+}
+
+/* Every pipeline rank's list (p > 1) or the whole model's (p 1), summed
+ * up into u[0..p-1]. */
+static pt_status sched_sums(sched_sum *u, const char *name, int m, int p, int v) {
+    pt_schedule *sc = calloc((size_t)p, sizeof *sc);
+    if (!sc) return pt_error_set(PT_ERR_NOMEM, "plan: %d pass lists", p);
+    pt_status st =
+        p > 1 ? pt_schedule_build_all(sc, name, m, p, v) : pt_schedule_build(sc, name, m);
+    for (int r = 0; st == PT_OK && r < p; r++) sched_sum_of(&u[r], &sc[r], p);
+    free(sc);
+    return st;
 }
 
 /* What the bf16 regime reads of a stage's table-only model: a few
@@ -252,7 +260,7 @@ static pt_status scheds_of(pt_plan_memory_cache *k, const pt_config *c, sched_su
             return PT_OK;
         }
     }
-    for (int r = 0; r < p; r++) PT_CHECK(sched_sum_of(&buf[r], name, m, p, r, v));
+    PT_CHECK(sched_sums(buf, name, m, p, v));
     *out = buf;
     if (!k) return PT_OK;
     sched_sum *own = malloc(sizeof *own * (size_t)p);

@@ -343,13 +343,10 @@ static pt_status lend_lists(search *s, const pt_plan_layout *l) {
     if (!s->lists[k].lists) return pt_error_set(PT_ERR_NOMEM, "plan: pass lists");
     s->lists[k].p = p, s->lists[k].m = m, s->lists[k].v = v;
     snprintf(s->lists[k].name, sizeof s->lists[k].name, "%s", l->schedule);
-    for (int r = 0; r < p; r++) {
-        pt_status st = pt_schedule_build_stage(&s->lists[k].lists[r], l->schedule, m, p, r, v);
-        if (st != PT_OK) {
-            s->lists[k].p = r; /* the built ones are freed with the slot */
-            s->lists[k].m = -1;
-            return st;
-        }
+    pt_status st = pt_schedule_build_all(s->lists[k].lists, l->schedule, m, p, v);
+    if (st != PT_OK) {
+        s->lists[k].m = -1; /* zeroed lists, freed with the slot */
+        return st;
     }
     s->pipe.lists = s->lists[k].lists;
     return PT_OK;

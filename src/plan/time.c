@@ -678,11 +678,9 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
     }
     s.bdone = s.fdone + (size_t)G * m;
     for (size_t i = 0; i < (size_t)G * m * 2; i++) s.fdone[i] = -1;
+    if (!pp->lists && (st = pt_schedule_build_all(built, l->schedule, m, p, pp->v)) != PT_OK)
+        goto done;
     for (int r = 0; r < p; r++) {
-        if (!pp->lists) {
-            st = pt_schedule_build_stage(&built[r], l->schedule, m, p, r, pp->v);
-            if (st != PT_OK) goto done;
-        }
         total += (pp->lists ? pp->lists : built)[r].npass;
         pp->busy[r] = 0;
     }

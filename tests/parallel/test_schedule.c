@@ -329,6 +329,43 @@ static void test_simulator_refuses(void) {
     pt_error_clear();
 }
 
+/* Every rank's lists at once (pt_schedule_build_all; zbv from one run of
+ * its list scheduler) are each rank's own list, pass for pass, with the
+ * same counts. */
+static void test_build_all(void) {
+    static const struct {
+        const char *name;
+        int p, v;
+    } cases[] = {
+        {"zbv", 2, 2}, {"zbv", 3, 2}, {"zbv", 5, 2}, {"1f1b", 4, 1}, {"interleaved", 2, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int m = 1; m <= 9; m += 4) {
+            int p = cases[i].p, v = cases[i].v;
+            if (pt_schedule_check(cases[i].name, m, p, v, 0) != PT_OK) {
+                pt_error_clear();
+                continue;
+            }
+            pt_schedule all[5], one;
+            CHECK_OK(pt_schedule_build_all(all, cases[i].name, m, p, v));
+            for (int r = 0; r < p; r++) {
+                CHECK_OK(pt_schedule_build_stage(&one, cases[i].name, m, p, r, v));
+                CHECK_EQ(all[r].npass, one.npass);
+                CHECK_EQ(all[r].stage, r);
+                CHECK_EQ(all[r].in_flight, one.in_flight);
+                CHECK_EQ(all[r].last_micro, one.last_micro);
+                CHECK(!strcmp(all[r].name, one.name));
+                CHECK(memcmp(all[r].pass, one.pass, sizeof(pt_pass) * (size_t)one.npass) == 0);
+                pt_schedule_free(&one);
+                pt_schedule_free(&all[r]);
+            }
+        }
+    /* an invalid configuration: one line, every list zeroed */
+    pt_schedule bad[2];
+    CHECK(pt_schedule_build_all(bad, "zbv", 2, 2, 3) != PT_OK);
+    CHECK(bad[0].pass == NULL && bad[1].pass == NULL);
+    pt_error_clear();
+}
+
 int main(void) {
     RUN(test_legacy);
     RUN(test_mapping);
@@ -336,5 +373,6 @@ int main(void) {
     RUN(test_simulator_refuses);
     RUN(test_lists_and_simulation);
     RUN(test_zero_bubble);
+    RUN(test_build_all);
     return TEST_DONE();
 }

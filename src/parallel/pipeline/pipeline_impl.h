@@ -18,6 +18,9 @@ int pt_pipe_1f1b(pt_pass *out, int m, int p, int r);
 int pt_pipe_interleaved(pt_pass *out, int m, int p, int r, int v);
 int pt_pipe_zb1(pt_pass *out, int m, int p, int r);
 int pt_pipe_zbv(pt_pass *out, int m, int p, int r);
+/* zbv's lists of every rank from one simulation: out[k] (room for 6 m, or
+ * NULL: not kept) and its count n[k]; 0, or -1 when out of memory. */
+int pt_pipe_zbv_all(pt_pass *const *out, int *n, int m, int p);
 
 /* The simulator over given lists (schedule.c): s[0..p-1] are ranks 0..p-1
  * of one schedule (name, m, p, v from s[0]), lent. What
