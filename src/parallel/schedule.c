@@ -384,10 +384,9 @@ pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf,
     if (!(tf >= 0 && tb >= 0 && tw >= 0) || !isfinite(tf + tb + tw))
         return pt_error_set(PT_ERR_INVALID, "schedule times must be finite and >= 0 (got %g %g %g)",
                             tf, tb, tw);
-    pt_status st = PT_OK;
     pt_schedule *s = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *s * (size_t)p);
     if (!s) return PT_ERR_NOMEM;
-    st = pt_schedule_build_all(s, name, m, p, v);
+    pt_status st = pt_schedule_build_all(s, name, m, p, v);
     if (st == PT_OK) st = pt_pipe_simulate(s, tf, tb, tw, NULL, makespan, busy);
     for (int r = 0; r < p; r++) pt_schedule_free(&s[r]); /* zeroed if build_all failed */
     pt_mem_free(s);

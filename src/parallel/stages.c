@@ -259,8 +259,7 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     if (!order) return pt_error_set(PT_ERR_NOMEM, "stage split");
     for (int i = 0; i < n; i++) order[i] = (by_stage){x->cand_stage[i], i};
     qsort(order, (size_t)n, sizeof *order, by_stage_cmp);
-    pt_status st = PT_OK;
-    st = pt_schedule_build_all(lists, schedule, m, x->p, v);
+    pt_status st = pt_schedule_build_all(lists, schedule, m, x->p, v);
     double best_end = -1;
     for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);

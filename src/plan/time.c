@@ -216,6 +216,23 @@ static int profile_module(const pt_profile *p, const pt_model_config *m, int kin
         if (!hi) hi = lo;
         double a[4] = {lo->fwd_s, lo->bgrad_s, lo->wgrad_s, lo->recompute_s[rec]};
         double b[4] = {hi->fwd_s, hi->bgrad_s, hi->wgrad_s, hi->recompute_s[rec]};
+        /* A pass over fewer tokens never takes longer: a larger size's time
+         * caps a smaller one's. A noisy host otherwise leaves a lone outlier
+         * standing (small's tp 2 block, 256 tokens: a forward of 8.5 ms
+         * where 512 took 5.6; the layout on it predicted 1146 ms a step and
+         * ran 564). */
+        for (int i = 0; i < p->n_module; i++) {
+            const pt_profile_module *e = &p->module[i];
+            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th ||
+                entry_ranks(e) != rk)
+                continue;
+            double v[4] = {e->fwd_s, e->bgrad_s, e->wgrad_s, e->recompute_s[rec]};
+            for (int j = 0; j < 4; j++) {
+                if (!(v[j] > 0)) continue;
+                if (e->tokens >= lo->tokens && v[j] < a[j]) a[j] = v[j];
+                if (e->tokens >= hi->tokens && v[j] < b[j]) b[j] = v[j];
+            }
+        }
         double scale = (double)th / threads; /* threads scale linearly */
         if (want_tp != t) {
             /* a shard's products: 1/t of the work at the shard shape's rate */
