@@ -72,6 +72,9 @@ typedef struct {
      * slowest core's rate each; 0 when only one thread was timed). */
     double probe_all;
     int probe_all_cores;
+    /* The groups' micro-batch sizes timed a second time, their entries
+     * outliers against the neighbouring sizes' (a slow spell of the host). */
+    int n_retimed;
 } pt_calibration;
 
 /* Measure this machine. Runs ranks with pt_launch (so call it from a

@@ -55,6 +55,10 @@ static void summary(const pt_calibration *c, const char *path) {
         printf(", %.1f on %d cores at once (the slowest's)", c->probe_all / 1e9,
                c->probe_all_cores);
     if (c->n_probes) printf(": each figure scaled to the median on its thread count\n");
+    if (c->n_retimed)
+        printf("groups     %d micro-batch size%s timed again: outliers against the "
+               "neighbouring sizes\n",
+               c->n_retimed, c->n_retimed == 1 ? "" : "s");
     printf("links      shm p2p %.2f GB/s, latency %.1f us\n", cl->intra_node.bw / 1e9,
            cl->intra_node.latency * 1e6);
     printf("\n%-9s %5s %5s %3s %6s %7s %9s %9s %9s %9s %9s\n", "module", "C", "T", "tp", "tokens",
