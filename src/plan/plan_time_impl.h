@@ -24,6 +24,11 @@ typedef struct {
     double fa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    /* and with every core just busy, none shared (between the two: where
+     * a pipeline rank's ranks alone leave cores free; else = fa, ba, wa) */
+    double fc[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    double bc[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    double wc[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double p2p_intra, p2p_inter; /* one activation transfer between stages, per link */
     /* the tied wte where the embedding's and the head's pipeline ranks
      * differ (trainer_pipe.c), else 0: each way's transfer, and the add of

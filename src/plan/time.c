@@ -427,6 +427,14 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     double slow_a = l->dp * l->tp > dev ? (double)l->dp * l->tp / dev : 1.0;
     rates ra = r;
     ra.flops_s *= pp->slow / slow_a, ra.bytes_s *= pp->slow / slow_a, ra.slow = slow_a;
+    /* and with the devices just full (the full layout's ranks on every
+     * core, none shared): where a pipeline rank's ranks alone leave cores
+     * free, between the two ends. Only a measured machine's differs from
+     * the alone time (its cores share caches and memory bandwidth); a
+     * modelled device runs as fast with its neighbours busy. */
+    rates rc = r;
+    rc.flops_s *= pp->slow, rc.bytes_s *= pp->slow, rc.slow = 1;
+    int mid = cl->profile && pp->slow > 1 && l->dp * l->tp < dev;
 
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
     pt_plan_layout lt = *l, la;
@@ -447,6 +455,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
             if (p > 1 && pp->slow > 1)
                 module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
             pp->fa[g] += f, pp->ba[g] += b, pp->wa[g] += w;
+            if (p > 1 && mid) module_times(c, &lt, cl, &rc, kind, N, rec, &f, &b, &w, &tpc);
+            pp->fc[g] += f, pp->bc[g] += b, pp->wc[g] += w;
         }
         /* parameters this rank holds (its tp shard; the tied wte's copy on
          * the last stage is in st's count) */
@@ -476,9 +486,9 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
         pp->tp_busy[rk] += l->microbatches * pp->tp[g];
         pp->last_bw[rk] += pp->b[g] + pp->w[g];
         pp->busy[rk] += l->microbatches * (pp->f[g] + pp->b[g] + pp->w[g]);
-        pp->busy_lo[rk] +=
-            l->microbatches *
-            (fmin(pp->f[g], pp->fa[g]) + fmin(pp->b[g], pp->ba[g]) + fmin(pp->w[g], pp->wa[g]));
+        pp->busy_lo[rk] += l->microbatches * (fmin(pp->f[g], fmin(pp->fa[g], pp->fc[g])) +
+                                              fmin(pp->b[g], fmin(pp->ba[g], pp->bc[g])) +
+                                              fmin(pp->w[g], fmin(pp->wa[g], pp->wc[g])));
     }
     for (int k = 0; k < p; k++)
         if (pp->busy[k] > pp->busy[pp->crit]) pp->crit = k;
@@ -533,8 +543,9 @@ typedef struct {
 
 /* Rank r's next pass: 0 while an input it needs is not done; else 1, with
  * the time its inputs are all there (*ready) and its length with every
- * pipeline rank computing (*dur) and alone (*alone). */
-static int next_pass(const sim *s, int r, double *ready, double *dur, double *alone) {
+ * pipeline rank computing (len[0]), with every core just busy (len[1]) and
+ * alone (len[2]). */
+static int next_pass(const sim *s, int r, double *ready, double len[3]) {
     const pt_plan_pipe *pp = s->pp;
     const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
     int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), mb = ps->micro, m = pp->m;
@@ -545,15 +556,15 @@ static int next_pass(const sim *s, int r, double *ready, double *dur, double *al
             if (d < 0) return 0;
             *ready = d + (s->with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
         }
-        *dur = pp->f[g], *alone = pp->fa[g];
+        len[0] = pp->f[g], len[1] = pp->fc[g], len[2] = pp->fa[g];
         /* the step's first forward waits for the tied wte's send */
         double t = g == 0 && !s->sent && s->with_p2p ? pp->tied_s : 0;
-        *dur += t, *alone += t;
+        for (int k = 0; k < 3; k++) len[k] += t;
     } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
         double d = s->bdone[(size_t)g * m + mb];
         if (d < 0) return 0;
         *ready = d;
-        *dur = pp->w[g], *alone = pp->wa[g];
+        len[0] = pp->w[g], len[1] = pp->wc[g], len[2] = pp->wa[g];
     } else {
         double d = s->fdone[(size_t)g * m + mb];
         if (d < 0) return 0;
@@ -565,7 +576,8 @@ static int next_pass(const sim *s, int r, double *ready, double *dur, double *al
             if (e > *ready) *ready = e;
         }
         int bw = ps->kind == PT_PASS_BACKWARD;
-        *dur = pp->b[g] + (bw ? pp->w[g] : 0), *alone = pp->ba[g] + (bw ? pp->wa[g] : 0);
+        len[0] = pp->b[g] + (bw ? pp->w[g] : 0), len[1] = pp->bc[g] + (bw ? pp->wc[g] : 0);
+        len[2] = pp->ba[g] + (bw ? pp->wa[g] : 0);
     }
     /* The embedding's last weight pass ends once the head's wte gradient
      * is in (sent after the head's last), then adds it: it ends at
@@ -574,9 +586,9 @@ static int next_pass(const sim *s, int r, double *ready, double *dur, double *al
     int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
     if (wpass && g == 0 && s->wemb == m - 1 && pp->tied_add > 0) {
         if (s->head_final < 0) return 0;
-        double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - *dur;
+        double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - len[0];
         if (t > *ready) *ready = t;
-        *dur += pp->tied_add, *alone += pp->tied_add;
+        for (int k = 0; k < 3; k++) len[k] += pp->tied_add;
     }
     return 1;
 }
@@ -606,10 +618,10 @@ static pt_status run_dedicated(sim *s, int total, double *free_at) {
     for (int left = total; left > 0;) {
         int progress = 0;
         for (int r = 0; r < p; r++) {
-            double ready, dur, alone;
-            while (s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, &dur, &alone)) {
+            double ready, len[3];
+            while (s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, len)) {
                 double start = ready > free_at[r] ? ready : free_at[r];
-                free_at[r] = start + dur;
+                free_at[r] = start + len[0];
                 end_pass(s, r, start, free_at[r]);
                 left--, progress = 1;
             }
@@ -619,35 +631,52 @@ static pt_status run_dedicated(sim *s, int total, double *free_at) {
     return PT_OK;
 }
 
+/* At load x, a pass runs at len[*from] + (len[*to] - len[*from]) x the
+ * return value (len: next_pass's three times). */
+static double shared_at(double x, double xa, double slow, int *from, int *to) {
+    if (x >= 1 || xa >= 1) {
+        double lo = fmax(1, xa);
+        *from = xa >= 1 ? 2 : 1, *to = 0;
+        return slow > lo ? (fmax(lo, x) - lo) / (slow - lo) : 1;
+    }
+    *from = 2, *to = 1;
+    return (x - xa) / (1 - xa);
+}
+
 /* Ranks beyond the devices share them (pp->slow > 1, p > 1). A pass's
  * time is pp->f / b / w with every pipeline rank computing, and fa / ba /
  * wa with its own rank's alone (the others waiting in a bubble, asleep:
- * shm_wait.c); with n of the p computing, it runs at the time between the
- * two where the ranks' oversubscription max(1, n x slow / p) falls between
- * its ends. Simulated by events: the next pass to end, or the next
- * transfer to land. On 2 cores, gpt2's dp 1 x tp 2 x pp 2 (zb1, m 2, full
- * recompute): a block's backward took 12 ms while the other stage waited,
- * 24 while it computed; every pass at the latter, the model said 1026 ms a
- * step, measured 817. */
+ * shm_wait.c); with n of the p computing, the devices' load x = n x slow / p
+ * (ranks a device) falls between one rank's, x_a = slow / p, and slow:
+ * from where the devices are just full (x = 1: fc / bc / wc) it grows as
+ * the sharing does, linearly to slow; below, from the one rank's figure
+ * to the full devices' (a core of its own each, but caches and memory
+ * shared with busy neighbours: small's block ran 15-28% longer with the
+ * other core busy). Simulated by events: the next pass to end, or the
+ * next transfer to land. On 2 cores, gpt2's dp 1 x tp 2 x pp 2 (zb1, m 2,
+ * full recompute): a block's backward took 12 ms while the other stage
+ * waited, 24 while it computed; every pass at the latter, the model said
+ * 1026 ms a step, measured 817. */
 static pt_status run_shared(sim *s, int total, double *free_at) {
     pt_plan_pipe *pp = s->pp;
     int p = pp->p;
     double now = 0, left[PT_PLAN_MAX_STAGES], start[PT_PLAN_MAX_STAGES];
-    double full[PT_PLAN_MAX_STAGES], alone[PT_PLAN_MAX_STAGES];
+    double lens[PT_PLAN_MAX_STAGES][3];
     int running[PT_PLAN_MAX_STAGES] = {0};
-    double lo = fmax(1, pp->slow / p); /* one pipeline rank's oversubscription */
+    double xa = pp->slow / p; /* one pipeline rank's load of the devices */
     for (int todo = total; todo > 0;) {
         double wake = INFINITY;
         int n = 0;
         for (int r = 0; r < p; r++) {
-            double ready, dur, a;
-            while (!running[r] && s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, &dur, &a)) {
+            double ready, l3[3];
+            while (!running[r] && s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, l3)) {
                 if (ready > now) {
                     wake = fmin(wake, ready);
                     break;
                 }
-                if (dur > 0 || a > 0) {
-                    running[r] = 1, left[r] = 1, start[r] = now, full[r] = dur, alone[r] = a;
+                if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0) {
+                    running[r] = 1, left[r] = 1, start[r] = now;
+                    memcpy(lens[r], l3, sizeof l3);
                 } else { /* an empty pass ends as it starts */
                     end_pass(s, r, now, now);
                     free_at[r] = now, todo--;
@@ -657,12 +686,12 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
         }
         if (todo == 0) break;
         if (n == 0 && wake == INFINITY) return PT_ERR_INTERNAL;
-        /* where n computing ranks fall between alone (0) and all (1) */
-        double at = pp->slow > lo ? (fmax(lo, n * pp->slow / p) - lo) / (pp->slow - lo) : 1;
         double len[PT_PLAN_MAX_STAGES], dt = wake - now;
+        int from, to;
+        double at = shared_at(n * xa, xa, pp->slow, &from, &to);
         for (int r = 0; r < p; r++) {
             if (!running[r]) continue;
-            len[r] = alone[r] + (full[r] - alone[r]) * at;
+            len[r] = lens[r][from] + (lens[r][to] - lens[r][from]) * at;
             if (left[r] * len[r] < dt) dt = left[r] * len[r];
         }
         now += dt;

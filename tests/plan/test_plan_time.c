@@ -280,7 +280,8 @@ static void test_profile_groups(void) {
 }
 
 /* Ranks sharing devices (slow > 1): a pass runs at its alone time while
- * the other pipeline ranks wait, at its full time while they all compute. */
+ * the other pipeline ranks wait, at its full time while they all compute,
+ * and at the devices' just-full time where that many compute. */
 static void test_shared_pipeline(void) {
     pt_plan_layout l = layout(1, 1, 2, "gpipe", 1, 1);
     pt_plan_pipe *pp = calloc(1, sizeof *pp);
@@ -316,6 +317,27 @@ static void test_shared_pipeline(void) {
     pp->slow = 1;
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &ded, NULL, NULL));
     CHECK_NEAR(mk, ded, 1e-12, 0);
+    free(sl);
+    /* pp 4 over 2 devices (a rank alone leaves one free): two ranks
+     * computing fill them, each pass at fc (every core busy, none shared) */
+    pt_plan_layout l4 = layout(1, 1, 4, "gpipe", 1, 1);
+    memset(pp, 0, sizeof *pp);
+    pp->p = 4, pp->v = 1, pp->m = 2, pp->G = 4, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
+    for (int g = 0; g < 4; g++) {
+        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
+        pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
+        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
+        pp->rank_of[g] = g;
+    }
+    CHECK_OK(pt_plan_pipe_simulate(&l4, pp, 0, &mk, &sl, &ns));
+    int seen = 0;
+    for (int i = 0; i < ns; i++) {
+        if (sl[i].kind != PT_PASS_FORWARD || sl[i].rank != 0) continue;
+        /* F0 alone (0 to 0.5), F1 beside stage 1's F0 */
+        CHECK_NEAR(sl[i].end - sl[i].start, sl[i].micro == 0 ? 0.5 : 0.75, 1e-12, 0);
+        seen++;
+    }
+    CHECK(seen == 2);
     free(sl);
     free(pp);
 }
