@@ -473,11 +473,14 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
      * backward, which the embedding's waits for and adds in its own last.
      * The message is the vocabulary shard, from beyond the caches: gpt2's
      * 154 MB took 22 ms at the first forward of a pipeline step on the
-     * 2-core machine, and the add 12 ms. */
+     * 2-core machine, and the add 12 ms. Every dp and tp rank of the
+     * embedding's stage sends its own at once: ranks beyond the devices
+     * share them (gpt2 at dp 2 x pp 2 on 2 cores: 48.5 ms at the first
+     * forward, where 2 ranks took 22). */
     int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
     if (p > 1 && re != rh) {
         double wb = (double)c->model.vocab_size * c->model.n_embd / l->tp * r.el;
-        pp->tied_s = group_coll_s(cl, 1, PT_PROFILE_P2P, 2, wb,
+        pp->tied_s = group_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb,
                                   same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node);
         pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
     }

@@ -508,6 +508,23 @@ static void test_tied_embedding(void) {
     pt_plan_layout v = layout(1, 1, 2, "zbv", 2, 2);
     CHECK_OK(pt_plan_pipe_times(&c, &v, &cl, q));
     CHECK(q->tied_s == 0 && q->tied_add == 0);
+    /* on a measured machine, the profile's point-to-point, and every dp
+     * rank of the stage sends its own at once: ranks beyond the devices
+     * share them (dp 2 x pp 2 on 2 cores, twice a lone pair's time) */
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    prof.cores = 2;
+    pt_profile_comm pc[2] = {{"shm", PT_PROFILE_P2P, 2, 1 << 10, 1e-5},
+                             {"shm", PT_PROFILE_P2P, 2, 1 << 30, 0.1}};
+    prof.comm = pc, prof.n_comm = 2;
+    pt_cluster two = hand_cluster(1, 2);
+    two.profile = &prof;
+    pt_plan_layout pair = layout(1, 1, 2, "1f1b", 1, 2), shared = layout(2, 1, 2, "1f1b", 1, 2);
+    CHECK_OK(pt_plan_pipe_times(&c, &pair, &two, q));
+    double lone = q->tied_s;
+    CHECK(lone > 1e-5 && lone < 0.1);
+    CHECK_OK(pt_plan_pipe_times(&c, &shared, &two, q));
+    CHECK_NEAR(q->tied_s, 2 * lone, 1e-12, 0);
     free(q);
 }
 
