@@ -860,8 +860,8 @@ typedef struct {
     int t, ranks, max_B; /* the shard's tp (1: whole), ranks at once */
     int cores;           /* the machine's */
     float *probe_buf;    /* the parent's (its pages are the fork's) */
-    /* shared with the parent (MAP_SHARED): rank 0's entries, 3 per B, and
-     * the probe beside each three */
+    /* shared with the parent (MAP_SHARED): rank 0's entries, 3 per B, the
+     * probe beside each, and how many sizes were timed again */
     pt_profile_module out[TP_MAX_OUT];
     double probe[TP_MAX_OUT];
     int n_out, n_retimed;
