@@ -339,6 +339,26 @@ static void test_shared_pipeline(void) {
     }
     CHECK(seen == 2);
     free(sl);
+    /* pp 8 over 4 devices (a rank alone loads them a quarter): two ranks
+     * computing load them half, a third of the way from a quarter to full,
+     * so a third of the way from the alone time to fc */
+    pt_plan_layout l8 = layout(1, 1, 8, "gpipe", 1, 1);
+    pp->p = 8, pp->G = 8, pp->slow = 2;
+    for (int g = 0; g < 8; g++) {
+        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
+        pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
+        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
+        pp->rank_of[g] = g;
+    }
+    CHECK_OK(pt_plan_pipe_simulate(&l8, pp, 0, &mk, &sl, &ns));
+    seen = 0;
+    for (int i = 0; i < ns; i++) {
+        if (sl[i].kind != PT_PASS_FORWARD || sl[i].rank != 0) continue;
+        CHECK_NEAR(sl[i].end - sl[i].start, sl[i].micro == 0 ? 0.5 : 0.5 + 0.25 / 3, 1e-12, 0);
+        seen++;
+    }
+    CHECK(seen == 2);
+    free(sl);
     free(pp);
 }
 
