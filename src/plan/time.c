@@ -671,7 +671,7 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
         double wake = INFINITY;
         int n = 0;
         for (int r = 0; r < p; r++) {
-            double ready, l3[3];
+            double ready, *l3 = lens[r]; /* kept while the pass runs */
             while (!running[r] && s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, l3)) {
                 if (ready > now) {
                     wake = fmin(wake, ready);
@@ -679,7 +679,6 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
                 }
                 if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0) {
                     running[r] = 1, left[r] = 1, start[r] = now;
-                    memcpy(lens[r], l3, sizeof l3);
                 } else { /* an empty pass ends as it starts */
                     end_pass(s, r, now, now);
                     free_at[r] = now, todo--;

@@ -279,6 +279,33 @@ static void test_profile_groups(void) {
     free(rest);
 }
 
+/* gpipe over p pipeline ranks at twice the devices' load (slow 2), every
+ * pass 1 with all computing, 0.75 with every core just busy, 0.5 alone:
+ * stage 0's first forward runs alone, its second (beside stage 1's first)
+ * takes `second`. */
+static void shared_second_forward(pt_plan_pipe *pp, int p, double second) {
+    pt_plan_layout l = layout(1, 1, p, "gpipe", 1, 1);
+    memset(pp, 0, sizeof *pp);
+    pp->p = p, pp->v = 1, pp->m = 2, pp->G = p, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
+    for (int g = 0; g < p; g++) {
+        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
+        pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
+        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
+        pp->rank_of[g] = g;
+    }
+    double mk = 0;
+    pt_plan_slot *sl = NULL;
+    int ns = 0, seen = 0;
+    CHECK_OK(pt_plan_pipe_simulate(&l, pp, 0, &mk, &sl, &ns));
+    for (int i = 0; i < ns; i++) {
+        if (sl[i].kind != PT_PASS_FORWARD || sl[i].rank != 0) continue;
+        CHECK_NEAR(sl[i].end - sl[i].start, sl[i].micro == 0 ? 0.5 : second, 1e-12, 0);
+        seen++;
+    }
+    CHECK(seen == 2);
+    free(sl);
+}
+
 /* Ranks sharing devices (slow > 1): a pass runs at its alone time while
  * the other pipeline ranks wait, at its full time while they all compute,
  * and at the devices' just-full time where that many compute. */
@@ -320,45 +347,11 @@ static void test_shared_pipeline(void) {
     free(sl);
     /* pp 4 over 2 devices (a rank alone leaves one free): two ranks
      * computing fill them, each pass at fc (every core busy, none shared) */
-    pt_plan_layout l4 = layout(1, 1, 4, "gpipe", 1, 1);
-    memset(pp, 0, sizeof *pp);
-    pp->p = 4, pp->v = 1, pp->m = 2, pp->G = 4, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
-    for (int g = 0; g < 4; g++) {
-        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
-        pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
-        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
-        pp->rank_of[g] = g;
-    }
-    CHECK_OK(pt_plan_pipe_simulate(&l4, pp, 0, &mk, &sl, &ns));
-    int seen = 0;
-    for (int i = 0; i < ns; i++) {
-        if (sl[i].kind != PT_PASS_FORWARD || sl[i].rank != 0) continue;
-        /* F0 alone (0 to 0.5), F1 beside stage 1's F0 */
-        CHECK_NEAR(sl[i].end - sl[i].start, sl[i].micro == 0 ? 0.5 : 0.75, 1e-12, 0);
-        seen++;
-    }
-    CHECK(seen == 2);
-    free(sl);
+    shared_second_forward(pp, 4, 0.75);
     /* pp 8 over 4 devices (a rank alone loads them a quarter): two ranks
      * computing load them half, a third of the way from a quarter to full,
      * so a third of the way from the alone time to fc */
-    pt_plan_layout l8 = layout(1, 1, 8, "gpipe", 1, 1);
-    pp->p = 8, pp->G = 8, pp->slow = 2;
-    for (int g = 0; g < 8; g++) {
-        pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
-        pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
-        pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
-        pp->rank_of[g] = g;
-    }
-    CHECK_OK(pt_plan_pipe_simulate(&l8, pp, 0, &mk, &sl, &ns));
-    seen = 0;
-    for (int i = 0; i < ns; i++) {
-        if (sl[i].kind != PT_PASS_FORWARD || sl[i].rank != 0) continue;
-        CHECK_NEAR(sl[i].end - sl[i].start, sl[i].micro == 0 ? 0.5 : 0.5 + 0.25 / 3, 1e-12, 0);
-        seen++;
-    }
-    CHECK(seen == 2);
-    free(sl);
+    shared_second_forward(pp, 8, 0.5 + 0.25 / 3);
     free(pp);
 }
 
