@@ -19,8 +19,8 @@ typedef struct {
     double b[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* input gradient (+ recompute) */
     double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* weight gradient */
     double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
-    /* f, b, w while the other pipeline ranks wait (= f, b, w unless ranks
-     * share devices: slow > 1, p > 1; time.c's run_shared) */
+    /* f, b, w while the other pipeline ranks wait (= f, b, w unless
+     * `alone`; time.c's run_shared) */
     double fa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
@@ -49,6 +49,10 @@ typedef struct {
     const pt_schedule *lists; /* NULL, or the p ranks' pass lists, lent (the search's cache) */
     int threads;              /* BLAS threads per rank */
     double slow;              /* oversubscription factor (>= 1) */
+    /* p > 1 and a pass's time depends on how many ranks compute: ranks
+     * share the devices (slow > 1), or a measured machine (its cores share
+     * caches and memory bandwidth); run_shared simulates it */
+    int alone;
 } pt_plan_pipe;
 
 /* The pipeline part of l's step in two halves: the pass times (and each

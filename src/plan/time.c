@@ -51,7 +51,9 @@
  * bytes a parameter over memory_bw. Ranks
  * beyond the cluster's devices share them: compute slows by world /
  * devices while every rank computes, less while a pipeline's stages wait
- * in a bubble (run_shared), and BLAS threads per rank are max(1, cores /
+ * in a bubble (run_shared; on a measured machine a pass also runs at its
+ * lone rank's time there when no core is shared, its cores' caches and
+ * memory bandwidth its own), and BLAS threads per rank are max(1, cores /
  * world) unless train.threads is set.
  *
  * Not here: memory (memory.c), the choice of layout (search.c). */
@@ -435,6 +437,11 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     rates rc = r;
     rc.flops_s *= pp->slow, rc.bytes_s *= pp->slow, rc.slow = 1;
     int mid = cl->profile && pp->slow > 1 && l->dp * l->tp < dev;
+    /* A measured machine's pass alone is faster even where no core is
+     * shared: gpt2 at pp 2 over 2 cores, 1f1b m 1 (each stage alone in
+     * turn), every pass at the both-cores-busy time put the step 8-21%
+     * over the best measured in five runs. */
+    pp->alone = p > 1 && (pp->slow > 1 || cl->profile);
 
     double N = (double)c->train.batch_size / ((double)l->dp * l->microbatches) * c->model.seq_len;
     pt_plan_layout lt = *l, la;
@@ -452,8 +459,7 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
             double f, b, w, tpc;
             module_times(c, &lt, cl, &r, kind, N, rec, &f, &b, &w, &tpc);
             pp->f[g] += f, pp->b[g] += b, pp->w[g] += w, pp->tp[g] += tpc;
-            if (p > 1 && pp->slow > 1)
-                module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
+            if (pp->alone) module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
             pp->fa[g] += f, pp->ba[g] += b, pp->wa[g] += w;
             if (p > 1 && mid) module_times(c, &lt, cl, &rc, kind, N, rec, &f, &b, &w, &tpc);
             pp->fc[g] += f, pp->bc[g] += b, pp->wc[g] += w;
@@ -542,7 +548,17 @@ typedef struct {
      * when the head's last ended (-1: not yet) */
     int sent, wemb, whead;
     double head_final;
+    int defer_tied; /* run_shared: next_pass leaves the tied wait to it */
 } sim;
+
+/* Whether rank r's next pass is the embedding's last weight pass, which
+ * waits for the head's tied wte gradient (pp->tied_add > 0). */
+static int tied_last(const sim *s, int r) {
+    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
+    int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
+    return wpass && pt_schedule_virtual_stage(&s->sc[r], ps->chunk) == 0 &&
+           s->wemb == s->pp->m - 1 && s->pp->tied_add > 0;
+}
 
 /* Rank r's next pass: 0 while an input it needs is not done; else 1, with
  * the time its inputs are all there (*ready) and its length with every
@@ -585,9 +601,9 @@ static int next_pass(const sim *s, int r, double *ready, double len[3]) {
     /* The embedding's last weight pass ends once the head's wte gradient
      * is in (sent after the head's last), then adds it: it ends at
      * max(start + dur, arrival) + add, which a start no earlier than
-     * arrival - dur gives. */
-    int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
-    if (wpass && g == 0 && s->wemb == m - 1 && pp->tied_add > 0) {
+     * arrival - dur gives (run_shared, which cannot look ahead to the
+     * arrival, waits for it at the pass's end instead). */
+    if (tied_last(s, r) && !s->defer_tied) {
         if (s->head_final < 0) return 0;
         double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - len[0];
         if (t > *ready) *ready = t;
@@ -646,10 +662,11 @@ static double shared_at(double x, double xa, double slow, int *from, int *to) {
     return (x - xa) / (1 - xa);
 }
 
-/* Ranks beyond the devices share them (pp->slow > 1, p > 1). A pass's
- * time is pp->f / b / w with every pipeline rank computing, and fa / ba /
- * wa with its own rank's alone (the others waiting in a bubble, asleep:
- * shm_wait.c); with n of the p computing, the devices' load x = n x slow / p
+/* A pass's time depends on how many pipeline ranks compute (pp->alone:
+ * ranks beyond the devices share them, pp->slow > 1; or a measured
+ * machine, whose cores share caches and memory bandwidth). It is pp->f /
+ * b / w with every pipeline rank computing, and fa / ba / wa with its own
+ * rank's alone (the others waiting in a bubble, asleep: shm_wait.c); with n of the p computing, the devices' load x = n x slow / p
  * (ranks a device) falls between one rank's, x_a = slow / p, and slow:
  * from where the devices are just full (x = 1: fc / bc / wc) it grows as
  * the sharing does, linearly to slow; below, from the one rank's figure
@@ -666,18 +683,36 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
     double now = 0, left[PT_PLAN_MAX_STAGES], start[PT_PLAN_MAX_STAGES];
     double lens[PT_PLAN_MAX_STAGES][3];
     int running[PT_PLAN_MAX_STAGES] = {0};
+    /* the embedding's last weight pass (tied_last): its compute, then a
+     * wait for the head's gradient (the rank idle), then the add */
+    enum { TIED_NO, TIED_COMPUTE, TIED_WAIT, TIED_ADD };
+    int tied[PT_PLAN_MAX_STAGES] = {0};
+    double waited[PT_PLAN_MAX_STAGES] = {0};
     double xa = pp->slow / p; /* one pipeline rank's load of the devices */
+    s->defer_tied = 1;
     for (int todo = total; todo > 0;) {
         double wake = INFINITY;
         int n = 0;
         for (int r = 0; r < p; r++) {
             double ready, *l3 = lens[r]; /* kept while the pass runs */
-            while (!running[r] && s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, l3)) {
+            if (tied[r] == TIED_WAIT && s->head_final >= 0) {
+                double in = s->head_final + (s->with_p2p ? pp->tied_s : 0);
+                if (in > now) {
+                    wake = fmin(wake, in);
+                } else {
+                    tied[r] = TIED_ADD, running[r] = 1, left[r] = 1;
+                    waited[r] = now - waited[r];
+                    l3[0] = l3[1] = l3[2] = pp->tied_add;
+                }
+            }
+            while (!running[r] && tied[r] != TIED_WAIT && s->idx[r] < s->sc[r].npass &&
+                   next_pass(s, r, &ready, l3)) {
                 if (ready > now) {
                     wake = fmin(wake, ready);
                     break;
                 }
-                if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0) {
+                if (tied_last(s, r)) tied[r] = TIED_COMPUTE;
+                if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0 || tied[r]) {
                     running[r] = 1, left[r] = 1, start[r] = now;
                 } else { /* an empty pass ends as it starts */
                     end_pass(s, r, now, now);
@@ -702,7 +737,13 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
             left[r] -= len[r] > 0 ? dt / len[r] : 1;
             if (left[r] > 1e-12) continue;
             running[r] = 0;
-            end_pass(s, r, start[r], now);
+            if (tied[r] == TIED_COMPUTE) { /* waited[r]: since when, then how long */
+                tied[r] = TIED_WAIT, waited[r] = now;
+                continue;
+            }
+            /* the tied pass's slot: its compute and add, less the wait */
+            end_pass(s, r, start[r] + (tied[r] ? waited[r] : 0), now);
+            tied[r] = TIED_NO;
             free_at[r] = now, todo--;
         }
     }
@@ -737,7 +778,7 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
         st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
         goto done;
     }
-    if ((p > 1 && pp->slow > 1 ? run_shared : run_dedicated)(&s, total, free_at) != PT_OK) {
+    if ((pp->alone ? run_shared : run_dedicated)(&s, total, free_at) != PT_OK) {
         st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
                           l->schedule, p, m, pp->v);
         goto done;

@@ -253,6 +253,35 @@ static void test_profile_groups(void) {
     c.train.batch_size = 8; /* dp 2: 512 tokens each */
     pt_plan_layout dp2 = layout(2, 1, 1, "none", 1, 1);
     CHECK_NEAR(block_f(&c, &cl, &dp2), 0.012, 0, 1e-9); /* both cores busy: under load */
+    /* pp 2 over the 2 cores, none shared: a pass at the under-load time
+     * while both stages compute, at the lone rank's while the other waits
+     * (the pipeline's own measured cores; a modelled device has one time) */
+    c.train.batch_size = 4;
+    c.model.n_layer = 2;
+    pt_plan_layout pp2 = layout(1, 1, 2, "1f1b", 1, 1);
+    pp2.threads = 1;
+    pt_plan_pipe *two = calloc(1, sizeof *two), *none = calloc(1, sizeof *none);
+    CHECK_OK(pt_plan_pipe_times(&c, &pp2, &cl, two));
+    c.model.n_layer = 0;
+    CHECK_OK(pt_plan_pipe_times(&c, &pp2, &cl, none));
+    CHECK(two->alone && two->slow == 1);
+    CHECK_NEAR(two->f[0] - none->f[0], 0.012, 0, 1e-9);
+    CHECK_NEAR(two->fa[0] - none->fa[0], 0.010, 0, 1e-9);
+    CHECK_NEAR(two->wa[1] - none->wa[1], 0.010, 0, 1e-9);
+    /* one micro-batch: the stages in turn, every pass alone (and the
+     * tied wte's add, which the run without transfers keeps) */
+    CHECK_OK(pt_plan_pipe_run(&pp2, two));
+    double lone = two->tied_add;
+    for (int g = 0; g < 2; g++) lone += two->fa[g] + two->ba[g] + two->wa[g];
+    CHECK_NEAR(two->makespan_nop2p, lone, 1e-12, 0);
+    cl.profile = NULL;
+    c.model.n_layer = 2;
+    CHECK_OK(pt_plan_pipe_times(&c, &pp2, &cl, two));
+    CHECK(!two->alone);
+    cl.profile = &prof;
+    free(two);
+    free(none);
+    c.model.n_layer = 1;
     c.train.batch_size = 4;
     pt_plan_layout tp2 = layout(1, 2, 1, "none", 1, 1);
     CHECK_NEAR(block_f(&c, &cl, &tp2), 0.007, 0, 1e-9); /* no all-reduce added */
@@ -287,6 +316,7 @@ static void shared_second_forward(pt_plan_pipe *pp, int p, double second) {
     pt_plan_layout l = layout(1, 1, p, "gpipe", 1, 1);
     memset(pp, 0, sizeof *pp);
     pp->p = p, pp->v = 1, pp->m = 2, pp->G = p, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
+    pp->alone = 1;
     for (int g = 0; g < p; g++) {
         pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
         pp->fc[g] = pp->bc[g] = pp->wc[g] = 0.75;
@@ -313,6 +343,7 @@ static void test_shared_pipeline(void) {
     pt_plan_layout l = layout(1, 1, 2, "gpipe", 1, 1);
     pt_plan_pipe *pp = calloc(1, sizeof *pp);
     pp->p = 2, pp->v = 1, pp->m = 1, pp->G = 2, pp->stride = 1, pp->dpn = 64, pp->slow = 2;
+    pp->alone = 1;
     for (int g = 0; g < 2; g++) {
         pp->f[g] = pp->b[g] = pp->w[g] = 1.0;
         pp->fa[g] = pp->ba[g] = pp->wa[g] = 0.5;
@@ -341,7 +372,7 @@ static void test_shared_pipeline(void) {
     for (int g = 0; g < 2; g++) pp->fa[g] = pp->ba[g] = pp->wa[g] = 1.0;
     double ded = 0;
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, NULL, NULL));
-    pp->slow = 1;
+    pp->slow = 1, pp->alone = 0;
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &ded, NULL, NULL));
     CHECK_NEAR(mk, ded, 1e-12, 0);
     free(sl);
@@ -505,6 +536,35 @@ static void test_tied_embedding(void) {
     /* without transfers: the add stays, the waits go */
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 0, &mk, NULL, NULL));
     CHECK_NEAR(mk, f[0] + f[1] + bw[1] + bw[0] + add, 1e-12, 0);
+    /* The event simulation (run_shared), every pass as long alone as
+     * beside the others, is the plain one: it cannot start the
+     * embedding's last weight pass early to end at the gradient's arrival,
+     * so it runs it and then waits. With zb1's split W, that pass is ready
+     * before the head's last has ended (before: it waited for that end,
+     * then ran, 0.45 s later at m 4). */
+    static const char *sched[3] = {"gpipe", "1f1b", "zb1"};
+    for (int k = 0; k < 3; k++) {
+        for (int m = 1; m <= 4; m *= 2) {
+            pt_plan_layout lk = layout(1, 1, 2, sched[k], m, 1);
+            pp->m = m, pp->slow = 1;
+            for (int g = 0; g < 2; g++) {
+                pp->fc[g] = pp->fa[g] = pp->f[g] = f[g] * 0.3;
+                pp->bc[g] = pp->ba[g] = pp->b[g] = bw[g] * 0.15;
+                pp->wc[g] = pp->wa[g] = pp->w[g] = bw[g] * 0.15;
+            }
+            for (int p2p = 0; p2p < 2; p2p++) {
+                double ded = 0, ev = 0, busy[2];
+                pp->alone = 0;
+                CHECK_OK(pt_plan_pipe_simulate(&lk, pp, p2p, &ded, NULL, NULL));
+                busy[0] = pp->busy[0], busy[1] = pp->busy[1];
+                pp->alone = 1;
+                CHECK_OK(pt_plan_pipe_simulate(&lk, pp, p2p, &ev, NULL, NULL));
+                CHECK_NEAR(ev, ded, 1e-12, 0);
+                CHECK_NEAR(pp->busy[0], busy[0], 1e-12, 0);
+                CHECK_NEAR(pp->busy[1], busy[1], 1e-12, 0);
+            }
+        }
+    }
     free(pp);
 
     /* from the model: the vocabulary shard over the link (no profile), and
