@@ -666,8 +666,9 @@ static double shared_at(double x, double xa, double slow, int *from, int *to) {
  * ranks beyond the devices share them, pp->slow > 1; or a measured
  * machine, whose cores share caches and memory bandwidth). It is pp->f /
  * b / w with every pipeline rank computing, and fa / ba / wa with its own
- * rank's alone (the others waiting in a bubble, asleep: shm_wait.c); with n of the p computing, the devices' load x = n x slow / p
- * (ranks a device) falls between one rank's, x_a = slow / p, and slow:
+ * rank's alone (the others waiting in a bubble, asleep: shm_wait.c);
+ * with n of the p computing, the devices' load x = n x slow / p (ranks a
+ * device) falls between one rank's, x_a = slow / p, and slow:
  * from where the devices are just full (x = 1: fc / bc / wc) it grows as
  * the sharing does, linearly to slow; below, from the one rank's figure
  * to the full devices' (a core of its own each, but caches and memory
@@ -835,9 +836,15 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
             dp_s = ar > window ? ar - window : 0;
             if (l->zero == 1) dp_s += group_coll_s(cl, slow, AG, zg, params * gb, shard);
         } else if (l->zero == 2) {
+            /* Without a pipeline every micro-batch's backward reduce-scatters
+             * the gradients (zero.c; per_step under a pipeline): the last's
+             * beyond its backward, the others' beyond the micro-batch after
+             * them. gpt2 at dp 2, m 2 on 2 cores: 28 reduce-scatters a
+             * step in the trace, where one set was counted. */
             double rs = group_coll_s(cl, slow, RS, zg, params * gb, shard);
             double ag = group_coll_s(cl, slow, AG, zg, params * gb, shard);
-            dp_s = (rs > window ? rs - window : 0) + ag;
+            double m = l->pp > 1 ? 1 : l->microbatches, mb = full ? 0 : pp->busy[k] / m;
+            dp_s = (m - 1) * (rs > mb ? rs - mb : 0) + (rs > window ? rs - window : 0) + ag;
         } else {
             double sh = params - whole, m = l->microbatches;
             double z3 = m * (2 * group_coll_s(cl, slow, AG, zg, sh * gb, shard) +

@@ -508,6 +508,11 @@ static void test_profile_collectives(void) {
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
     double bw = cl.intra_node.bw * cl.efficiency.comm, lat = cl.intra_node.latency;
     CHECK_NEAR(t.comm_s[PT_MESH_DP], pt_plan_allgather_s(2, B, bw, lat) + tg, 0, 1e-12);
+    /* ZeRO-2 without a pipeline reduce-scatters after every micro-batch's
+     * backward (zero.c), none hidden on full cores: m of them */
+    l.microbatches = 3;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], 3 * pt_plan_allgather_s(2, B, bw, lat) + tg, 0, 1e-12);
 }
 
 /* The tied wte between the embedding's and the head's pipeline ranks
@@ -545,7 +550,7 @@ static void test_tied_embedding(void) {
     static const char *sched[3] = {"gpipe", "1f1b", "zb1"};
     for (int k = 0; k < 3; k++) {
         for (int m = 1; m <= 4; m *= 2) {
-            pt_plan_layout lk = layout(1, 1, 2, sched[k], m, 1);
+            pt_plan_layout lk = layout(1, 1, 2, sched[k], 1, m);
             pp->m = m, pp->slow = 1;
             for (int g = 0; g < 2; g++) {
                 pp->fc[g] = pp->fa[g] = pp->f[g] = f[g] * 0.3;
