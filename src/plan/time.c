@@ -843,7 +843,8 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
              * step in the trace, where one set was counted. */
             double rs = group_coll_s(cl, slow, RS, zg, params * gb, shard);
             double ag = group_coll_s(cl, slow, AG, zg, params * gb, shard);
-            double m = l->pp > 1 ? 1 : l->microbatches, mb = full ? 0 : pp->busy[k] / m;
+            double m = l->pp > 1 ? 1 : l->microbatches;
+            double mb = full || !c->parallel.overlap ? 0 : pp->busy[k] / m;
             dp_s = (m - 1) * (rs > mb ? rs - mb : 0) + (rs > window ? rs - window : 0) + ag;
         } else {
             double sh = params - whole, m = l->microbatches;

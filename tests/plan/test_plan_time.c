@@ -511,8 +511,19 @@ static void test_profile_collectives(void) {
     /* ZeRO-2 without a pipeline reduce-scatters after every micro-batch's
      * backward (zero.c), none hidden on full cores: m of them */
     l.microbatches = 3;
+    double rs = pt_plan_allgather_s(2, B, bw, lat);
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
-    CHECK_NEAR(t.comm_s[PT_MESH_DP], 3 * pt_plan_allgather_s(2, B, bw, lat) + tg, 0, 1e-12);
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], 3 * rs + tg, 0, 1e-12);
+    /* with cores to spare (one thread a rank) each hides behind the
+     * compute after it (here far longer), unless parallel.overlap is off:
+     * then all three wait */
+    prof.cores = 4, c.parallel.overlap = 1, l.threads = 1;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK(t.compute_s / 3 > rs);
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], tg, 0, 1e-12);
+    c.parallel.overlap = 0;
+    CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
+    CHECK_NEAR(t.comm_s[PT_MESH_DP], 3 * rs + tg, 0, 1e-12);
 }
 
 /* The tied wte between the embedding's and the head's pipeline ranks
