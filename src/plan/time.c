@@ -688,7 +688,7 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
      * wait for the head's gradient (the rank idle), then the add */
     enum { TIED_NO, TIED_COMPUTE, TIED_WAIT, TIED_ADD };
     int tied[PT_PLAN_MAX_STAGES] = {0};
-    double waited[PT_PLAN_MAX_STAGES] = {0};
+    double wait_from[PT_PLAN_MAX_STAGES];
     double xa = pp->slow / p; /* one pipeline rank's load of the devices */
     s->defer_tied = 1;
     for (int todo = total; todo > 0;) {
@@ -702,7 +702,7 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
                     wake = fmin(wake, in);
                 } else {
                     tied[r] = TIED_ADD, running[r] = 1, left[r] = 1;
-                    waited[r] = now - waited[r];
+                    start[r] += now - wait_from[r]; /* its slot: compute and add */
                     l3[0] = l3[1] = l3[2] = pp->tied_add;
                 }
             }
@@ -738,12 +738,11 @@ static pt_status run_shared(sim *s, int total, double *free_at) {
             left[r] -= len[r] > 0 ? dt / len[r] : 1;
             if (left[r] > 1e-12) continue;
             running[r] = 0;
-            if (tied[r] == TIED_COMPUTE) { /* waited[r]: since when, then how long */
-                tied[r] = TIED_WAIT, waited[r] = now;
+            if (tied[r] == TIED_COMPUTE) {
+                tied[r] = TIED_WAIT, wait_from[r] = now;
                 continue;
             }
-            /* the tied pass's slot: its compute and add, less the wait */
-            end_pass(s, r, start[r] + (tied[r] ? waited[r] : 0), now);
+            end_pass(s, r, start[r], now);
             tied[r] = TIED_NO;
             free_at[r] = now, todo--;
         }
