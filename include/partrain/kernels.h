@@ -297,6 +297,11 @@ double pt_adamw_update_sumsq(float *param, const float *grad, float *m, float *v
 void pt_sgd_update(float *param, const float *grad, float *buf, long n, float lr, float momentum,
                    float weight_decay, float grad_scale);
 
+/* ---- parameter initialization -------------------------------------------------------
+ * w[j] = std * pt_rng_normal_at(key, first + j) for j in [0, n): bitwise the
+ * same at any thread count. */
+void pt_fill_normal(float *w, long n, uint64_t key, uint64_t first, float std);
+
 #ifdef __cplusplus
 }
 #endif

@@ -760,7 +760,7 @@ static void draw_normal(float *w, const pt_shard *sh, uint64_t key, float std) {
     for (size_t k = 0; k < nruns; k++) {
         size_t g, l, len;
         pt_shard_run(sh, k, &g, &l, &len);
-        for (size_t j = 0; j < len; j++) w[l + j] = std * pt_rng_normal_at(key, g + j);
+        pt_fill_normal(w + l, (long)len, key, g, std);
     }
 }
 

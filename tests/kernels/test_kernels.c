@@ -796,6 +796,28 @@ static void test_sum_squares(void) {
     pt_kernels_set_threads(1);
 }
 
+/* pt_fill_normal is the scalar draw, element by element, at an offset
+ * counter, below and above its parallel threshold, at every thread count. */
+static void test_fill_normal(void) {
+    const long sizes[] = {0, 1, 4095, 4096, 100003};
+    const uint64_t key = pt_rng_key(5, "h.0.mlp.c_fc.weight"), first = 12345;
+    for (int s = 0; s < 5; s++) {
+        long n = sizes[s];
+        float *w = malloc((size_t)(n + 1) * sizeof *w);
+        for (int k = 0; k < NTHREADS; k++) {
+            pt_kernels_set_threads(THREADS[k]);
+            w[n] = -1.0f; /* a sentinel past the end */
+            pt_fill_normal(w, n, key, first, 0.02f);
+            int same = w[n] == -1.0f;
+            for (long j = 0; j < n; j++)
+                same &= w[j] == 0.02f * pt_rng_normal_at(key, first + (uint64_t)j);
+            CHECK(same);
+        }
+        free(w);
+    }
+    pt_kernels_set_threads(1);
+}
+
 static void test_fast_exp(void) {
     double worst = 0.0;
     for (float x = -87.0f; x <= 88.0f; x += 0.001953125f) {
@@ -922,6 +944,7 @@ int main(void) {
     RUN(test_softmax_xent);
     RUN(test_adamw);
     RUN(test_sum_squares);
+    RUN(test_fill_normal);
     RUN(test_fork_after_threads);
     RUN(test_speed_probe);
     return TEST_DONE();
