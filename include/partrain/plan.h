@@ -181,12 +181,20 @@ typedef struct {
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out);
 
-/* Whether m (a rank's or the max over ranks) exceeds capacity bytes: 0
- * when it fits (reason ""), else 1 with one line in reason naming the
- * total, the categories largest first, the slack and the capacity: "needs
- * 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, ...), the device has
- * 85.9 GB". */
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reason, size_t n);
+/* The bytes one rank of world may hold on cl: the device's memory, or
+ * where the ranks outnumber the devices (4 ranks on this machine's 2
+ * cores) the device's over the ranks that share one, ceil(world /
+ * devices), that count in *share (when not NULL). */
+double pt_plan_rank_capacity(const pt_cluster *cl, int world, int *share);
+
+/* Whether m (a rank's or the max over ranks) exceeds capacity bytes (a
+ * rank's, share ranks to a device): 0 when it fits (reason ""), else 1
+ * with one line in reason naming the total, the categories largest first,
+ * the slack and the capacity: "needs 93.1 GB a rank (optim 61.2 GB, params
+ * 15.3 GB, ...), the device has 85.9 GB", or with share 2 "..., a rank
+ * has 6.3 GB (the device's 12.6 GB over 2 ranks)". */
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, char *reason,
+                         size_t n);
 
 /* ---- time model ------------------------------------------------------------ */
 typedef struct {

@@ -78,10 +78,18 @@ static pt_status file_keys(const char *path, char ***store, int *n) {
 }
 
 static void print_table(const pt_plan_result *r, int top, int world, const pt_cluster *cl) {
-    printf("%ld valid layouts of %d ranks on %s (%.1f GB a device): %ld evaluated (the rest\n"
+    int share;
+    double cap = pt_plan_rank_capacity(cl, world, &share);
+    char mem[96];
+    if (share > 1)
+        snprintf(mem, sizeof mem, "%.1f GB a device, %.1f GB a rank: %d ranks to a device",
+                 cl->device.memory_bytes / 1e9, cap / 1e9, share);
+    else
+        snprintf(mem, sizeof mem, "%.1f GB a device", cap / 1e9);
+    printf("%ld valid layouts of %d ranks on %s (%s): %ld evaluated (the rest\n"
            "cannot beat the fastest kept), %ld fit; the fastest %d:\n\n",
-           r->n_considered, world, cl->name, cl->device.memory_bytes / 1e9, r->n_evaluated,
-           r->n_fitting, top < r->n_fit ? top : r->n_fit);
+           r->n_considered, world, cl->name, mem, r->n_evaluated, r->n_fitting,
+           top < r->n_fit ? top : r->n_fit);
     printf("%-4s %-44s %8s %10s %12s %6s %9s %9s %8s %8s %8s %8s\n", "#", "layout", "mem GB",
            "step ms", "tokens/s", "MFU", "compute", "bubble", "tp", "dp", "pp", "optim");
     for (int i = 0; i < r->n_fit && i < top; i++) {

@@ -753,7 +753,15 @@ static void human(double b, char *buf, size_t n) {
         snprintf(buf, n, "%.1f kB", b / 1e3);
 }
 
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reason, size_t n) {
+double pt_plan_rank_capacity(const pt_cluster *cl, int world, int *share) {
+    long devices = (long)cl->nodes * cl->devices_per_node;
+    int k = devices > 0 && world > devices ? (int)((world + devices - 1) / devices) : 1;
+    if (share) *share = k;
+    return cl->device.memory_bytes / k;
+}
+
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, char *reason,
+                         size_t n) {
     if (m->total <= capacity) {
         if (n) reason[0] = '\0';
         return 0;
@@ -785,6 +793,12 @@ int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, char *reaso
         human(m->slack, part, sizeof part);
         k += (size_t)snprintf(reason + k, n - k, "%sslack %s", first ? "" : ", ", part);
     }
-    if (k < n) snprintf(reason + k, n - k, "), the device has %s", cap);
+    if (k < n && share > 1) {
+        human(capacity * share, part, sizeof part);
+        snprintf(reason + k, n - k, "), a rank has %s (the device's %s over %d ranks)", cap, part,
+                 share);
+    } else if (k < n) {
+        snprintf(reason + k, n - k, "), the device has %s", cap);
+    }
     return 1;
 }

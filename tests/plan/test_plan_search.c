@@ -5,6 +5,7 @@
  *     and comes in step-time order; each has its time model's prediction;
  *   - fixed keys are held at the base config's values;
  *   - rejected layouts say why, naming a memory category and the device;
+ *   - ranks beyond the devices share a device's memory;
  *   - a fixed key no layout satisfies, and a device nothing fits, are one
  *     clear error each;
  *   - the pruned search's best is no slower than every layout tried by
@@ -64,6 +65,15 @@ static void check_result(const pt_config *base, const pt_cluster *cl, int world,
     free(c);
 }
 
+/* The smallest and the largest need among r's kept layouts. */
+static void needs_span(const pt_plan_result *r, double *lo, double *hi) {
+    *lo = 1e300, *hi = 0;
+    for (int i = 0; i < r->n_fit; i++) {
+        if (r->entry[i].mem.total < *lo) *lo = r->entry[i].mem.total;
+        if (r->entry[i].mem.total > *hi) *hi = r->entry[i].mem.total;
+    }
+}
+
 /* A device that holds some layouts but not all: both kinds come back. */
 static void test_space(void) {
     pt_config base = small_model();
@@ -73,17 +83,53 @@ static void test_space(void) {
     CHECK_OK(pt_plan_search(&base, NULL, 0, &big, 8, &r));
     check_result(&base, &big, 8, &r);
     /* the span of the kept layouts' needs */
-    double lo = 1e300, hi = 0;
-    for (int i = 0; i < r.n_fit; i++) {
-        if (r.entry[i].mem.total < lo) lo = r.entry[i].mem.total;
-        if (r.entry[i].mem.total > hi) hi = r.entry[i].mem.total;
-    }
+    double lo, hi;
+    needs_span(&r, &lo, &hi);
     pt_plan_result_free(&r);
     CHECK(hi > lo);
     pt_cluster mid = hand_cluster((lo + hi) / 2);
     CHECK_OK(pt_plan_search(&base, NULL, 0, &mid, 8, &r));
     check_result(&base, &mid, 8, &r);
     CHECK(r.n > r.n_fit); /* some were rejected */
+    pt_plan_result_free(&r);
+}
+
+/* More ranks than devices (this machine's 4 ranks on 2 cores): the ranks
+ * on a device share its memory, so a rank gets the device's over
+ * ceil(world / devices), and a layout that would fit a device whole but
+ * not that share is rejected, its reason saying so. */
+static void test_shared_devices(void) {
+    pt_cluster cl = hand_cluster(64e9); /* 8 devices */
+    int share = 0;
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 8, &share), 64e9, 0, 0);
+    CHECK_EQ(share, 1);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 1, &share), 64e9, 0, 0);
+    CHECK_EQ(share, 1);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 9, &share), 32e9, 0, 0);
+    CHECK_EQ(share, 2);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 16, &share), 32e9, 0, 0);
+    CHECK_EQ(share, 2);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 17, NULL), 64e9 / 3, 0, 0);
+
+    /* 16 ranks on 8 devices: the span of the layouts' needs, then a device
+     * that holds them all whole (the upper need) but halved holds some */
+    pt_config base = small_model();
+    pt_plan_result r;
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &cl, 16, &r));
+    double lo, hi;
+    needs_span(&r, &lo, &hi);
+    pt_plan_result_free(&r);
+    CHECK(hi > lo);
+    cl.device.memory_bytes = lo + hi; /* a rank's share: (lo + hi) / 2 */
+    CHECK_OK(pt_plan_search(&base, NULL, 0, &cl, 16, &r));
+    CHECK(r.n > r.n_fit);
+    for (int i = 0; i < r.n_fit; i++) CHECK(r.entry[i].mem.total <= (lo + hi) / 2);
+    int whole = 0; /* rejected, though within the whole device */
+    for (int i = r.n_fit; i < r.n; i++) {
+        CHECK(strstr(r.entry[i].reason, "over 2 ranks") != NULL);
+        whole += r.entry[i].mem.total <= lo + hi;
+    }
+    CHECK(whole > 0);
     pt_plan_result_free(&r);
 }
 
@@ -189,11 +235,8 @@ static void check_exhaustive(const pt_config *base, pt_cluster *cl) {
     pt_plan_result r;
     cl->device.memory_bytes = 64e9;
     CHECK_OK(pt_plan_search(base, NULL, 0, cl, 8, &r));
-    double lo = 1e300, hi = 0;
-    for (int i = 0; i < r.n_fit; i++) {
-        if (r.entry[i].mem.total < lo) lo = r.entry[i].mem.total;
-        if (r.entry[i].mem.total > hi) hi = r.entry[i].mem.total;
-    }
+    double lo, hi;
+    needs_span(&r, &lo, &hi);
     pt_plan_result_free(&r);
     for (double f = 0.1; f < 1; f += 0.4) {
         cl->device.memory_bytes = lo + (hi - lo) * f;
@@ -276,6 +319,7 @@ static void test_exhaustive_profile(void) {
 int main(void) {
     RUN(test_space);
     RUN(test_fixed);
+    RUN(test_shared_devices);
     RUN(test_errors);
     RUN(test_exhaustive);
     RUN(test_exhaustive_profile);
