@@ -399,6 +399,16 @@ uint64_t pt_zero_take_wait_ns(pt_zero *z);
  * skipped (every rank alike); loading ignores NULL buffers too. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
 pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full);
+/* The same to one rank: the first shard group's rank 0 (dp rank 0;
+ * pt_zero_is_root) receives the full-length tensor in full, every other
+ * rank of that group sends its slices (full NULL), and the other groups
+ * (HSDP: copies of the same state) return at once. A checkpoint's gather:
+ * one rank writes the files, and an all-gather's full-length scratch on
+ * every rank was dp times the memory. Call it only for a state the rule
+ * has (SGD without momentum: neither moment; SGD: no second). */
+typedef enum { PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V } pt_zero_state;
+int pt_zero_is_root(const pt_zero *z);
+pt_status pt_zero_gather_root(pt_zero *z, pt_zero_state what, float *full);
 /* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */
 void pt_zero_load_params(pt_zero *z, const float *full);
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);

@@ -66,6 +66,7 @@ struct pt_zero {
     pt_comm *group; /* shard group (owned) */
     pt_comm *cross; /* same index across groups (owned; NULL: one group) */
     int stage, g, grank, overlap, keep;
+    int gindex; /* which shard group: dp rank / g (HSDP: 0..dp/g-1) */
     pt_adamw_hparams hp;
     int np; /* modules: 0 embedding, 1..L blocks, L+1 head */
     piece *p;
@@ -180,6 +181,7 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     PT_CHECK_GOTO(st, pt_comm_split(world, r / g, r, &z->group), fail);
     if (g < W) PT_CHECK_GOTO(st, pt_comm_split(world, r % g, r, &z->cross), fail);
     z->grank = pt_comm_rank(z->group);
+    z->gindex = r / g;
     z->np = pt_model_num_modules(m);
     z->p = calloc((size_t)z->np, sizeof *z->p);
     z->pool[0] = calloc((size_t)z->np + 4, sizeof(poolbuf));
@@ -511,14 +513,21 @@ uint64_t pt_zero_take_bytes(pt_zero *z) {
 
 /* ---- checkpoints ---- */
 
+/* This rank's slice of module i's parameters (what 0), first (1) or
+ * second (2) moments; NULL without them (no slice, or a rule without). */
+static const float *slice_of(pt_zero *z, int i, int what) {
+    piece *pc = &z->p[i];
+    return what == 0   ? pslice(z, i)
+           : !pc->opt  ? NULL
+           : what == 1 ? pt_adamw_m(pc->opt)
+                       : pt_adamw_v(pc->opt);
+}
+
 /* full (n floats): each rank's slices of `slice_of` gathered to all. */
 static pt_status gather_full(pt_zero *z, float *full, int what) {
     for (int i = 0; i < z->np; i++) {
         piece *pc = &z->p[i];
-        const float *s = what == 0   ? pslice(z, i)
-                         : !pc->opt  ? NULL
-                         : what == 1 ? pt_adamw_m(pc->opt)
-                                     : pt_adamw_v(pc->opt);
+        const float *s = slice_of(z, i, what);
         if (s)
             memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
         else if (what != 0)
@@ -540,6 +549,50 @@ pt_status pt_zero_gather_params(pt_zero *z, float *full) {
         return PT_OK;
     }
     return gather_full(z, full, 0);
+}
+
+#define TAG_GATHER 41
+
+/* full (n floats, the root's): the first group's slices sent to its rank
+ * 0. A rank without the state (a rule without moments: every rank alike)
+ * sends nothing and the root zeroes the module. */
+static pt_status gather_root(pt_zero *z, float *full, int what) {
+    if (z->gindex != 0) return PT_OK; /* HSDP: another group's copy of the same state */
+    for (int i = 0; i < z->np; i++) {
+        piece *pc = &z->p[i];
+        const float *s = slice_of(z, i, what);
+        if (z->grank != 0) {
+            if (s && pc->sn)
+                PT_CHECK(pt_comm_send(z->group, s, pc->sn * sizeof(float), 0, TAG_GATHER));
+            continue;
+        }
+        if (!s) { /* the root's slice comes first: without it the module is empty */
+            memset(full + pc->off, 0, pc->count * sizeof(float));
+            continue;
+        }
+        memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
+        for (int r = 1; r < z->g; r++) {
+            size_t so, sn;
+            pt_comm_shard(pc->count, z->g, r, &so, &sn);
+            if (sn)
+                PT_CHECK(
+                    pt_comm_recv(z->group, full + pc->off + so, sn * sizeof(float), r, TAG_GATHER));
+        }
+    }
+    return PT_OK;
+}
+
+int pt_zero_is_root(const pt_zero *z) {
+    return z->gindex == 0 && z->grank == 0;
+}
+
+pt_status pt_zero_gather_root(pt_zero *z, pt_zero_state what, float *full) {
+    PT_ASSERT(!pt_zero_is_root(z) || full);
+    if (what == PT_ZERO_PARAMS && z->stage < 3) { /* every rank holds them whole */
+        if (full) memcpy(full, pt_model_params(z->m), pt_model_num_params(z->m) * sizeof(float));
+        return PT_OK;
+    }
+    return gather_root(z, full, (int)what);
 }
 
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t) {

@@ -152,8 +152,10 @@ static int tp_writes(const pt_trainer *t) {
 }
 
 /* Scratch for a save, all or none (NULL where not needed): zl[] this
- * rank's slice layout from ZeRO's shards, full[] the whole model's layout
- * on the tp rank 0 that assembles them. Sets have[] to the tensors kept. */
+ * rank's slice layout from ZeRO's shards, on the dp rank 0 that receives
+ * them (ZeRO 1 and 2: the parameters are the model's own), full[] the whole
+ * model's layout on the tp rank 0 that assembles them. Sets have[] to the
+ * tensors kept. */
 static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int have[CK_N],
                               float *zl[CK_N], float *full[CK_N]) {
     int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
@@ -161,10 +163,12 @@ static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int h
     size_t n = pt_model_num_params(t->model);
     size_t nf = t->mp ? pt_model_num_params(t->full) : 0;
     int want_full = tp_writes(t) && pt_comm_rank(t->mp) == 0;
+    int want_zl = t->zero && pt_zero_is_root(t->zero);
     pt_status st = PT_OK;
     for (int k = 0; k < CK_N; k++) {
         if (!have[k]) continue;
-        if (t->zero && !(zl[k] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
+        if (want_zl && (k != CK_P || t->cfg.parallel.zero == 3) &&
+            !(zl[k] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
             st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
         if (want_full && !(full[k] = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
             st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
@@ -172,11 +176,12 @@ static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int h
     return st;
 }
 
-/* Rank 0 writes every file (ZeRO gathers the shards inside the dp group
- * first; tp > 1: the slices go to tp rank 0, which assembles GPT-2's full
- * tensors, padding removed; per-rank state is sent to it); the others wait
- * for it, so that a resume right after finds the files, and learn its
- * status. Every rank enters every collective whatever failed before it. */
+/* Rank 0 writes every file (ZeRO first sends the shards to dp rank 0,
+ * the only rank that needs them whole; tp > 1: the slices go to tp rank
+ * 0, which assembles GPT-2's full tensors, padding removed; per-rank
+ * state is sent to it); the others wait for it, so that a resume right
+ * after finds the files, and learn its status. Every rank enters every
+ * collective whatever failed before it. */
 static pt_status save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
     /* this rank's slices: its own buffers, or ZeRO's shards gathered */
@@ -188,10 +193,14 @@ static pt_status save(pt_trainer *t) {
     /* all or none enter the gathers: a rank out of memory must not leave
      * the others waiting in them */
     if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
-    if (t->zero) {
-        if (st == PT_OK) st = pt_zero_gather_params(t->zero, zl[CK_P]);
-        if (st == PT_OK) st = pt_zero_gather_optim(t->zero, zl[CK_M], zl[CK_V]);
-        for (int k = 0; k < CK_N; k++) local[k] = zl[k];
+    if (t->zero) { /* to dp rank 0, which alone writes them or passes them on */
+        PT_ASSERT(pt_zero_is_root(t->zero) == (t->dp_rank == 0));
+        static const pt_zero_state what[CK_N] = {PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V};
+        for (int k = 0; k < CK_N; k++) {
+            if (k == CK_P && t->cfg.parallel.zero < 3) continue; /* every rank's are whole */
+            if (st == PT_OK && have[k]) st = pt_zero_gather_root(t->zero, what[k], zl[k]);
+            local[k] = zl[k];
+        }
     }
     for (int k = 0; k < CK_N; k++)
         if (st == PT_OK && have[k] && tp_writes(t)) st = pt_mp_gather_full(t, local[k], full[k]);

@@ -557,6 +557,27 @@ static inline void parity_check_against(const char *layout, const char *ref) {
     }
 }
 
+/* j (checkpoint.dir set) run straight, into *straight (the caller frees
+ * it), then stopped at step 10 and resumed from that step's checkpoint:
+ * the resumed run must be the straight run bitwise, the same steps on the
+ * same data from the same state. j is left with resume set. */
+static inline void parity_resume_bitwise(job *j, result *straight) {
+    result first, resumed;
+    CHECK_OK(run_dp(j, straight));
+    j->stop_at = 10;
+    CHECK_OK(run_dp(j, &first));
+    j->stop_at = 0;
+    j->resume = 1;
+    CHECK_OK(run_dp(j, &resumed));
+    CHECK(resumed.nparams == straight->nparams &&
+          !memcmp(resumed.params, straight->params, straight->nparams * sizeof(float)));
+    for (int s = 10; s < 20; s++)
+        CHECK(resumed.loss[s] == straight->loss[s] &&
+              resumed.grad_norm[s] == straight->grad_norm[s]);
+    result_free(&first);
+    result_free(&resumed);
+}
+
 /* Losses and gradient norms of steps [from, nsteps) and the final
  * parameters of r against ref (another run of the same variant, e.g. the
  * uninterrupted one against a resumed one), CHECKed. */

@@ -45,27 +45,14 @@ static void test_resume(void) {
         char dir[64];
         snprintf(dir, sizeof dir, "ckpt_%s", parity_variant_name[v]);
         snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
-        result straight, first, resumed, single;
-        CHECK_OK(run_dp(&j, &straight));
-        j.stop_at = 10;
-        CHECK_OK(run_dp(&j, &first));
-        j.stop_at = 0;
-        j.resume = 1;
-        CHECK_OK(run_dp(&j, &resumed));
-        /* bitwise: the same steps on the same data from the same state */
-        CHECK(resumed.nparams == straight.nparams &&
-              !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
-        for (int s = 10; s < 20; s++)
-            CHECK(resumed.loss[s] == straight.loss[s] &&
-                  resumed.grad_norm[s] == straight.grad_norm[s]);
+        result straight, single;
+        parity_resume_bitwise(&j, &straight);
         /* the dp=2 checkpoint loads under one worker and continues the same run */
         j.cfg.parallel.dp = 1;
         CHECK_OK(run_dp(&j, &single));
         parity_expect_same(&straight, &single, (parity_variant)v, 10,
                            "dp2 checkpoint at 10 resumed under dp1");
         result_free(&straight);
-        result_free(&first);
-        result_free(&resumed);
         result_free(&single);
     }
 }

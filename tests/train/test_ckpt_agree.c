@@ -3,8 +3,11 @@
  * status, the failing rank's message, marked shared so that it is printed
  * once), well within the comm timeout. Allocation failures are injected
  * with the counting allocator (pt_mem_fail_after) on one rank:
- *   - ZeRO-1 at dp 2, rank 1 cannot allocate the full tensors of the save:
- *     it must not skip the all-gathers the others are in;
+ *   - ZeRO-1 at dp 2, rank 0 cannot allocate the full tensors of the save
+ *     (it alone receives them): rank 1 must not be left in its sends;
+ *   - ZeRO-1 and ZeRO-3 at dp 2, rank 1 with no allocation to make: the
+ *     save succeeds, since only dp rank 0 holds the full tensors (an
+ *     all-gather gave every rank a full copy, dp times the memory);
  *   - local_sgd at dp 2 (per-rank files), rank 0 cannot allocate the
  *     scratch it receives the rank files through: the others must not be
  *     left blocked in their sends (the model is large enough that a rank
@@ -65,6 +68,7 @@ static int rank_save(void *arg) {
     return 0;
 }
 
+/* want: the message every rank must share; NULL: every rank succeeds */
 static void run_save(const char *name, save_case *sc, const char *want) {
     memset(res, 0, sizeof *res);
     int code = -1;
@@ -74,10 +78,14 @@ static void run_save(const char *name, save_case *sc, const char *want) {
     for (int r = 0; r < 2; r++) {
         fprintf(stderr, "  [%s] rank %d: %s after %.2f s: %s\n", name, r,
                 pt_status_name((pt_status)res->status[r]), res->seconds[r], res->msg[r]);
+        CHECK(res->seconds[r] < TIMEOUT_S); /* nobody waited for a timeout */
+        if (!want) {
+            CHECK_EQ(res->status[r], PT_OK);
+            continue;
+        }
         CHECK_EQ(res->status[r], PT_ERR_NOMEM);
         CHECK(strstr(res->msg[r], want) != NULL);
         CHECK_EQ(res->shared[r], 1);
-        CHECK(res->seconds[r] < TIMEOUT_S); /* nobody waited for a timeout */
     }
 }
 
@@ -97,10 +105,19 @@ static void base_config(pt_config *c) {
 }
 
 static void test_zero_save_alloc_fails(void) {
-    save_case sc = {.fail_rank = 1};
+    save_case sc = {.fail_rank = 0};
     base_config(&sc.cfg);
     sc.cfg.parallel.zero = 1;
     run_save("zero1", &sc, "checkpoint: full tensors");
+}
+
+static void test_zero_save_only_root_allocates(void) {
+    for (int zero = 1; zero <= 3; zero += 2) {
+        save_case sc = {.fail_rank = 1};
+        base_config(&sc.cfg);
+        sc.cfg.parallel.zero = zero;
+        run_save(zero == 1 ? "zero1, rank 1" : "zero3, rank 1", &sc, NULL);
+    }
 }
 
 static void test_rank_files_scratch_fails(void) {
@@ -167,6 +184,7 @@ int main(void) {
     fclose(f);
     RUN(test_agree);
     RUN(test_zero_save_alloc_fails);
+    RUN(test_zero_save_only_root_allocates);
     RUN(test_rank_files_scratch_fails);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);

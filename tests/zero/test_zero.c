@@ -86,18 +86,8 @@ static void test_resume(void) {
             snprintf(dir, sizeof dir, "ckpt_z%d_%s", zero, parity_variant_name[v]);
             snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
             pt_config sharded = j.cfg;
-            result straight, first, resumed, single, ref1, back;
-            CHECK_OK(run_dp(&j, &straight));
-            j.stop_at = 10;
-            CHECK_OK(run_dp(&j, &first));
-            j.stop_at = 0;
-            j.resume = 1;
-            CHECK_OK(run_dp(&j, &resumed));
-            CHECK(resumed.nparams == straight.nparams &&
-                  !memcmp(resumed.params, straight.params, straight.nparams * sizeof(float)));
-            for (int s = 10; s < 20; s++)
-                CHECK(resumed.loss[s] == straight.loss[s] &&
-                      resumed.grad_norm[s] == straight.grad_norm[s]);
+            result straight, single, ref1, back;
+            parity_resume_bitwise(&j, &straight);
             /* zero dp2 checkpoint -> one worker */
             j.cfg = base;
             snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
@@ -123,13 +113,29 @@ static void test_resume(void) {
                      v == PARITY_SGD ? " (momentum 0.9)" : "");
             parity_expect_same(&straight, &back, (parity_variant)v, 10, what);
             result_free(&straight);
-            result_free(&first);
-            result_free(&resumed);
             result_free(&single);
             result_free(&ref1);
             result_free(&back);
         }
     }
+}
+
+/* Hybrid sharding's checkpoint (dp 4 in groups of 2, ZeRO-3): the first
+ * group's shards alone make the files (the other group holds the same
+ * state); the run resumes from them bitwise, and one worker from them on
+ * the same trajectory. */
+static void test_resume_hsdp(void) {
+    job j;
+    zcfg(&j, 4, 3, 2, 1);
+    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt_hsdp"));
+    result straight, single;
+    parity_resume_bitwise(&j, &straight);
+    parity_base(&j.cfg, PARITY_ADAMW); /* one worker, resuming */
+    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("ckpt_hsdp"));
+    CHECK_OK(run_dp(&j, &single));
+    parity_expect_same(&straight, &single, PARITY_ADAMW, 10, "hsdp dp4 g2 zero3 ckpt at 10 -> dp1");
+    result_free(&straight);
+    result_free(&single);
 }
 
 /* Variants at dp 2: stage 3 keeping parameters from forward to backward,
@@ -254,6 +260,7 @@ int main(int argc, char **argv) {
     RUN(test_memory);
     if (!use_mpi) {
         RUN(test_resume);
+        RUN(test_resume_hsdp);
         RUN(test_variants);
     }
     if (is_root()) RUN(test_bad_input);
