@@ -181,19 +181,23 @@ typedef struct {
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out);
 
-/* The bytes one rank of world may hold on cl: the device's memory, or
- * where the ranks outnumber the devices (4 ranks on this machine's 2
- * cores) the device's over the ranks that share one, ceil(world /
- * devices), that count in *share (when not NULL). */
-double pt_plan_rank_capacity(const pt_cluster *cl, int world, int *share);
+/* The bytes one rank of world may hold on cl, and in what (n bytes, may
+ * be 0) the phrase that says so. A device's memory is its own (a GPU's):
+ * a rank gets memory_bytes, "the device has 80.0 GB", or where the ranks
+ * outnumber the devices, the device's over the ranks that share one,
+ * ceil(world / devices): "a rank has 40.0 GB (the device's 80.0 GB over 2
+ * ranks)". A measured machine (cl->profile: this CPU host, a device a core
+ * and memory_bytes RAM / cores) shares its RAM among the node's ranks,
+ * ceil(world / nodes) of them: "a rank has 6.3 GB (the node's 25.2 GB over
+ * 4 ranks)", and one rank has all of it. */
+double pt_plan_rank_capacity(const pt_cluster *cl, int world, char *what, size_t n);
 
 /* Whether m (a rank's or the max over ranks) exceeds capacity bytes (a
- * rank's, share ranks to a device): 0 when it fits (reason ""), else 1
- * with one line in reason naming the total, the categories largest first,
- * the slack and the capacity: "needs 93.1 GB a rank (optim 61.2 GB, params
- * 15.3 GB, ...), the device has 85.9 GB", or with share 2 "..., a rank
- * has 6.3 GB (the device's 12.6 GB over 2 ranks)". */
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, char *reason,
+ * rank's: pt_plan_rank_capacity, whose phrase is what): 0 when it fits
+ * (reason ""), else 1 with one line in reason naming the total, the
+ * categories largest first, the slack and the capacity: "needs 93.1 GB a
+ * rank (optim 61.2 GB, params 15.3 GB, ...), the device has 85.9 GB". */
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, const char *what, char *reason,
                          size_t n);
 
 /* ---- time model ------------------------------------------------------------ */

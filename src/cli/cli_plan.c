@@ -78,15 +78,9 @@ static pt_status file_keys(const char *path, char ***store, int *n) {
 }
 
 static void print_table(const pt_plan_result *r, int top, int world, const pt_cluster *cl) {
-    int share;
-    double cap = pt_plan_rank_capacity(cl, world, &share);
-    char mem[96];
-    if (share > 1)
-        snprintf(mem, sizeof mem, "%.1f GB a device, %.1f GB a rank: %d ranks to a device",
-                 cl->device.memory_bytes / 1e9, cap / 1e9, share);
-    else
-        snprintf(mem, sizeof mem, "%.1f GB a device", cap / 1e9);
-    printf("%ld valid layouts of %d ranks on %s (%s): %ld evaluated (the rest\n"
+    char mem[128];
+    pt_plan_rank_capacity(cl, world, mem, sizeof mem);
+    printf("%ld valid layouts of %d ranks on %s, where %s: %ld evaluated (the rest\n"
            "cannot beat the fastest kept), %ld fit; the fastest %d:\n\n",
            r->n_considered, world, cl->name, mem, r->n_evaluated, r->n_fitting,
            top < r->n_fit ? top : r->n_fit);

@@ -753,14 +753,29 @@ static void human(double b, char *buf, size_t n) {
         snprintf(buf, n, "%.1f kB", b / 1e3);
 }
 
-double pt_plan_rank_capacity(const pt_cluster *cl, int world, int *share) {
+double pt_plan_rank_capacity(const pt_cluster *cl, int world, char *what, size_t n) {
     long devices = (long)cl->nodes * cl->devices_per_node;
+    double cap = cl->device.memory_bytes, pool = cap;
     int k = devices > 0 && world > devices ? (int)((world + devices - 1) / devices) : 1;
-    if (share) *share = k;
-    return cl->device.memory_bytes / k;
+    const char *whose = "device";
+    if (cl->profile && cl->nodes > 0) { /* RAM, shared by the node's ranks */
+        k = (world + cl->nodes - 1) / cl->nodes;
+        if (k < 1) k = 1;
+        pool = cap * cl->devices_per_node, whose = "node";
+    }
+    cap = pool / k;
+    char a[32], b[32];
+    human(cap, a, sizeof a);
+    human(pool, b, sizeof b);
+    if (n && pool == cap && !cl->profile)
+        snprintf(what, n, "the device has %s", a);
+    else if (n)
+        snprintf(what, n, "a rank has %s (the %s's %s over %d rank%s)", a, whose, b, k,
+                 k == 1 ? "" : "s");
+    return cap;
 }
 
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, char *reason,
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, const char *what, char *reason,
                          size_t n) {
     if (m->total <= capacity) {
         if (n) reason[0] = '\0';
@@ -775,9 +790,8 @@ int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, 
             order[j] = order[j - 1];
             order[j - 1] = x;
         }
-    char tot[32], cap[32], part[64];
+    char tot[32], part[64];
     human(m->total, tot, sizeof tot);
-    human(capacity, cap, sizeof cap);
     size_t k = (size_t)snprintf(reason, n, "needs %s a rank (", tot);
     int first = 1;
     for (int i = 0; i < PT_MEM_NCAT; i++) {
@@ -793,12 +807,6 @@ int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, int share, 
         human(m->slack, part, sizeof part);
         k += (size_t)snprintf(reason + k, n - k, "%sslack %s", first ? "" : ", ", part);
     }
-    if (k < n && share > 1) {
-        human(capacity * share, part, sizeof part);
-        snprintf(reason + k, n - k, "), a rank has %s (the device's %s over %d ranks)", cap, part,
-                 share);
-    } else if (k < n) {
-        snprintf(reason + k, n - k, "), the device has %s", cap);
-    }
+    if (k < n) snprintf(reason + k, n - k, "), %s", what);
     return 1;
 }

@@ -147,7 +147,7 @@ typedef struct {
     const pt_cluster *cl;
     int world, fix[F_N];
     double cap;         /* a rank's bytes (pt_plan_rank_capacity) */
-    int share;          /* ranks to a device: 1, or more where they outnumber the devices */
+    char cap_what[128]; /* ... and the phrase that says so */
     pt_plan_entry *fit; /* max-heap on step time, PT_PLAN_KEEP */
     int n_fit;
     long n_fitting;
@@ -230,17 +230,8 @@ static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_
     pt_plan_entry *e = &s->rej[i];
     memset(e, 0, sizeof *e);
     e->layout = *l, e->mem = *m, e->fits = 0;
-    pt_plan_mem_overflow(m, s->cap, s->share, e->reason, sizeof e->reason);
+    pt_plan_mem_overflow(m, s->cap, s->cap_what, e->reason, sizeof e->reason);
     s->n_rej = n;
-}
-
-/* Whose bytes s->cap is, for the why lines: the device's, or a rank's
- * share where ranks share a device. */
-static const char *cap_owner(const search *s) {
-    return s->share > 1 ? "a rank's share," : "the device's";
-}
-static const char *cap_has(const search *s) {
-    return s->share > 1 ? "a rank's share is" : "the device has";
 }
 
 /* ---- per-part choices ---- */
@@ -448,9 +439,9 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
         if (mode[k] > 0)
             snprintf(why[(*n_why)++], 256,
                      "stage %d recomputes (%s): %.1f GB a rank with %.1f GB of activations "
-                     "would not fit %s %.1f GB",
+                     "would not fit: %s",
                      k, recompute_name(mode[k]), none->stage[k].total / 1e9,
-                     none->stage[k].cat[PT_MEM_ACTS] / 1e9, cap_owner(s), s->cap / 1e9);
+                     none->stage[k].cat[PT_MEM_ACTS] / 1e9, s->cap_what);
     return 1;
 }
 
@@ -564,9 +555,9 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
                     PT_OK &&
                 s->mem2.max.total <= s->cap) {
                 snprintf(why[n_why++], 256,
-                         "embedding and head kept whole under ZeRO-3 (%.1f GB a rank, %s "
-                         "%.1f GB): no gathers for them",
-                         s->mem2.max.total / 1e9, cap_has(s), s->cap / 1e9);
+                         "embedding and head kept whole under ZeRO-3: %.1f GB a rank, "
+                         "and %s; no gathers for them",
+                         s->mem2.max.total / 1e9, s->cap_what);
                 t = w;
                 s->mem = s->mem2;
             }
@@ -668,7 +659,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     }
     *scratch = *base;
     s->base = base, s->scratch = scratch, s->cl = cl, s->world = world, s->fit = fit;
-    s->cap = pt_plan_rank_capacity(cl, world, &s->share);
+    s->cap = pt_plan_rank_capacity(cl, world, s->cap_what, sizeof s->cap_what);
     for (int i = 0; i < n_fixed; i++) {
         int f = 0;
         while (f < F_N && strcmp(fixed[i], fixed_keys[f].name)) f++;

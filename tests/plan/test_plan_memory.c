@@ -413,17 +413,14 @@ static void test_precision_and_overflow(void) {
     r.slack = 2e9;
     r.total = 93.1e9;
     char why[256];
-    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, 1, why, sizeof why), 1);
+    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, "the device has 80.0 GB", why, sizeof why), 1);
     CHECK(!strcmp(why, "needs 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, acts 14.6 GB, slack "
                        "2.0 GB), the device has 80.0 GB"));
-    /* two ranks to an 80 GB device: 40 GB a rank */
-    CHECK_EQ(pt_plan_mem_overflow(&r, 40e9, 2, why, sizeof why), 1);
-    CHECK(!strcmp(why, "needs 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, acts 14.6 GB, slack "
-                       "2.0 GB), a rank has 40.0 GB (the device's 80.0 GB over 2 ranks)"));
-    CHECK_EQ(pt_plan_mem_overflow(&r, 100e9, 1, why, sizeof why), 0);
+    CHECK_EQ(pt_plan_mem_overflow(&r, 100e9, "the device has 100.0 GB", why, sizeof why), 0);
     CHECK(why[0] == '\0');
     char tiny_buf[8]; /* truncated, still terminated */
-    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, 1, tiny_buf, sizeof tiny_buf), 1);
+    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, "the device has 80.0 GB", tiny_buf, sizeof tiny_buf),
+             1);
     CHECK(strlen(tiny_buf) == 7);
 }
 

@@ -97,19 +97,27 @@ static void test_space(void) {
 /* More ranks than devices (this machine's 4 ranks on 2 cores): the ranks
  * on a device share its memory, so a rank gets the device's over
  * ceil(world / devices), and a layout that would fit a device whole but
- * not that share is rejected, its reason saying so. */
+ * not that share is rejected, its reason saying so. A measured machine
+ * (a profile: RAM shared by a node's ranks) gives a rank the node's RAM
+ * over the node's ranks. */
 static void test_shared_devices(void) {
-    pt_cluster cl = hand_cluster(64e9); /* 8 devices */
-    int share = 0;
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 8, &share), 64e9, 0, 0);
-    CHECK_EQ(share, 1);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 1, &share), 64e9, 0, 0);
-    CHECK_EQ(share, 1);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 9, &share), 32e9, 0, 0);
-    CHECK_EQ(share, 2);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 16, &share), 32e9, 0, 0);
-    CHECK_EQ(share, 2);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 17, NULL), 64e9 / 3, 0, 0);
+    pt_cluster cl = hand_cluster(64e9); /* 2 nodes of 4 devices */
+    char what[128];
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 8, what, sizeof what), 64e9, 0, 0);
+    CHECK(!strcmp(what, "the device has 64.0 GB"));
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 1, what, sizeof what), 64e9, 0, 0);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 9, what, sizeof what), 32e9, 0, 0);
+    CHECK(!strcmp(what, "a rank has 32.0 GB (the device's 64.0 GB over 2 ranks)"));
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 16, NULL, 0), 32e9, 0, 0);
+    CHECK_NEAR(pt_plan_rank_capacity(&cl, 17, NULL, 0), 64e9 / 3, 0, 0);
+    pt_cluster host = plan_test_cluster(1, 2, 12e9); /* 24 GB of RAM over 2 cores */
+    pt_profile prof;
+    memset(&prof, 0, sizeof prof);
+    host.profile = &prof;
+    CHECK_NEAR(pt_plan_rank_capacity(&host, 1, what, sizeof what), 24e9, 0, 0);
+    CHECK(!strcmp(what, "a rank has 24.0 GB (the node's 24.0 GB over 1 rank)"));
+    CHECK_NEAR(pt_plan_rank_capacity(&host, 3, what, sizeof what), 8e9, 0, 0);
+    CHECK(!strcmp(what, "a rank has 8.0 GB (the node's 24.0 GB over 3 ranks)"));
 
     /* 16 ranks on 8 devices: the span of the layouts' needs, then a device
      * that holds them all whole (the upper need) but halved holds some */
