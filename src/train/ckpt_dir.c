@@ -367,20 +367,19 @@ void pt_ckpt_abort(const char *tmp) {
     remove_entry(tmp, -1);
 }
 
-pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *params,
-                             const float *adam_m, const float *adam_v, const char *state_json) {
+pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
+                             const float *buf) {
+    static const char *const names[] = {"model", "optim_m", "optim_v"};
+    PT_ASSERT(which >= PT_CKPT_MODEL && which <= PT_CKPT_OPTIM_V);
     char path[PT_CONFIG_STR_MAX + 128];
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    PT_CHECK(pt_safetensors_save(path, m, params));
-    reached(PT_CKPT_AT_PARTIAL);
-    if (adam_m) {
-        snprintf(path, sizeof path, "%s/optim_m.safetensors", tmp);
-        PT_CHECK(pt_safetensors_save(path, m, adam_m));
-    }
-    if (adam_v) { /* sgd has m (momentum) at most */
-        snprintf(path, sizeof path, "%s/optim_v.safetensors", tmp);
-        PT_CHECK(pt_safetensors_save(path, m, adam_v));
-    }
+    snprintf(path, sizeof path, "%s/%s.safetensors", tmp, names[which]);
+    PT_CHECK(pt_safetensors_save(path, m, buf));
+    if (which == PT_CKPT_MODEL) reached(PT_CKPT_AT_PARTIAL);
+    return PT_OK;
+}
+
+pt_status pt_ckpt_write_state(const char *tmp, const char *state_json) {
+    char path[PT_CONFIG_STR_MAX + 128];
     snprintf(path, sizeof path, "%s/state.json", tmp);
     return write_file(path, state_json, strlen(state_json), "\n", 1);
 }

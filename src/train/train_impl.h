@@ -26,18 +26,21 @@ void pt_ckpt_dir_close(int lock_fd); /* -1: no-op */
 
 /* ---- the step directory, in three moves ----
  * pt_ckpt_begin makes a fresh temporary directory DIR/.tmp-step_NNNNNNNN-PID
- * (its path into tmp); files are written into it (pt_ckpt_write_main, rank
- * files); pt_ckpt_commit fsyncs it, renames it to DIR/step_NNNNNNNN (an
+ * (its path into tmp); files are written into it (pt_ckpt_write_main,
+ * pt_ckpt_write_state, rank files); pt_ckpt_commit fsyncs it, renames it to DIR/step_NNNNNNNN (an
  * existing one is swapped out atomically, or moved aside where the file
  * system cannot swap) and points DIR/latest at it; pt_ckpt_abort removes it.
  * A crash at any point leaves `latest` naming a complete step directory
  * (ckpt_dir.c's opening comment walks through every point). */
 pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n);
-/* model.safetensors (params: full-length, laid out like m's flat buffer),
- * optim_m.safetensors when adam_m is non-NULL, optim_v.safetensors when
- * adam_v is (sgd: its momentum buffer as m, or neither), state.json. */
-pt_status pt_ckpt_write_main(const char *tmp, const pt_model *m, const float *params,
-                             const float *adam_m, const float *adam_v, const char *state_json);
+/* One main file from buf (full-length, laid out like m's flat buffer):
+ * model.safetensors, optim_m or optim_v.safetensors (sgd: its momentum
+ * buffer as m, or neither). One at a time, so that a save gathers and
+ * writes one full-size tensor set before the next. Then state.json. */
+typedef enum { PT_CKPT_MODEL, PT_CKPT_OPTIM_M, PT_CKPT_OPTIM_V } pt_ckpt_file;
+pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
+                             const float *buf);
+pt_status pt_ckpt_write_state(const char *tmp, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);
 void pt_ckpt_abort(const char *tmp);
 /* checkpoint.keep: remove all but the `keep` newest step directories

@@ -115,14 +115,12 @@ static char *state_json(const pt_trainer *t) {
     return text;
 }
 
-/* Rank 0: the main files into tmp, then into place. Their tensor table is
- * the whole model's (tp > 1: t->full), GPT-2's names and shapes. */
-static pt_status write_main(pt_trainer *t, const char *tmp, const float *params,
-                            const float *adam_m, const float *adam_v) {
+/* Rank 0, the tensor files written: state.json into tmp, then the
+ * directory into place. */
+static pt_status finish_main(pt_trainer *t, const char *tmp) {
     char *state = state_json(t);
-    if (!state) return pt_error_set(PT_ERR_NOMEM, "checkpoint state");
     pt_status st =
-        pt_ckpt_write_main(tmp, t->mp ? t->full : t->model, params, adam_m, adam_v, state);
+        state ? pt_ckpt_write_state(tmp, state) : pt_error_set(PT_ERR_NOMEM, "checkpoint state");
     free(state);
     if (st != PT_OK) {
         pt_ckpt_abort(tmp);
@@ -151,68 +149,70 @@ static int tp_writes(const pt_trainer *t) {
     return t->mp && t->dp_rank == 0;
 }
 
-/* Scratch for a save, all or none (NULL where not needed): zl[] this
+/* Scratch for one tensor of a save (NULL where not needed): *zl this
  * rank's slice layout from ZeRO's shards, on the dp rank 0 that receives
- * them (ZeRO 1 and 2: the parameters are the model's own), full[] the whole
- * model's layout on the tp rank 0 that assembles them. Sets have[] to the
- * tensors kept. */
-static pt_status save_buffers(pt_trainer *t, const float *const own[CK_N], int have[CK_N],
-                              float *zl[CK_N], float *full[CK_N]) {
-    int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
-    for (int k = 0; k < CK_N; k++) have[k] = t->zero ? k < 1 + nstate : own[k] != NULL;
+ * them (ZeRO 1 and 2 parameters: the model's own), *full the whole model's
+ * layout on the tp rank 0 that assembles them. */
+static pt_status save_buffers(pt_trainer *t, int k, float **zl, float **full) {
     size_t n = pt_model_num_params(t->model);
     size_t nf = t->mp ? pt_model_num_params(t->full) : 0;
-    int want_full = tp_writes(t) && pt_comm_rank(t->mp) == 0;
-    int want_zl = t->zero && pt_zero_is_root(t->zero);
     pt_status st = PT_OK;
-    for (int k = 0; k < CK_N; k++) {
-        if (!have[k]) continue;
-        if (want_zl && (k != CK_P || t->cfg.parallel.zero == 3) &&
-            !(zl[k] = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
-            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
-        if (want_full && !(full[k] = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
-            st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
-    }
+    if (t->zero && pt_zero_is_root(t->zero) && (k != CK_P || t->cfg.parallel.zero == 3) &&
+        !(*zl = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
+    if (tp_writes(t) && pt_comm_rank(t->mp) == 0 &&
+        !(*full = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
     return st;
 }
 
-/* Rank 0 writes every file (ZeRO first sends the shards to dp rank 0,
- * the only rank that needs them whole; tp > 1: the slices go to tp rank
- * 0, which assembles GPT-2's full tensors, padding removed; per-rank
- * state is sent to it); the others wait for it, so that a resume right
- * after finds the files, and learn its status. Every rank enters every
- * collective whatever failed before it. */
+/* Tensor k of the main files: this rank's slices (its own buffer, or ZeRO's
+ * shards sent to dp rank 0, the only rank that needs them whole), then,
+ * tp or pp > 1, every model-parallel member's to its rank 0, which
+ * assembles GPT-2's full tensors, padding removed; world rank 0 writes the
+ * file. One tensor at a time: the scratch of the ranks that assemble it is
+ * one full-size set, not three. Every rank enters every collective
+ * whatever failed before it (st on entry: this rank's status so far). */
+static pt_status save_tensor(pt_trainer *t, int k, const float *own, const char *tmp,
+                             pt_status st) {
+    static const pt_zero_state what[CK_N] = {PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V};
+    float *zl = NULL, *full = NULL;
+    if (st == PT_OK) st = save_buffers(t, k, &zl, &full);
+    /* all or none enter the gathers: a rank out of memory (or rank 0
+     * unable to write) must not leave the others waiting in them */
+    if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
+    const float *local = own;
+    if (t->zero && (k != CK_P || t->cfg.parallel.zero == 3)) { /* ZeRO 1, 2: params whole */
+        if (st == PT_OK) st = pt_zero_gather_root(t->zero, what[k], zl);
+        local = zl;
+    }
+    if (st == PT_OK && tp_writes(t)) st = pt_mp_gather_full(t, local, full);
+    if (st == PT_OK && t->rank == 0)
+        st = pt_ckpt_write_main(tmp, (pt_ckpt_file)k, t->mp ? t->full : t->model,
+                                t->mp ? full : local);
+    pt_mem_free(full);
+    pt_mem_free(zl);
+    return st;
+}
+
+/* Rank 0 writes every file (the main files tensor by tensor, save_tensor;
+ * per-rank state is sent to it); the others wait for it, so that a resume
+ * right after finds the files, and learn its status. */
 static pt_status save(pt_trainer *t) {
     if (!t->cfg.checkpoint.dir[0]) return pt_error_set(PT_ERR_INVALID, "checkpoint.dir is not set");
-    /* this rank's slices: its own buffers, or ZeRO's shards gathered */
-    const float *local[CK_N] = {pt_model_params(t->model), t->opt ? pt_adamw_m(t->opt) : NULL,
-                                t->opt ? pt_adamw_v(t->opt) : NULL};
-    int have[CK_N];
-    float *zl[CK_N] = {NULL}, *full[CK_N] = {NULL};
-    pt_status st = save_buffers(t, local, have, zl, full);
-    /* all or none enter the gathers: a rank out of memory must not leave
-     * the others waiting in them */
-    if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
-    if (t->zero) { /* to dp rank 0, which alone writes them or passes them on */
-        PT_ASSERT(pt_zero_is_root(t->zero) == (t->dp_rank == 0));
-        static const pt_zero_state what[CK_N] = {PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V};
-        for (int k = 0; k < CK_N; k++) {
-            if (k == CK_P && t->cfg.parallel.zero < 3) continue; /* every rank's are whole */
-            if (st == PT_OK && have[k]) st = pt_zero_gather_root(t->zero, what[k], zl[k]);
-            local[k] = zl[k];
-        }
-    }
-    for (int k = 0; k < CK_N; k++)
-        if (st == PT_OK && have[k] && tp_writes(t)) st = pt_mp_gather_full(t, local[k], full[k]);
-    const float *out[CK_N];
-    for (int k = 0; k < CK_N; k++) out[k] = !have[k] ? NULL : t->mp ? full[k] : local[k];
-    if (st == PT_OK) st = finish_inflight(t);
+    PT_ASSERT(!t->zero || pt_zero_is_root(t->zero) == (t->dp_rank == 0));
+    const float *own[CK_N] = {pt_model_params(t->model), t->opt ? pt_adamw_m(t->opt) : NULL,
+                              t->opt ? pt_adamw_v(t->opt) : NULL};
+    int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
+    pt_status st = finish_inflight(t);
     char tmp[PT_CONFIG_STR_MAX + 64];
     int have_tmp = 0;
     if (st == PT_OK && t->rank == 0) {
         st = pt_ckpt_begin(t->cfg.checkpoint.dir, t->step, tmp, sizeof tmp);
         have_tmp = st == PT_OK;
     }
+    for (int k = 0; k < CK_N; k++) /* the tensors the rule keeps, alike on every rank */
+        if (t->zero ? k < 1 + nstate : own[k] != NULL) st = save_tensor(t, k, own[k], tmp, st);
     if (has_rank_state(t)) { /* every rank takes part, whatever happened so far */
         pt_ckpt_group g[PT_CKPT_GROUP_MAX];
         int ng = rank_groups(t, g);
@@ -221,13 +221,9 @@ static pt_status save(pt_trainer *t) {
         if (st == PT_OK) st = e;
     }
     if (st == PT_OK && t->rank == 0)
-        st = write_main(t, tmp, out[CK_P], out[CK_M], out[CK_V]);
+        st = finish_main(t, tmp);
     else if (have_tmp)
         pt_ckpt_abort(tmp);
-    for (int k = CK_N - 1; k >= 0; k--) {
-        pt_mem_free(full[k]);
-        pt_mem_free(zl[k]);
-    }
     return pt_ckpt_agree(t->aux, st);
 }
 

@@ -8,6 +8,9 @@
  *   - ZeRO-1 and ZeRO-3 at dp 2, rank 1 with no allocation to make: the
  *     save succeeds, since only dp rank 0 holds the full tensors (an
  *     all-gather gave every rank a full copy, dp times the memory);
+ *   - ZeRO-3 at dp 2: the save's scratch is one full tensor on rank 0
+ *     (gathered and written one at a time, not all three at once), none
+ *     on rank 1;
  *   - local_sgd at dp 2 (per-rank files), rank 0 cannot allocate the
  *     scratch it receives the rank files through: the others must not be
  *     left blocked in their sends (the model is large enough that a rank
@@ -34,6 +37,8 @@ typedef struct {
     int shared[4];
     double seconds[4];
     char msg[4][256];
+    size_t scratch[4]; /* the save's peak of scratch bytes */
+    size_t nparams[4];
 } results;
 
 static results *res; /* MAP_SHARED: the ranks write here */
@@ -55,9 +60,13 @@ static int rank_save(void *arg) {
     if (st == PT_OK) st = pt_trainer_step(t, NULL);
     double t0 = pt_time_s();
     if (st == PT_OK) {
+        pt_mem_reset_peak();
+        size_t before = pt_mem_current(PT_MEM_SCRATCH);
         if (me == sc->fail_rank) pt_mem_fail_after(1);
         st = pt_trainer_save(t);
         pt_mem_fail_after(0);
+        res->scratch[me] = pt_mem_peak(PT_MEM_SCRATCH) - before;
+        res->nparams[me] = pt_model_num_params(pt_trainer_model(t));
     }
     res->seconds[me] = pt_time_s() - t0;
     res->status[me] = st;
@@ -118,6 +127,19 @@ static void test_zero_save_only_root_allocates(void) {
         sc.cfg.parallel.zero = zero;
         run_save(zero == 1 ? "zero1, rank 1" : "zero3, rank 1", &sc, NULL);
     }
+}
+
+/* A ZeRO-3 save's scratch: dp rank 0 receives one full tensor at a time
+ * (parameters, then each moment: 4 bytes a parameter), rank 1 none. */
+static void test_zero_save_scratch(void) {
+    save_case sc = {.fail_rank = -1};
+    base_config(&sc.cfg);
+    sc.cfg.parallel.zero = 3;
+    run_save("zero3, scratch", &sc, NULL);
+    fprintf(stderr, "  scratch: rank 0 %zu B, rank 1 %zu B (%zu parameters)\n", res->scratch[0],
+            res->scratch[1], res->nparams[0]);
+    CHECK_EQ(res->scratch[0], res->nparams[0] * sizeof(float));
+    CHECK_EQ(res->scratch[1], 0);
 }
 
 static void test_rank_files_scratch_fails(void) {
@@ -185,6 +207,7 @@ int main(void) {
     RUN(test_agree);
     RUN(test_zero_save_alloc_fails);
     RUN(test_zero_save_only_root_allocates);
+    RUN(test_zero_save_scratch);
     RUN(test_rank_files_scratch_fails);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
