@@ -393,19 +393,17 @@ uint64_t pt_zero_take_bytes(pt_zero *z);
 /* Time the hooks spent blocked on all-gathers / reduce-scatters since the
  * last call (exposed communication of stages 2 and 3). */
 uint64_t pt_zero_take_wait_ns(pt_zero *z);
-/* Collective over the group: full-length buffers (n floats, the caller's)
- * receive the full parameters / optimizer state on every rank. Optimizer
- * state the rule lacks (SGD: v; m without momentum) is passed as NULL and
- * skipped (every rank alike); loading ignores NULL buffers too. */
+/* Collective over the group: a full-length buffer (n floats, the
+ * caller's) receives the full parameters on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
-pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full);
-/* The same to one rank: the first shard group's rank 0 (dp rank 0;
- * pt_zero_is_root) receives the full-length tensor in full, every other
- * rank of that group sends its slices (full NULL), and the other groups
- * (HSDP: copies of the same state) return at once. A checkpoint's gather:
- * one rank writes the files, and an all-gather's full-length scratch on
- * every rank was dp times the memory. Call it only for a state the rule
- * has (SGD without momentum: neither moment; SGD: no second). */
+/* The parameters or a moment to one rank: the first shard group's rank 0
+ * (dp rank 0; pt_zero_is_root) receives the full-length tensor in full,
+ * every other rank of that group sends its slices (full NULL), and the
+ * other groups (HSDP: copies of the same state) return at once. A
+ * checkpoint's gather: one rank writes the files (an all-gather's
+ * full-length scratch on every rank was dp times the memory). Call it
+ * only for a state the rule has (SGD without momentum: neither moment;
+ * SGD: no second); loading ignores NULL buffers. */
 typedef enum { PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V } pt_zero_state;
 int pt_zero_is_root(const pt_zero *z);
 pt_status pt_zero_gather_root(pt_zero *z, pt_zero_state what, float *full);

@@ -523,32 +523,18 @@ static const float *slice_of(pt_zero *z, int i, int what) {
                        : pt_adamw_v(pc->opt);
 }
 
-/* full (n floats): each rank's slices of `slice_of` gathered to all. */
-static pt_status gather_full(pt_zero *z, float *full, int what) {
-    for (int i = 0; i < z->np; i++) {
-        piece *pc = &z->p[i];
-        const float *s = slice_of(z, i, what);
-        if (s)
-            memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
-        else if (what != 0)
-            memset(full + pc->off + pc->so, 0, pc->sn * sizeof(float));
-    }
-    for (int i = 0; i < z->np; i++)
-        PT_CHECK(pt_comm_allgather(z->group, full + z->p[i].off, z->p[i].count));
-    return PT_OK;
-}
-
-pt_status pt_zero_gather_optim(pt_zero *z, float *m_full, float *v_full) {
-    if (m_full) PT_CHECK(gather_full(z, m_full, 1));
-    return v_full ? gather_full(z, v_full, 2) : PT_OK;
-}
-
 pt_status pt_zero_gather_params(pt_zero *z, float *full) {
     if (z->stage < 3) {
         memcpy(full, pt_model_params(z->m), pt_model_num_params(z->m) * sizeof(float));
         return PT_OK;
     }
-    return gather_full(z, full, 0);
+    for (int i = 0; i < z->np; i++) {
+        piece *pc = &z->p[i];
+        memcpy(full + pc->off + pc->so, pslice(z, i), pc->sn * sizeof(float));
+    }
+    for (int i = 0; i < z->np; i++)
+        PT_CHECK(pt_comm_allgather(z->group, full + z->p[i].off, z->p[i].count));
+    return PT_OK;
 }
 
 #define TAG_GATHER 41
