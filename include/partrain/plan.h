@@ -170,6 +170,12 @@ typedef struct {
     double cat[PT_MEM_NCAT];
     double slack;
     double total; /* the largest over ranks of the rank's sum */
+    /* fp32: what a checkpoint save adds on top (not in total): dp rank 0
+     * receives ZeRO's shards, world rank 0 assembles the whole model's
+     * tensor and a member's slice, one tensor at a time; in `max`, what
+     * the largest saving rank needs beyond max.total. bf16 (a GPU's save
+     * goes through host memory): 0. A layout fits when total + save does. */
+    double save;
 } pt_plan_mem_rank;
 
 typedef struct {
@@ -181,23 +187,33 @@ typedef struct {
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out);
 
-/* The bytes one rank of world may hold on cl, and in what (n bytes, may
- * be 0) the phrase that says so. A device's memory is its own (a GPU's):
- * a rank gets memory_bytes, "the device has 80.0 GB", or where the ranks
- * outnumber the devices, the device's over the ranks that share one,
+/* What one rank of world may hold on cl. A device's memory is its own (a
+ * GPU's): a rank gets memory_bytes, "the device has 80.0 GB", or where the
+ * ranks outnumber the devices, the device's over the ranks that share one,
  * ceil(world / devices): "a rank has 40.0 GB (the device's 80.0 GB over 2
  * ranks)". A measured machine (cl->profile: this CPU host, a device a core
  * and memory_bytes RAM / cores) shares its RAM among the node's ranks,
  * ceil(world / nodes) of them: "a rank has 6.3 GB (the node's 25.2 GB over
  * 4 ranks)", and one rank has all of it. */
-double pt_plan_rank_capacity(const pt_cluster *cl, int world, char *what, size_t n);
+typedef struct {
+    double bytes;   /* a rank's: the pool over the ranks that share it */
+    int share;      /* those ranks (1: a pool of its own) */
+    char what[128]; /* the phrase that says so */
+} pt_plan_capacity;
+void pt_plan_rank_capacity(const pt_cluster *cl, int world, pt_plan_capacity *out);
 
-/* Whether m (a rank's or the max over ranks) exceeds capacity bytes (a
- * rank's: pt_plan_rank_capacity, whose phrase is what): 0 when it fits
+/* What a rank of m needs of its share: its step's total, and a checkpoint
+ * save's scratch (m->save) over the ranks sharing the pool, since the
+ * save's scratch lives on one of them while the others hold their steps'
+ * state: the pool's sum is what must fit. */
+double pt_plan_mem_need(const pt_plan_mem_rank *m, const pt_plan_capacity *cap);
+
+/* Whether m (a rank's or the max over ranks) exceeds cap: 0 when it fits
  * (reason ""), else 1 with one line in reason naming the total, the
- * categories largest first, the slack and the capacity: "needs 93.1 GB a
- * rank (optim 61.2 GB, params 15.3 GB, ...), the device has 85.9 GB". */
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, const char *what, char *reason,
+ * categories largest first, the slack, a save's scratch and the capacity:
+ * "needs 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, ...), the device
+ * has 85.9 GB". */
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, const pt_plan_capacity *cap, char *reason,
                          size_t n);
 
 /* ---- time model ------------------------------------------------------------ */

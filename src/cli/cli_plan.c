@@ -78,11 +78,11 @@ static pt_status file_keys(const char *path, char ***store, int *n) {
 }
 
 static void print_table(const pt_plan_result *r, int top, int world, const pt_cluster *cl) {
-    char mem[128];
-    pt_plan_rank_capacity(cl, world, mem, sizeof mem);
+    pt_plan_capacity cap;
+    pt_plan_rank_capacity(cl, world, &cap);
     printf("%ld valid layouts of %d ranks on %s, where %s: %ld evaluated (the rest\n"
            "cannot beat the fastest kept), %ld fit; the fastest %d:\n\n",
-           r->n_considered, world, cl->name, mem, r->n_evaluated, r->n_fitting,
+           r->n_considered, world, cl->name, cap.what, r->n_evaluated, r->n_fitting,
            top < r->n_fit ? top : r->n_fit);
     printf("%-4s %-44s %8s %10s %12s %6s %9s %9s %8s %8s %8s %8s\n", "#", "layout", "mem GB",
            "step ms", "tokens/s", "MFU", "compute", "bubble", "tp", "dp", "pp", "optim");

@@ -675,6 +675,29 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     }
 }
 
+/* A checkpoint save's scratch (trainer_ckpt.c, one tensor at a time):
+ * each stage's dp rank 0 receives ZeRO's shards of its slice (n floats);
+ * world rank 0, under tp or pp, also the whole model's tensor and one
+ * member's slice at a time (the largest: tp rank 1 of its own stage, or
+ * another stage's), and under stale and local_sgd, afterwards, the other
+ * ranks' files through one slice-sized buffer (rank_state.c). */
+static void save_scratch(const pt_config *c, int zero, const double *n, pt_plan_mem *out) {
+    int p = c->parallel.pp, tp = c->parallel.tp;
+    int files = c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0;
+    double most = tp > 1 ? n[0] : 0, need = 0;
+    for (int r = 1; r < p; r++)
+        if (n[r] > most) most = n[r];
+    for (int r = 0; r < p; r++) {
+        double f = zero ? n[r] : 0;
+        if (r == 0 && (tp > 1 || p > 1)) f += (double)pt_model_config_num_params(&c->model) + most;
+        if (r == 0 && files && n[0] > f) f = n[0];
+        out->stage[r].save = f * sizeof(float);
+        if (out->stage[r].total + out->stage[r].save > need)
+            need = out->stage[r].total + out->stage[r].save;
+    }
+    out->max.save = need - out->max.total;
+}
+
 pt_status pt_plan_memory(const pt_config *model, const pt_plan_layout *l, const pt_cluster *cl,
                          pt_plan_mem *out) {
     return pt_plan_memory_cached(NULL, model, l, cl, out);
@@ -713,10 +736,12 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
     int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
     int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
     out->n_stage = p;
+    double nstage[PT_PLAN_MAX_STAGES]; /* each stage's parameters (its tp rank 0's) */
     for (int r = 0; r < p; r++) {
         int rc = stage_recompute(l, r);
         stage_info s;
         PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k));
+        nstage[r] = gpu ? 0 : (double)pt_model_num_params(s.m);
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so (pt_comm_shard): each one */
@@ -740,6 +765,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         if (st->total > out->max.total) out->max.total = st->total;
     }
     out->max.slack = slack;
+    if (!gpu) save_scratch(&c, zero, nstage, out);
     return PT_OK;
 }
 
@@ -753,31 +779,34 @@ static void human(double b, char *buf, size_t n) {
         snprintf(buf, n, "%.1f kB", b / 1e3);
 }
 
-double pt_plan_rank_capacity(const pt_cluster *cl, int world, char *what, size_t n) {
+void pt_plan_rank_capacity(const pt_cluster *cl, int world, pt_plan_capacity *out) {
     long devices = (long)cl->nodes * cl->devices_per_node;
-    double cap = cl->device.memory_bytes, pool = cap;
+    double pool = cl->device.memory_bytes;
     int k = devices > 0 && world > devices ? (int)((world + devices - 1) / devices) : 1;
     const char *whose = "device";
     if (cl->profile && cl->nodes > 0) { /* RAM, shared by the node's ranks */
         k = (world + cl->nodes - 1) / cl->nodes;
         if (k < 1) k = 1;
-        pool = cap * cl->devices_per_node, whose = "node";
+        pool *= cl->devices_per_node, whose = "node";
     }
-    cap = pool / k;
+    out->bytes = pool / k, out->share = k;
     char a[32], b[32];
-    human(cap, a, sizeof a);
+    human(out->bytes, a, sizeof a);
     human(pool, b, sizeof b);
-    if (n && pool == cap && !cl->profile)
-        snprintf(what, n, "the device has %s", a);
-    else if (n)
-        snprintf(what, n, "a rank has %s (the %s's %s over %d rank%s)", a, whose, b, k,
-                 k == 1 ? "" : "s");
-    return cap;
+    if (k == 1 && !cl->profile)
+        snprintf(out->what, sizeof out->what, "the device has %s", a);
+    else
+        snprintf(out->what, sizeof out->what, "a rank has %s (the %s's %s over %d rank%s)", a,
+                 whose, b, k, k == 1 ? "" : "s");
 }
 
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, const char *what, char *reason,
+double pt_plan_mem_need(const pt_plan_mem_rank *m, const pt_plan_capacity *cap) {
+    return m->total + m->save / cap->share;
+}
+
+int pt_plan_mem_overflow(const pt_plan_mem_rank *m, const pt_plan_capacity *cap, char *reason,
                          size_t n) {
-    if (m->total <= capacity) {
+    if (pt_plan_mem_need(m, cap) <= cap->bytes) {
         if (n) reason[0] = '\0';
         return 0;
     }
@@ -807,6 +836,11 @@ int pt_plan_mem_overflow(const pt_plan_mem_rank *m, double capacity, const char 
         human(m->slack, part, sizeof part);
         k += (size_t)snprintf(reason + k, n - k, "%sslack %s", first ? "" : ", ", part);
     }
-    if (k < n) snprintf(reason + k, n - k, "), %s", what);
+    if (m->save > 0 && k < n) {
+        human(m->save, part, sizeof part);
+        k += (size_t)snprintf(reason + k, n - k, "; a checkpoint save %s more%s", part,
+                              cap->share > 1 ? ", on one of the ranks sharing it" : "");
+    }
+    if (k < n) snprintf(reason + k, n - k, "), %s", cap->what);
     return 1;
 }

@@ -52,7 +52,8 @@ static cJSON *entry_json(const pt_plan_entry *e) {
     for (int k = 0; ok && k < PT_MEM_NCAT; k++)
         ok = cJSON_AddNumberToObject(mem, cat[k], e->mem.cat[k]) != NULL;
     ok = ok && cJSON_AddNumberToObject(mem, "slack", e->mem.slack) &&
-         cJSON_AddNumberToObject(mem, "total", e->mem.total);
+         cJSON_AddNumberToObject(mem, "total", e->mem.total) &&
+         cJSON_AddNumberToObject(mem, "save", e->mem.save);
     const pt_plan_time *t = &e->time;
     if (ok && e->fits) {
         cJSON *b = NULL;

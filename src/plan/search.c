@@ -146,9 +146,8 @@ typedef struct {
     pt_config *scratch; /* base with the layout under test written in */
     const pt_cluster *cl;
     int world, fix[F_N];
-    double cap;         /* a rank's bytes (pt_plan_rank_capacity) */
-    char cap_what[128]; /* ... and the phrase that says so */
-    pt_plan_entry *fit; /* max-heap on step time, PT_PLAN_KEEP */
+    pt_plan_capacity cap; /* what a rank may hold */
+    pt_plan_entry *fit;   /* max-heap on step time, PT_PLAN_KEEP */
     int n_fit;
     long n_fitting;
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
@@ -230,8 +229,14 @@ static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_
     pt_plan_entry *e = &s->rej[i];
     memset(e, 0, sizeof *e);
     e->layout = *l, e->mem = *m, e->fits = 0;
-    pt_plan_mem_overflow(m, s->cap, s->cap_what, e->reason, sizeof e->reason);
+    pt_plan_mem_overflow(m, &s->cap, e->reason, sizeof e->reason);
     s->n_rej = n;
+}
+
+/* What a rank needs of s->cap.bytes (pt_plan_mem_need: its step's peak,
+ * and its share of a checkpoint save's scratch). */
+static double need(const search *s, const pt_plan_mem_rank *m) {
+    return pt_plan_mem_need(m, &s->cap);
 }
 
 /* ---- per-part choices ---- */
@@ -412,9 +417,10 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     pt_plan_mem *m = &s->mem2;
     int any_none = 0, any_other = 0;
     for (int k = 0; k < p; k++) {
-        mode[k] = none->stage[k].total <= s->cap ? 0 : -1;
+        mode[k] = need(s, &none->stage[k]) <= s->cap.bytes ? 0 : -1;
         /* recomputation shrinks activations only: a stage over without them stays over */
-        if (mode[k] < 0 && none->stage[k].total - none->stage[k].cat[PT_MEM_ACTS] > s->cap)
+        if (mode[k] < 0 &&
+            need(s, &none->stage[k]) - none->stage[k].cat[PT_MEM_ACTS] > s->cap.bytes)
             return 0;
     }
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
@@ -422,9 +428,9 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
         if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
             m->n_stage != p)
             return 0;
-        if (m->max.total > s->cap) mark_dead(s, &t, r);
+        if (need(s, &m->max) > s->cap.bytes) mark_dead(s, &t, r);
         for (int k = 0; k < p; k++)
-            if (mode[k] < 0 && m->stage[k].total <= s->cap) mode[k] = r;
+            if (mode[k] < 0 && need(s, &m->stage[k]) <= s->cap.bytes) mode[k] = r;
     }
     size_t n = 0;
     for (int k = 0; k < p; k++) {
@@ -440,8 +446,8 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
             snprintf(why[(*n_why)++], 256,
                      "stage %d recomputes (%s): %.1f GB a rank with %.1f GB of activations "
                      "would not fit: %s",
-                     k, recompute_name(mode[k]), none->stage[k].total / 1e9,
-                     none->stage[k].cat[PT_MEM_ACTS] / 1e9, s->cap_what);
+                     k, recompute_name(mode[k]), need(s, &none->stage[k]) / 1e9,
+                     none->stage[k].cat[PT_MEM_ACTS] / 1e9, s->cap.what);
     return 1;
 }
 
@@ -533,13 +539,13 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         PT_CHECK(mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
-        if (s->mem.max.total > s->cap) {
+        if (need(s, &s->mem.max) > s->cap.bytes) {
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE ||
                 !per_stage_recompute(s, &t, &none, why, &n_why) ||
                 mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
                     PT_OK ||
-                s->mem.max.total > s->cap) {
+                need(s, &s->mem.max) > s->cap.bytes) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
                 if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
@@ -553,11 +559,11 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
             if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) ==
                     PT_OK &&
-                s->mem2.max.total <= s->cap) {
+                need(s, &s->mem2.max) <= s->cap.bytes) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3: %.1f GB a rank, "
                          "and %s; no gathers for them",
-                         s->mem2.max.total / 1e9, s->cap_what);
+                         s->mem2.max.total / 1e9, s->cap.what);
                 t = w;
                 s->mem = s->mem2;
             }
@@ -659,7 +665,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
     }
     *scratch = *base;
     s->base = base, s->scratch = scratch, s->cl = cl, s->world = world, s->fit = fit;
-    s->cap = pt_plan_rank_capacity(cl, world, s->cap_what, sizeof s->cap_what);
+    pt_plan_rank_capacity(cl, world, &s->cap);
     for (int i = 0; i < n_fixed; i++) {
         int f = 0;
         while (f < F_N && strcmp(fixed[i], fixed_keys[f].name)) f++;

@@ -7,7 +7,9 @@
  *         the second (pt_mem_peak: the trainer resets them when a step
  *         starts) are compared per pipeline stage with pt_plan_memory's:
  *         within 5% each (they are equal to the byte: the worst error per
- *         category is printed);
+ *         category is printed); and then a checkpoint save, whose scratch
+ *         (pt_plan_mem_rank.save, per stage) must be the model's to the
+ *         byte;
  *   bf16  the ZeRO paper's bytes per parameter by stage and Korthikanti et
  *         al.'s activations per layer, computed here from the formulas'
  *         text, for GPT-3 175B shapes;
@@ -39,7 +41,8 @@ static void tiny(pt_config *c) {
     c->train.val_every = 0;
 }
 
-/* Two steps; this rank's peaks of the second into tmpdir/mem.<rank>. */
+/* Two steps, then a checkpoint save; this rank's peaks of the second
+ * step into tmpdir/mem.<rank>, and last the scratch the save added. */
 static int run_rank(const pt_config *cfg, pt_comm *world) {
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, cfg, world);
@@ -52,9 +55,13 @@ static int run_rank(const pt_config *cfg, pt_comm *world) {
     pt_step_info info;
     for (int s = 0; st == PT_OK && s < cfg->train.steps; s++)
         st = pt_trainer_step_batch(t, in, tg, &info);
-    if (st != PT_OK) fprintf(stderr, "%s\n", pt_error_message());
-    double peak[PT_MEM_NCAT];
+    double peak[PT_MEM_NCAT + 1];
     for (int k = 0; k < PT_MEM_NCAT; k++) peak[k] = (double)pt_mem_peak((pt_mem_cat)k);
+    pt_mem_reset_peak();
+    size_t before = pt_mem_current(PT_MEM_SCRATCH);
+    if (st == PT_OK) st = pt_trainer_save(t);
+    peak[PT_MEM_NCAT] = (double)(pt_mem_peak(PT_MEM_SCRATCH) - before);
+    if (st != PT_OK) fprintf(stderr, "%s\n", pt_error_message());
     char name[32];
     snprintf(name, sizeof name, "mem.%d", world ? pt_comm_rank(world) : 0);
     if (st == PT_OK) write_bytes(tmp_path(name), peak, sizeof peak);
@@ -80,6 +87,7 @@ static void check(const char *keys) {
     char buf[512];
     snprintf(buf, sizeof buf, "%s", keys);
     for (char *k = strtok(buf, ";"); k; k = strtok(NULL, ";")) CHECK_OK(pt_config_set(&c, k));
+    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path("ckpt"));
     CHECK_OK(pt_config_validate(&c));
     pt_plan_layout l;
     pt_plan_layout_from_config(&l, &c);
@@ -96,19 +104,26 @@ static void check(const char *keys) {
         CHECK_EQ(code, 0);
     }
     /* the measured max per stage and category */
-    double got[PT_PLAN_MAX_STAGES][PT_MEM_NCAT] = {{0}};
+    double got[PT_PLAN_MAX_STAGES][PT_MEM_NCAT + 1] = {{0}};
     for (int r = 0; r < W; r++) {
         char name[32];
         snprintf(name, sizeof name, "mem.%d", r);
-        double peak[PT_MEM_NCAT] = {0};
+        double peak[PT_MEM_NCAT + 1] = {0};
         FILE *f = fopen(tmp_path(name), "rb");
         CHECK(f && fread(peak, 1, sizeof peak, f) == sizeof peak);
         if (f) fclose(f);
         remove(tmp_path(name));
         int pp_i, dp_i, tp_i;
         pt_mesh_coords_of(r, c.parallel.dp, c.parallel.tp, c.parallel.pp, &pp_i, &dp_i, &tp_i);
-        for (int k = 0; k < PT_MEM_NCAT; k++)
+        for (int k = 0; k <= PT_MEM_NCAT; k++)
             if (peak[k] > got[pp_i][k]) got[pp_i][k] = peak[k];
+    }
+    /* a save's scratch: exactly the model's, on each stage's largest */
+    for (int r = 0; r < c.parallel.pp; r++) {
+        if (got[r][PT_MEM_NCAT] != pm.stage[r].save)
+            printf("  %-60s stage %d save    measured %.0f B, model %.0f B\n", keys, r,
+                   got[r][PT_MEM_NCAT], pm.stage[r].save);
+        CHECK(got[r][PT_MEM_NCAT] == pm.stage[r].save);
     }
     CHECK_EQ(pm.n_stage, c.parallel.pp);
     for (int r = 0; r < c.parallel.pp; r++)
@@ -413,14 +428,23 @@ static void test_precision_and_overflow(void) {
     r.slack = 2e9;
     r.total = 93.1e9;
     char why[256];
-    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, "the device has 80.0 GB", why, sizeof why), 1);
+    pt_plan_capacity dev = {80e9, 1, "the device has 80.0 GB"};
+    CHECK_EQ(pt_plan_mem_overflow(&r, &dev, why, sizeof why), 1);
     CHECK(!strcmp(why, "needs 93.1 GB a rank (optim 61.2 GB, params 15.3 GB, acts 14.6 GB, slack "
                        "2.0 GB), the device has 80.0 GB"));
-    CHECK_EQ(pt_plan_mem_overflow(&r, 100e9, "the device has 100.0 GB", why, sizeof why), 0);
+    pt_plan_capacity big = {100e9, 1, "the device has 100.0 GB"};
+    CHECK_EQ(pt_plan_mem_overflow(&r, &big, why, sizeof why), 0);
     CHECK(why[0] == '\0');
+    /* a checkpoint save's scratch counts, over the ranks sharing the pool */
+    r.save = 8e9;
+    CHECK_EQ(pt_plan_mem_overflow(&r, &big, why, sizeof why), 1);
+    CHECK(strstr(why, "slack 2.0 GB; a checkpoint save 8.0 GB more), the device has 100.0 GB"));
+    pt_plan_capacity shared = {100e9, 2, "a rank has 100.0 GB (the node's 200.0 GB over 2 ranks)"};
+    CHECK_NEAR(pt_plan_mem_need(&r, &shared), 97.1e9, 1, 0);
+    CHECK_EQ(pt_plan_mem_overflow(&r, &shared, why, sizeof why), 0);
+    r.save = 0;
     char tiny_buf[8]; /* truncated, still terminated */
-    CHECK_EQ(pt_plan_mem_overflow(&r, 80e9, "the device has 80.0 GB", tiny_buf, sizeof tiny_buf),
-             1);
+    CHECK_EQ(pt_plan_mem_overflow(&r, &dev, tiny_buf, sizeof tiny_buf), 1);
     CHECK(strlen(tiny_buf) == 7);
 }
 

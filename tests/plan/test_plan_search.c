@@ -6,6 +6,7 @@
  *   - fixed keys are held at the base config's values;
  *   - rejected layouts say why, naming a memory category and the device;
  *   - ranks beyond the devices share a device's memory;
+ *   - a checkpoint save's scratch counts toward a fit;
  *   - a fixed key no layout satisfies, and a device nothing fits, are one
  *     clear error each;
  *   - the pruned search's best is no slower than every layout tried by
@@ -46,7 +47,7 @@ static void check_result(const pt_config *base, const pt_cluster *cl, int world,
         const pt_plan_layout *l = &e->layout;
         CHECK(e->fits);
         CHECK_EQ(l->dp * l->tp * l->pp, world);
-        CHECK(e->mem.total <= cl->device.memory_bytes);
+        CHECK(e->mem.total + e->mem.save <= cl->device.memory_bytes);
         CHECK(e->time.step_s > 0 && e->time.tokens_per_s > 0 && e->time.mfu > 0);
         if (i > 0) CHECK(e->time.step_s >= r->entry[i - 1].time.step_s);
         *c = *base;
@@ -102,22 +103,28 @@ static void test_space(void) {
  * over the node's ranks. */
 static void test_shared_devices(void) {
     pt_cluster cl = hand_cluster(64e9); /* 2 nodes of 4 devices */
-    char what[128];
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 8, what, sizeof what), 64e9, 0, 0);
-    CHECK(!strcmp(what, "the device has 64.0 GB"));
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 1, what, sizeof what), 64e9, 0, 0);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 9, what, sizeof what), 32e9, 0, 0);
-    CHECK(!strcmp(what, "a rank has 32.0 GB (the device's 64.0 GB over 2 ranks)"));
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 16, NULL, 0), 32e9, 0, 0);
-    CHECK_NEAR(pt_plan_rank_capacity(&cl, 17, NULL, 0), 64e9 / 3, 0, 0);
+    pt_plan_capacity cap;
+    pt_plan_rank_capacity(&cl, 8, &cap);
+    CHECK(cap.bytes == 64e9 && cap.share == 1 && !strcmp(cap.what, "the device has 64.0 GB"));
+    pt_plan_rank_capacity(&cl, 1, &cap);
+    CHECK(cap.bytes == 64e9 && cap.share == 1);
+    pt_plan_rank_capacity(&cl, 9, &cap);
+    CHECK(cap.bytes == 32e9 && cap.share == 2);
+    CHECK(!strcmp(cap.what, "a rank has 32.0 GB (the device's 64.0 GB over 2 ranks)"));
+    pt_plan_rank_capacity(&cl, 16, &cap);
+    CHECK(cap.bytes == 32e9 && cap.share == 2);
+    pt_plan_rank_capacity(&cl, 17, &cap);
+    CHECK(cap.bytes == 64e9 / 3 && cap.share == 3);
     pt_cluster host = plan_test_cluster(1, 2, 12e9); /* 24 GB of RAM over 2 cores */
     pt_profile prof;
     memset(&prof, 0, sizeof prof);
     host.profile = &prof;
-    CHECK_NEAR(pt_plan_rank_capacity(&host, 1, what, sizeof what), 24e9, 0, 0);
-    CHECK(!strcmp(what, "a rank has 24.0 GB (the node's 24.0 GB over 1 rank)"));
-    CHECK_NEAR(pt_plan_rank_capacity(&host, 3, what, sizeof what), 8e9, 0, 0);
-    CHECK(!strcmp(what, "a rank has 8.0 GB (the node's 24.0 GB over 3 ranks)"));
+    pt_plan_rank_capacity(&host, 1, &cap);
+    CHECK(cap.bytes == 24e9 && cap.share == 1);
+    CHECK(!strcmp(cap.what, "a rank has 24.0 GB (the node's 24.0 GB over 1 rank)"));
+    pt_plan_rank_capacity(&host, 3, &cap);
+    CHECK(cap.bytes == 8e9 && cap.share == 3);
+    CHECK(!strcmp(cap.what, "a rank has 8.0 GB (the node's 24.0 GB over 3 ranks)"));
 
     /* 16 ranks on 8 devices: the span of the layouts' needs, then a device
      * that holds them all whole (the upper need) but halved holds some */
@@ -138,6 +145,32 @@ static void test_shared_devices(void) {
         whole += r.entry[i].mem.total <= lo + hi;
     }
     CHECK(whole > 0);
+    pt_plan_result_free(&r);
+}
+
+/* A checkpoint save's scratch counts: a device that holds a ZeRO-3
+ * layout's step but not its rank 0 while it saves rejects it, naming the
+ * save; one that holds both keeps it. */
+static void test_save_counts(void) {
+    pt_config base = small_model();
+    base.parallel.dp = 2, base.parallel.zero = 3;
+    snprintf(base.train.recompute, sizeof base.train.recompute, "none");
+    const char *fixed[] = {"parallel.dp",   "parallel.tp",     "parallel.pp",
+                           "parallel.zero", "model.recompute", "parallel.zero_whole"};
+    pt_cluster cl = hand_cluster(64e9);
+    pt_plan_result r;
+    CHECK_OK(pt_plan_search(&base, fixed, 6, &cl, 2, &r));
+    CHECK(r.n_fit > 0);
+    double least = 1e300; /* the smallest need of a step alone, and its save */
+    for (int i = 0; i < r.n_fit; i++) {
+        CHECK(r.entry[i].mem.save > 0);
+        if (r.entry[i].mem.total < least) least = r.entry[i].mem.total;
+    }
+    pt_plan_result_free(&r);
+    cl.device.memory_bytes = least * 1.0001; /* the step fits, the save does not */
+    pt_status st = pt_plan_search(&base, fixed, 6, &cl, 2, &r);
+    CHECK(st != PT_OK);
+    CHECK(strstr(pt_error_message(), "a checkpoint save") != NULL);
     pt_plan_result_free(&r);
 }
 
@@ -222,7 +255,7 @@ static double exhaustive_best(const pt_config *base, const pt_cluster *cl) {
                                     pt_plan_layout_apply(&l, c);
                                     if (pt_config_validate(c) != PT_OK) continue;
                                     if (pt_plan_memory(base, &l, cl, mem) != PT_OK ||
-                                        mem->max.total > cl->device.memory_bytes)
+                                        mem->max.total + mem->max.save > cl->device.memory_bytes)
                                         continue;
                                     pt_plan_time t;
                                     if (pt_plan_time_predict(base, &l, cl, &t) != PT_OK) continue;
@@ -328,6 +361,7 @@ int main(void) {
     RUN(test_space);
     RUN(test_fixed);
     RUN(test_shared_devices);
+    RUN(test_save_counts);
     RUN(test_errors);
     RUN(test_exhaustive);
     RUN(test_exhaustive_profile);
