@@ -234,9 +234,17 @@ static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_
 }
 
 /* What a rank needs of s->cap.bytes (pt_plan_mem_need: its step's peak,
- * and its share of a checkpoint save's scratch). */
+ * and its share of a checkpoint save's scratch); need_all: the largest
+ * over the stages (each stage's own step and save: `max` pairs the
+ * largest step with the largest save, which may be two stages'). */
 static double need(const search *s, const pt_plan_mem_rank *m) {
     return pt_plan_mem_need(m, &s->cap);
+}
+static double need_all(const search *s, const pt_plan_mem *m) {
+    double most = 0;
+    for (int r = 0; r < m->n_stage; r++)
+        if (need(s, &m->stage[r]) > most) most = need(s, &m->stage[r]);
+    return most;
 }
 
 /* ---- per-part choices ---- */
@@ -428,7 +436,7 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
         if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
             m->n_stage != p)
             return 0;
-        if (need(s, &m->max) > s->cap.bytes) mark_dead(s, &t, r);
+        if (need_all(s, m) > s->cap.bytes) mark_dead(s, &t, r);
         for (int k = 0; k < p; k++)
             if (mode[k] < 0 && need(s, &m->stage[k]) <= s->cap.bytes) mode[k] = r;
     }
@@ -539,13 +547,13 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         PT_CHECK(mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
-        if (need(s, &s->mem.max) > s->cap.bytes) {
+        if (need_all(s, &s->mem) > s->cap.bytes) {
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE ||
                 !per_stage_recompute(s, &t, &none, why, &n_why) ||
                 mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
                     PT_OK ||
-                need(s, &s->mem.max) > s->cap.bytes) {
+                need_all(s, &s->mem) > s->cap.bytes) {
                 t.stage_recompute[0] = 0;
                 keep_rejected(s, &t, &none.max);
                 if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
@@ -559,7 +567,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
             if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) ==
                     PT_OK &&
-                need(s, &s->mem2.max) <= s->cap.bytes) {
+                need_all(s, &s->mem2) <= s->cap.bytes) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3: %.1f GB a rank, "
                          "and %s; no gathers for them",
