@@ -107,6 +107,10 @@ pt_status pt_shard_describe(pt_shard *out, const pt_model_config *c, const char 
  * padding included. */
 void pt_shard_local_shape(const pt_shard *s, int64_t shape[2]);
 size_t pt_shard_local_numel(const pt_shard *s);
+/* The global tensor's element count; whether the slice is all of it, laid
+ * out alike (no padding: every piece, or no split). */
+size_t pt_shard_numel(const pt_shard *s);
+int pt_shard_whole(const pt_shard *s);
 /* The slice as runs of consecutive elements of both row-major layouts: run
  * k (0 <= k < pt_shard_num_runs) is the len elements at index *global of
  * the full tensor and at *local of the slice. Runs go in increasing order of

@@ -134,6 +134,14 @@ size_t pt_shard_local_numel(const pt_shard *s) {
     return (size_t)shape[0] * (size_t)(s->ndim == 2 ? shape[1] : 1);
 }
 
+size_t pt_shard_numel(const pt_shard *s) {
+    return (size_t)s->shape[0] * (size_t)(s->ndim == 2 ? s->shape[1] : 1);
+}
+
+int pt_shard_whole(const pt_shard *s) {
+    return s->pad == 0 && pt_shard_local_numel(s) == pt_shard_numel(s);
+}
+
 /* Pieces of a row split with real rows (a rank of wte past the vocabulary
  * has none). Column splits are never padded nor empty. */
 static size_t nonempty_pieces(const pt_shard *s) {

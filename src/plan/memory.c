@@ -675,22 +675,43 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     }
 }
 
-/* A checkpoint save's scratch (trainer_ckpt.c, one tensor at a time):
+/* A stage's tables for a save's scratch: its largest tensor (a tp rank's
+ * slice, alike on every tp rank), and the whole size of the largest tensor
+ * that tp splits (0: none). */
+typedef struct {
+    double n, most, split;
+} save_sizes;
+
+static save_sizes save_sizes_of(const pt_model *m) {
+    save_sizes z = {(double)pt_model_num_params(m), 0, 0};
+    for (int k = 0; k < pt_model_num_tensors(m); k++) {
+        const pt_param_info *p = pt_model_tensor(m, k);
+        if ((double)p->numel > z.most) z.most = (double)p->numel;
+        if (!pt_shard_whole(&p->shard) && (double)pt_shard_numel(&p->shard) > z.split)
+            z.split = (double)pt_shard_numel(&p->shard);
+    }
+    return z;
+}
+
+/* A checkpoint save's scratch (trainer_ckpt.c, one tensor set at a time):
  * each stage's dp rank 0 receives ZeRO's shards of its slice (n floats);
- * world rank 0, under tp or pp, also the whole model's tensor and one
- * member's slice at a time (the largest: tp rank 1 of its own stage, or
- * another stage's), and under stale and local_sgd, afterwards, the other
- * ranks' files through one slice-sized buffer (rank_state.c). */
-static void save_scratch(const pt_config *c, int zero, const double *n, pt_plan_mem *out) {
+ * world rank 0, under tp or pp, also streams the whole model's tensors in
+ * (tp_full.c): one buffer of a member's largest tensor (tp rank 1 of its
+ * own stage, or another stage's) and, under tp, one of the largest tensor
+ * tp splits, whole; under stale and local_sgd, afterwards, it receives
+ * the other ranks' files through one slice-sized buffer (rank_state.c). */
+static void save_scratch(const pt_config *c, int zero, const save_sizes *z, pt_plan_mem *out) {
     int p = c->parallel.pp, tp = c->parallel.tp;
     int files = c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0;
-    double most = tp > 1 ? n[0] : 0, need = 0;
-    for (int r = 1; r < p; r++)
-        if (n[r] > most) most = n[r];
+    double most = tp > 1 ? z[0].most : 0, split = 0, need = 0;
     for (int r = 0; r < p; r++) {
-        double f = zero ? n[r] : 0;
-        if (r == 0 && (tp > 1 || p > 1)) f += (double)pt_model_config_num_params(&c->model) + most;
-        if (r == 0 && files && n[0] > f) f = n[0];
+        if (r > 0 && z[r].most > most) most = z[r].most;
+        if (z[r].split > split) split = z[r].split;
+    }
+    for (int r = 0; r < p; r++) {
+        double f = zero ? z[r].n : 0;
+        if (r == 0 && (tp > 1 || p > 1)) f += split + most;
+        if (r == 0 && files && z[0].n > f) f = z[0].n;
         out->stage[r].save = f * sizeof(float);
         if (out->stage[r].total + out->stage[r].save > need)
             need = out->stage[r].total + out->stage[r].save;
@@ -736,12 +757,12 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
     int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
     int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
     out->n_stage = p;
-    double nstage[PT_PLAN_MAX_STAGES]; /* each stage's parameters (its tp rank 0's) */
+    save_sizes zs[PT_PLAN_MAX_STAGES]; /* each stage's tables (its tp rank 0's) */
     for (int r = 0; r < p; r++) {
         int rc = stage_recompute(l, r);
         stage_info s;
         PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k));
-        nstage[r] = gpu ? 0 : (double)pt_model_num_params(s.m);
+        if (!gpu) zs[r] = save_sizes_of(s.m);
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so (pt_comm_shard): each one */
@@ -765,7 +786,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         if (st->total > out->max.total) out->max.total = st->total;
     }
     out->max.slack = slack;
-    if (!gpu) save_scratch(&c, zero, nstage, out);
+    if (!gpu) save_scratch(&c, zero, zs, out);
     return PT_OK;
 }
 

@@ -92,19 +92,44 @@ static unsigned char *groups_header(const pt_model *m, const char *const *meta,
     return head;
 }
 
-/* Header, then each group's data as src hands it out, flushed and fsynced
- * (not atomic by itself). */
+/* Where a file's data comes from: groups' flat buffers (each from src
+ * when set, else its buf), or one group tensor by tensor (tensor). */
+typedef struct {
+    const pt_ckpt_group *groups;
+    int ng;
+    pt_ckpt_source src;
+    pt_st_tensor_source tensor;
+    void *arg;
+} data_source;
+
+/* One group's data from d->tensor, each tensor at its offset: the tensors
+ * tile the flat buffer, as the header says and the reader checks. */
+static int write_tensors(FILE *f, const pt_model *m, const data_source *d, pt_status *st) {
+    size_t at = 0;
+    for (int i = 0; i < pt_model_num_tensors(m); i++) {
+        const pt_param_info *t = pt_model_tensor(m, i);
+        const float *data = NULL;
+        PT_ASSERT(t->offset == at);
+        if ((*st = d->tensor(d->arg, i, &data)) != PT_OK) return 0;
+        if (fwrite(data, sizeof(float), t->numel, f) != t->numel) return 0;
+        at += t->numel;
+    }
+    PT_ASSERT(at == pt_model_num_params(m));
+    return 1;
+}
+
+/* Header, then the data, flushed and fsynced (not atomic by itself). */
 static pt_status write_groups_file(const char *path, const pt_model *m, const unsigned char *head,
-                                   size_t hlen, const pt_ckpt_group *groups, int ng,
-                                   pt_ckpt_source src, void *arg) {
+                                   size_t hlen, const data_source *d) {
     FILE *f = fopen(path, "wb");
     if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
     size_t P = pt_model_num_params(m);
     pt_status st = PT_OK;
     int ok = fwrite(head, 1, hlen, f) == hlen;
-    for (int g = 0; ok && g < ng; g++) {
-        const float *data = groups[g].buf;
-        if (src && (st = src(arg, g, &data)) != PT_OK) break;
+    if (ok && d->tensor) ok = write_tensors(f, m, d, &st);
+    for (int g = 0; ok && !d->tensor && g < d->ng; g++) {
+        const float *data = d->groups[g].buf;
+        if (d->src && (st = d->src(d->arg, g, &data)) != PT_OK) break;
         ok = fwrite(data, sizeof(float), P, f) == P;
     }
     int err = errno;
@@ -116,14 +141,15 @@ static pt_status write_groups_file(const char *path, const pt_model *m, const un
     return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
 }
 
-pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
-                             const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg) {
+/* The header, then the data into path's temporary name, renamed over path. */
+static pt_status write_file(const char *path, const pt_model *m, const char *const *meta,
+                            const data_source *d) {
     size_t hlen = 0;
-    unsigned char *head = groups_header(m, meta, groups, ng, &hlen);
+    unsigned char *head = groups_header(m, meta, d->groups, d->ng, &hlen);
     if (!head) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
     char tmp[PT_CONFIG_STR_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    pt_status st = write_groups_file(tmp, m, head, hlen, groups, ng, src, arg);
+    pt_status st = write_groups_file(tmp, m, head, hlen, d);
     free(head);
     if (st != PT_OK) return st;
     if (rename(tmp, path) != 0) {
@@ -133,9 +159,22 @@ pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *co
     return PT_OK;
 }
 
+pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
+                             const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg) {
+    data_source d = {.groups = groups, .ng = ng, .src = src, .arg = arg};
+    return write_file(path, m, meta, &d);
+}
+
 pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf) {
     pt_ckpt_group g = {"", (float *)buf};
     return pt_st_write_groups(path, m, NULL, &g, 1, NULL, NULL);
+}
+
+pt_status pt_safetensors_save_from(const char *path, const pt_model *m, pt_st_tensor_source src,
+                                   void *arg) {
+    pt_ckpt_group g = {"", NULL};
+    data_source d = {.groups = &g, .ng = 1, .tensor = src, .arg = arg};
+    return write_file(path, m, NULL, &d);
 }
 
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {

@@ -368,12 +368,12 @@ void pt_ckpt_abort(const char *tmp) {
 }
 
 pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
-                             const float *buf) {
+                             const float *buf, pt_st_tensor_source src, void *arg) {
     static const char *const names[] = {"model", "optim_m", "optim_v"};
     PT_ASSERT(which >= PT_CKPT_MODEL && which <= PT_CKPT_OPTIM_V);
     char path[PT_CONFIG_STR_MAX + 128];
     snprintf(path, sizeof path, "%s/%s.safetensors", tmp, names[which]);
-    PT_CHECK(pt_safetensors_save(path, m, buf));
+    PT_CHECK(buf ? pt_safetensors_save(path, m, buf) : pt_safetensors_save_from(path, m, src, arg));
     if (which == PT_CKPT_MODEL) reached(PT_CKPT_AT_PARTIAL);
     return PT_OK;
 }

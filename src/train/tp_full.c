@@ -2,9 +2,10 @@
  * group (tp x pp: every tp slice of every pipeline stage) assembles the
  * whole model's flat layout from every member's buffer, placing each
  * member's runs (pt_shard_run) where the whole tensor has them. The
- * trainer uses it for checkpoints (full tensors with GPT-2's names and
- * shapes whatever t is) and for gathering parameters; padding rows of wte
- * are in no run, so they never reach a full buffer.
+ * trainer uses it for gathering parameters, and streams the same tensors
+ * one at a time to a checkpoint's writer (GPT-2's names and shapes whatever
+ * t is); padding rows of wte are in no run, so they never reach a full
+ * tensor.
  *
  * Not here: reading a rank's slice back (pt_safetensors_load_slice). */
 #include "trainer_impl.h"
@@ -74,4 +75,124 @@ pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full
     if (pt_comm_rank(t->mp) == 0) return gather_root(t, local, full);
     PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
     return pt_comm_send(t->mp, local, pt_model_num_params(t->model) * sizeof(float), 0, 31);
+}
+
+/* ---- streaming: the whole model's tensors one at a time ----
+ * The writer pulls t->full's tensors in order; each member sends its own
+ * tensors in order (a subsequence of t->full's), so rank 0 holds one
+ * receive buffer (a member's largest tensor) and, under tp, one tensor that
+ * tp splits (the largest), instead of the whole model: for GPT-2 the
+ * embedding, not the model. A tensor some member holds whole (a pipeline
+ * stage's; a LayerNorm's, alike on every tp rank) goes to the file from
+ * where it is or arrived. */
+
+typedef struct {
+    const pt_trainer *t;
+    const float *local;
+    int n;        /* members */
+    pt_model **s; /* member tables; s[0] is t->model, lent */
+    int *at;      /* each member's next tensor */
+    float *rbuf;  /* a member's tensor as received */
+    float *tbuf;  /* a split tensor, assembled */
+    int next;     /* the next tensor of t->full */
+    pt_status st; /* the first failed receive */
+} pt_mp_stream;
+
+/* Whether member r's next tensor is tensor `name`: it sends it now. */
+static const pt_param_info *holds(const pt_mp_stream *q, int r, const char *name) {
+    if (q->at[r] >= pt_model_num_tensors(q->s[r])) return NULL;
+    const pt_param_info *p = pt_model_tensor(q->s[r], q->at[r]);
+    return strcmp(p->name, name) == 0 ? p : NULL;
+}
+
+/* The next tensor of t->full from its holders; *data NULL when only
+ * draining (a writer that stopped early). */
+static pt_status pull(pt_mp_stream *q, const float **data) {
+    const pt_param_info *pw = pt_model_tensor(q->t->full, q->next++);
+    int split = 0;
+    for (int r = 0; r < q->n; r++) {
+        const pt_param_info *p = holds(q, r, pw->name);
+        if (p && !pt_shard_whole(&p->shard)) split = 1;
+    }
+    const float *got = NULL;
+    for (int r = 0; r < q->n && q->st == PT_OK; r++) {
+        const pt_param_info *p = holds(q, r, pw->name);
+        if (!p) continue;
+        q->at[r]++;
+        const float *src = q->local + p->offset;
+        if (r > 0) {
+            q->st = pt_comm_recv(q->t->mp, q->rbuf, p->numel * sizeof(float), r, 31);
+            src = q->rbuf;
+        }
+        if (q->st != PT_OK || !data) continue;
+        got = src;
+        if (!split) continue;
+        for (size_t k = 0; k < pt_shard_num_runs(&p->shard); k++) {
+            size_t g, l, len;
+            pt_shard_run(&p->shard, k, &g, &l, &len);
+            memcpy(q->tbuf + g, src + l, len * sizeof(float));
+        }
+        got = q->tbuf;
+    }
+    if (q->st == PT_OK && data) {
+        PT_ASSERT(got != NULL); /* every tensor has a holder */
+        *data = got;
+    }
+    return q->st;
+}
+
+static pt_status stream_source(void *arg, int i, const float **data) {
+    pt_mp_stream *q = arg;
+    PT_ASSERT(i == q->next);
+    return pull(q, data);
+}
+
+static void stream_free(pt_mp_stream *q) {
+    pt_mem_free(q->tbuf);
+    pt_mem_free(q->rbuf);
+    for (int r = q->n - 1; q->s && r >= 1; r--) pt_model_free(q->s[r]);
+    free(q->s);
+    free(q->at);
+}
+
+/* Rank 0's side: tables and buffers first, then the group agrees (as in
+ * gather_root); then the sink writes, and whatever it did not pull is
+ * received and dropped, so that no member is left in a send. */
+static pt_status stream_root(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
+    pt_mp_stream q = {.t = t, .local = local, .n = pt_comm_size(t->mp)};
+    q.s = calloc((size_t)q.n, sizeof *q.s);
+    q.at = calloc((size_t)q.n, sizeof *q.at);
+    pt_status st = q.s && q.at ? PT_OK : pt_error_set(PT_ERR_NOMEM, "model-parallel save");
+    if (st == PT_OK) q.s[0] = t->model;
+    for (int r = 1; r < q.n && st == PT_OK; r++) st = member_table(t, r, &q.s[r]);
+    size_t most = 0, split = 0;
+    for (int r = 0; r < q.n && st == PT_OK; r++)
+        for (int k = 0; k < pt_model_num_tensors(q.s[r]); k++) {
+            const pt_param_info *p = pt_model_tensor(q.s[r], k);
+            if (r > 0 && p->numel > most) most = p->numel;
+            if (!pt_shard_whole(&p->shard) && pt_shard_numel(&p->shard) > split)
+                split = pt_shard_numel(&p->shard);
+        }
+    if (st == PT_OK && most && !(q.rbuf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "model-parallel save: a member's tensor");
+    if (st == PT_OK && split && !(q.tbuf = pt_mem_alloc(PT_MEM_SCRATCH, split * sizeof(float))))
+        st = pt_error_set(PT_ERR_NOMEM, "model-parallel save: a split tensor");
+    st = pt_comm_agree(t->mp, st);
+    if (st == PT_OK) {
+        st = sink(arg, stream_source, &q);
+        while (q.st == PT_OK && q.next < pt_model_num_tensors(t->full)) pull(&q, NULL);
+        if (st == PT_OK) st = q.st;
+    }
+    stream_free(&q);
+    return st;
+}
+
+pt_status pt_mp_stream_full(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
+    if (pt_comm_rank(t->mp) == 0) return stream_root(t, local, sink, arg);
+    PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
+    for (int k = 0; k < pt_model_num_tensors(t->model); k++) {
+        const pt_param_info *p = pt_model_tensor(t->model, k);
+        PT_CHECK(pt_comm_send(t->mp, local + p->offset, p->numel * sizeof(float), 0, 31));
+    }
+    return PT_OK;
 }

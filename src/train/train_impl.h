@@ -33,13 +33,18 @@ void pt_ckpt_dir_close(int lock_fd); /* -1: no-op */
  * A crash at any point leaves `latest` naming a complete step directory
  * (ckpt_dir.c's opening comment walks through every point). */
 pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n);
-/* One main file from buf (full-length, laid out like m's flat buffer):
- * model.safetensors, optim_m or optim_v.safetensors (sgd: its momentum
- * buffer as m, or neither). One at a time, so that a save gathers and
- * writes one full-size tensor set before the next. Then state.json. */
+/* Hands out tensor i (in order, 0 first) of the model being written:
+ * its numel floats, valid until the next call. */
+typedef pt_status (*pt_st_tensor_source)(void *arg, int i, const float **data);
+
+/* One main file: model.safetensors, optim_m or optim_v.safetensors (sgd:
+ * its momentum buffer as m, or neither), from buf (full-length, laid out
+ * like m's flat buffer) or, buf NULL, tensor by tensor from src. One at a
+ * time, so that a save gathers and writes one tensor set (or one tensor)
+ * before the next. Then state.json. */
 typedef enum { PT_CKPT_MODEL, PT_CKPT_OPTIM_M, PT_CKPT_OPTIM_V } pt_ckpt_file;
 pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
-                             const float *buf);
+                             const float *buf, pt_st_tensor_source src, void *arg);
 pt_status pt_ckpt_write_state(const char *tmp, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);
 void pt_ckpt_abort(const char *tmp);
@@ -91,6 +96,9 @@ typedef pt_status (*pt_ckpt_source)(void *arg, int g, const float **data);
  * buf. */
 pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
                              const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg);
+/* pt_safetensors_save's file, tensor by tensor from src. */
+pt_status pt_safetensors_save_from(const char *path, const pt_model *m, pt_st_tensor_source src,
+                                   void *arg);
 /* Read every tensor of every group into its buf; everything is validated as
  * in pt_safetensors_load, and __metadata__ must hold the key, value pairs
  * of meta_want (NULL-terminated; NULL: no check). */

@@ -149,35 +149,41 @@ static int tp_writes(const pt_trainer *t) {
     return t->mp && t->dp_rank == 0;
 }
 
-/* Scratch for one tensor of a save (NULL where not needed): *zl this
- * rank's slice layout from ZeRO's shards, on the dp rank 0 that receives
- * them (ZeRO 1 and 2 parameters: the model's own), *full the whole model's
- * layout on the tp rank 0 that assembles them. */
-static pt_status save_buffers(pt_trainer *t, int k, float **zl, float **full) {
+/* Scratch for one tensor set of a save: on the dp rank 0 that receives
+ * ZeRO's shards (ZeRO 1 and 2 parameters: the model's own), this rank's
+ * slice whole. */
+static pt_status save_buffer(pt_trainer *t, int k, float **zl) {
     size_t n = pt_model_num_params(t->model);
-    size_t nf = t->mp ? pt_model_num_params(t->full) : 0;
-    pt_status st = PT_OK;
     if (t->zero && pt_zero_is_root(t->zero) && (k != CK_P || t->cfg.parallel.zero == 3) &&
         !(*zl = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
-        st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
-    if (tp_writes(t) && pt_comm_rank(t->mp) == 0 &&
-        !(*full = pt_mem_alloc(PT_MEM_SCRATCH, nf * sizeof(float))))
-        st = pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the slices");
-    return st;
+        return pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
+    return PT_OK;
 }
 
-/* Tensor k of the main files: this rank's slices (its own buffer, or ZeRO's
- * shards sent to dp rank 0, the only rank that needs them whole), then,
- * tp or pp > 1, every model-parallel member's to its rank 0, which
- * assembles GPT-2's full tensors, padding removed; world rank 0 writes the
- * file. One tensor at a time: the scratch of the ranks that assemble it is
- * one full-size set, not three. Every rank enters every collective
- * whatever failed before it (st on entry: this rank's status so far). */
+/* pt_mp_stream_full's sink: one main file of the whole model. */
+typedef struct {
+    const char *tmp;
+    pt_ckpt_file which;
+    const pt_model *full;
+} main_file;
+
+static pt_status write_streamed(void *arg, pt_st_tensor_source src, void *src_arg) {
+    const main_file *w = arg;
+    return pt_ckpt_write_main(w->tmp, w->which, w->full, NULL, src, src_arg);
+}
+
+/* Tensor set k of the main files: this rank's slices (its own buffer, or
+ * ZeRO's shards sent to dp rank 0, the only rank that needs them whole),
+ * then, tp or pp > 1, streamed from every model-parallel member to world
+ * rank 0 one tensor at a time, assembled into GPT-2's full tensors
+ * (padding removed) as the file is written; else world rank 0 writes its
+ * buffer. Every rank enters every collective whatever failed before it
+ * (st on entry: this rank's status so far). */
 static pt_status save_tensor(pt_trainer *t, int k, const float *own, const char *tmp,
                              pt_status st) {
     static const pt_zero_state what[CK_N] = {PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V};
-    float *zl = NULL, *full = NULL;
-    if (st == PT_OK) st = save_buffers(t, k, &zl, &full);
+    float *zl = NULL;
+    if (st == PT_OK) st = save_buffer(t, k, &zl);
     /* all or none enter the gathers: a rank out of memory (or rank 0
      * unable to write) must not leave the others waiting in them */
     if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
@@ -186,11 +192,13 @@ static pt_status save_tensor(pt_trainer *t, int k, const float *own, const char 
         if (st == PT_OK) st = pt_zero_gather_root(t->zero, what[k], zl);
         local = zl;
     }
-    if (st == PT_OK && tp_writes(t)) st = pt_mp_gather_full(t, local, full);
-    if (st == PT_OK && t->rank == 0)
-        st = pt_ckpt_write_main(tmp, (pt_ckpt_file)k, t->mp ? t->full : t->model,
-                                t->mp ? full : local);
-    pt_mem_free(full);
+    if (st == PT_OK && tp_writes(t)) {
+        PT_ASSERT((pt_comm_rank(t->mp) == 0) == (t->rank == 0));
+        main_file w = {tmp, (pt_ckpt_file)k, t->full};
+        st = pt_mp_stream_full(t, local, write_streamed, &w);
+    } else if (st == PT_OK && t->rank == 0) {
+        st = pt_ckpt_write_main(tmp, (pt_ckpt_file)k, t->model, local, NULL, NULL);
+    }
     pt_mem_free(zl);
     return st;
 }

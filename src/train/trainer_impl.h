@@ -76,6 +76,13 @@ struct pt_trainer {
  * tp_i of stage pp_i's modules, owned[pp_i] of the trainer's table).
  * Collective over t->mp (tp_full.c). */
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full);
+/* The same tensors one at a time, for a writer: on the group's rank 0,
+ * sink(arg, src, src_arg) is called once and pulls the whole model's
+ * tensors from src in order; the others send theirs. Rank 0's scratch is
+ * a member's largest tensor and, tp > 1, the largest tensor tp splits.
+ * Collective over t->mp (tp_full.c). */
+typedef pt_status (*pt_mp_sink)(void *arg, pt_st_tensor_source src, void *src_arg);
+pt_status pt_mp_stream_full(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg);
 
 /* The pipeline (trainer_pipe.c): built over the stage's model and pp group
  * for schedule s (lent) and the virtual stages' cut. */

@@ -11,6 +11,12 @@
  *   - ZeRO-3 at dp 2: the save's scratch is one full tensor on rank 0
  *     (gathered and written one at a time, not all three at once), none
  *     on rank 1;
+ *   - tp 2 and pp 2: world rank 0 writes the whole model's tensors as
+ *     they stream in, one at a time, its scratch one tensor and one
+ *     member's slice of it, not the model; it cannot allocate them, or its
+ *     file cannot be written past its start (RLIMIT_FSIZE, with a member's
+ *     tensors larger than the shm ring, so that a member not drained stays
+ *     in its send): the others must not be left blocked;
  *   - local_sgd at dp 2 (per-rank files), rank 0 cannot allocate the
  *     scratch it receives the rank files through: the others must not be
  *     left blocked in their sends (the model is large enough that a rank
@@ -23,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "partrain/comm.h"
@@ -47,6 +55,7 @@ static char data_path[256], ckpt_dir[256];
 typedef struct {
     pt_config cfg;
     int fail_rank; /* this rank's next allocation fails right before the save */
+    long fsize;    /* > 0: rank 0's files cannot grow past this many bytes in the save */
 } save_case;
 
 static int rank_save(void *arg) {
@@ -63,7 +72,15 @@ static int rank_save(void *arg) {
         pt_mem_reset_peak();
         size_t before = pt_mem_current(PT_MEM_SCRATCH);
         if (me == sc->fail_rank) pt_mem_fail_after(1);
+        struct rlimit was;
+        getrlimit(RLIMIT_FSIZE, &was);
+        if (me == 0 && sc->fsize > 0) {
+            signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG */
+            struct rlimit lim = {(rlim_t)sc->fsize, was.rlim_max};
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
         st = pt_trainer_save(t);
+        setrlimit(RLIMIT_FSIZE, &was);
         pt_mem_fail_after(0);
         res->scratch[me] = pt_mem_peak(PT_MEM_SCRATCH) - before;
         res->nparams[me] = pt_model_num_params(pt_trainer_model(t));
@@ -77,8 +94,9 @@ static int rank_save(void *arg) {
     return 0;
 }
 
-/* want: the message every rank must share; NULL: every rank succeeds */
-static void run_save(const char *name, save_case *sc, const char *want) {
+/* want: the message every rank must share, with status want_st; NULL:
+ * every rank succeeds */
+static void run_save_st(const char *name, save_case *sc, pt_status want_st, const char *want) {
     memset(res, 0, sizeof *res);
     int code = -1;
     pt_comm_options o = {"shm", TIMEOUT_S};
@@ -92,10 +110,14 @@ static void run_save(const char *name, save_case *sc, const char *want) {
             CHECK_EQ(res->status[r], PT_OK);
             continue;
         }
-        CHECK_EQ(res->status[r], PT_ERR_NOMEM);
+        CHECK_EQ(res->status[r], want_st);
         CHECK(strstr(res->msg[r], want) != NULL);
         CHECK_EQ(res->shared[r], 1);
     }
+}
+
+static void run_save(const char *name, save_case *sc, const char *want) {
+    run_save_st(name, sc, PT_ERR_NOMEM, want);
 }
 
 static void base_config(pt_config *c) {
@@ -140,6 +162,46 @@ static void test_zero_save_scratch(void) {
             res->scratch[1], res->nparams[0]);
     CHECK_EQ(res->scratch[0], res->nparams[0] * sizeof(float));
     CHECK_EQ(res->scratch[1], 0);
+}
+
+/* tp 2 and pp 2 of base_config's model (2 layers, C 128, vocab 256): the
+ * largest tensor is an MLP matrix, 128 x 512 (65536 floats). tp 2 splits
+ * it: rank 0 assembles it whole while it receives rank 1's half (32768
+ * floats). pp 2 splits none: rank 0 receives stage 1's largest tensor
+ * (h.1's MLP matrix) and writes it from there. Rank 1 sends from its own
+ * buffers. Gathering the model first took 4 bytes a parameter. */
+static void test_mp_save_scratch(void) {
+    for (int pp = 1; pp <= 2; pp++) {
+        save_case sc = {.fail_rank = -1};
+        base_config(&sc.cfg);
+        sc.cfg.parallel.dp = 1;
+        sc.cfg.parallel.tp = 3 - pp;
+        sc.cfg.parallel.pp = pp;
+        run_save(pp == 1 ? "tp2, scratch" : "pp2, scratch", &sc, NULL);
+        fprintf(stderr, "  scratch: rank 0 %zu B, rank 1 %zu B\n", res->scratch[0],
+                res->scratch[1]);
+        CHECK_EQ(res->scratch[0], (pp == 1 ? 65536 + 32768 : 65536) * sizeof(float));
+        CHECK_EQ(res->scratch[1], 0);
+    }
+}
+
+static void test_mp_save_fails(void) {
+    save_case sc = {.fail_rank = 0};
+    base_config(&sc.cfg);
+    sc.cfg.parallel.dp = 1;
+    sc.cfg.parallel.tp = 2;
+    run_save("tp2, rank 0 out of memory", &sc, "model-parallel save");
+    /* 6 layers: rank 1's slices (about 1.9 MB) outgrow the 1 MiB ring */
+    for (int pp = 1; pp <= 2; pp++) {
+        save_case w = {.fail_rank = -1, .fsize = 100000};
+        base_config(&w.cfg);
+        w.cfg.model.n_layer = 6;
+        w.cfg.parallel.dp = 1;
+        w.cfg.parallel.tp = 3 - pp;
+        w.cfg.parallel.pp = pp;
+        run_save_st(pp == 1 ? "tp2, write fails" : "pp2, write fails", &w, PT_ERR_IO,
+                    "model.safetensors");
+    }
 }
 
 static void test_rank_files_scratch_fails(void) {
@@ -208,6 +270,8 @@ int main(void) {
     RUN(test_zero_save_alloc_fails);
     RUN(test_zero_save_only_root_allocates);
     RUN(test_zero_save_scratch);
+    RUN(test_mp_save_scratch);
+    RUN(test_mp_save_fails);
     RUN(test_rank_files_scratch_fails);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
