@@ -500,12 +500,28 @@ static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
     return best;
 }
 
+/* Whether a layout whose memory m did not fit proves that no variant
+ * sharded no more than it fits: under bf16, each stage's parameters,
+ * gradients and optimizer state only grow as sharding shrinks (a lower
+ * ZeRO stage, a smaller group) and its activations stay, so a stage over
+ * without its communication buffers (ZeRO-3's gathered units, which a
+ * lower stage does not have) stays over. Under fp32 the gradient and
+ * parameter pools of ZeRO 2 and 3 and a save's scratch (a ZeRO rank
+ * receives its slice's shards) can make a more sharded variant the larger
+ * for a small model: nothing is proved. */
+static int bounds_lower_variants(const search *s, const pt_plan_mem *m) {
+    if (!pt_plan_bf16(s->base)) return 0;
+    for (int k = 0; k < m->n_stage; k++)
+        if (m->stage[k].total - m->stage[k].cat[PT_MEM_COMM] > s->cap.bytes) return 1;
+    return 0;
+}
+
 /* The ZeRO variants of one layout family (its pipeline shared), the most
  * sharded first (ZeRO-3 over the whole dp group, then smaller groups, then
  * lower stages): a variant sharded no more than one that did not fit is
- * passed over (memory only grows as sharding shrinks). Memory, then
- * the time of those that fit; a variant is evaluated only while the
- * family's lower bound can still enter the kept set. */
+ * passed over where that proves it cannot fit (bounds_lower_variants).
+ * Memory, then the time of those that fit; a variant is evaluated only
+ * while the family's lower bound can still enter the kept set. */
 static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, double bound) {
     int dp = l->dp, simulated = 0, nvar = 0;
     int zs[4 * 64], gs[4 * 64];
@@ -523,8 +539,9 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
     }
     PT_CHECK(family_times(s, l));
     double lb = pipe_bound(&s->pipe, l);
-    /* variants that did not fit: one sharding no more than theirs (a
-     * lower or equal ZeRO stage over a group no larger) cannot fit either */
+    /* variants that did not fit and bound the rest: one sharding no more
+     * than theirs (a lower or equal ZeRO stage over a group no larger)
+     * cannot fit either */
     int nfail = 0, fz[4 * 64], fg[4 * 64];
     for (int k = 0; k < nvar; k++) {
         if (bound >= keep_bound(s)) break;
@@ -535,10 +552,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         t.zero = zs[k], t.zero_group = gs[k];
         /* known not to fit from a sibling family's per-stage attempt; a
          * uniform mode has no per-stage rescue of its own but none */
-        if (t.recompute != PT_RECOMPUTE_NONE && is_dead(s, &t, t.recompute)) {
-            fz[nfail] = zs[k], fg[nfail++] = ge;
-            continue;
-        }
+        if (t.recompute != PT_RECOMPUTE_NONE && is_dead(s, &t, t.recompute)) continue;
         if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
         /* s->pipe is the family's until a pipeline is simulated */
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
@@ -547,21 +561,10 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         PT_CHECK(mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
         char why[4][256];
         int n_why = 0;
-        if (need_all(s, &s->mem) > s->cap.bytes) {
-            pt_plan_mem none = s->mem;
-            if (t.recompute != PT_RECOMPUTE_NONE ||
-                !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
-                    PT_OK ||
-                need_all(s, &s->mem) > s->cap.bytes) {
-                t.stage_recompute[0] = 0;
-                keep_rejected(s, &t, &none.max);
-                if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
-                fz[nfail] = zs[k], fg[nfail++] = ge;
-                continue;
-            }
-        }
-        /* ZeRO-3: the embedding and the head whole (no gathers) when they fit */
+        /* ZeRO-3: the embedding and the head whole (no gathers) when they
+         * fit; tried where the sharded layout does not fit too, since for
+         * a small model the gathered units' pool can outweigh what
+         * sharding those two saves */
         if (t.zero == 3 && !s->fix[F_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
@@ -574,6 +577,20 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
                          s->mem2.max.total / 1e9, s->cap.what);
                 t = w;
                 s->mem = s->mem2;
+            }
+        }
+        if (need_all(s, &s->mem) > s->cap.bytes) {
+            pt_plan_mem none = s->mem;
+            if (t.recompute != PT_RECOMPUTE_NONE ||
+                !per_stage_recompute(s, &t, &none, why, &n_why) ||
+                mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
+                    PT_OK ||
+                need_all(s, &s->mem) > s->cap.bytes) {
+                t.stage_recompute[0] = 0;
+                keep_rejected(s, &t, &none.max);
+                if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
+                if (bounds_lower_variants(s, &none)) fz[nfail] = zs[k], fg[nfail++] = ge;
+                continue;
             }
         }
         s->n_fitting++;

@@ -174,6 +174,38 @@ static void test_save_counts(void) {
     pt_plan_result_free(&r);
 }
 
+/* ZeRO-3 keeping the embedding and the head whole can need less than
+ * sharding them for a small model (the gathered units' pool outweighs what
+ * sharding saves): a device between the two keeps the layout, whole,
+ * where the search once tried the whole variant only after the sharded one
+ * fit. */
+static void test_zero3_whole_when_smaller(void) {
+    pt_config base = plan_test_model(2, 32, 4, 64, 32, 16);
+    base.parallel.dp = 2, base.parallel.zero = 3;
+    snprintf(base.train.recompute, sizeof base.train.recompute, "none");
+    const char *fixed[] = {"parallel.dp",   "parallel.tp",     "parallel.pp",
+                           "parallel.zero", "model.recompute", "parallel.microbatches"};
+    pt_cluster cl = hand_cluster(64e9);
+    pt_plan_capacity cap;
+    pt_plan_rank_capacity(&cl, 2, &cap);
+    pt_plan_layout l = {.dp = 2, .tp = 1, .pp = 1, .zero = 3, .microbatches = 1};
+    snprintf(l.schedule, sizeof l.schedule, "none");
+    pt_plan_mem sharded, whole;
+    CHECK_OK(pt_plan_memory(&base, &l, &cl, &sharded));
+    snprintf(l.zero_whole, sizeof l.zero_whole, "embedding,head");
+    CHECK_OK(pt_plan_memory(&base, &l, &cl, &whole));
+    double ns = pt_plan_mem_need(&sharded.max, &cap), nw = pt_plan_mem_need(&whole.max, &cap);
+    fprintf(stderr, "  need: sharded %.0f B, whole %.0f B\n", ns, nw);
+    CHECK(nw < ns); /* the case this test is about */
+    cl.device.memory_bytes = (ns + nw) / 2;
+    base.parallel.microbatches = 1;
+    pt_plan_result r;
+    CHECK_OK(pt_plan_search(&base, fixed, 6, &cl, 2, &r));
+    CHECK_EQ(r.n_fit, 1);
+    if (r.n_fit == 1) CHECK(!strcmp(r.entry[0].layout.zero_whole, "embedding,head"));
+    pt_plan_result_free(&r);
+}
+
 static void test_fixed(void) {
     pt_config base = small_model();
     pt_cluster cl = hand_cluster(64e9);
@@ -362,6 +394,7 @@ int main(void) {
     RUN(test_fixed);
     RUN(test_shared_devices);
     RUN(test_save_counts);
+    RUN(test_zero3_whole_when_smaller);
     RUN(test_errors);
     RUN(test_exhaustive);
     RUN(test_exhaustive_profile);
