@@ -1,35 +1,16 @@
 /* Full tensors from model-parallel pieces: rank 0 of a model-parallel
- * group (tp x pp: every tp slice of every pipeline stage) assembles the
- * whole model's flat layout from every member's buffer, placing each
- * member's runs (pt_shard_run) where the whole tensor has them. The
- * trainer uses it for gathering parameters, and streams the same tensors
- * one at a time to a checkpoint's writer (GPT-2's names and shapes whatever
- * t is); padding rows of wte are in no run, so they never reach a full
- * tensor.
+ * group (tp x pp: every tp slice of every pipeline stage) receives every
+ * member's tensors one at a time and assembles each whole tensor, placing
+ * the members' runs (pt_shard_run) where it has them. A checkpoint's
+ * writer pulls them as it writes (GPT-2's names and shapes whatever t is);
+ * gathering parameters copies them into a flat buffer of the whole model.
+ * Padding rows of wte are in no run, so they never reach a full tensor.
  *
  * Not here: reading a rank's slice back (pt_safetensors_load_slice). */
 #include "trainer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Member buffer `local` (laid out like its model s) into full (laid out
- * like the whole model w), tensor by tensor: s's tensors are a subsequence
- * of w's (a stage's modules), found by name in one forward scan. */
-static void place(const pt_model *w, const pt_model *s, const float *local, float *full) {
-    int j = 0, nw = pt_model_num_tensors(w);
-    for (int k = 0; k < pt_model_num_tensors(s); k++) {
-        const pt_param_info *ps = pt_model_tensor(s, k);
-        while (j < nw && strcmp(pt_model_tensor(w, j)->name, ps->name) != 0) j++;
-        PT_ASSERT(j < nw);
-        const pt_param_info *pw = pt_model_tensor(w, j);
-        for (size_t q = 0; q < pt_shard_num_runs(&ps->shard); q++) {
-            size_t g, l, len;
-            pt_shard_run(&ps->shard, q, &g, &l, &len);
-            memcpy(full + pw->offset + g, local + ps->offset + l, len * sizeof(float));
-        }
-    }
-}
 
 /* The table of model-parallel member r: tp slice r % tp of stage r / tp. */
 static pt_status member_table(const pt_trainer *t, int r, pt_model **out) {
@@ -41,40 +22,6 @@ static pt_status member_table(const pt_trainer *t, int r, pt_model **out) {
         .owned = t->owned ? t->owned + (size_t)(r / tp) * (size_t)nmod : NULL,
     };
     return pt_model_new_opts(out, &c->model, 0, &o);
-}
-
-/* Rank 0's side: every member's table and one receive buffer are made
- * first, and the group agrees on that before any transfer, so that a rank
- * 0 out of memory leaves no rank blocked in its send (for as long as a
- * checkpoint's relaxed timeout). */
-static pt_status gather_root(const pt_trainer *t, const float *local, float *full) {
-    int n = pt_comm_size(t->mp);
-    pt_model **s = calloc((size_t)n, sizeof *s);
-    float *buf = NULL;
-    size_t most = 0;
-    pt_status st = s ? PT_OK : pt_error_set(PT_ERR_NOMEM, "model-parallel gather");
-    for (int r = 1; r < n && st == PT_OK; r++) {
-        st = member_table(t, r, &s[r]);
-        if (st == PT_OK && pt_model_num_params(s[r]) > most) most = pt_model_num_params(s[r]);
-    }
-    if (st == PT_OK && n > 1 && !(buf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
-        st = pt_error_set(PT_ERR_NOMEM, "model-parallel gather");
-    st = pt_comm_agree(t->mp, st);
-    if (st == PT_OK) place(t->full, t->model, local, full);
-    for (int r = 1; r < n && st == PT_OK; r++) {
-        st = pt_comm_recv(t->mp, buf, pt_model_num_params(s[r]) * sizeof(float), r, 31);
-        if (st == PT_OK) place(t->full, s[r], buf, full);
-    }
-    pt_mem_free(buf);
-    for (int r = n - 1; s && r >= 1; r--) pt_model_free(s[r]);
-    free(s);
-    return st;
-}
-
-pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
-    if (pt_comm_rank(t->mp) == 0) return gather_root(t, local, full);
-    PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
-    return pt_comm_send(t->mp, local, pt_model_num_params(t->model) * sizeof(float), 0, 31);
 }
 
 /* ---- streaming: the whole model's tensors one at a time ----
@@ -155,9 +102,9 @@ static void stream_free(pt_mp_stream *q) {
     free(q->at);
 }
 
-/* Rank 0's side: tables and buffers first, then the group agrees (as in
- * gather_root); then the sink writes, and whatever it did not pull is
- * received and dropped, so that no member is left in a send. */
+/* Rank 0's side: tables and buffers first, then the group agrees (a rank
+ * 0 out of memory leaves no member blocked in its send); then the sink
+ * pulls, and whatever it did not pull is received and dropped. */
 static pt_status stream_root(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
     pt_mp_stream q = {.t = t, .local = local, .n = pt_comm_size(t->mp)};
     q.s = calloc((size_t)q.n, sizeof *q.s);
@@ -195,4 +142,21 @@ pt_status pt_mp_stream_full(const pt_trainer *t, const float *local, pt_mp_sink 
         PT_CHECK(pt_comm_send(t->mp, local + p->offset, p->numel * sizeof(float), 0, 31));
     }
     return PT_OK;
+}
+
+/* pt_mp_gather_full's sink: each tensor to its place in the full buffer. */
+static pt_status copy_full(void *arg, pt_st_tensor_source src, void *src_arg) {
+    const pt_mp_stream *q = src_arg;
+    float *full = arg;
+    for (int i = 0; i < pt_model_num_tensors(q->t->full); i++) {
+        const pt_param_info *p = pt_model_tensor(q->t->full, i);
+        const float *data;
+        PT_CHECK(src(src_arg, i, &data));
+        memcpy(full + p->offset, data, p->numel * sizeof(float));
+    }
+    return PT_OK;
+}
+
+pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
+    return pt_mp_stream_full(t, local, copy_full, full);
 }
