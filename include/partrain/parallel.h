@@ -396,17 +396,19 @@ uint64_t pt_zero_take_wait_ns(pt_zero *z);
 /* Collective over the group: a full-length buffer (n floats, the
  * caller's) receives the full parameters on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
-/* The parameters or a moment to one rank: the first shard group's rank 0
- * (dp rank 0; pt_zero_is_root) receives the full-length tensor in full,
- * every other rank of that group sends its slices (full NULL), and the
- * other groups (HSDP: copies of the same state) return at once. A
- * checkpoint's gather: one rank writes the files (an all-gather's
- * full-length scratch on every rank was dp times the memory). Call it
- * only for a state the rule has (SGD without momentum: neither moment;
- * SGD: no second); loading ignores NULL buffers. */
+/* The parameters or a moment to one rank, a module at a time: the first
+ * shard group's rank 0 (dp rank 0; pt_zero_is_root) receives module i's
+ * region (pt_model_module_region's count floats) in buf, every other rank
+ * of that group sends its slice of it (buf NULL), and the other groups
+ * (HSDP: copies of the same state) return at once; every rank takes the
+ * modules in the same order. A checkpoint's gather: one rank writes the
+ * files, holding one module (an all-gather's full-length scratch on every
+ * rank was dp times the memory). Call it only for a state the rule has
+ * (SGD without momentum: neither moment; SGD: no second); loading ignores
+ * NULL buffers. */
 typedef enum { PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V } pt_zero_state;
 int pt_zero_is_root(const pt_zero *z);
-pt_status pt_zero_gather_root(pt_zero *z, pt_zero_state what, float *full);
+pt_status pt_zero_gather_module(pt_zero *z, pt_zero_state what, int i, float *buf);
 /* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */
 void pt_zero_load_params(pt_zero *z, const float *full);
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);

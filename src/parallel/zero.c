@@ -539,46 +539,33 @@ pt_status pt_zero_gather_params(pt_zero *z, float *full) {
 
 #define TAG_GATHER 41
 
-/* full (n floats, the root's): the first group's slices sent to its rank
- * 0. A rank without the state (a rule without moments: every rank alike)
- * sends nothing and the root zeroes the module. */
-static pt_status gather_root(pt_zero *z, float *full, int what) {
+/* Module i's region (count floats, the root's buf) from the first group's
+ * slices. A rank without the state (a rule without moments: every rank
+ * alike) sends nothing and the root zeroes the module. */
+pt_status pt_zero_gather_module(pt_zero *z, pt_zero_state what, int i, float *buf) {
+    PT_ASSERT(i >= 0 && i < z->np && (!pt_zero_is_root(z) || buf));
     if (z->gindex != 0) return PT_OK; /* HSDP: another group's copy of the same state */
-    for (int i = 0; i < z->np; i++) {
-        piece *pc = &z->p[i];
-        const float *s = slice_of(z, i, what);
-        if (z->grank != 0) {
-            if (s && pc->sn)
-                PT_CHECK(pt_comm_send(z->group, s, pc->sn * sizeof(float), 0, TAG_GATHER));
-            continue;
-        }
-        if (!s) { /* the root's slice comes first: without it the module is empty */
-            memset(full + pc->off, 0, pc->count * sizeof(float));
-            continue;
-        }
-        memcpy(full + pc->off + pc->so, s, pc->sn * sizeof(float));
-        for (int r = 1; r < z->g; r++) {
-            size_t so, sn;
-            pt_comm_shard(pc->count, z->g, r, &so, &sn);
-            if (sn)
-                PT_CHECK(
-                    pt_comm_recv(z->group, full + pc->off + so, sn * sizeof(float), r, TAG_GATHER));
-        }
+    piece *pc = &z->p[i];
+    const float *s = slice_of(z, i, (int)what);
+    if (z->grank != 0) {
+        if (s && pc->sn) PT_CHECK(pt_comm_send(z->group, s, pc->sn * sizeof(float), 0, TAG_GATHER));
+        return PT_OK;
+    }
+    if (!s) { /* the root's slice comes first: without it the module is empty */
+        memset(buf, 0, pc->count * sizeof(float));
+        return PT_OK;
+    }
+    memcpy(buf + pc->so, s, pc->sn * sizeof(float));
+    for (int r = 1; r < z->g; r++) {
+        size_t so, sn;
+        pt_comm_shard(pc->count, z->g, r, &so, &sn);
+        if (sn) PT_CHECK(pt_comm_recv(z->group, buf + so, sn * sizeof(float), r, TAG_GATHER));
     }
     return PT_OK;
 }
 
 int pt_zero_is_root(const pt_zero *z) {
     return z->gindex == 0 && z->grank == 0;
-}
-
-pt_status pt_zero_gather_root(pt_zero *z, pt_zero_state what, float *full) {
-    PT_ASSERT(!pt_zero_is_root(z) || full);
-    if (what == PT_ZERO_PARAMS && z->stage < 3) { /* every rank holds them whole */
-        if (full) memcpy(full, pt_model_params(z->m), pt_model_num_params(z->m) * sizeof(float));
-        return PT_OK;
-    }
-    return gather_root(z, full, (int)what);
 }
 
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t) {

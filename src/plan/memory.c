@@ -675,15 +675,20 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     }
 }
 
-/* A stage's tables for a save's scratch: its largest tensor (a tp rank's
- * slice, alike on every tp rank), and the whole size of the largest tensor
- * that tp splits (0: none). */
+/* A stage's tables for a save's scratch: its slice, its largest module
+ * and its largest tensor (a tp rank's, alike on every tp rank), and the
+ * whole size of the largest tensor that tp splits (0: none). */
 typedef struct {
-    double n, most, split;
+    double n, module, most, split;
 } save_sizes;
 
 static save_sizes save_sizes_of(const pt_model *m) {
-    save_sizes z = {(double)pt_model_num_params(m), 0, 0};
+    save_sizes z = {(double)pt_model_num_params(m), 0, 0, 0};
+    for (int i = 0; i < pt_model_num_modules(m); i++) {
+        size_t off, count;
+        pt_model_module_region(m, i, &off, &count);
+        if ((double)count > z.module) z.module = (double)count;
+    }
     for (int k = 0; k < pt_model_num_tensors(m); k++) {
         const pt_param_info *p = pt_model_tensor(m, k);
         if ((double)p->numel > z.most) z.most = (double)p->numel;
@@ -694,7 +699,8 @@ static save_sizes save_sizes_of(const pt_model *m) {
 }
 
 /* A checkpoint save's scratch (trainer_ckpt.c, one tensor set at a time):
- * each stage's dp rank 0 receives ZeRO's shards of its slice (n floats);
+ * each stage's dp rank 0 receives ZeRO's shards of its slice a module at a
+ * time (its largest module);
  * world rank 0, under tp or pp, also streams the whole model's tensors in
  * (tp_full.c): one buffer of a member's largest tensor (tp rank 1 of its
  * own stage, or another stage's) and, under tp, one of the largest tensor
@@ -709,7 +715,7 @@ static void save_scratch(const pt_config *c, int zero, const save_sizes *z, pt_p
         if (z[r].split > split) split = z[r].split;
     }
     for (int r = 0; r < p; r++) {
-        double f = zero ? z[r].n : 0;
+        double f = zero ? z[r].module : 0;
         if (r == 0 && (tp > 1 || p > 1)) f += split + most;
         if (r == 0 && files && z[0].n > f) f = z[0].n;
         out->stage[r].save = f * sizeof(float);

@@ -35,7 +35,8 @@ static pt_status member_table(const pt_trainer *t, int r, pt_model **out) {
 
 typedef struct {
     const pt_trainer *t;
-    const float *local;
+    pt_st_tensor_source own; /* this member's tensors, in order */
+    void *own_arg;
     int n;        /* members */
     pt_model **s; /* member tables; s[0] is t->model, lent */
     int *at;      /* each member's next tensor */
@@ -65,12 +66,12 @@ static pt_status pull(pt_mp_stream *q, const float **data) {
     for (int r = 0; r < q->n && q->st == PT_OK; r++) {
         const pt_param_info *p = holds(q, r, pw->name);
         if (!p) continue;
-        q->at[r]++;
-        const float *src = q->local + p->offset;
-        if (r > 0) {
+        const float *src = q->rbuf;
+        if (r == 0) /* a source that gathers (ZeRO's shards) is pulled even when draining */
+            q->st = q->own(q->own_arg, q->at[r], &src);
+        else
             q->st = pt_comm_recv(q->t->mp, q->rbuf, p->numel * sizeof(float), r, 31);
-            src = q->rbuf;
-        }
+        q->at[r]++;
         if (q->st != PT_OK || !data) continue;
         got = src;
         if (!split) continue;
@@ -105,8 +106,9 @@ static void stream_free(pt_mp_stream *q) {
 /* Rank 0's side: tables and buffers first, then the group agrees (a rank
  * 0 out of memory leaves no member blocked in its send); then the sink
  * pulls, and whatever it did not pull is received and dropped. */
-static pt_status stream_root(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
-    pt_mp_stream q = {.t = t, .local = local, .n = pt_comm_size(t->mp)};
+static pt_status stream_root(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
+                             pt_mp_sink sink, void *arg) {
+    pt_mp_stream q = {.t = t, .own = own, .own_arg = own_arg, .n = pt_comm_size(t->mp)};
     q.s = calloc((size_t)q.n, sizeof *q.s);
     q.at = calloc((size_t)q.n, sizeof *q.at);
     pt_status st = q.s && q.at ? PT_OK : pt_error_set(PT_ERR_NOMEM, "model-parallel save");
@@ -134,14 +136,33 @@ static pt_status stream_root(const pt_trainer *t, const float *local, pt_mp_sink
     return st;
 }
 
-pt_status pt_mp_stream_full(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
-    if (pt_comm_rank(t->mp) == 0) return stream_root(t, local, sink, arg);
+pt_status pt_mp_stream_full(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
+                            pt_mp_sink sink, void *arg) {
+    if (pt_comm_rank(t->mp) == 0) return stream_root(t, own, own_arg, sink, arg);
     PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
     for (int k = 0; k < pt_model_num_tensors(t->model); k++) {
         const pt_param_info *p = pt_model_tensor(t->model, k);
-        PT_CHECK(pt_comm_send(t->mp, local + p->offset, p->numel * sizeof(float), 0, 31));
+        const float *data;
+        PT_CHECK(own(own_arg, k, &data));
+        PT_CHECK(pt_comm_send(t->mp, data, p->numel * sizeof(float), 0, 31));
     }
     return PT_OK;
+}
+
+typedef struct {
+    const pt_model *m;
+    const float *buf;
+} flat;
+
+static pt_status flat_tensor(void *arg, int i, const float **data) {
+    const flat *f = arg;
+    *data = f->buf + pt_model_tensor(f->m, i)->offset;
+    return PT_OK;
+}
+
+pt_status pt_mp_stream_flat(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
+    flat f = {t->model, local};
+    return pt_mp_stream_full(t, flat_tensor, &f, sink, arg);
 }
 
 /* pt_mp_gather_full's sink: each tensor to its place in the full buffer. */
@@ -158,5 +179,5 @@ static pt_status copy_full(void *arg, pt_st_tensor_source src, void *src_arg) {
 }
 
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
-    return pt_mp_stream_full(t, local, copy_full, full);
+    return pt_mp_stream_flat(t, local, copy_full, full);
 }

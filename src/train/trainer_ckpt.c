@@ -149,15 +149,55 @@ static int tp_writes(const pt_trainer *t) {
     return t->mp && t->dp_rank == 0;
 }
 
-/* Scratch for one tensor set of a save: on the dp rank 0 that receives
- * ZeRO's shards (ZeRO 1 and 2 parameters: the model's own), this rank's
- * slice whole. */
-static pt_status save_buffer(pt_trainer *t, int k, float **zl) {
-    size_t n = pt_model_num_params(t->model);
-    if (t->zero && pt_zero_is_root(t->zero) && (k != CK_P || t->cfg.parallel.zero == 3) &&
-        !(*zl = pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float))))
-        return pt_error_set(PT_ERR_NOMEM, "checkpoint: full tensors from the shards");
+/* A tensor set from ZeRO's shards, module by module (pt_zero_gather_module):
+ * dp rank 0 receives the module of the tensor asked for into one buffer of
+ * its largest module, its peers send theirs. Every module is gathered,
+ * in order, whether the writer pulls it or not (shards_rest). */
+typedef struct {
+    pt_trainer *t;
+    pt_zero_state what;
+    float *buf;   /* dp rank 0: the module gathered; NULL elsewhere */
+    int next;     /* the next module to gather */
+    size_t off;   /* the gathered module's offset in the flat buffer */
+    pt_status st; /* the first failed gather: no more are tried */
+} shards;
+
+static pt_status shards_new(shards *g, pt_trainer *t, pt_zero_state what) {
+    *g = (shards){.t = t, .what = what};
+    if (!pt_zero_is_root(t->zero)) return PT_OK;
+    size_t most = 0;
+    for (int i = 0; i < pt_model_num_modules(t->model); i++) {
+        size_t off, count;
+        pt_model_module_region(t->model, i, &off, &count);
+        if (count > most) most = count;
+    }
+    if (!(g->buf = pt_mem_alloc(PT_MEM_SCRATCH, most * sizeof(float))))
+        return pt_error_set(PT_ERR_NOMEM, "checkpoint: a module from the shards");
     return PT_OK;
+}
+
+static pt_status shards_to(shards *g, int module) {
+    while (g->st == PT_OK && g->next <= module) {
+        size_t count;
+        pt_model_module_region(g->t->model, g->next, &g->off, &count);
+        g->st = pt_zero_gather_module(g->t->zero, g->what, g->next++, g->buf);
+    }
+    return g->st;
+}
+
+static pt_status shards_tensor(void *arg, int k, const float **data) {
+    shards *g = arg;
+    const pt_param_info *p = pt_model_tensor(g->t->model, k);
+    PT_CHECK(shards_to(g, p->module));
+    PT_ASSERT(g->next == p->module + 1); /* tensors come module by module, in order */
+    *data = g->buf + (p->offset - g->off);
+    return PT_OK;
+}
+
+/* The modules the writer did not pull (all of them on the other dp ranks),
+ * so that no peer stays in its send. */
+static pt_status shards_rest(shards *g) {
+    return shards_to(g, pt_model_num_modules(g->t->model) - 1);
 }
 
 /* pt_mp_stream_full's sink: one main file of the whole model. */
@@ -173,33 +213,37 @@ static pt_status write_streamed(void *arg, pt_st_tensor_source src, void *src_ar
 }
 
 /* Tensor set k of the main files: this rank's slices (its own buffer, or
- * ZeRO's shards sent to dp rank 0, the only rank that needs them whole),
- * then, tp or pp > 1, streamed from every model-parallel member to world
- * rank 0 one tensor at a time, assembled into GPT-2's full tensors
- * (padding removed) as the file is written; else world rank 0 writes its
- * buffer. Every rank enters every collective whatever failed before it
- * (st on entry: this rank's status so far). */
+ * ZeRO's shards, gathered a module at a time to dp rank 0, the only rank
+ * that needs them whole), then, tp or pp > 1, streamed from every
+ * model-parallel member to world rank 0 one tensor at a time, assembled
+ * into GPT-2's full tensors (padding removed) as the file is written; else
+ * world rank 0 writes them as they come. Every rank enters every
+ * collective whatever failed before it (st on entry: this rank's status
+ * so far). */
 static pt_status save_tensor(pt_trainer *t, int k, const float *own, const char *tmp,
                              pt_status st) {
     static const pt_zero_state what[CK_N] = {PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V};
-    float *zl = NULL;
-    if (st == PT_OK) st = save_buffer(t, k, &zl);
+    int sharded = t->zero && (k != CK_P || t->cfg.parallel.zero == 3); /* ZeRO 1, 2: params whole */
+    shards g = {0};
+    if (st == PT_OK && sharded) st = shards_new(&g, t, what[k]);
     /* all or none enter the gathers: a rank out of memory (or rank 0
      * unable to write) must not leave the others waiting in them */
     if (t->aux && (t->zero || t->mp)) st = pt_comm_agree(t->aux, st);
-    const float *local = own;
-    if (t->zero && (k != CK_P || t->cfg.parallel.zero == 3)) { /* ZeRO 1, 2: params whole */
-        if (st == PT_OK) st = pt_zero_gather_root(t->zero, what[k], zl);
-        local = zl;
-    }
+    int gathering = sharded && st == PT_OK;
     if (st == PT_OK && tp_writes(t)) {
         PT_ASSERT((pt_comm_rank(t->mp) == 0) == (t->rank == 0));
         main_file w = {tmp, (pt_ckpt_file)k, t->full};
-        st = pt_mp_stream_full(t, local, write_streamed, &w);
+        st = sharded ? pt_mp_stream_full(t, shards_tensor, &g, write_streamed, &w)
+                     : pt_mp_stream_flat(t, own, write_streamed, &w);
     } else if (st == PT_OK && t->rank == 0) {
-        st = pt_ckpt_write_main(tmp, (pt_ckpt_file)k, t->model, local, NULL, NULL);
+        st = pt_ckpt_write_main(tmp, (pt_ckpt_file)k, t->model, sharded ? NULL : own, shards_tensor,
+                                &g);
     }
-    pt_mem_free(zl);
+    if (gathering) {
+        pt_status e = shards_rest(&g);
+        if (st == PT_OK) st = e;
+    }
+    pt_mem_free(g.buf);
     return st;
 }
 

@@ -78,11 +78,17 @@ struct pt_trainer {
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full);
 /* The same tensors one at a time, for a writer: on the group's rank 0,
  * sink(arg, src, src_arg) is called once and pulls the whole model's
- * tensors from src in order; the others send theirs. Rank 0's scratch is
- * a member's largest tensor and, tp > 1, the largest tensor tp splits.
- * Collective over t->mp (tp_full.c). */
+ * tensors from src in order; the others send theirs. Each member's own
+ * tensors come from own(own_arg, k, ..), k = 0, 1, .. over t->model's,
+ * every one of them even when the writer stops early (a source may be a
+ * collective: ZeRO's shards gathered module by module). Rank 0's scratch
+ * is a member's largest tensor and, tp > 1, the largest tensor tp splits.
+ * Collective over t->mp (tp_full.c); _flat takes them from local, laid
+ * out like t->model's flat buffer. */
 typedef pt_status (*pt_mp_sink)(void *arg, pt_st_tensor_source src, void *src_arg);
-pt_status pt_mp_stream_full(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg);
+pt_status pt_mp_stream_full(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
+                            pt_mp_sink sink, void *arg);
+pt_status pt_mp_stream_flat(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg);
 
 /* The pipeline (trainer_pipe.c): built over the stage's model and pp group
  * for schedule s (lent) and the virtual stages' cut. */

@@ -3,14 +3,17 @@
  * status, the failing rank's message, marked shared so that it is printed
  * once), well within the comm timeout. Allocation failures are injected
  * with the counting allocator (pt_mem_fail_after) on one rank:
- *   - ZeRO-1 at dp 2, rank 0 cannot allocate the full tensors of the save
- *     (it alone receives them): rank 1 must not be left in its sends;
+ *   - ZeRO-1 at dp 2, rank 0 cannot allocate the module it receives the
+ *     shards into (it alone receives them): rank 1 must not be left in its
+ *     sends;
  *   - ZeRO-1 and ZeRO-3 at dp 2, rank 1 with no allocation to make: the
  *     save succeeds, since only dp rank 0 holds the full tensors (an
  *     all-gather gave every rank a full copy, dp times the memory);
- *   - ZeRO-3 at dp 2: the save's scratch is one full tensor on rank 0
- *     (gathered and written one at a time, not all three at once), none
- *     on rank 1;
+ *   - ZeRO-3 at dp 2: the save's scratch is one module on rank 0 (the
+ *     shards gathered and written a module at a time, not the model, nor
+ *     all three tensor sets at once), none on rank 1; and when rank 0's
+ *     file cannot be written past its start, rank 1 (6 layers: its slices
+ *     outgrow the shm ring) must not be left in its sends;
  *   - tp 2 and pp 2: world rank 0 writes the whole model's tensors as
  *     they stream in, one at a time, its scratch one tensor and one
  *     member's slice of it, not the model; it cannot allocate them, or its
@@ -47,6 +50,7 @@ typedef struct {
     char msg[4][256];
     size_t scratch[4]; /* the save's peak of scratch bytes */
     size_t nparams[4];
+    size_t module_max[4]; /* the largest module's floats */
 } results;
 
 static results *res; /* MAP_SHARED: the ranks write here */
@@ -83,7 +87,13 @@ static int rank_save(void *arg) {
         setrlimit(RLIMIT_FSIZE, &was);
         pt_mem_fail_after(0);
         res->scratch[me] = pt_mem_peak(PT_MEM_SCRATCH) - before;
-        res->nparams[me] = pt_model_num_params(pt_trainer_model(t));
+        const pt_model *m = pt_trainer_model(t);
+        res->nparams[me] = pt_model_num_params(m);
+        for (int i = 0; i < pt_model_num_modules(m); i++) {
+            size_t off, count;
+            pt_model_module_region(m, i, &off, &count);
+            if (count > res->module_max[me]) res->module_max[me] = count;
+        }
     }
     res->seconds[me] = pt_time_s() - t0;
     res->status[me] = st;
@@ -139,7 +149,7 @@ static void test_zero_save_alloc_fails(void) {
     save_case sc = {.fail_rank = 0};
     base_config(&sc.cfg);
     sc.cfg.parallel.zero = 1;
-    run_save("zero1", &sc, "checkpoint: full tensors");
+    run_save("zero1", &sc, "checkpoint: a module from the shards");
 }
 
 static void test_zero_save_only_root_allocates(void) {
@@ -151,17 +161,26 @@ static void test_zero_save_only_root_allocates(void) {
     }
 }
 
-/* A ZeRO-3 save's scratch: dp rank 0 receives one full tensor at a time
- * (parameters, then each moment: 4 bytes a parameter), rank 1 none. */
+/* A ZeRO-3 save's scratch: dp rank 0 receives one module at a time (a
+ * block: 4 bytes a parameter of it; gathering a tensor set whole took the
+ * model's), rank 1 none. Its write failing, rank 1 still sends every
+ * module and both learn the error. */
 static void test_zero_save_scratch(void) {
     save_case sc = {.fail_rank = -1};
     base_config(&sc.cfg);
     sc.cfg.parallel.zero = 3;
     run_save("zero3, scratch", &sc, NULL);
-    fprintf(stderr, "  scratch: rank 0 %zu B, rank 1 %zu B (%zu parameters)\n", res->scratch[0],
-            res->scratch[1], res->nparams[0]);
-    CHECK_EQ(res->scratch[0], res->nparams[0] * sizeof(float));
+    fprintf(stderr,
+            "  scratch: rank 0 %zu B, rank 1 %zu B (%zu parameters, a module at most %zu)\n",
+            res->scratch[0], res->scratch[1], res->nparams[0], res->module_max[0]);
+    CHECK_EQ(res->scratch[0], res->module_max[0] * sizeof(float));
+    CHECK(res->module_max[0] < res->nparams[0] / 2);
     CHECK_EQ(res->scratch[1], 0);
+    save_case w = {.fail_rank = -1, .fsize = 100000};
+    base_config(&w.cfg);
+    w.cfg.model.n_layer = 6;
+    w.cfg.parallel.zero = 3;
+    run_save_st("zero3, write fails", &w, PT_ERR_IO, "model.safetensors");
 }
 
 /* tp 2 and pp 2 of base_config's model (2 layers, C 128, vocab 256): the
