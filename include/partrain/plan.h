@@ -283,6 +283,8 @@ pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_pl
 /* Apply a plan file's "config" to c (as pt_config_load_string: unknown
  * keys and wrong types are errors naming the file and the key). */
 pt_status pt_plan_file_load(const char *path, pt_config *c);
+/* The same from the file's text; name labels the messages. */
+pt_status pt_plan_file_load_string(const char *text, const char *name, pt_config *c);
 /* The simulated timeline of layout l (Chrome trace JSON, docs/plan.md):
  * one track per pipeline rank (passes, tp collectives, exposed dp traffic,
  * optimizer) and one per link. */

@@ -144,27 +144,32 @@ pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_pl
     return PT_OK;
 }
 
-pt_status pt_plan_file_load(const char *path, pt_config *c) {
-    char *text = NULL;
-    PT_CHECK(pt_read_text_file(path, 16u << 20, &text));
+pt_status pt_plan_file_load_string(const char *text, const char *name, pt_config *c) {
     cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root) return pt_error_set(PT_ERR_FORMAT, "%s: not a JSON plan file", path);
+    if (!root) return pt_error_set(PT_ERR_FORMAT, "%s: not a JSON plan file", name);
     const cJSON *conf = cJSON_GetObjectItemCaseSensitive(root, "config");
     pt_status st;
     if (!cJSON_IsObject(conf)) {
         st = pt_error_set(PT_ERR_FORMAT,
                           "%s: no \"config\" object (a plan file from partrain "
                           "plan --write)",
-                          path);
+                          name);
     } else {
         char *cj = cJSON_PrintUnformatted(conf);
         char what[PT_CONFIG_STR_MAX + 16];
-        snprintf(what, sizeof what, "%s: config", path);
+        snprintf(what, sizeof what, "%s: config", name);
         st = cj ? pt_config_load_string(c, cj, what)
-                : pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+                : pt_error_set(PT_ERR_NOMEM, "%s: out of memory", name);
         free(cj);
     }
     cJSON_Delete(root);
+    return st;
+}
+
+pt_status pt_plan_file_load(const char *path, pt_config *c) {
+    char *text = NULL;
+    PT_CHECK(pt_read_text_file(path, 16u << 20, &text));
+    pt_status st = pt_plan_file_load_string(text, path, c);
+    free(text);
     return st;
 }
