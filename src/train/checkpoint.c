@@ -239,19 +239,72 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
 
 /* ---- step directories' contents ---- */
 
-pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
+pt_status pt_ckpt_parse_state(const char *text, const char *path, cJSON **out) {
     *out = NULL;
-    char path[PT_CONFIG_STR_MAX + 64], *text;
-    snprintf(path, sizeof path, "%s/state.json", stepdir);
-    PT_CHECK(pt_read_text_file(path, (size_t)16 << 20, &text));
     cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing after the object */
-    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return pt_error_set(PT_ERR_FORMAT, "%s: corrupt (not one JSON object)", path);
     }
     *out = root;
     return PT_OK;
+}
+
+pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out) {
+    *out = NULL;
+    char path[PT_CONFIG_STR_MAX + 64], *text;
+    snprintf(path, sizeof path, "%s/state.json", stepdir);
+    PT_CHECK(pt_read_text_file(path, (size_t)16 << 20, &text));
+    pt_status st = pt_ckpt_parse_state(text, path, out);
+    free(text);
+    return st;
+}
+
+/* 1..16 hex digits, as state_json writes them (strtoull alone would take
+ * a sign or leading blanks) */
+static int parse_hex64(const cJSON *s, uint64_t *out) {
+    if (!cJSON_IsString(s)) return 0;
+    size_t n = strspn(s->valuestring, "0123456789abcdefABCDEF");
+    if (n == 0 || n > 16 || s->valuestring[n]) return 0;
+    *out = strtoull(s->valuestring, NULL, 16);
+    return 1;
+}
+
+static int json_int(const cJSON *o, const char *name, int lo, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble >= 2e9) return 0;
+    *out = (int)v->valuedouble;
+    return 1;
+}
+
+pt_status pt_ckpt_state_fields(const cJSON *root, const char *path, pt_ckpt_state *s) {
+    memset(s, 0, sizeof *s);
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "data_rng");
+    int ok = json_int(root, "step", 0, &s->step) && cJSON_IsObject(rng) &&
+             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "key"), &s->key) &&
+             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "counter"), &s->counter);
+    /* optim_t: AdamW's update count (stale delayed applies nothing in its
+     * first k steps); older checkpoints lack it: the step */
+    if (ok && !json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
+    if (ok && rs) {
+        s->rank_state = 1;
+        ok = cJSON_IsObject(rs) && json_int(rs, "ranks", 1, &s->ranks) &&
+             json_int(rs, "pipeline_start", 0, &s->pipe_start) && s->pipe_start <= s->step;
+    }
+    if (!ok)
+        return pt_error_set(PT_ERR_FORMAT, "%s: missing or bad step / data_rng / rank_state", path);
+    return PT_OK;
+}
+
+pt_status pt_ckpt_state_config(const cJSON *root, const char *path, pt_config *cfg) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
+    char *text = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
+    if (!text) return pt_error_set(PT_ERR_FORMAT, "%s: no \"config\" object", path);
+    pt_config_defaults(cfg);
+    pt_status st = pt_config_load_string(cfg, text, path);
+    free(text);
+    return st;
 }
 
 /* A bare safetensors checkpoint (GPT-2's published files have no
@@ -286,18 +339,7 @@ pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg) {
     if (access(state, F_OK) != 0 && errno == ENOENT) return infer_config(stepdir, cfg);
     cJSON *root = NULL;
     PT_CHECK(pt_ckpt_read_state(stepdir, &root));
-    char what[PT_CONFIG_STR_MAX + 64];
-    snprintf(what, sizeof what, "%s/state.json", stepdir);
-    pt_status st = PT_OK;
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
-    char *text = cJSON_IsObject(c) ? cJSON_PrintUnformatted(c) : NULL;
-    if (!text) {
-        st = pt_error_set(PT_ERR_FORMAT, "%s: no \"config\" object", what);
-    } else {
-        pt_config_defaults(cfg);
-        st = pt_config_load_string(cfg, text, what);
-    }
-    free(text);
+    pt_status st = pt_ckpt_state_config(root, state, cfg);
     cJSON_Delete(root);
     return st;
 }

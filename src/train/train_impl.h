@@ -73,8 +73,19 @@ typedef enum {
  * fallback path (as on a file system without RENAME_EXCHANGE). */
 void pt_ckpt_test_hooks(int crash_at, int never_exchange);
 
-/* Parse a step directory's state.json (caller deletes *out). */
+/* Parse a step directory's state.json (caller deletes *out); _parse:
+ * from its text, path naming it in messages. Then what it says: its
+ * "config" (from the defaults, as pt_config_load_string), and the rest. */
 pt_status pt_ckpt_read_state(const char *stepdir, cJSON **out);
+pt_status pt_ckpt_parse_state(const char *text, const char *path, cJSON **out);
+pt_status pt_ckpt_state_config(const cJSON *root, const char *path, pt_config *cfg);
+typedef struct {
+    int step, optim_t;
+    uint64_t key, counter; /* data_rng */
+    int rank_state;        /* 1: rank<r>.safetensors are there */
+    int ranks, pipe_start;
+} pt_ckpt_state;
+pt_status pt_ckpt_state_fields(const cJSON *root, const char *path, pt_ckpt_state *s);
 
 /* ---- safetensors files of several flat buffers ----
  * A group is one buffer laid out like the model's flat parameters, stored

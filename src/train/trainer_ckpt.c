@@ -279,53 +279,15 @@ static pt_status save(pt_trainer *t) {
     return pt_ckpt_agree(t->aux, st);
 }
 
-static int parse_hex64(const cJSON *s, uint64_t *out) {
-    if (!cJSON_IsString(s)) return 0;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s->valuestring, &end, 16);
-    if (end == s->valuestring || *end || errno) return 0;
-    *out = v;
-    return 1;
-}
-
 /* What state.json says beyond the config. */
-typedef struct {
-    int step, optim_t;
-    uint64_t key, counter;
-    int rank_state; /* 1: rank<r>.safetensors are there */
-    int ranks, pipe_start;
-} saved_state;
-
-static int json_int(const cJSON *o, const char *name, int lo, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble >= 2e9) return 0;
-    *out = (int)v->valuedouble;
-    return 1;
-}
-
-static pt_status read_saved_state(const char *stepdir, saved_state *s) {
+static pt_status read_state_fields(const char *stepdir, pt_ckpt_state *s) {
     cJSON *root = NULL;
     PT_CHECK(pt_ckpt_read_state(stepdir, &root));
-    memset(s, 0, sizeof *s);
-    cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "data_rng");
-    int ok = json_int(root, "step", 0, &s->step) && cJSON_IsObject(rng) &&
-             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "key"), &s->key) &&
-             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "counter"), &s->counter);
-    /* optim_t: AdamW's update count (stale delayed applies nothing in its
-     * first k steps); older checkpoints lack it: the step */
-    if (ok && !json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
-    cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
-    if (ok && rs) {
-        s->rank_state = 1;
-        ok = cJSON_IsObject(rs) && json_int(rs, "ranks", 1, &s->ranks) &&
-             json_int(rs, "pipeline_start", 0, &s->pipe_start) && s->pipe_start <= s->step;
-    }
+    char what[PT_CONFIG_STR_MAX + 80]; /* stepdir's size, and the name */
+    snprintf(what, sizeof what, "%s/state.json", stepdir);
+    pt_status st = pt_ckpt_state_fields(root, what, s);
     cJSON_Delete(root);
-    if (!ok)
-        return pt_error_set(PT_ERR_FORMAT,
-                            "%s/state.json: missing or bad step / data_rng / rank_state", stepdir);
-    return PT_OK;
+    return st;
 }
 
 /* "dp2 stale dga k=1", "dp2 tp2 local_sgd nesterov", "dp1 sync" */
@@ -347,7 +309,7 @@ static void async_desc(const pt_config *c, char *buf, size_t n) {
  * holds world rank r's slices), mode, and (stale) the same kind and
  * staleness or (local_sgd) the same outer step. sync_every, learning rates
  * and the like may differ: they act on the future only. */
-static int continues_exactly(const pt_trainer *t, const pt_config *saved, const saved_state *s) {
+static int continues_exactly(const pt_trainer *t, const pt_config *saved, const pt_ckpt_state *s) {
     const pt_config *c = &t->cfg;
     if (!s->rank_state || !has_rank_state(t) || s->ranks != t->nranks ||
         saved->parallel.dp != c->parallel.dp || saved->parallel.tp != c->parallel.tp ||
@@ -413,7 +375,7 @@ static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
  * step from the loaded parameters with zero momentum. One line says so when
  * per-rank state is lost or missing. */
 static void restart_pipeline(pt_trainer *t, const char *stepdir, const pt_config *saved,
-                             const saved_state *s) {
+                             const pt_ckpt_state *s) {
     t->pipe_start = t->step;
     if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
         size_t n = pt_model_num_params(t->model);
@@ -461,8 +423,8 @@ static pt_status resume_local(pt_trainer *t) {
                             "over",
                             stepdir, saved.train.optimizer, saved.train.momentum,
                             t->cfg.train.optimizer, t->cfg.train.momentum);
-    saved_state s;
-    PT_CHECK(read_saved_state(stepdir, &s));
+    pt_ckpt_state s;
+    PT_CHECK(read_state_fields(stepdir, &s));
     PT_CHECK(load_main(t, stepdir, s.optim_t));
     t->step = s.step;
     if (continues_exactly(t, &saved, &s)) {

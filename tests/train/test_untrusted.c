@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../src/train/train_impl.h" /* pt_ckpt_parse_state, pt_ckpt_state_fields */
 #include "partrain/train.h"
 #include "pt_test.h"
 #include "pt_test_files.h"
@@ -361,6 +362,33 @@ static void test_config_json(void) {
     write_bytes(tmp_path("state2/state.json"), st2, sizeof st2 - 1);
     CHECK(pt_checkpoint_read_config(tmp_path("state2"), &c) == PT_ERR_FORMAT &&
           msg_has("state2/state.json") && msg_has("not one JSON object"));
+    /* its own fields: a step, data_rng's two 64-bit words in hex (no sign:
+     * strtoull alone read "-5" as 2^64 - 5), rank_state's pipeline start
+     * no later than the step */
+    const struct {
+        const char *json, *want; /* want NULL: accepted */
+    } fields[] = {
+        {"{\"step\": 3, \"data_rng\": {\"key\": \"00ff\", \"counter\": \"1\"}}", NULL},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \"-5\", \"counter\": \"1\"}}", "data_rng"},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \" 5\", \"counter\": \"1\"}}", "data_rng"},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \"10000000000000000\", \"counter\": \"1\"}}",
+         "data_rng"},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \"1\", \"counter\": \"1\"}, "
+         "\"rank_state\": {\"ranks\": 2, \"pipeline_start\": 4}}",
+         "rank_state"},
+        {"{\"step\": -1, \"data_rng\": {\"key\": \"1\", \"counter\": \"1\"}}", "step"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        cJSON *root = NULL;
+        pt_ckpt_state cs;
+        CHECK_OK(pt_ckpt_parse_state(fields[i].json, "s/state.json", &root));
+        pt_status st = pt_ckpt_state_fields(root, "s/state.json", &cs);
+        if (!fields[i].want)
+            CHECK(st == PT_OK && cs.step == 3 && cs.key == 0xff && cs.counter == 1);
+        else
+            CHECK(st == PT_ERR_FORMAT && msg_has("s/state.json") && msg_has(fields[i].want));
+        cJSON_Delete(root);
+    }
     /* a NUL in a config file would hide what follows it */
     write_bytes(tmp_path("nul.json"), "{\"train\": {}}\0{\"x\": 1}", 22);
     pt_config_defaults(&c);
