@@ -7,7 +7,6 @@
  * rank_state.c). */
 #include "trainer_impl.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
