@@ -157,7 +157,6 @@ typedef struct {
     pt_zero_state what;
     float *buf;   /* dp rank 0: the module gathered; NULL elsewhere */
     int next;     /* the next module to gather */
-    size_t off;   /* the gathered module's offset in the flat buffer */
     pt_status st; /* the first failed gather: no more are tried */
 } shards;
 
@@ -176,11 +175,8 @@ static pt_status shards_new(shards *g, pt_trainer *t, pt_zero_state what) {
 }
 
 static pt_status shards_to(shards *g, int module) {
-    while (g->st == PT_OK && g->next <= module) {
-        size_t count;
-        pt_model_module_region(g->t->model, g->next, &g->off, &count);
+    while (g->st == PT_OK && g->next <= module)
         g->st = pt_zero_gather_module(g->t->zero, g->what, g->next++, g->buf);
-    }
     return g->st;
 }
 
@@ -189,7 +185,9 @@ static pt_status shards_tensor(void *arg, int k, const float **data) {
     const pt_param_info *p = pt_model_tensor(g->t->model, k);
     PT_CHECK(shards_to(g, p->module));
     PT_ASSERT(g->next == p->module + 1); /* tensors come module by module, in order */
-    *data = g->buf + (p->offset - g->off);
+    size_t off, count;
+    pt_model_module_region(g->t->model, p->module, &off, &count);
+    *data = g->buf + (p->offset - off);
     return PT_OK;
 }
 
