@@ -280,20 +280,22 @@ static int json_int(const cJSON *o, const char *name, int lo, int *out) {
 pt_status pt_ckpt_state_fields(const cJSON *root, const char *path, pt_ckpt_state *s) {
     memset(s, 0, sizeof *s);
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "data_rng");
-    int ok = json_int(root, "step", 0, &s->step) && cJSON_IsObject(rng) &&
-             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "key"), &s->key) &&
-             parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "counter"), &s->counter);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
+    const char *bad = NULL;
+    if (!json_int(root, "step", 0, &s->step))
+        bad = "step (an integer, 0 or more)";
+    else if (!cJSON_IsObject(rng) ||
+             !parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "key"), &s->key) ||
+             !parse_hex64(cJSON_GetObjectItemCaseSensitive(rng, "counter"), &s->counter))
+        bad = "data_rng (key and counter, 1 to 16 hex digits each)";
+    else if (rs && !(cJSON_IsObject(rs) && json_int(rs, "ranks", 1, &s->ranks) &&
+                     json_int(rs, "pipeline_start", 0, &s->pipe_start) && s->pipe_start <= s->step))
+        bad = "rank_state (ranks 1 or more, pipeline_start no later than step)";
+    if (bad) return pt_error_set(PT_ERR_FORMAT, "%s: missing or bad %s", path, bad);
+    s->rank_state = rs != NULL;
     /* optim_t: AdamW's update count (stale delayed applies nothing in its
      * first k steps); older checkpoints lack it: the step */
-    if (ok && !json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
-    if (ok && rs) {
-        s->rank_state = 1;
-        ok = cJSON_IsObject(rs) && json_int(rs, "ranks", 1, &s->ranks) &&
-             json_int(rs, "pipeline_start", 0, &s->pipe_start) && s->pipe_start <= s->step;
-    }
-    if (!ok)
-        return pt_error_set(PT_ERR_FORMAT, "%s: missing or bad step / data_rng / rank_state", path);
+    if (!json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
     return PT_OK;
 }
 

@@ -369,14 +369,14 @@ static void test_config_json(void) {
         const char *json, *want; /* want NULL: accepted */
     } fields[] = {
         {"{\"step\": 3, \"data_rng\": {\"key\": \"00ff\", \"counter\": \"1\"}}", NULL},
-        {"{\"step\": 3, \"data_rng\": {\"key\": \"-5\", \"counter\": \"1\"}}", "data_rng"},
-        {"{\"step\": 3, \"data_rng\": {\"key\": \" 5\", \"counter\": \"1\"}}", "data_rng"},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \"-5\", \"counter\": \"1\"}}", "bad data_rng"},
+        {"{\"step\": 3, \"data_rng\": {\"key\": \" 5\", \"counter\": \"1\"}}", "bad data_rng"},
         {"{\"step\": 3, \"data_rng\": {\"key\": \"10000000000000000\", \"counter\": \"1\"}}",
-         "data_rng"},
+         "bad data_rng"},
         {"{\"step\": 3, \"data_rng\": {\"key\": \"1\", \"counter\": \"1\"}, "
          "\"rank_state\": {\"ranks\": 2, \"pipeline_start\": 4}}",
-         "rank_state"},
-        {"{\"step\": -1, \"data_rng\": {\"key\": \"1\", \"counter\": \"1\"}}", "step"},
+         "bad rank_state"},
+        {"{\"step\": -1, \"data_rng\": {\"key\": \"1\", \"counter\": \"1\"}}", "bad step"},
     };
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         cJSON *root = NULL;
