@@ -175,6 +175,8 @@ pt_status pt_comm_time(pt_comm *c, pt_comm_op op, float *buf, size_t bytes, int 
                        double *seconds);
 /* Counters of this communicator since creation (or the last reset). */
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out);
+/* Bytes this rank has sent on c since its creation, every op (NULL: 0). */
+uint64_t pt_comm_sent_bytes(const pt_comm *c);
 void pt_comm_reset_stats(pt_comm *c);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------

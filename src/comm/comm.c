@@ -274,6 +274,15 @@ void pt_comm_shard(size_t count, int size, int rank, size_t *offset, size_t *n) 
     *offset = k * q + (k < r ? k : r);
 }
 
+uint64_t pt_comm_sent_bytes(const pt_comm *c) {
+    if (!c) return 0;
+    pt_comm_stats s;
+    pt_comm_get_stats(c, &s);
+    uint64_t b = 0;
+    for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
+    return b;
+}
+
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out) {
     if (!c) {
         memset(out, 0, sizeof *out);
