@@ -22,6 +22,12 @@ int pt_cli_calibrate(int argc, char **argv);
 /* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status. */
 int pt_cli_fail(const char *msg);
 
+/* An output file option (`opt`, e.g. "--write") checked before any work
+ * (pt_file_check_output: a regular file or nothing yet, in an existing
+ * folder): 0 when fine, else 1 after one line "partrain: --write PATH: is
+ * a FIFO, not a regular file". */
+int pt_cli_check_output(const char *opt, const char *path);
+
 /* Whether argv[*i] is the option `name` with a value, given as
  * "name VALUE" or "name=VALUE": 1 with *value set (argv's string, lent) and
  * *i moved onto the value; 0 when argv[*i] is something else; -1 when the
