@@ -31,7 +31,13 @@ static void usage(FILE *f) {
                "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
                "                   must be N\n"
                "  --backend B      communication backend of this process's world (mpi: under\n"
-               "                   mpirun -np N, each process a rank)\n\n");
+               "                   mpirun -np N, each process a rank)\n\n"
+               "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
+               "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
+               "checkpoint.dir a directory or not exist yet; a FIFO, device, socket, or a\n"
+               "directory where a file goes (a file where a directory goes), is refused.\n"
+               "log.trace and checkpoint files are replaced whole or not at all; log.metrics\n"
+               "is written line by line, each write checked.\n\n");
     pt_config_print_help(f);
 }
 
@@ -161,6 +167,8 @@ int pt_cli_train(int argc, char **argv) {
         pt_status st = ca.config ? pt_config_load_file(&cfg, ca.config) : PT_OK;
         for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
         if (st == PT_OK) st = pt_model_config_validate(&cfg.model);
+        /* before planning (and maybe a minute of calibrating) */
+        if (st == PT_OK) st = pt_trainer_check_outputs(&cfg);
         if (st == PT_OK) st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster);
         if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
     } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
@@ -168,6 +176,9 @@ int pt_cli_train(int argc, char **argv) {
     }
     pt_cli_config_args_deinit(&ca);
     if (rc != 0) return rc;
+    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
+     * forked or any step taken (the trainer checks them again, for mpirun) */
+    if (pt_trainer_check_outputs(&cfg) != PT_OK) return pt_cli_fail(pt_error_message());
     if (!cfg.data.train[0])
         return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
     if (nproc > 0) {
