@@ -1295,7 +1295,7 @@ pt_status pt_calibrate_cached(const pt_calibrate_options *o, char *path, size_t 
     if (measured) *measured = 0;
     PT_CHECK(pt_calibrate_cache_path(o, path, n));
     if (cache_valid(path)) return PT_OK;
-    PT_CHECK(pt_calibrate_check_out(path)); /* before a minute of measuring */
+    PT_CHECK(pt_file_check_output(path, 0)); /* before a minute of measuring */
     pt_calibration c;
     PT_CHECK(pt_calibrate(o, &c));
     pt_status st = pt_calibrate_write(&c, path);
