@@ -73,7 +73,8 @@ void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const c
  * machine (the calibrate profile of cfg's shape, measured once into the
  * cache) or on the cluster file `cluster` (NULL: this machine), holding the
  * layout keys that a's --set gives fixed, print the choice and why on
- * stderr, and write the fastest layout into cfg. */
+ * stderr, and write the fastest layout into cfg. cfg's output paths are
+ * checked first (pt_trainer_check_outputs), before any planning. */
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
                              const char *cluster);
 

@@ -167,8 +167,6 @@ int pt_cli_train(int argc, char **argv) {
         pt_status st = ca.config ? pt_config_load_file(&cfg, ca.config) : PT_OK;
         for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
         if (st == PT_OK) st = pt_model_config_validate(&cfg.model);
-        /* before planning (and maybe a minute of calibrating) */
-        if (st == PT_OK) st = pt_trainer_check_outputs(&cfg);
         if (st == PT_OK) st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster);
         if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
     } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
