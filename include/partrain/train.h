@@ -254,8 +254,18 @@ typedef struct {
                                                 its ranks this step (rank 0 only) */
 } pt_step_info;
 
+/* The config's output paths, before any work: log.metrics a regular file
+ * or nothing yet (its missing folders are made), log.trace a regular file
+ * or nothing yet in an existing folder, checkpoint.dir a directory or
+ * nothing yet (pt_file_check_output, pt_dir_check_output); anything else (a
+ * FIFO, device, socket, a directory for a file, a file for a directory) is
+ * one line naming the key and the path. The CLI calls it before planning
+ * or forking ranks; pt_trainer_new_dist calls it first thing. */
+pt_status pt_trainer_check_outputs(const pt_config *cfg);
+
 /* Build everything for cfg (validated here too): model (initialized from
- * train.seed), optimizer, data when data.train / data.val are set. With
+ * train.seed), optimizer, data when data.train / data.val are set. The
+ * output paths are checked first (pt_trainer_check_outputs). With
  * checkpoint.dir set, rank 0 creates and checks it, takes its lock and
  * removes what killed saves left (an error here, before step 1, when it is
  * a file, not writable, or in use by another job). Sets kernel threads to

@@ -31,7 +31,13 @@ static void usage(FILE *f) {
                "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
                "                   must be N\n"
                "  --backend B      communication backend of this process's world (mpi: under\n"
-               "                   mpirun -np N, each process a rank)\n\n");
+               "                   mpirun -np N, each process a rank)\n\n"
+               "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
+               "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
+               "checkpoint.dir a directory or not exist yet; a FIFO, device, socket, or a\n"
+               "directory where a file goes (a file where a directory goes), is refused.\n"
+               "log.trace and checkpoint files are replaced whole or not at all; log.metrics\n"
+               "is written line by line, each write checked.\n\n");
     pt_config_print_help(f);
 }
 
@@ -168,6 +174,9 @@ int pt_cli_train(int argc, char **argv) {
     }
     pt_cli_config_args_deinit(&ca);
     if (rc != 0) return rc;
+    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
+     * forked or any step taken (the trainer checks them again, for mpirun) */
+    if (pt_trainer_check_outputs(&cfg) != PT_OK) return pt_cli_fail(pt_error_message());
     if (!cfg.data.train[0])
         return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
     if (nproc > 0) {

@@ -12,11 +12,9 @@
 #include "partrain/plan.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
 
@@ -113,35 +111,13 @@ pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_pl
     cJSON_Delete(root);
     free(cj);
     if (!text) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory building the plan", path);
-    /* atomically: a temporary beside it, flushed and synced, renamed */
-    char tmp[PT_CONFIG_STR_MAX + 64];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= sizeof tmp) {
-        free(text);
-        return pt_error_set(PT_ERR_INVALID, "%s: path too long", path);
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        pt_status st = pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-        free(text);
-        return st;
-    }
+    /* atomically (a temporary beside it, flushed, synced, renamed): the
+     * plan written whole or the old file left as it was */
     size_t n = strlen(text);
-    int w = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-    int err = errno;
-    w = w && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (!w) err = errno ? errno : err;
-    if (fclose(f) != 0) w = 0, err = errno;
+    text[n] = '\n'; /* cJSON_Print's text, its NUL turned into the last line's end */
+    pt_status st = pt_file_write_atomic(path, text, n + 1);
     free(text);
-    if (!w) {
-        unlink(tmp);
-        return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    if (rename(tmp, path) != 0) {
-        err = errno;
-        unlink(tmp);
-        return pt_error_set(PT_ERR_IO, "%s: rename: %s", path, strerror(err));
-    }
-    return PT_OK;
+    return st;
 }
 
 pt_status pt_plan_file_load_string(const char *text, const char *name, pt_config *c) {

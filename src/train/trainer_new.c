@@ -188,6 +188,20 @@ static int default_threads(int nranks) {
     return n < 1 ? 1 : (int)n;
 }
 
+pt_status pt_trainer_check_outputs(const pt_config *cfg) {
+    const char *metrics = cfg->log.metrics, *trace = cfg->log.trace, *ck = cfg->checkpoint.dir;
+    pt_status st = PT_OK;
+    if (metrics[0] && (st = pt_file_check_output(metrics, 1)) != PT_OK)
+        return pt_trainer_prefix_error(st, "log.metrics");
+    if (trace[0] && (st = pt_file_check_output(trace, 0)) != PT_OK)
+        return pt_trainer_prefix_error(st, "log.trace");
+    if (metrics[0] && !strcmp(metrics, trace))
+        return pt_error_set(PT_ERR_INVALID, "log.metrics and log.trace are both %s", trace);
+    if (ck[0] && (st = pt_dir_check_output(ck)) != PT_OK)
+        return pt_trainer_prefix_error(st, "checkpoint.dir");
+    return PT_OK;
+}
+
 pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
     return pt_trainer_new_dist(out, cfg, NULL);
 }
@@ -206,6 +220,10 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                             cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
                             nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
                             mesh_n);
+    /* the outputs before anything is built. Every rank checks the same
+     * paths (no collective: the world is left to job-level things), as each
+     * opens data.train itself below */
+    PT_CHECK(pt_trainer_check_outputs(cfg));
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");

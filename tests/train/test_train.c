@@ -6,10 +6,12 @@
  * every point of a save, then eval's view and a resume; checkpoint.dir
  * checked before step 1; the lock; checkpoint.keep). */
 #include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -798,17 +800,32 @@ static void test_trainer_bad_data(void) {
     CHECK_EQ(pt_mem_current_total(), 0);
 }
 
-/* A metrics write that fails (/dev/full: ENOSPC at the flush) ends the run
- * with an error naming the file and the reason, not a success. */
+/* A metrics write that fails (the file size limit: EFBIG, SIGXFSZ ignored
+ * as main.c does) ends the run with an error naming the file and the
+ * reason, not a success. A device such as /dev/full is no metrics file:
+ * refused before anything is built. */
 static void test_metrics_write_checked(void) {
     pt_config c;
     tiny_config(&c);
     c.train.steps = 3;
     snprintf(c.log.metrics, sizeof c.log.metrics, "/dev/full");
-    pt_trainer *t = new_trainer(&c);
+    pt_trainer *t = (pt_trainer *)1;
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_IO && t == NULL);
+    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("a character device"));
+    snprintf(c.log.metrics, sizeof c.log.metrics, "%s", tmp_path("limited.jsonl"));
+    t = new_trainer(&c);
     if (!t) return;
-    CHECK(pt_trainer_run(t) == PT_ERR_IO);
-    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("No space left"));
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = 1024; /* a line or so: the second step's line goes over */
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    pt_status st = pt_trainer_run(t);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, was);
+    CHECK(st == PT_ERR_IO);
+    CHECK(msg_has("log.metrics") && msg_has("limited.jsonl") && msg_has("File too large"));
     pt_trainer_free(t);
 }
 
