@@ -391,26 +391,16 @@ static pt_status check_pipeline(const pt_config *c) {
                             "parallel.pp = %d has no checkpoints yet (its per-rank files hold "
                             "one pipeline stage's shapes); unset checkpoint.dir or use sync",
                             c->parallel.sync, c->parallel.dp, pp);
+    /* the cut given: what the trainer will cut (a balanced cut cannot fail
+     * once pt_schedule_check passed), its errors naming pp x v when a rank
+     * has several chunks */
+    if (!c->parallel.stage_layers[0]) return PT_OK;
     pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
     if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
-    pt_status s = pt_stage_split(&c->model, pp * v, c->parallel.stage_layers, st);
+    pt_status s = pt_stage_split_for(&c->model, name, pp, v, c->parallel.microbatches,
+                                     c->parallel.stage_layers, st);
     free(st);
     return s;
-}
-
-/* Per-part choices: the next comma-separated entry of *p into tok (at
- * most n - 1 bytes; longer is an error for the caller: returns -1). 0 at
- * the end of the list. */
-static int next_entry(const char **p, char *tok, size_t n) {
-    if (!**p) return 0;
-    const char *comma = strchr(*p, ',');
-    size_t len = comma ? (size_t)(comma - *p) : strlen(*p);
-    if (len >= n) return -1;
-    memcpy(tok, *p, len);
-    tok[len] = '\0';
-    *p += len + (comma ? 1 : 0);
-    if (comma && !**p) return -1; /* a trailing comma: an empty last entry */
-    return 1;
 }
 
 static int recompute_mode(const char *s) {
@@ -423,19 +413,16 @@ static int recompute_mode(const char *s) {
 /* model.stage_recompute: one valid mode per pipeline rank (at pp 1 the one
  * entry is allowed: it is model.recompute by another name). */
 static pt_status check_stage_recompute(const pt_config *c) {
-    const char *p = c->train.stage_recompute;
-    if (!*p) return PT_OK;
-    char tok[16];
+    pt_list l;
+    pt_list_init(&l, "model.stage_recompute", c->train.stage_recompute);
     int n = 0, r;
-    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
-        if (r < 0 || recompute_mode(tok) < 0)
-            return pt_error_set(PT_ERR_INVALID,
-                                "model.stage_recompute = \"%s\": entry %d is not one of "
-                                "none|selective|full",
-                                c->train.stage_recompute, n + 1);
+    while ((r = pt_list_next(&l)) > 0) {
+        if (recompute_mode(l.item) < 0)
+            return pt_list_error(&l, "is not one of none|selective|full");
         n++;
     }
-    if (n != c->parallel.pp)
+    if (r < 0) return (pt_status)r;
+    if (n > 0 && n != c->parallel.pp)
         return pt_error_set(PT_ERR_INVALID,
                             "model.stage_recompute = \"%s\" names %d mode%s, but parallel.pp is "
                             "%d (one per pipeline rank)",
@@ -444,10 +431,11 @@ static pt_status check_stage_recompute(const pt_config *c) {
 }
 
 pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {
-    const char *p = c->train.stage_recompute;
-    char tok[16];
-    for (int k = 0; *p && next_entry(&p, tok, sizeof tok) > 0; k++)
-        if (k == pp_rank) return (pt_recompute)recompute_mode(tok);
+    pt_list l;
+    pt_list_init(&l, "model.stage_recompute", c->train.stage_recompute);
+    while (pt_list_next(&l) > 0)
+        if (l.index == pp_rank + 1 && recompute_mode(l.item) >= 0)
+            return (pt_recompute)recompute_mode(l.item);
     int m = recompute_mode(c->train.recompute);
     return m < 0 ? PT_RECOMPUTE_NONE : (pt_recompute)m;
 }
@@ -455,33 +443,24 @@ pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {
 pt_status pt_config_zero_whole(const pt_config *c, unsigned char *whole) {
     int L = c->model.n_layer;
     memset(whole, 0, (size_t)L + 2);
-    const char *p = c->parallel.zero_whole;
-    char tok[32];
+    pt_list l;
+    pt_list_init(&l, "parallel.zero_whole", c->parallel.zero_whole);
     int r;
-    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
+    while ((r = pt_list_next(&l)) > 0) {
         int i = -1;
-        if (r > 0 && !strcmp(tok, "embedding")) {
+        long blk;
+        if (!strcmp(l.item, "embedding"))
             i = 0;
-        } else if (r > 0 && !strcmp(tok, "head")) {
+        else if (!strcmp(l.item, "head"))
             i = L + 1;
-        } else if (r > 0 && !strncmp(tok, "h.", 2) && tok[2] && (tok[2] != '0' || !tok[3])) {
-            /* h.N: decimal digits only, no sign, no leading zero */
-            long blk = 0;
-            const char *d = tok + 2;
-            while (*d >= '0' && *d <= '9' && blk <= L) blk = blk * 10 + (*d++ - '0');
-            if (!*d && blk < L) i = (int)blk + 1;
-        }
+        else if (!strncmp(l.item, "h.", 2) && pt_list_uint(l.item + 2, L - 1, &blk) > 0)
+            i = (int)blk + 1; /* h.N: a list number, N < L */
         if (i < 0)
-            return pt_error_set(PT_ERR_INVALID,
-                                "parallel.zero_whole = \"%s\": '%s' is not a module (embedding, "
-                                "head, or h.0 .. h.%d)",
-                                c->parallel.zero_whole, r > 0 ? tok : "", L - 1);
-        if (whole[i])
-            return pt_error_set(PT_ERR_INVALID, "parallel.zero_whole = \"%s\": %s is named twice",
-                                c->parallel.zero_whole, tok);
+            return pt_list_error(&l, "is not a module (embedding, head, or h.0 .. h.%d)", L - 1);
+        if (whole[i]) return pt_list_error(&l, "is named twice");
         whole[i] = 1;
     }
-    return PT_OK;
+    return r < 0 ? (pt_status)r : PT_OK;
 }
 
 /* parallel.zero_whole: ZeRO-3 only, every name a module. */

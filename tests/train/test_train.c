@@ -194,6 +194,24 @@ static void test_config(void) {
     static const char *const bad_rc[] = {"full",  "full,none,none", "full,fast",
                                          "full,", ",full",          "full,Selective"};
     expect_rejected(&c, "model.stage_recompute", bad_rc, sizeof bad_rc / sizeof bad_rc[0], "");
+    /* the comma-list grammar (core.h; issue 37, items 7 and 9): the empty
+     * entry is the one blamed, blanks around an entry are fine */
+    static const struct {
+        const char *value, *says;
+    } empty_rc[] = {{"full,none,", "entry 3 is empty"},
+                    {",none", "entry 1 is empty"},
+                    {"full,,none", "entry 2 is empty"},
+                    {"full, fast", "entry 2 ('fast') is not one of none|selective|full"}};
+    for (size_t k = 0; k < sizeof empty_rc / sizeof empty_rc[0]; k++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "model.stage_recompute=%s", empty_rc[k].value);
+        CHECK_OK(pt_config_set(&c, kv));
+        CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has(empty_rc[k].says));
+    }
+    CHECK_OK(pt_config_set(&c, "model.stage_recompute= full , none"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK(pt_config_stage_recompute(&c, 0) == PT_RECOMPUTE_FULL);
+    CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_NONE);
     CHECK_OK(pt_config_set(&c, "model.stage_recompute=full"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.pp is 2"));
     CHECK_OK(pt_config_set(&c, "parallel.pp=1")); /* one entry at pp 1 */
@@ -214,12 +232,17 @@ static void test_config(void) {
     unsigned char whole[6];
     CHECK_OK(pt_config_zero_whole(&c, whole));
     CHECK(whole[0] && whole[1] && !whole[2] && !whole[3] && whole[4] && whole[5]);
-    static const char *const bad_zw[] = {"h.4",  "h.01", "h.-1",       "h.",
-                                         "h.1x", "wte",  "embedding,", "head,,h.0"};
+    static const char *const bad_zw[] = {"h.4", "h.01", "h.-1", "h.", "h.1x", "wte", "h.+1"};
     expect_rejected(&c, "parallel.zero_whole", bad_zw, sizeof bad_zw / sizeof bad_zw[0],
                     "is not a module (embedding, head, or h.0 .. h.3)");
+    static const char *const empty_zw[] = {"embedding,", "head,,h.0", ",head"};
+    expect_rejected(&c, "parallel.zero_whole", empty_zw, sizeof empty_zw / sizeof empty_zw[0],
+                    "is empty");
     CHECK_OK(pt_config_set(&c, "parallel.zero_whole=head,h.1,head"));
-    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("head is named twice"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("entry 3 ('head') is named twice"));
+    CHECK_OK(pt_config_set(&c, "parallel.zero_whole= head ,\th.1"));
+    CHECK_OK(pt_config_zero_whole(&c, whole));
+    CHECK(!whole[0] && !whole[1] && whole[2] && whole[5]);
 
     /* round trip through JSON */
     tiny_config(&c);
