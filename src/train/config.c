@@ -165,12 +165,31 @@ static const char *type_name(key_type t) {
                           : "a string";
 }
 
+/* A number of key k as its messages print it: an integer key's limits and
+ * integral values in full ("1048576", "100000000000", not "1.04858e+06",
+ * "1e+11"), anything else as %g. */
+static void number_text(const key_def *k, double v, char *buf, size_t n) {
+    if (k->type != K_FLOAT && v == floor(v) && fabs(v) < 1e18)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%g", v);
+}
+
+/* "KEY must be in [MIN, MAX] (got V)", limits and value printed for k's
+ * type; `what` ("config.json", "--set") prefixes it when not NULL. */
+static pt_status out_of_range(const key_def *k, double v, const char *what) {
+    char lo[32], hi[32], got[32];
+    number_text(k, k->min, lo, sizeof lo);
+    number_text(k, k->max, hi, sizeof hi);
+    number_text(k, v, got, sizeof got);
+    return pt_error_set(PT_ERR_INVALID, "%s%s%s must be in [%s, %s] (got %s)", what ? what : "",
+                        what ? ": " : "", k->name, lo, hi, got);
+}
+
 /* Store a value already converted; checks the range / choices. `what` names
  * the source for messages ("config.json", "--set"). */
 static pt_status store_number(pt_config *c, const key_def *k, double v, const char *what) {
-    if (!isfinite(v) || v < k->min || v > k->max)
-        return pt_error_set(PT_ERR_INVALID, "%s: %s must be in [%g, %g] (got %g)", what, k->name,
-                            k->min, k->max, v);
+    if (!isfinite(v) || v < k->min || v > k->max) return out_of_range(k, v, what);
     if (k->type == K_INT || k->type == K_BOOL) {
         if (v != floor(v))
             return pt_error_set(PT_ERR_INVALID, "%s: %s must be an integer (got %g)", what, k->name,
@@ -495,9 +514,7 @@ pt_status pt_config_validate_layout(const pt_config *c) {
         if (k->type == K_STRING) continue;
         double v = k->type != K_FLOAT ? *(const int *)((const char *)c + k->offset)
                                       : *(const double *)((const char *)c + k->offset);
-        if (!(v >= k->min && v <= k->max))
-            return pt_error_set(PT_ERR_INVALID, "%s must be in [%g, %g] (got %g)", k->name, k->min,
-                                k->max, v);
+        if (!(v >= k->min && v <= k->max)) return out_of_range(k, v, NULL);
     }
     PT_CHECK(pt_model_config_validate(&c->model));
     if (c->train.momentum > 0 && strcmp(c->train.optimizer, "sgd") != 0)

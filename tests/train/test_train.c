@@ -105,6 +105,24 @@ static void test_config(void) {
     CHECK(pt_config_set(&c, "train.nope=1") == PT_ERR_INVALID && msg_has("train.nope"));
     CHECK(pt_config_set(&c, "train.steps=abc") == PT_ERR_INVALID && msg_has("train.steps"));
     CHECK(pt_config_set(&c, "train.steps") == PT_ERR_INVALID);
+    /* integer keys' limits and values print as integers, not %g (issue 37,
+     * item 10): from --set, from a file, and from a struct filled by code */
+    CHECK(pt_config_set(&c, "parallel.pp=0") == PT_ERR_INVALID &&
+          msg_has("--set: parallel.pp must be in [1, 1048576] (got 0)"));
+    CHECK(pt_config_set(&c, "parallel.pp=1e11") == PT_ERR_INVALID &&
+          msg_has("parallel.pp must be in [1, 1048576] (got 100000000000)"));
+    CHECK(pt_config_set(&c, "train.steps=2000000000") == PT_ERR_INVALID &&
+          msg_has("train.steps must be in [1, 1000000000] (got 2000000000)"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"seq_len\": 2097152}}", "cfg.json") ==
+              PT_ERR_INVALID &&
+          msg_has("cfg.json: model.seq_len must be in [1, 1048576] (got 2097152)"));
+    CHECK(pt_config_set(&c, "comm.timeout=0") == PT_ERR_INVALID &&
+          msg_has("comm.timeout must be in [0.1, 1e+06] (got 0)"));
+    pt_config_defaults(&c);
+    c.parallel.zero_group = -3;
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID &&
+          msg_has("parallel.zero_group must be in [0, 1048576] (got -3)"));
+    pt_config_defaults(&c);
     CHECK(pt_config_set(&c, "parallel.schedule=zigzag") == PT_ERR_INVALID &&
           msg_has("parallel.schedule"));
     CHECK(pt_config_load_file(&c, tmp_path("no-such.json")) == PT_ERR_IO &&
