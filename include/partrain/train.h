@@ -111,7 +111,7 @@ char *pt_config_to_json(const pt_config *c);
 void pt_config_print_help(FILE *f);
 /* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
  * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
- * schedule's own: 2 for zbv, else 1). */
+ * schedule's own: 2 for interleaved and zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
 /* The recompute mode of pipeline rank pp_rank: its entry of

@@ -108,7 +108,8 @@ static const key_def keys[] = {
      "pipeline schedules, pp > 1)"},
     {"parallel.virtual_stages", K_INT, OFF(parallel.virtual_stages), "0", 0,
      PT_SCHEDULE_MAX_VIRTUAL, NULL,
-     "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own)"},
+     "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own, 2 for "
+     "interleaved and zbv, 1 for the others)"},
     {"parallel.stage_layers", K_STRING, OFF(parallel.stage_layers), "", 0, 0, NULL,
      "blocks per pipeline stage, e.g. \"3,3,2\" (empty: balanced by cost)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
@@ -376,7 +377,10 @@ const char *pt_config_schedule(const pt_config *c) {
 
 int pt_config_virtual_stages(const pt_config *c) {
     if (c->parallel.virtual_stages > 0) return c->parallel.virtual_stages;
-    return !strcmp(pt_config_schedule(c), "zbv") ? 2 : 1;
+    /* 0: the schedule's own, the fewest it runs with (interleaved's >= 2:
+     * 2, the count of the Megatron paper's runs and the least memory) */
+    const char *s = pt_config_schedule(c);
+    return !strcmp(s, "zbv") || !strcmp(s, "interleaved") ? 2 : 1;
 }
 
 /* Pipeline keys: the schedule, its micro-batches and chunks, the stage cut

@@ -172,6 +172,14 @@ static void test_config(void) {
           msg_has("3"));
     CHECK_OK(pt_config_set(&c, "parallel.microbatches=2"));
     CHECK_OK(pt_config_validate(&c));
+    /* virtual_stages 0 is the schedule's own, as documented: interleaved
+     * runs with 2 (issue 37, item 8: it was refused as "got 1") */
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=0"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_EQ(pt_config_virtual_stages(&c), 2);
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=1"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("virtual_stages >= 2 (got 1)"));
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=2"));
     CHECK_OK(pt_config_set(&c, "parallel.schedule=1f1b"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.virtual_stages"));
     CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=0"));
