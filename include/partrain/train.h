@@ -266,6 +266,12 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
  * equal the world's size; the trainer builds the device mesh over world
  * (parallel.h, pt_mesh) and runs its strategies on the dp group. */
 pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world);
+/* What the config alone decides about a run of nranks ranks, checked
+ * without building anything: pt_config_validate, the mesh dp x tp x pp
+ * being nranks, and with `resume` a checkpoint.dir to resume from. The
+ * refusals of pt_trainer_new_dist and pt_trainer_resume that need no file
+ * and no peer, for a launcher to say once, before it forks the ranks. */
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume);
 void pt_trainer_free(pt_trainer *t);
 
 pt_model *pt_trainer_model(pt_trainer *t);

@@ -43,21 +43,30 @@ typedef struct {
 
 /* One rank (or the single worker when world is NULL). */
 static int run(const pt_config *cfg, int resume, pt_comm *world) {
-    int rank = world ? pt_comm_rank(world) : 0;
+    int rank = world ? pt_comm_rank(world) : 0, size = pt_comm_size(world);
     pt_trainer *t = NULL;
-    pt_status st = pt_trainer_new_dist(&t, cfg, world);
+    /* what the config alone decides is the same on every rank (under
+     * --nproc the launcher checked it before forking; this is for mpirun) */
+    pt_status st = pt_trainer_check(cfg, size, resume);
+    if (st != PT_OK) pt_error_mark_shared();
+    if (st == PT_OK) st = pt_trainer_new_dist(&t, cfg, world);
     if (st == PT_OK && resume) st = pt_trainer_resume(t);
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
     if (st != PT_OK) {
-        /* An error the ranks agreed on is printed once, by rank 0; a job
-         * fault (a rank died, stalled or stopped taking part) once, by the
-         * launcher or the rank that noticed it, naming the rank at fault. */
-        int quiet = pt_comm_fault_reported(world, st);
-        if (!quiet && world && pt_comm_size(world) > 1 && !pt_error_is_shared())
-            fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
-        else if (!quiet && rank == 0)
-            fprintf(stderr, "partrain: %s\n", pt_error_message());
+        /* One line for the job. A job fault (a rank died, stalled or
+         * stopped taking part) is said by the launcher or the rank that
+         * noticed it, naming the rank at fault; an error the ranks share
+         * by rank 0; any other by the first rank to claim the job's error
+         * line (the others hit the same, or stopped because of it). */
+        int shared = pt_error_is_shared();
+        if (!pt_comm_fault_reported(world, st) && (!shared || rank == 0) &&
+            pt_comm_claim_error_line(world)) {
+            if (size > 1 && !shared)
+                fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
+            else
+                fprintf(stderr, "partrain: %s\n", pt_error_message());
+        }
         rc = 1;
     }
     pt_trainer_free(t);
@@ -195,6 +204,9 @@ int pt_cli_train(int argc, char **argv) {
                          mesh_n, nproc / mp);
             return pt_cli_fail(msg);
         }
+        /* the rest of what the ranks would refuse without a file or a
+         * peer (trainer_new.c), once, before any rank starts */
+        if (pt_trainer_check(&cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
         run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};
         int code = 0;
         if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)

@@ -192,10 +192,8 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
     return pt_trainer_new_dist(out, cfg, NULL);
 }
 
-pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
-    *out = NULL;
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume) {
     PT_CHECK(pt_config_validate(cfg));
-    int nranks = world ? pt_comm_size(world) : 1;
     /* the mesh: dp x tp x pp is the world (validation bounds each by 2^20) */
     long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
     if (mesh_n != nranks)
@@ -206,6 +204,16 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                             cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
                             nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
                             mesh_n);
+    /* pt_trainer_resume's first refusal (trainer_ckpt.c), in its words */
+    if (resume && !cfg->checkpoint.dir[0])
+        return pt_error_set(PT_ERR_INVALID, "--resume needs checkpoint.dir");
+    return PT_OK;
+}
+
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
+    *out = NULL;
+    int nranks = world ? pt_comm_size(world) : 1;
+    PT_CHECK(pt_trainer_check(cfg, nranks, 0));
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");
