@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_INT, K_FLOAT, K_STRING, K_BOOL } key_type; /* K_BOOL: an int 0/1 */
+/* K_BOOL: an int 0/1. K_LIST: a string in the comma-list grammar (core.h,
+ * pt_list), held in a 128-byte field; what its entries mean is checked by
+ * pt_config_validate. */
+typedef enum { K_INT, K_FLOAT, K_STRING, K_BOOL, K_LIST } key_type;
 
 typedef struct {
     const char *name;
@@ -43,10 +46,10 @@ static const key_def keys[] = {
      "activation recomputation: none (keep every activation), selective (drop attention's "
      "probabilities and the GELU output, recomputed in backward), full (a block keeps only its "
      "input and reruns its forward in backward); gradients bitwise none's"},
-    {"model.stage_recompute", K_STRING, OFF(train.stage_recompute), "", 0, 0, NULL,
-     "recompute mode per pipeline rank, e.g. \"full,selective,none\" (one per parallel.pp, "
-     "each of none|selective|full; a rank's mode covers all its chunks; empty: model.recompute "
-     "on every rank)"},
+    {"model.stage_recompute", K_LIST, OFF(train.stage_recompute), "", 0, 0, NULL,
+     "recompute mode per pipeline rank, e.g. \"full,selective,none\" (one per "
+     "parallel.pp, each of none|selective|full; a rank's mode covers all its chunks; empty: "
+     "model.recompute on every rank)"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
      "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
@@ -94,11 +97,11 @@ static const key_def keys[] = {
      "ZeRO: shard inside groups of this many ranks, replicate across groups (HSDP; 0: all)"},
     {"parallel.zero_keep_params", K_BOOL, OFF(parallel.zero_keep_params), "false", 0, 1, NULL,
      "ZeRO-3: keep a unit's gathered parameters from its forward to its backward"},
-    {"parallel.zero_whole", K_STRING, OFF(parallel.zero_whole), "", 0, 0, NULL,
+    {"parallel.zero_whole", K_LIST, OFF(parallel.zero_whole), "", 0, 0, NULL,
      "ZeRO-3: modules whose parameters stay whole on every rank (as ZeRO-2: gradients "
      "reduce-scattered, optimizer state sharded, the update all-gathered), e.g. "
-     "\"embedding,head,h.0\" (h.N: block N, 0-based; a module on another pipeline stage is "
-     "ignored there)"},
+     "\"embedding,head,h.0\" (h.N: block N, 0-based, N a list number; a module on another "
+     "pipeline stage is ignored there)"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
@@ -110,8 +113,10 @@ static const key_def keys[] = {
      PT_SCHEDULE_MAX_VIRTUAL, NULL,
      "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own, 2 for "
      "interleaved and zbv, 1 for the others)"},
-    {"parallel.stage_layers", K_STRING, OFF(parallel.stage_layers), "", 0, 0, NULL,
-     "blocks per pipeline stage, e.g. \"3,3,2\" (empty: balanced by cost)"},
+    {"parallel.stage_layers", K_LIST, OFF(parallel.stage_layers), "", 0, 0, NULL,
+     "blocks per pipeline stage, e.g. \"3,3,2\": one per stage, or with "
+     "parallel.virtual_stages one per chunk (parallel.pp x virtual_stages of them, in "
+     "pipeline order), each at most model.n_layer, adding up to it (empty: balanced by cost)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
     {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
@@ -166,6 +171,21 @@ static const char *type_name(key_type t) {
                           : "a string";
 }
 
+/* A list key's value in the list grammar: its entries are there and none
+ * is empty (what each means: pt_config_validate). `what` prefixes the
+ * message. */
+static pt_status check_list(const key_def *k, const char *s, const char *what) {
+    pt_list l;
+    pt_list_init(&l, k->name, s);
+    int r;
+    while ((r = pt_list_next(&l)) > 0) {
+    }
+    if (r == 0) return PT_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set((pt_status)r, "%s: %s", what, msg);
+}
+
 /* A number of key k as its messages print it: an integer key's limits and
  * integral values in full ("1048576", "100000000000", not "1.04858e+06",
  * "1e+11"), anything else as %g. */
@@ -206,12 +226,11 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
     size_t len = strlen(s);
     /* the per-part lists live in 128-byte fields, the other short strings
      * in 16 */
-    int list = !strcmp(k->name, "parallel.stage_layers") ||
-               !strcmp(k->name, "parallel.zero_whole") || !strcmp(k->name, "model.stage_recompute");
-    size_t cap = list ? 127 : !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
+    size_t cap = k->type == K_LIST ? 127 : !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
     if (len > cap)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
                             k->name, len, cap);
+    if (k->type == K_LIST) PT_CHECK(check_list(k, s, what));
     if (k->choices) {
         int ok = 0;
         const char *p = k->choices;
@@ -230,7 +249,7 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
 }
 
 static pt_status set_text(pt_config *c, const key_def *k, const char *value, const char *what) {
-    if (k->type == K_STRING) return store_string(c, k, value, what);
+    if (k->type == K_STRING || k->type == K_LIST) return store_string(c, k, value, what);
     if (k->type == K_BOOL) {
         if (!strcmp(value, "true") || !strcmp(value, "1")) return store_number(c, k, 1, what);
         if (!strcmp(value, "false") || !strcmp(value, "0")) return store_number(c, k, 0, what);
@@ -304,7 +323,7 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
                                 "%s: duplicate key '%s' (given twice, nested or dotted)", what,
                                 name);
         seen[k - keys] = 1;
-        if (k->type == K_STRING) {
+        if (k->type == K_STRING || k->type == K_LIST) {
             if (!cJSON_IsString(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);
             PT_CHECK(store_string(c, k, it->valuestring, what));
@@ -515,7 +534,7 @@ pt_status pt_config_validate_layout(const pt_config *c) {
      * covers structs filled in by code) */
     for (size_t i = 0; i < NKEYS; i++) {
         const key_def *k = &keys[i];
-        if (k->type == K_STRING) continue;
+        if (k->type == K_STRING || k->type == K_LIST) continue;
         double v = k->type != K_FLOAT ? *(const int *)((const char *)c + k->offset)
                                       : *(const double *)((const char *)c + k->offset);
         if (!(v >= k->min && v <= k->max)) return out_of_range(k, v, NULL);
@@ -588,11 +607,11 @@ char *pt_config_to_json(const pt_config *c) {
         cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, section);
         if (!sec) sec = cJSON_AddObjectToObject(root, section);
         const char *p = (const char *)c + k->offset;
-        cJSON *item = k->type == K_STRING ? cJSON_AddStringToObject(sec, dot + 1, p)
-                      : k->type == K_BOOL ? cJSON_AddBoolToObject(sec, dot + 1, *(const int *)p)
-                      : k->type == K_INT
-                          ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
-                          : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
+        cJSON *item =
+            k->type == K_STRING || k->type == K_LIST ? cJSON_AddStringToObject(sec, dot + 1, p)
+            : k->type == K_BOOL ? cJSON_AddBoolToObject(sec, dot + 1, *(const int *)p)
+            : k->type == K_INT  ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
+                                : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
         if (!item) {
             cJSON_Delete(root);
             return NULL;
@@ -604,15 +623,20 @@ char *pt_config_to_json(const pt_config *c) {
 }
 
 void pt_config_print_help(FILE *f) {
-    fprintf(f, "config keys (JSON file: nested objects; --set key=value):\n");
+    fprintf(f, "config keys (JSON file: nested objects; --set key=value):\n"
+               "  a list is a string of entries separated by commas, blanks around an entry\n"
+               "  ignored, none empty (\"\" is the empty list); a number in a list is decimal\n"
+               "  digits, no sign, no leading zero\n");
     for (size_t i = 0; i < NKEYS; i++) {
         const key_def *k = &keys[i];
         char def[64];
-        snprintf(def, sizeof def, k->type == K_STRING ? "\"%s\"" : "%s", k->def);
+        snprintf(def, sizeof def, k->type == K_STRING || k->type == K_LIST ? "\"%s\"" : "%s",
+                 k->def);
         fprintf(f, "  %-22s %-6s %-10s %s", k->name,
                 k->type == K_INT     ? "int"
                 : k->type == K_FLOAT ? "float"
                 : k->type == K_BOOL  ? "bool"
+                : k->type == K_LIST  ? "list"
                                      : "string",
                 def, k->doc);
         if (k->choices) fprintf(f, " (%s)", k->choices);
