@@ -171,15 +171,21 @@ static const char *type_name(key_type t) {
                           : "a string";
 }
 
-/* A list key's value in the list grammar: its entries are there and none
- * is empty (what each means: pt_config_validate). `what` prefixes the
- * message. */
-static pt_status check_list(const key_def *k, const char *s, const char *what) {
+/* A list key's value s in the list grammar (none of its entries empty;
+ * what each means: pt_config_validate), written into out (n bytes, n >
+ * strlen(s)) in its one spelling: the entries without the blanks around
+ * them, joined by bare commas. So every reader of the config (the trainer,
+ * the planner, a layout's name, the JSON saved in checkpoints) sees
+ * "1,3" for " 1 , 3". `what` prefixes the message. */
+static pt_status canonical_list(const key_def *k, const char *s, char *out, size_t n,
+                                const char *what) {
     pt_list l;
     pt_list_init(&l, k->name, s);
+    size_t at = 0;
     int r;
-    while ((r = pt_list_next(&l)) > 0) {
-    }
+    out[0] = '\0';
+    while ((r = pt_list_next(&l)) > 0)
+        at += (size_t)snprintf(out + at, n - at, "%s%s", at ? "," : "", l.item);
     if (r == 0) return PT_OK;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", pt_error_message());
@@ -230,7 +236,12 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
     if (len > cap)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
                             k->name, len, cap);
-    if (k->type == K_LIST) PT_CHECK(check_list(k, s, what));
+    char canon[PT_LIST_ITEM_MAX];
+    if (k->type == K_LIST) {
+        PT_CHECK(canonical_list(k, s, canon, sizeof canon, what));
+        s = canon;
+        len = strlen(s);
+    }
     if (k->choices) {
         int ok = 0;
         const char *p = k->choices;
