@@ -190,8 +190,9 @@ void pt_list_init(pt_list *l, const char *key, const char *value);
 /* The next entry into l->item: 1; 0 after the last; an error (negative
  * pt_status, message set) for an empty entry. */
 int pt_list_next(pt_list *l);
-/* s as a list number: 1 with *v when it is one and at most max; 0 when it
- * is not a number; -1 when it is one above max. */
+/* s as a list number: 1 with *v when it is one and at most max (max >= 0);
+ * 0 when it is not a number; -1 when it is one above max (*v untouched
+ * unless 1). */
 int pt_list_uint(const char *s, long max, long *v);
 /* l->item as a list number in [0, max] (*v); errors name the entry and
  * the limit, and limit_name says what it is ("model.n_layer"). */

@@ -87,6 +87,40 @@ static int rank_main(void *arg) {
     return run_with_world(a->cfg, a->resume, &a->opt);
 }
 
+/* --nproc N: what the config alone decides, said once in this process;
+ * then the shm launcher forks the N ranks. */
+static int launch(const pt_config *cfg, int nproc, int resume) {
+    /* the mesh dp x tp x pp is the world, in --nproc's words (pt_trainer_check
+     * says it for mpirun) */
+    long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
+    if (mesh_n != nproc) {
+        char msg[256];
+        int mp = cfg->parallel.tp * cfg->parallel.pp;
+        if (nproc % mp != 0) /* no dp makes it: say what does not divide */
+            snprintf(msg, sizeof msg,
+                     "--nproc %d is not a multiple of parallel.tp x parallel.pp (%d x %d = "
+                     "%d): parallel.dp x parallel.tp x parallel.pp must be the number of "
+                     "ranks",
+                     nproc, cfg->parallel.tp, cfg->parallel.pp, mp);
+        else
+            snprintf(msg, sizeof msg,
+                     "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x "
+                     "parallel.pp (%d x %d x %d = %lld) must be the number of ranks (set "
+                     "parallel.dp=%d)",
+                     cfg->parallel.dp, nproc, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp,
+                     mesh_n, nproc / mp);
+        return pt_cli_fail(msg);
+    }
+    /* the rest of what the ranks would refuse without a file or a peer
+     * (trainer_new.c), before any rank starts */
+    if (pt_trainer_check(cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
+    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}};
+    int code = 0;
+    if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
+        return pt_cli_fail(pt_error_message());
+    return code == 0 ? 0 : 1;
+}
+
 int pt_cli_train(int argc, char **argv) {
     const char *backend = NULL, *plan = NULL, *layout = NULL, *cluster = NULL;
     int resume = 0, nproc = 0;
@@ -183,35 +217,7 @@ int pt_cli_train(int argc, char **argv) {
         if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
             return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
                                "mpirun -np N without --nproc");
-        /* the mesh dp x tp x pp is the world (trainer_new.c checks it too,
-         * for mpirun): said here once, before any rank is forked */
-        long long mesh_n = (long long)cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
-        if (mesh_n != nproc) {
-            char msg[256];
-            int mp = cfg.parallel.tp * cfg.parallel.pp;
-            if (nproc % mp != 0) /* no dp makes it: say what does not divide */
-                snprintf(msg, sizeof msg,
-                         "--nproc %d is not a multiple of parallel.tp x parallel.pp (%d x %d = "
-                         "%d): parallel.dp x parallel.tp x parallel.pp must be the number of "
-                         "ranks",
-                         nproc, cfg.parallel.tp, cfg.parallel.pp, mp);
-            else
-                snprintf(msg, sizeof msg,
-                         "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x "
-                         "parallel.pp (%d x %d x %d = %lld) must be the number of ranks (set "
-                         "parallel.dp=%d)",
-                         cfg.parallel.dp, nproc, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
-                         mesh_n, nproc / mp);
-            return pt_cli_fail(msg);
-        }
-        /* the rest of what the ranks would refuse without a file or a
-         * peer (trainer_new.c), once, before any rank starts */
-        if (pt_trainer_check(&cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
-        run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};
-        int code = 0;
-        if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
-            return pt_cli_fail(pt_error_message());
-        return code == 0 ? 0 : 1;
+        return launch(&cfg, nproc, resume);
     }
     if (backend) {
         pt_comm_options o = {backend, cfg.comm.timeout};
