@@ -213,6 +213,38 @@ void pt_out_abort(pt_out *o);
 /* path := data[0, n), atomically: open, write, commit. */
 pt_status pt_file_write_atomic(const char *path, const void *data, size_t n);
 
+/* ---- comma lists ------------------------------------------------------------
+ * The one grammar of every config value that is a list (parallel.stage_layers,
+ * model.stage_recompute, parallel.zero_whole): "" is the empty list; else
+ * entries separated by commas, blanks (spaces, tabs) around an entry ignored,
+ * no entry empty (",4", "2,,2", "2," and " " are refused). A number in a list
+ * is decimal digits: no sign, no leading zero, at most a limit that the key
+ * names. Errors are one line: KEY = "VALUE": entry K ... */
+#define PT_LIST_ITEM_MAX 128
+
+typedef struct {
+    const char *key;             /* the config key, for messages (lent) */
+    const char *value;           /* the whole list (lent) */
+    const char *at;              /* where the next entry starts; NULL after the last */
+    int index;                   /* 1-based number of the entry in item */
+    char item[PT_LIST_ITEM_MAX]; /* that entry, blanks around it dropped (longer: cut) */
+} pt_list;
+
+void pt_list_init(pt_list *l, const char *key, const char *value);
+/* The next entry into l->item: 1; 0 after the last; an error (negative
+ * pt_status, message set) for an empty entry. */
+int pt_list_next(pt_list *l);
+/* s as a list number: 1 with *v when it is one and at most max (max >= 0);
+ * 0 when it is not a number; -1 when it is one above max (*v untouched
+ * unless 1). */
+int pt_list_uint(const char *s, long max, long *v);
+/* l->item as a list number in [0, max] (*v); errors name the entry and
+ * the limit, and limit_name says what it is ("model.n_layer"). */
+pt_status pt_list_number(const pt_list *l, long max, const char *limit_name, long *v);
+/* One error line about the current entry: KEY = "VALUE": entry K ('ITEM') <fmt...>. */
+pt_status pt_list_error(const pt_list *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ---- logging and time ------------------------------------------------------ */
 typedef enum { PT_LOG_DEBUG, PT_LOG_INFO, PT_LOG_WARN, PT_LOG_ERROR } pt_log_level;
 

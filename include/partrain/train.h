@@ -111,7 +111,7 @@ char *pt_config_to_json(const pt_config *c);
 void pt_config_print_help(FILE *f);
 /* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
  * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
- * schedule's own: 2 for zbv, else 1). */
+ * schedule's own: 2 for interleaved and zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
 /* The recompute mode of pipeline rank pp_rank: its entry of
@@ -276,6 +276,12 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
  * equal the world's size; the trainer builds the device mesh over world
  * (parallel.h, pt_mesh) and runs its strategies on the dp group. */
 pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world);
+/* What the config alone decides about a run of nranks ranks, checked
+ * without building anything: pt_config_validate, the mesh dp x tp x pp
+ * being nranks, and with `resume` a checkpoint.dir to resume from. The
+ * refusals of pt_trainer_new_dist and pt_trainer_resume that need no file
+ * and no peer, for a launcher to say once, before it forks the ranks. */
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume);
 void pt_trainer_free(pt_trainer *t);
 
 pt_model *pt_trainer_model(pt_trainer *t);

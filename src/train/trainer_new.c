@@ -206,10 +206,8 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
     return pt_trainer_new_dist(out, cfg, NULL);
 }
 
-pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
-    *out = NULL;
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume) {
     PT_CHECK(pt_config_validate(cfg));
-    int nranks = world ? pt_comm_size(world) : 1;
     /* the mesh: dp x tp x pp is the world (validation bounds each by 2^20) */
     long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
     if (mesh_n != nranks)
@@ -220,6 +218,16 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
                             cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
                             nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
                             mesh_n);
+    /* pt_trainer_resume's first refusal (trainer_ckpt.c), in its words */
+    if (resume && !cfg->checkpoint.dir[0])
+        return pt_error_set(PT_ERR_INVALID, "--resume needs checkpoint.dir");
+    return PT_OK;
+}
+
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
+    *out = NULL;
+    int nranks = world ? pt_comm_size(world) : 1;
+    PT_CHECK(pt_trainer_check(cfg, nranks, 0));
     /* the outputs before anything is built. Every rank checks the same
      * paths (no collective: the world is left to job-level things), as each
      * opens data.train itself below */

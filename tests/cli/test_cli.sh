@@ -195,5 +195,90 @@ expect_ok "checkpoint.keep" "$P" train --config tiny.json --set checkpoint.dir=c
 [ "$(ls ckkeep | tr '\n' ' ')" = "latest step_00000005 step_00000006 " ] || bad "checkpoint.keep" "left: $(ls -a ckkeep | tr '\n' ' ')"
 grep -q "checkpoint.keep" <("$P" train --help) || bad "checkpoint.keep" "not in --help"
 
+# ---- issue 37: the config's lists, its numbers, one line from the ranks, plan files ----
+cat >pipe.json <<'EOF'
+{
+  "model": {"n_layer": 4, "n_embd": 16, "n_head": 2, "vocab_size": 256, "seq_len": 16},
+  "data": {"train": "train.txt"},
+  "train": {"steps": 2, "batch_size": 4, "warmup_steps": 1, "val_every": 0, "threads": 1},
+  "log": {"every": 1}
+}
+EOF
+PP2="--set parallel.pp=2 --nproc 2"
+# item 6: under interleaved the cut names pp x v chunks, not a pp of 4
+# shellcheck disable=SC2086
+expect_fail "stage cut: pp x v named" "parallel.pp x parallel.virtual_stages = 2 x 2 = 4 chunks" \
+    "$P" train --config pipe.json $PP2 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set parallel.microbatches=2 --set parallel.stage_layers=2,2
+# item 7: the empty entry is the one blamed
+# shellcheck disable=SC2086
+expect_fail "stage_recompute: the empty entry" 'model.stage_recompute = "full,none,": entry 3 is empty' \
+    "$P" train --config pipe.json $PP2 --set model.stage_recompute=full,none,
+# item 8: interleaved without virtual_stages runs the schedule's own 2 chunks
+# shellcheck disable=SC2086
+expect_ok "interleaved: virtual_stages defaulted" "$P" train --config pipe.json $PP2 \
+    --set parallel.schedule=interleaved --set parallel.microbatches=2
+grep -q "2 stages x 2 chunks" "$T/err" || bad "interleaved: virtual_stages defaulted" "no 2 chunks: $(grep pipeline "$T/err")"
+# item 9: one list grammar (blanks around entries, no empty entry, no sign,
+# the limit named), refused before any rank starts
+# shellcheck disable=SC2086
+expect_fail "stage_layers: trailing comma" 'parallel.stage_layers = "2,2,": entry 3 is empty' \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=2,2,
+# shellcheck disable=SC2086
+expect_fail "stage_layers: leading comma" 'entry 1 is empty' \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=,4
+# shellcheck disable=SC2086
+expect_fail "stage_layers: a sign" "entry 1 ('+2') is not a non-negative integer" \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=+2,2
+# shellcheck disable=SC2086
+expect_fail "stage_layers: 20 digits" "entry 1 (99999999999999999999) is over the limit 4 (model.n_layer)" \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=99999999999999999999,2
+# shellcheck disable=SC2086
+expect_ok "stage_layers: blanks around entries" "$P" train --config pipe.json $PP2 \
+    --set "parallel.stage_layers= 1 , 3 "
+grep -q "embedding + 1 block | 3 blocks + head" "$T/err" ||
+    bad "stage_layers: blanks around entries" "cut: $(grep pipeline "$T/err")"
+expect_ok "zero_whole: blanks around entries" "$P" train --config pipe.json --nproc 2 \
+    --set parallel.dp=2 --set parallel.zero=3 --set "parallel.zero_whole=head, embedding"
+expect_fail "zero_whole: an empty entry" 'parallel.zero_whole = "head,,h.0": entry 2 is empty' \
+    "$P" train --config pipe.json --set parallel.zero=3 --set parallel.zero_whole=head,,h.0
+"$P" train --help >"$T/out" 2>&1
+if grep -q "a list is a string of entries separated by commas" "$T/out" &&
+    grep -Eq "parallel.stage_layers +list" "$T/out"; then
+    ok "--help: the list grammar"
+else
+    bad "--help: the list grammar" "not stated"
+fi
+# item 10: integer limits and values as integers
+expect_fail "integer limits as integers" "parallel.pp must be in [1, 1048576] (got 0)" \
+    "$P" train --config pipe.json --set parallel.pp=0
+expect_fail "integer values as integers" "(got 100000000000)" \
+    "$P" train --config pipe.json --set parallel.pp=1e11
+# item 11: one line from a job of ranks; what the config decides before they fork
+expect_fail "--resume without checkpoint.dir, 2 ranks" "--resume needs checkpoint.dir" \
+    "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --resume
+# (PT_LOG=warn: the ranks' progress lines are not part of the error)
+expect_fail "a rank's error: one line" "data.val: missing.txt" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set data.val=missing.txt
+expect_fail "checkpoint.dir is a file, 2 ranks: one line" "checkpoint.dir: train.txt: not a directory" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir=train.txt
+expect_fail "nothing to resume, 2 ranks: one line" "nockpt: not a checkpoint" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 \
+    --set checkpoint.dir=nockpt --resume
+# item 13: train --plan checks the plan section, naming the file and the field
+conf=$(tr -d '\n' <pipe.json)
+echo "{\"config\": $conf}" >noplan.json
+expect_fail "plan file: no plan" 'noplan.json: no "plan" object' "$P" train --plan noplan.json
+echo "{\"config\": $conf, \"plan\": \"hello\"}" >strplan.json
+expect_fail "plan file: plan a string" "strplan.json: plan must be an object (got a string)" \
+    "$P" train --plan strplan.json
+echo "{\"config\": $conf, \"plan\": {\"layout\": \"dp2-tp1-pp1-zero0-none-m1-rnone\"}}" >otherplan.json
+expect_fail "plan file: another layout" \
+    'otherplan.json: plan.layout is "dp2-tp1-pp1-zero0-none-m1-rnone", but its config runs dp1-tp1-pp1-zero0-none-m1-rnone' \
+    "$P" train --plan otherplan.json
+echo "{\"config\": $conf, \"plan\": {\"layout\": \"dp1-tp1-pp1-zero0-none-m1-rnone\", \"predicted\": {\"layout\": \"dp1-tp1-pp2-zero0-1f1b-m1-rnone\"}}}" >predplan.json
+expect_fail "plan file: predicted of another layout" "predplan.json: plan.predicted.layout is" \
+    "$P" train --plan predplan.json
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
