@@ -1,6 +1,7 @@
 /* Fuzz target: a plan file's text (what `partrain train --plan FILE`
- * reads) through pt_plan_file_load_string: the JSON, its "config" object
- * and everything pt_config_load_string checks in it; when it loads,
+ * reads) through pt_plan_file_load_string: the JSON, its "plan" section,
+ * its "config" object and everything pt_config_load_string checks in it,
+ * and the layout the plan names against the config's; when it loads,
  * pt_config_validate and the config written back, which must load again
  * and write the same text. A NUL byte ends the input as
  * pt_read_text_file would refuse it. */

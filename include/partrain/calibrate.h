@@ -93,12 +93,14 @@ pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double 
 /* The calibration as docs/plan.md's JSON, pt_cluster_to_json's (malloc'd;
  * NULL when out of memory). */
 char *pt_calibration_to_json(const pt_calibration *c);
-/* Whether path can take the profile: not a directory, its folder exists
- * and is writable. One line naming the path otherwise. Cheap: called
- * before measuring, so that a bad --out fails at once. */
+/* Whether path can take the profile (pt_file_check_output: a regular file
+ * or nothing yet, in a folder that exists and is writable). One line
+ * naming the path otherwise. Cheap: called before measuring, so that a bad
+ * --out fails at once. */
 pt_status pt_calibrate_check_out(const char *path);
-/* Write the JSON to path atomically (a temporary beside it, then rename):
- * on any error path is untouched and no temporary is left. */
+/* Write the JSON to path atomically (pt_file_write_atomic: a temporary
+ * beside it, then rename): on any error, one line naming path, which is
+ * untouched, and no temporary is left. */
 pt_status pt_calibrate_write(const pt_calibration *c, const char *path);
 
 /* The cache file for these options on this machine and binary:

@@ -81,6 +81,14 @@ const char *pt_comm_backend_name(const pt_comm *c);
  * caller then prints nothing of its own, so that the job shows one line.
  * 0: print the error as usual. */
 int pt_comm_fault_reported(const pt_comm *c, pt_status st);
+/* Whether this process prints the job's error line: 1 for the first rank
+ * of a launched shm job to ask (later ones get 0 and print nothing, so
+ * that the job shows one line however many ranks hit the same error), and
+ * the launcher then adds no summary of its own for a rank that exited
+ * with a code (a rank killed by a signal is still named by it). 1 where
+ * nothing arbitrates: a world of one, mpi, NULL. Ask only when about to
+ * print. */
+int pt_comm_claim_error_line(pt_comm *c);
 /* Tell the communicator the caller's current training step (any value); a
  * failure report (the launcher's summary line) then names it. Cheap. */
 void pt_comm_note_step(pt_comm *c, long step);

@@ -169,6 +169,82 @@ pt_status pt_file_open_regular(const char *path, FILE **out, uint64_t *size);
  * path. */
 pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out);
 
+/* Output paths, checked by every command before any work (and again by the
+ * writers). A file output must be a regular file or not exist yet (a
+ * symbolic link counts as the file it names), in a folder that is a
+ * directory this process may write into; make_dirs: that folder may be
+ * missing, the writer making it (mkdir -p), as long as the nearest one
+ * above that exists is such a directory. Anything else (a FIFO, socket,
+ * device or directory at path; a missing folder; a file where a folder
+ * should be) is one message naming path and what is wrong, e.g.
+ * "m.json: is a FIFO, not a regular file". */
+pt_status pt_file_check_output(const char *path, int make_dirs);
+/* The same for an output directory (checkpoint.dir): a directory this
+ * process may write, or nothing yet under a folder that can take it
+ * (missing folders are made, mkdir -p). */
+pt_status pt_dir_check_output(const char *path);
+
+/* A stream written as it goes (log.metrics' lines: not atomic, so that it
+ * can be followed), appended to (append) or truncated, after
+ * pt_file_check_output(path, 0); refuses anything but a regular file, and
+ * never blocks on a FIFO. The caller checks each write and names path. */
+pt_status pt_file_open_output(const char *path, int append, FILE **out);
+
+/* A whole output file, written atomically: every file partrain writes goes
+ * through pt_out (or pt_file_write_atomic). pt_out_open checks path
+ * (pt_file_check_output) and creates a temporary beside it; write to
+ * pt_out_stream (any stdio call: a failed write's errno is kept) or with
+ * pt_out_write; pt_out_commit flushes, fsyncs and renames it over path; a
+ * failure there, or pt_out_abort, removes the temporary, and path is as it
+ * was. Errors are one line naming path: "plan.json: write failed: File too
+ * large". Both commit and abort free o (abort: NULL is a no-op). */
+typedef struct pt_out pt_out;
+pt_status pt_out_open(pt_out **out, const char *path);
+/* The stream into the temporary (lent; valid until commit or abort). */
+FILE *pt_out_stream(pt_out *o);
+/* n bytes of data; an error names path and the reason. */
+pt_status pt_out_write(pt_out *o, const void *data, size_t n);
+/* Flush and fsync what was written (the temporary is then complete and
+ * durable, not yet in place); nothing more may be written. Commit does
+ * this itself; call it to act between the two (a crash test's point). */
+pt_status pt_out_sync(pt_out *o);
+pt_status pt_out_commit(pt_out *o);
+void pt_out_abort(pt_out *o);
+/* path := data[0, n), atomically: open, write, commit. */
+pt_status pt_file_write_atomic(const char *path, const void *data, size_t n);
+
+/* ---- comma lists ------------------------------------------------------------
+ * The one grammar of every config value that is a list (parallel.stage_layers,
+ * model.stage_recompute, parallel.zero_whole): "" is the empty list; else
+ * entries separated by commas, blanks (spaces, tabs) around an entry ignored,
+ * no entry empty (",4", "2,,2", "2," and " " are refused). A number in a list
+ * is decimal digits: no sign, no leading zero, at most a limit that the key
+ * names. Errors are one line: KEY = "VALUE": entry K ... */
+#define PT_LIST_ITEM_MAX 128
+
+typedef struct {
+    const char *key;             /* the config key, for messages (lent) */
+    const char *value;           /* the whole list (lent) */
+    const char *at;              /* where the next entry starts; NULL after the last */
+    int index;                   /* 1-based number of the entry in item */
+    char item[PT_LIST_ITEM_MAX]; /* that entry, blanks around it dropped (longer: cut) */
+} pt_list;
+
+void pt_list_init(pt_list *l, const char *key, const char *value);
+/* The next entry into l->item: 1; 0 after the last; an error (negative
+ * pt_status, message set) for an empty entry. */
+int pt_list_next(pt_list *l);
+/* s as a list number: 1 with *v when it is one and at most max (max >= 0);
+ * 0 when it is not a number; -1 when it is one above max (*v untouched
+ * unless 1). */
+int pt_list_uint(const char *s, long max, long *v);
+/* l->item as a list number in [0, max] (*v); errors name the entry and
+ * the limit, and limit_name says what it is ("model.n_layer"). */
+pt_status pt_list_number(const pt_list *l, long max, const char *limit_name, long *v);
+/* One error line about the current entry: KEY = "VALUE": entry K ('ITEM') <fmt...>. */
+pt_status pt_list_error(const pt_list *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* ---- logging and time ------------------------------------------------------ */
 typedef enum { PT_LOG_DEBUG, PT_LOG_INFO, PT_LOG_WARN, PT_LOG_ERROR } pt_log_level;
 

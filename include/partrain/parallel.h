@@ -171,11 +171,12 @@ typedef struct {
 } pt_stage;
 
 /* Cut cfg's modules into p contiguous stages (out: p entries): as layers
- * says when non-empty (blocks per stage, "3,3,2"; the embedding joins the
- * first stage, the head the last), else balanced (the largest stage's cost
- * is the smallest any cut gives). One line for p outside [1, L + 2], a
- * layers string that does not parse, does not name p stages, does not add
- * up to L, or leaves a middle stage empty. */
+ * says when non-empty (blocks per stage, "3,3,2", a list of numbers in
+ * core.h's comma-list grammar; the embedding joins the first stage, the
+ * head the last), else balanced (the largest stage's cost is the smallest
+ * any cut gives). One line for p outside [1, L + 2], a layers string that
+ * breaks the grammar, has an entry over L, does not name p stages, does
+ * not add up to L, or leaves a middle stage empty. */
 pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, pt_stage *out);
 /* The cut a pipeline runs: p x v virtual stages for schedule `name` over m
  * micro-batches (pt_schedule_locate maps them to ranks). With one chunk a
@@ -186,7 +187,8 @@ pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, 
  * stage's passes as long as its cost (the 64 with the lightest largest
  * stage simulated, of up to 4096, at p <= 64; past that, the lightest
  * largest stage); ties to the lightest largest stage. Errors:
- * pt_stage_split's, and pt_schedule_build_stage's for the m given. */
+ * pt_stage_split's, naming p x v as parallel.pp x parallel.virtual_stages
+ * chunks when v > 1, and pt_schedule_build_stage's for the m given. */
 pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
                              const char *layers, pt_stage *out);
 /* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */

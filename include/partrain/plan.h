@@ -281,7 +281,11 @@ char *pt_plan_entry_to_json(const pt_plan_entry *e);
  * reasons under "plan". Written atomically (a temporary renamed). */
 pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_plan_entry *e);
 /* Apply a plan file's "config" to c (as pt_config_load_string: unknown
- * keys and wrong types are errors naming the file and the key). */
+ * keys and wrong types are errors naming the file and the key), after
+ * checking its "plan": an object whose "layout" names the layout that the
+ * config runs (pt_plan_layout_name of it), "predicted" (optional) an
+ * object of the same layout, "why" (optional) an array of strings. Each
+ * refusal is one line naming the file and the field. */
 pt_status pt_plan_file_load(const char *path, pt_config *c);
 /* The same from the file's text; name labels the messages. */
 pt_status pt_plan_file_load_string(const char *text, const char *name, pt_config *c);

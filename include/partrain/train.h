@@ -111,7 +111,7 @@ char *pt_config_to_json(const pt_config *c);
 void pt_config_print_help(FILE *f);
 /* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
  * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
- * schedule's own: 2 for zbv, else 1). */
+ * schedule's own: 2 for interleaved and zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
 /* The recompute mode of pipeline rank pp_rank: its entry of
@@ -254,8 +254,18 @@ typedef struct {
                                                 its ranks this step (rank 0 only) */
 } pt_step_info;
 
+/* The config's output paths, before any work: log.metrics a regular file
+ * or nothing yet (its missing folders are made), log.trace a regular file
+ * or nothing yet in an existing folder, checkpoint.dir a directory or
+ * nothing yet (pt_file_check_output, pt_dir_check_output); anything else (a
+ * FIFO, device, socket, a directory for a file, a file for a directory) is
+ * one line naming the key and the path. The CLI calls it before planning
+ * or forking ranks; pt_trainer_new_dist calls it first thing. */
+pt_status pt_trainer_check_outputs(const pt_config *cfg);
+
 /* Build everything for cfg (validated here too): model (initialized from
- * train.seed), optimizer, data when data.train / data.val are set. With
+ * train.seed), optimizer, data when data.train / data.val are set. The
+ * output paths are checked first (pt_trainer_check_outputs). With
  * checkpoint.dir set, rank 0 creates and checks it, takes its lock and
  * removes what killed saves left (an error here, before step 1, when it is
  * a file, not writable, or in use by another job). Sets kernel threads to
@@ -266,6 +276,12 @@ pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg);
  * equal the world's size; the trainer builds the device mesh over world
  * (parallel.h, pt_mesh) and runs its strategies on the dp group. */
 pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world);
+/* What the config alone decides about a run of nranks ranks, checked
+ * without building anything: pt_config_validate, the mesh dp x tp x pp
+ * being nranks, and with `resume` a checkpoint.dir to resume from. The
+ * refusals of pt_trainer_new_dist and pt_trainer_resume that need no file
+ * and no peer, for a launcher to say once, before it forks the ranks. */
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume);
 void pt_trainer_free(pt_trainer *t);
 
 pt_model *pt_trainer_model(pt_trainer *t);

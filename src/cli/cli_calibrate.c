@@ -1,6 +1,8 @@
 /* partrain calibrate: measure this machine (calibrate.h) and write the
  * profile, a cluster description of this machine, to --out or the cache;
- * print a short summary. */
+ * print a short summary. --probe S times the speed probe alone and prints
+ * its line (and writes it to --out, when given: a user who names a file
+ * wants the result there, not a silent exit 0 with nothing written). */
 #include "cli_impl.h"
 
 #include <stdio.h>
@@ -12,7 +14,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: partrain calibrate [--out FILE] [--config FILE ...] [--quick] [--threads N]\n"
-            "       partrain calibrate --probe SECONDS\n\n"
+            "       partrain calibrate --probe SECONDS [--out FILE]\n\n"
             "Measures this machine (about two minutes on 2 cores; longer when it is busy)\n"
             "and writes a profile: matrix products by shape and thread count, each module's\n"
             "forward, input-gradient and weight-gradient time, recomputation, memory\n"
@@ -27,7 +29,11 @@ static void usage(FILE *f) {
             "  --threads N    most BLAS threads timed (default: the cores this process may use)\n"
             "  --probe S      only the speed probe (a one-thread product), for S seconds: prints\n"
             "                 its median rate as one JSON line, to compare with a profile's\n"
-            "                 probe_flops_s (every profile figure is scaled to that median)\n");
+            "                 probe_flops_s (every profile figure is scaled to that median);\n"
+            "                 with --out FILE the same line is also written to FILE\n\n"
+            "--out FILE must be a regular file or not exist yet, in an existing folder: a\n"
+            "FIFO, device, socket or directory there is refused before anything is measured.\n"
+            "The file is replaced whole (a temporary beside it, renamed) or not at all.\n");
 }
 
 static void summary(const pt_calibration *c, const char *path) {
@@ -77,6 +83,22 @@ static void summary(const pt_calibration *c, const char *path) {
     printf("wrote %s\n", path);
 }
 
+/* --probe S: the probe's line on stdout and, with --out, in that file
+ * (checked before the probe runs, written atomically). */
+static int probe(double seconds, const char *out) {
+    if (out && pt_calibrate_check_out(out) != PT_OK) return pt_cli_fail(pt_error_message());
+    double med, lo, hi;
+    if (pt_calibrate_probe(seconds, &med, &lo, &hi) != PT_OK)
+        return pt_cli_fail(pt_error_message());
+    char line[160];
+    int n = snprintf(line, sizeof line, "{\"probe_flops_s\": %.6g, \"lo\": %.6g, \"hi\": %.6g}\n",
+                     med, lo, hi);
+    if (out && pt_file_write_atomic(out, line, (size_t)n) != PT_OK)
+        return pt_cli_fail(pt_error_message());
+    fputs(line, stdout);
+    return 0;
+}
+
 int pt_cli_calibrate(int argc, char **argv) {
     pt_model_config models[PT_CALIBRATE_MAX_MODELS];
     pt_calibrate_options o = {.progress = stderr};
@@ -122,13 +144,7 @@ int pt_cli_calibrate(int argc, char **argv) {
         }
         if (r < 0) return 2;
     }
-    if (probe_s > 0) {
-        double med, lo, hi;
-        if (pt_calibrate_probe(probe_s, &med, &lo, &hi) != PT_OK)
-            return pt_cli_fail(pt_error_message());
-        printf("{\"probe_flops_s\": %.6g, \"lo\": %.6g, \"hi\": %.6g}\n", med, lo, hi);
-        return 0;
-    }
+    if (probe_s > 0) return probe(probe_s, out);
     if (o.n_models) o.models = models;
     if (!getenv("PT_LOG")) pt_log_set_level(PT_LOG_WARN); /* the ranks' backend lines */
     char cache[4096];

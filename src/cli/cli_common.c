@@ -1,7 +1,7 @@
-/* What the subcommands share: the one-line error, options with a value
- * ("--x V" or "--x=V") and their numbers, the config of --config / --set,
- * and opening a --checkpoint (resolve, saved config, model with its
- * parameters), so that train, eval and sample parse and fail alike.
+/* What the subcommands share: the one-line error, an output option's
+ * check, options with a value ("--x V" or "--x=V") and their numbers, the config of --config /
+ * --set, and opening a --checkpoint (resolve, saved config, model with its parameters), so that
+ * train, eval and sample parse and fail alike.
  *
  * Not here: any subcommand's own options, usage text or work (cli_<name>.c),
  * the config table itself (train/config.c). */
@@ -13,6 +13,12 @@
 
 int pt_cli_fail(const char *msg) {
     fprintf(stderr, "partrain: %s\n", msg);
+    return 1;
+}
+
+int pt_cli_check_output(const char *opt, const char *path) {
+    if (pt_file_check_output(path, 0) == PT_OK) return 0;
+    fprintf(stderr, "partrain: %s %s\n", opt, pt_error_message());
     return 1;
 }
 

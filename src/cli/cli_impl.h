@@ -22,6 +22,12 @@ int pt_cli_calibrate(int argc, char **argv);
 /* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status. */
 int pt_cli_fail(const char *msg);
 
+/* An output file option (`opt`, e.g. "--write") checked before any work
+ * (pt_file_check_output: a regular file or nothing yet, in an existing
+ * folder): 0 when fine, else 1 after one line "partrain: --write PATH: is
+ * a FIFO, not a regular file". */
+int pt_cli_check_output(const char *opt, const char *path);
+
 /* Whether argv[*i] is the option `name` with a value, given as
  * "name VALUE" or "name=VALUE": 1 with *value set (argv's string, lent) and
  * *i moved onto the value; 0 when argv[*i] is something else; -1 when the
@@ -67,7 +73,8 @@ void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const c
  * machine (the calibrate profile of cfg's shape, measured once into the
  * cache) or on the cluster file `cluster` (NULL: this machine), holding the
  * layout keys that a's --set gives fixed, print the choice and why on
- * stderr, and write the fastest layout into cfg. */
+ * stderr, and write the fastest layout into cfg. cfg's output paths are
+ * checked first (pt_trainer_check_outputs), before any planning. */
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
                              const char *cluster);
 

@@ -63,6 +63,8 @@ void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const c
 
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
                              const char *cluster) {
+    /* the run's outputs before planning (and maybe a minute of calibrating) */
+    PT_CHECK(pt_trainer_check_outputs(cfg));
     char path[PT_CONFIG_STR_MAX];
     if (!cluster) {
         pt_calibrate_options o = {0};

@@ -40,7 +40,11 @@ static void usage(FILE *f) {
                "                   reason, mem, step_ms, tokens_per_s, mfu, breakdown, why\n"
                "  --write FILE     the best layout as a plan file: partrain train --plan FILE\n"
                "  --trace FILE     the best layout's simulated timeline (Chrome trace: a track\n"
-               "                   per pipeline rank and per link)\n");
+               "                   per pipeline rank and per link)\n\n"
+               "--write and --trace must each be a regular file or not exist yet, in an\n"
+               "existing folder: anything else (a FIFO, device, socket, directory) is refused\n"
+               "before planning. Each file is replaced whole (a temporary beside it, renamed)\n"
+               "or, on any error, left as it was.\n");
 }
 
 /* The layout keys a config file gives (nested sections or dotted names),
@@ -148,6 +152,10 @@ int pt_cli_plan(int argc, char **argv) {
         fprintf(stderr, "partrain: plan needs --config and --cluster (see partrain plan --help)\n");
         rc = 2;
     }
+    /* the outputs before any work: a FIFO or device there would be replaced
+     * by a regular file, a missing folder found only after the search */
+    if (rc == 0 && write) rc = pt_cli_check_output("--write", write);
+    if (rc == 0 && trace) rc = pt_cli_check_output("--trace", trace);
     if (rc != 0) {
         pt_cli_config_args_deinit(&ca);
         return rc;

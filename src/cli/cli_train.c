@@ -31,7 +31,13 @@ static void usage(FILE *f) {
                "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
                "                   must be N\n"
                "  --backend B      communication backend of this process's world (mpi: under\n"
-               "                   mpirun -np N, each process a rank)\n\n");
+               "                   mpirun -np N, each process a rank)\n\n"
+               "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
+               "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
+               "checkpoint.dir a directory or not exist yet; a FIFO, device, socket, or a\n"
+               "directory where a file goes (a file where a directory goes), is refused.\n"
+               "log.trace and checkpoint files are replaced whole or not at all; log.metrics\n"
+               "is written line by line, each write checked.\n\n");
     pt_config_print_help(f);
 }
 
@@ -43,21 +49,30 @@ typedef struct {
 
 /* One rank (or the single worker when world is NULL). */
 static int run(const pt_config *cfg, int resume, pt_comm *world) {
-    int rank = world ? pt_comm_rank(world) : 0;
+    int rank = world ? pt_comm_rank(world) : 0, size = pt_comm_size(world);
     pt_trainer *t = NULL;
-    pt_status st = pt_trainer_new_dist(&t, cfg, world);
+    /* what the config alone decides is the same on every rank (under
+     * --nproc the launcher checked it before forking; this is for mpirun) */
+    pt_status st = pt_trainer_check(cfg, size, resume);
+    if (st != PT_OK) pt_error_mark_shared();
+    if (st == PT_OK) st = pt_trainer_new_dist(&t, cfg, world);
     if (st == PT_OK && resume) st = pt_trainer_resume(t);
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
     if (st != PT_OK) {
-        /* An error the ranks agreed on is printed once, by rank 0; a job
-         * fault (a rank died, stalled or stopped taking part) once, by the
-         * launcher or the rank that noticed it, naming the rank at fault. */
-        int quiet = pt_comm_fault_reported(world, st);
-        if (!quiet && world && pt_comm_size(world) > 1 && !pt_error_is_shared())
-            fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
-        else if (!quiet && rank == 0)
-            fprintf(stderr, "partrain: %s\n", pt_error_message());
+        /* One line for the job. A job fault (a rank died, stalled or
+         * stopped taking part) is said by the launcher or the rank that
+         * noticed it, naming the rank at fault; an error the ranks share
+         * by rank 0; any other by the first rank to claim the job's error
+         * line (the others hit the same, or stopped because of it). */
+        int shared = pt_error_is_shared();
+        if (!pt_comm_fault_reported(world, st) && (!shared || rank == 0) &&
+            pt_comm_claim_error_line(world)) {
+            if (size > 1 && !shared)
+                fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
+            else
+                fprintf(stderr, "partrain: %s\n", pt_error_message());
+        }
         rc = 1;
     }
     pt_trainer_free(t);
@@ -76,6 +91,40 @@ static int run_with_world(const pt_config *cfg, int resume, const pt_comm_option
 static int rank_main(void *arg) {
     const run_args *a = arg;
     return run_with_world(a->cfg, a->resume, &a->opt);
+}
+
+/* --nproc N: what the config alone decides, said once in this process;
+ * then the shm launcher forks the N ranks. */
+static int launch(const pt_config *cfg, int nproc, int resume) {
+    /* the mesh dp x tp x pp is the world, in --nproc's words (pt_trainer_check
+     * says it for mpirun) */
+    long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
+    if (mesh_n != nproc) {
+        char msg[256];
+        int mp = cfg->parallel.tp * cfg->parallel.pp;
+        if (nproc % mp != 0) /* no dp makes it: say what does not divide */
+            snprintf(msg, sizeof msg,
+                     "--nproc %d is not a multiple of parallel.tp x parallel.pp (%d x %d = "
+                     "%d): parallel.dp x parallel.tp x parallel.pp must be the number of "
+                     "ranks",
+                     nproc, cfg->parallel.tp, cfg->parallel.pp, mp);
+        else
+            snprintf(msg, sizeof msg,
+                     "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x "
+                     "parallel.pp (%d x %d x %d = %lld) must be the number of ranks (set "
+                     "parallel.dp=%d)",
+                     cfg->parallel.dp, nproc, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp,
+                     mesh_n, nproc / mp);
+        return pt_cli_fail(msg);
+    }
+    /* the rest of what the ranks would refuse without a file or a peer
+     * (trainer_new.c), before any rank starts */
+    if (pt_trainer_check(cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
+    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}};
+    int code = 0;
+    if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
+        return pt_cli_fail(pt_error_message());
+    return code == 0 ? 0 : 1;
 }
 
 int pt_cli_train(int argc, char **argv) {
@@ -168,38 +217,16 @@ int pt_cli_train(int argc, char **argv) {
     }
     pt_cli_config_args_deinit(&ca);
     if (rc != 0) return rc;
+    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
+     * forked or any step taken (the trainer checks them again, for mpirun) */
+    if (pt_trainer_check_outputs(&cfg) != PT_OK) return pt_cli_fail(pt_error_message());
     if (!cfg.data.train[0])
         return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
     if (nproc > 0) {
         if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
             return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
                                "mpirun -np N without --nproc");
-        /* the mesh dp x tp x pp is the world (trainer_new.c checks it too,
-         * for mpirun): said here once, before any rank is forked */
-        long long mesh_n = (long long)cfg.parallel.dp * cfg.parallel.tp * cfg.parallel.pp;
-        if (mesh_n != nproc) {
-            char msg[256];
-            int mp = cfg.parallel.tp * cfg.parallel.pp;
-            if (nproc % mp != 0) /* no dp makes it: say what does not divide */
-                snprintf(msg, sizeof msg,
-                         "--nproc %d is not a multiple of parallel.tp x parallel.pp (%d x %d = "
-                         "%d): parallel.dp x parallel.tp x parallel.pp must be the number of "
-                         "ranks",
-                         nproc, cfg.parallel.tp, cfg.parallel.pp, mp);
-            else
-                snprintf(msg, sizeof msg,
-                         "parallel.dp = %d but --nproc %d: parallel.dp x parallel.tp x "
-                         "parallel.pp (%d x %d x %d = %lld) must be the number of ranks (set "
-                         "parallel.dp=%d)",
-                         cfg.parallel.dp, nproc, cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp,
-                         mesh_n, nproc / mp);
-            return pt_cli_fail(msg);
-        }
-        run_args a = {&cfg, resume, {"shm", cfg.comm.timeout}};
-        int code = 0;
-        if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
-            return pt_cli_fail(pt_error_message());
-        return code == 0 ? 0 : 1;
+        return launch(&cfg, nproc, resume);
     }
     if (backend) {
         pt_comm_options o = {backend, cfg.comm.timeout};

@@ -1,9 +1,10 @@
 /* partrain: the command-line tool. Dispatches to one subcommand; each lives
- * in its own cli_<name>.c. Before that, makes sure OpenBLAS runs the best
- * kernels this CPU has (blas_coretype_fix). */
+ * in its own cli_<name>.c. Before that, ignores SIGXFSZ (see main) and makes
+ * sure OpenBLAS runs the best kernels this CPU has (blas_coretype_fix). */
 #include "cli_impl.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,12 @@ static void blas_coretype_fix(char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A write past the file size limit (ulimit -f) raises SIGXFSZ, which
+     * kills silently (exit 153) and leaves temporaries behind. Ignored, the
+     * write fails with EFBIG and the writer names the file (core/file.c).
+     * Kept across the exec below and by every forked rank; under mpirun
+     * each rank runs this main. */
+    signal(SIGXFSZ, SIG_IGN);
     blas_coretype_fix(argv);
     if (argc < 2) {
         usage(stderr);

@@ -539,7 +539,8 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
                                     .split = be->split,
                                     .free = be->free,
                                     .set_timeout = be->set_timeout,
-                                    .fault_reported = be->fault_reported};
+                                    .fault_reported = be->fault_reported,
+                                    .claim_error_line = be->claim_error_line};
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     for (int l = 0; l < NLANES; l++) pthread_cond_init(&c->work[l], NULL);
@@ -675,6 +676,11 @@ void pt_comm_note_step(pt_comm *c, long step) {
 int pt_comm_fault_reported(const pt_comm *c, pt_status st) {
     if (!c || st == PT_OK || !c->be->fault_reported) return 0;
     return c->be->fault_reported(c->ctx, st);
+}
+
+int pt_comm_claim_error_line(pt_comm *c) {
+    if (!c || !c->be->claim_error_line) return 1;
+    return c->be->claim_error_line(c->ctx);
 }
 
 pt_status pt_comm_agree(pt_comm *c, pt_status local) {

@@ -62,6 +62,9 @@ typedef struct pt_comm_backend {
     /* Optional (NULL: 0). pt_comm_fault_reported's answer for status st. */
     int (*fault_reported)(void *ctx, pt_status st);
 
+    /* Optional (NULL: 1). pt_comm_claim_error_line's answer. */
+    int (*claim_error_line)(void *ctx);
+
     /* 1: recv may run on a context while another thread runs send or a
      * collective on it (shm: separate rings per direction). The wrappers
      * then run queued receives on a second progress thread, so an

@@ -48,53 +48,70 @@ static void fill(const pt_model_config *c, pt_stage *s, int first, int last, int
     if (is_last && first > 0) s->params += (size_t)c->vocab_size * (size_t)c->n_embd;
 }
 
-/* "3,3,2": blocks per stage, p entries >= 0 summing to L, every stage
- * holding at least one module. */
-static pt_status parse_layers(const pt_model_config *c, int p, const char *layers, int *blocks) {
-    const char *s = layers;
-    int n = 0, sum = 0;
-    while (*s) {
-        char *end = NULL;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > c->n_layer || (*end && *end != ','))
-            return pt_error_set(PT_ERR_INVALID,
-                                "parallel.stage_layers = \"%s\": expected blocks per stage as "
-                                "non-negative integers separated by commas, e.g. \"3,3,2\"",
-                                layers);
-        if (n == p)
-            return pt_error_set(PT_ERR_INVALID,
-                                "parallel.stage_layers = \"%s\" names more than parallel.pp (%d) "
-                                "stages",
-                                layers, p);
-        blocks[n++] = (int)v;
-        sum += (int)v;
-        s = *end ? end + 1 : end;
+/* What the cut's p x v entries are, for messages: "parallel.pp = 2", or
+ * with several chunks a rank "parallel.pp x parallel.virtual_stages = 2 x 2
+ * = 4 chunks" (the list names every chunk, not every rank). */
+static void count_name(int p, int v, char *buf, size_t n) {
+    if (v == 1)
+        snprintf(buf, n, "parallel.pp = %d", p);
+    else
+        snprintf(buf, n, "parallel.pp x parallel.virtual_stages = %d x %d = %d chunks", p / v, v,
+                 p);
+}
+
+/* "3,3,2" (the comma-list grammar, core.h): blocks per stage, p entries
+ * of at most L each summing to L, every stage holding at least one module.
+ * p = pp x v stages; v only names them. */
+static pt_status parse_layers(const pt_model_config *c, int p, int v, const char *layers,
+                              int *blocks) {
+    const char *key = "parallel.stage_layers";
+    char what[128];
+    count_name(p, v, what, sizeof what);
+    pt_list l;
+    pt_list_init(&l, key, layers);
+    int n = 0, r;
+    long sum = 0;
+    while ((r = pt_list_next(&l)) > 0) {
+        long b;
+        PT_CHECK(pt_list_number(&l, c->n_layer, "model.n_layer", &b));
+        if (n < p) blocks[n] = (int)b;
+        n++;
+        sum += b;
     }
-    if (n != p || sum != c->n_layer)
+    if (r < 0) return (pt_status)r;
+    if (n != p)
         return pt_error_set(PT_ERR_INVALID,
-                            "parallel.stage_layers = \"%s\": %d stage%s of %d block%s in all, but "
-                            "parallel.pp = %d and model.n_layer = %d",
-                            layers, n, n == 1 ? "" : "s", sum, sum == 1 ? "" : "s", p, c->n_layer);
+                            "%s = \"%s\" names %d %s%s, but %s (one entry of blocks for each)", key,
+                            layers, n, v > 1 ? "chunk" : "stage", n == 1 ? "" : "s", what);
+    if (sum != c->n_layer)
+        return pt_error_set(PT_ERR_INVALID,
+                            "%s = \"%s\" adds up to %ld block%s, but model.n_layer = %d", key,
+                            layers, sum, sum == 1 ? "" : "s", c->n_layer);
     for (int k = 1; k + 1 < p; k++)
         if (blocks[k] == 0)
             return pt_error_set(PT_ERR_INVALID,
-                                "parallel.stage_layers = \"%s\": stage %d holds no module (only "
-                                "the first holds the embedding, only the last the head)",
-                                layers, k);
+                                "%s = \"%s\": entry %d is 0, but only the first %s holds the "
+                                "embedding and only the last the head: one between them needs a "
+                                "block",
+                                key, layers, k + 1, v > 1 ? "chunk" : "stage");
     return PT_OK;
 }
 
-pt_status pt_stage_split(const pt_model_config *c, int p, const char *layers, pt_stage *out) {
+/* pt_stage_split, p = pp x v stages (v names them in messages). */
+static pt_status split(const pt_model_config *c, int p, int v, const char *layers, pt_stage *out) {
     int nmod = c->n_layer + 2;
-    if (p < 1 || p > nmod)
+    if (p < 1 || p > nmod) {
+        char what[128];
+        count_name(p, v, what, sizeof what);
         return pt_error_set(PT_ERR_INVALID,
-                            "parallel.pp (%d) must be in [1, %d]: the model has %d modules (the "
-                            "embedding, %d blocks, the head) and a stage holds at least one",
-                            p, nmod, nmod, c->n_layer);
+                            "%s must be in [1, %d]: the model has %d modules (the embedding, %d "
+                            "blocks, the head) and a stage holds at least one",
+                            what, nmod, nmod, c->n_layer);
+    }
     if (layers && *layers) {
         int *blocks = malloc((size_t)p * sizeof *blocks);
         if (!blocks) return pt_error_set(PT_ERR_NOMEM, "stage split");
-        pt_status st = parse_layers(c, p, layers, blocks);
+        pt_status st = parse_layers(c, p, v, layers, blocks);
         for (int k = 0, next = 1; st == PT_OK && k < p; k++) {
             int first = k == 0 ? 0 : next, last = next + blocks[k] - 1 + (k == p - 1);
             fill(c, &out[k], first, last, k == p - 1);
@@ -139,6 +156,10 @@ pt_status pt_stage_split(const pt_model_config *c, int p, const char *layers, pt
     free(pre);
     free(cut);
     return PT_OK;
+}
+
+pt_status pt_stage_split(const pt_model_config *c, int p, const char *layers, pt_stage *out) {
+    return split(c, p, 1, layers, out);
 }
 
 void pt_stage_describe(const pt_model_config *c, int p, const pt_stage *s, char *buf, size_t n) {
@@ -282,7 +303,7 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
 pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int p, int v, int m,
                              const char *layers, pt_stage *out) {
     int G = p * v, nmod = c->n_layer + 2;
-    PT_CHECK(pt_stage_split(c, G, layers, out));
+    PT_CHECK(split(c, G, v, layers, out));
     /* one chunk a rank, or the cut given: as it is */
     if (v == 1 || (layers && *layers) || G > PT_SCHEDULE_MAX_VIRTUAL * 64) return PT_OK;
     /* Several chunks a rank: what a rank works is the SUM of its chunks,

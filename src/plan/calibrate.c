@@ -1183,60 +1183,34 @@ char *pt_calibration_to_json(const pt_calibration *c) {
 
 /* ---- files and the cache ------------------------------------------------------ */
 
-/* The folder of path (".", when it has none) into dir. */
-static void dir_of(const char *path, char *dir, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, n, ".");
-    else if (slash == path)
-        snprintf(dir, n, "/");
-    else
-        snprintf(dir, n, "%.*s", (int)(slash - path), path);
+/* The last error's message behind prefix (copied first: it is the buffer
+ * being set). */
+static pt_status prefix_error(pt_status st, const char *prefix) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set(st, "%s%s", prefix, msg);
 }
 
 pt_status pt_calibrate_check_out(const char *path) {
-    struct stat st;
     if (!path || !*path) return pt_error_set(PT_ERR_INVALID, "calibrate: --out: empty path");
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: is a directory", path);
-    char dir[4096];
-    dir_of(path, dir, sizeof dir);
-    if (stat(dir, &st) != 0)
-        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: folder %s: %s", path, dir,
-                            strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: %s is not a directory", path, dir);
-    if (access(dir, W_OK) != 0)
-        return pt_error_set(PT_ERR_IO, "calibrate: --out %s: folder %s: %s", path, dir,
-                            strerror(errno));
-    return PT_OK;
+    pt_status st = pt_file_check_output(path, 0);
+    return st == PT_OK ? PT_OK : prefix_error(st, "calibrate: --out ");
 }
 
 pt_status pt_calibrate_write(const pt_calibration *c, const char *path) {
-    PT_CHECK(pt_calibrate_check_out(path));
     char *text = pt_calibration_to_json(c);
     if (!text) return pt_error_set(PT_ERR_NOMEM, "calibrate: the profile's JSON");
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    pt_status st = PT_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = pt_error_set(PT_ERR_IO, "calibrate: cannot write %s: %s", tmp, strerror(errno));
-    } else {
-        size_t len = strlen(text);
-        int bad = fwrite(text, 1, len, f) != len || fputc('\n', f) == EOF || fflush(f) != 0 ||
-                  fsync(fileno(f)) != 0;
-        int err = errno;
-        if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-        if (bad)
-            st = pt_error_set(PT_ERR_IO, "calibrate: writing %s: %s", tmp, strerror(err));
-        else if (rename(tmp, path) != 0)
-            st = pt_error_set(PT_ERR_IO, "calibrate: cannot rename %s to %s: %s", tmp, path,
-                              strerror(errno));
-        if (st != PT_OK) unlink(tmp);
+    size_t len = strlen(text);
+    char *line = realloc(text, len + 2);
+    if (!line) {
+        free(text);
+        return pt_error_set(PT_ERR_NOMEM, "calibrate: the profile's JSON");
     }
-    free(text);
-    return st;
+    line[len] = '\n';
+    /* whole or not at all: a failure leaves path as it was and no temporary */
+    pt_status st = pt_file_write_atomic(path, line, len + 1);
+    free(line);
+    return st == PT_OK ? PT_OK : prefix_error(st, "calibrate: ");
 }
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
@@ -1321,6 +1295,7 @@ pt_status pt_calibrate_cached(const pt_calibrate_options *o, char *path, size_t 
     if (measured) *measured = 0;
     PT_CHECK(pt_calibrate_cache_path(o, path, n));
     if (cache_valid(path)) return PT_OK;
+    PT_CHECK(pt_file_check_output(path, 0)); /* before a minute of measuring */
     pt_calibration c;
     PT_CHECK(pt_calibrate(o, &c));
     pt_status st = pt_calibrate_write(&c, path);

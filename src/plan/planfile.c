@@ -12,11 +12,9 @@
 #include "partrain/plan.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
 
@@ -113,34 +111,64 @@ pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_pl
     cJSON_Delete(root);
     free(cj);
     if (!text) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory building the plan", path);
-    /* atomically: a temporary beside it, flushed and synced, renamed */
-    char tmp[PT_CONFIG_STR_MAX + 64];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid()) >= sizeof tmp) {
-        free(text);
-        return pt_error_set(PT_ERR_INVALID, "%s: path too long", path);
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        pt_status st = pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-        free(text);
-        return st;
-    }
+    /* atomically (a temporary beside it, flushed, synced, renamed): the
+     * plan written whole or the old file left as it was */
     size_t n = strlen(text);
-    int w = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-    int err = errno;
-    w = w && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (!w) err = errno ? errno : err;
-    if (fclose(f) != 0) w = 0, err = errno;
+    text[n] = '\n'; /* cJSON_Print's text, its NUL turned into the last line's end */
+    pt_status st = pt_file_write_atomic(path, text, n + 1);
     free(text);
-    if (!w) {
-        unlink(tmp);
-        return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    if (rename(tmp, path) != 0) {
-        err = errno;
-        unlink(tmp);
-        return pt_error_set(PT_ERR_IO, "%s: rename: %s", path, strerror(err));
-    }
+    return st;
+}
+
+/* "a string", "an array", ...: what a JSON value is, for messages. */
+static const char *json_kind(const cJSON *x) {
+    return cJSON_IsObject(x)   ? "an object"
+           : cJSON_IsArray(x)  ? "an array"
+           : cJSON_IsString(x) ? "a string"
+           : cJSON_IsNumber(x) ? "a number"
+           : cJSON_IsBool(x)   ? "true or false"
+                               : "null";
+}
+
+/* The "plan" section's shape: an object with "layout" a string, and when
+ * they are there "predicted" an object whose "layout" is the same and
+ * "why" an array of strings. */
+static pt_status check_plan_shape(const cJSON *plan, const char *name) {
+    if (!plan)
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s: no \"plan\" object (a plan file from partrain plan --write holds "
+                            "\"config\" and \"plan\")",
+                            name);
+    if (!cJSON_IsObject(plan))
+        return pt_error_set(PT_ERR_FORMAT, "%s: plan must be an object (got %s)", name,
+                            json_kind(plan));
+    const cJSON *layout = cJSON_GetObjectItemCaseSensitive(plan, "layout");
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(plan, "predicted");
+    const cJSON *why = cJSON_GetObjectItemCaseSensitive(plan, "why");
+    if (!cJSON_IsString(layout))
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s: plan.layout must be a string, the name of the layout its config "
+                            "runs (got %s)",
+                            name, layout ? json_kind(layout) : "none");
+    if (pred && !cJSON_IsObject(pred))
+        return pt_error_set(PT_ERR_FORMAT, "%s: plan.predicted must be an object (got %s)", name,
+                            json_kind(pred));
+    const cJSON *pl = pred ? cJSON_GetObjectItemCaseSensitive(pred, "layout") : NULL;
+    if (pl && (!cJSON_IsString(pl) || strcmp(pl->valuestring, layout->valuestring) != 0))
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s: plan.predicted.layout is %s%.200s%s, but plan.layout is "
+                            "\"%.200s\"",
+                            name, cJSON_IsString(pl) ? "\"" : "",
+                            cJSON_IsString(pl) ? pl->valuestring : json_kind(pl),
+                            cJSON_IsString(pl) ? "\"" : "", layout->valuestring);
+    if (why && !cJSON_IsArray(why))
+        return pt_error_set(PT_ERR_FORMAT, "%s: plan.why must be an array of strings (got %s)",
+                            name, json_kind(why));
+    int k = 0;
+    for (const cJSON *w = why ? why->child : NULL; w; w = w->next, k++)
+        if (!cJSON_IsString(w))
+            return pt_error_set(PT_ERR_FORMAT, "%s: plan.why[%d] must be a string (got %s)", name,
+                                k, json_kind(w));
     return PT_OK;
 }
 
@@ -148,19 +176,35 @@ pt_status pt_plan_file_load_string(const char *text, const char *name, pt_config
     cJSON *root = cJSON_Parse(text);
     if (!root) return pt_error_set(PT_ERR_FORMAT, "%s: not a JSON plan file", name);
     const cJSON *conf = cJSON_GetObjectItemCaseSensitive(root, "config");
-    pt_status st;
-    if (!cJSON_IsObject(conf)) {
+    const cJSON *plan = cJSON_GetObjectItemCaseSensitive(root, "plan");
+    pt_status st = PT_OK;
+    if (!cJSON_IsObject(conf))
         st = pt_error_set(PT_ERR_FORMAT,
                           "%s: no \"config\" object (a plan file from partrain "
                           "plan --write)",
                           name);
-    } else {
+    if (st == PT_OK) st = check_plan_shape(plan, name);
+    if (st == PT_OK) {
         char *cj = cJSON_PrintUnformatted(conf);
         char what[PT_CONFIG_STR_MAX + 16];
         snprintf(what, sizeof what, "%s: config", name);
         st = cj ? pt_config_load_string(c, cj, what)
                 : pt_error_set(PT_ERR_NOMEM, "%s: out of memory", name);
         free(cj);
+    }
+    if (st == PT_OK) {
+        /* the layout the file names is the one its config runs: a file
+         * edited on one side is refused, not run as whichever side won */
+        pt_plan_layout l;
+        char runs[PT_PLAN_NAME_MAX * 4];
+        pt_plan_layout_from_config(&l, c);
+        pt_plan_layout_name(&l, runs, sizeof runs);
+        const char *says = cJSON_GetObjectItemCaseSensitive(plan, "layout")->valuestring;
+        if (strcmp(says, runs) != 0)
+            st = pt_error_set(PT_ERR_FORMAT,
+                              "%s: plan.layout is \"%.200s\", but its config runs %s (edited "
+                              "on one side? write it again with partrain plan --write)",
+                              name, says, runs);
     }
     cJSON_Delete(root);
     return st;

@@ -9,10 +9,10 @@
  *                    collectives inside its passes;
  *   pid 1000 + r     the link from rank r to its neighbours: each
  *                    activation or gradient transfer.
- * Times are the time model's (pt_plan_time_predict), microseconds.
+ * Times are the time model's (pt_plan_time_predict), microseconds. The
+ * file is replaced atomically (pt_out): a full disk leaves the old one.
  *
  * Not here: the model itself (time.c). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,11 +69,10 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
     }
     pt_plan_time tm;
     pt_plan_time_finish(c, l, cl, pp, &tm);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        st = pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-        goto done;
-    }
+    /* written whole or not at all (pt_out): never a cut-off JSON at path */
+    pt_out *o = NULL;
+    PT_CHECK_GOTO(st, pt_out_open(&o, path), done);
+    FILE *f = pt_out_stream(o);
     fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
     int first = 1;
     char name[64];
@@ -122,9 +121,7 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
         event(f, "optimizer", "optim", r, 0, t + tm.comm_s[PT_MESH_DP], tm.step_s);
     }
     fputs("\n]}\n", f);
-    int err = errno, bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        st = pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(errno ? errno : err));
+    st = pt_out_commit(o); /* every write above checked here, the file named */
 done:
     free(slots);
     free(pp);

@@ -118,45 +118,33 @@ static int write_tensors(FILE *f, const pt_model *m, const data_source *d, pt_st
     return 1;
 }
 
-/* Header, then the data, flushed and fsynced (not atomic by itself). */
-static pt_status write_groups_file(const char *path, const pt_model *m, const unsigned char *head,
-                                   size_t hlen, const data_source *d) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
+/* The header, then the data, into path through pt_out (a temporary beside
+ * it, every write checked, fsynced, renamed over path); a failure removes
+ * the temporary and names path: "DIR/.tmp-step_N-PID/model.safetensors:
+ * write failed: File too large". */
+static pt_status write_file(const char *path, const pt_model *m, const char *const *meta,
+                            const data_source *d) {
+    size_t hlen = 0;
+    unsigned char *head = groups_header(m, meta, d->groups, d->ng, &hlen);
+    if (!head) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+    pt_out *o = NULL;
+    pt_status st = pt_out_open(&o, path);
+    if (st == PT_OK) st = pt_out_write(o, head, hlen);
+    free(head);
+    FILE *f = o ? pt_out_stream(o) : NULL;
     size_t P = pt_model_num_params(m);
-    pt_status st = PT_OK;
-    int ok = fwrite(head, 1, hlen, f) == hlen;
+    int ok = st == PT_OK;
     if (ok && d->tensor) ok = write_tensors(f, m, d, &st);
     for (int g = 0; ok && !d->tensor && g < d->ng; g++) {
         const float *data = d->groups[g].buf;
         if (d->src && (st = d->src(d->arg, g, &data)) != PT_OK) break;
         ok = fwrite(data, sizeof(float), P, f) == P;
     }
-    int err = errno;
-    ok = ok && st == PT_OK && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0) ok = 0;
-    if (ok) return PT_OK;
-    unlink(path);
-    if (st != PT_OK) return st;
-    return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-}
-
-/* The header, then the data into path's temporary name, renamed over path. */
-static pt_status write_file(const char *path, const pt_model *m, const char *const *meta,
-                            const data_source *d) {
-    size_t hlen = 0;
-    unsigned char *head = groups_header(m, meta, d->groups, d->ng, &hlen);
-    if (!head) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
-    char tmp[PT_CONFIG_STR_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
-    pt_status st = write_groups_file(tmp, m, head, hlen, d);
-    free(head);
-    if (st != PT_OK) return st;
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        return pt_error_set(PT_ERR_IO, "%s: rename: %s", path, strerror(errno));
+    if (st != PT_OK) { /* not the file's fault: the source's error stands */
+        pt_out_abort(o);
+        return st;
     }
-    return PT_OK;
+    return pt_out_commit(o); /* a failed write above fails here, named */
 }
 
 pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,

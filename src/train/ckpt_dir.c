@@ -16,7 +16,8 @@
  *             between the two renames leaves `latest` naming a missing
  *             directory, which pt_checkpoint_resolve answers with the .old
  *             copy and the next run's pt_ckpt_dir_open renames back.
- *   latest    DIR/.latest.tmpPID written and fsynced, renamed over latest
+ *   latest    DIR/.latest.tmp<pid>.<n> written and fsynced, renamed over
+ *             latest (pt_out, as every file of a save)
  *   prune     checkpoint.keep: older step directories renamed to
  *             DIR/.del-step_N-PID (gone from view at once), then removed
  *
@@ -72,19 +73,21 @@ static pt_status fsync_path(const char *path, int dir) {
     return PT_OK;
 }
 
-/* Write bytes to path, flush and fsync (not atomic by itself). */
-static pt_status write_file(const char *path, const void *a, size_t na, const void *b, size_t nb) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return pt_error_set(PT_ERR_IO, "%s: %s", path, strerror(errno));
-    int ok = (na == 0 || fwrite(a, 1, na, f) == na) && (nb == 0 || fwrite(b, 1, nb, f) == nb) &&
-             fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        unlink(path);
-        return pt_error_set(PT_ERR_IO, "%s: write failed: %s", path, strerror(err));
+/* path := text and a newline, through pt_out (temporary, fsync, rename);
+ * a failure names path. With `synced`, reached between the fsync and the
+ * rename (a crash test's point). */
+static pt_status write_line(const char *path, const char *text, int synced) {
+    pt_out *o = NULL;
+    PT_CHECK(pt_out_open(&o, path));
+    pt_status st = pt_out_write(o, text, strlen(text));
+    if (st == PT_OK) st = pt_out_write(o, "\n", 1);
+    if (st == PT_OK) st = pt_out_sync(o);
+    if (st != PT_OK) {
+        pt_out_abort(o);
+        return st;
     }
-    return PT_OK;
+    if (synced >= 0) reached((pt_ckpt_point)synced);
+    return pt_out_commit(o);
 }
 
 pt_status pt_mkdir_p(const char *dir) {
@@ -381,7 +384,7 @@ pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model
 pt_status pt_ckpt_write_state(const char *tmp, const char *state_json) {
     char path[PT_CONFIG_STR_MAX + 128];
     snprintf(path, sizeof path, "%s/state.json", tmp);
-    return write_file(path, state_json, strlen(state_json), "\n", 1);
+    return write_line(path, state_json, -1);
 }
 
 /* Whether renameat2's RENAME_EXCHANGE failed because this file system (or
@@ -438,17 +441,11 @@ pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp) {
      * needed once the new one has the name, and none is left behind */
     if (had_old) remove_entry(old, PT_CKPT_AT_OLD_HALF_REMOVED);
     PT_CHECK(st);
-    /* then `latest`: written beside it, renamed over it */
-    char latest[PATH_MAX_CK], latest_tmp[PATH_MAX_CK];
+    /* then `latest`: written beside it (DIR/.latest.tmp<pid>.<n>), renamed
+     * over it */
+    char latest[PATH_MAX_CK];
     snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/.latest.tmp%d", dir, (int)getpid());
-    PT_CHECK(write_file(latest_tmp, name, strlen(name), "\n", 1));
-    reached(PT_CKPT_AT_LATEST_WRITTEN);
-    if (rename(latest_tmp, latest) != 0) {
-        st = pt_error_set(PT_ERR_IO, "%s: rename: %s", latest, strerror(errno));
-        unlink(latest_tmp);
-        return st;
-    }
+    PT_CHECK(write_line(latest, name, PT_CKPT_AT_LATEST_WRITTEN));
     reached(PT_CKPT_AT_LATEST);
     return fsync_path(dir, 1);
 fail:

@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_INT, K_FLOAT, K_STRING, K_BOOL } key_type; /* K_BOOL: an int 0/1 */
+/* K_BOOL: an int 0/1. K_LIST: a string in the comma-list grammar (core.h,
+ * pt_list), held in a 128-byte field; what its entries mean is checked by
+ * pt_config_validate. */
+typedef enum { K_INT, K_FLOAT, K_STRING, K_BOOL, K_LIST } key_type;
 
 typedef struct {
     const char *name;
@@ -43,10 +46,10 @@ static const key_def keys[] = {
      "activation recomputation: none (keep every activation), selective (drop attention's "
      "probabilities and the GELU output, recomputed in backward), full (a block keeps only its "
      "input and reruns its forward in backward); gradients bitwise none's"},
-    {"model.stage_recompute", K_STRING, OFF(train.stage_recompute), "", 0, 0, NULL,
-     "recompute mode per pipeline rank, e.g. \"full,selective,none\" (one per parallel.pp, "
-     "each of none|selective|full; a rank's mode covers all its chunks; empty: model.recompute "
-     "on every rank)"},
+    {"model.stage_recompute", K_LIST, OFF(train.stage_recompute), "", 0, 0, NULL,
+     "recompute mode per pipeline rank, e.g. \"full,selective,none\" (one per "
+     "parallel.pp, each of none|selective|full; a rank's mode covers all its chunks; empty: "
+     "model.recompute on every rank)"},
     {"data.train", K_STRING, OFF(data.train), "", 0, 0, NULL,
      "training data: UTF-8 text (bytes) or llm.c tokens (magic 20240520; required for *.bin)"},
     {"data.val", K_STRING, OFF(data.val), "", 0, 0, NULL,
@@ -94,11 +97,11 @@ static const key_def keys[] = {
      "ZeRO: shard inside groups of this many ranks, replicate across groups (HSDP; 0: all)"},
     {"parallel.zero_keep_params", K_BOOL, OFF(parallel.zero_keep_params), "false", 0, 1, NULL,
      "ZeRO-3: keep a unit's gathered parameters from its forward to its backward"},
-    {"parallel.zero_whole", K_STRING, OFF(parallel.zero_whole), "", 0, 0, NULL,
+    {"parallel.zero_whole", K_LIST, OFF(parallel.zero_whole), "", 0, 0, NULL,
      "ZeRO-3: modules whose parameters stay whole on every rank (as ZeRO-2: gradients "
      "reduce-scattered, optimizer state sharded, the update all-gathered), e.g. "
-     "\"embedding,head,h.0\" (h.N: block N, 0-based; a module on another pipeline stage is "
-     "ignored there)"},
+     "\"embedding,head,h.0\" (h.N: block N, 0-based, N a list number; a module on another "
+     "pipeline stage is ignored there)"},
     {"parallel.microbatches", K_INT, OFF(parallel.microbatches), "1", 1, 1 << 20, NULL,
      "micro-batches per rank and step (dp x microbatches must divide batch_size)"},
     {"parallel.schedule", K_STRING, OFF(parallel.schedule), "none", 0, 0,
@@ -108,9 +111,12 @@ static const key_def keys[] = {
      "pipeline schedules, pp > 1)"},
     {"parallel.virtual_stages", K_INT, OFF(parallel.virtual_stages), "0", 0,
      PT_SCHEDULE_MAX_VIRTUAL, NULL,
-     "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own)"},
-    {"parallel.stage_layers", K_STRING, OFF(parallel.stage_layers), "", 0, 0, NULL,
-     "blocks per pipeline stage, e.g. \"3,3,2\" (empty: balanced by cost)"},
+     "model chunks per pipeline rank (interleaved: >= 2; zbv: 2; 0: the schedule's own, 2 for "
+     "interleaved and zbv, 1 for the others)"},
+    {"parallel.stage_layers", K_LIST, OFF(parallel.stage_layers), "", 0, 0, NULL,
+     "blocks per pipeline stage, e.g. \"3,3,2\": one per stage, or with "
+     "parallel.virtual_stages one per chunk (parallel.pp x virtual_stages of them, in "
+     "pipeline order), each at most model.n_layer, adding up to it (empty: balanced by cost)"},
     {"parallel.sync", K_STRING, OFF(parallel.sync), "sync", 0, 0, "sync|local_sgd|stale",
      "gradient synchronization"},
     {"parallel.sync_every", K_INT, OFF(parallel.sync_every), "4", 1, 1e9, NULL,
@@ -165,12 +171,52 @@ static const char *type_name(key_type t) {
                           : "a string";
 }
 
+/* A list key's value s in the list grammar (none of its entries empty;
+ * what each means: pt_config_validate), written into out (n bytes, n >
+ * strlen(s)) in its one spelling: the entries without the blanks around
+ * them, joined by bare commas. So every reader of the config (the trainer,
+ * the planner, a layout's name, the JSON saved in checkpoints) sees
+ * "1,3" for " 1 , 3". `what` prefixes the message. */
+static pt_status canonical_list(const key_def *k, const char *s, char *out, size_t n,
+                                const char *what) {
+    pt_list l;
+    pt_list_init(&l, k->name, s);
+    size_t at = 0;
+    int r;
+    out[0] = '\0';
+    while ((r = pt_list_next(&l)) > 0)
+        at += (size_t)snprintf(out + at, n - at, "%s%s", at ? "," : "", l.item);
+    if (r == 0) return PT_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set((pt_status)r, "%s: %s", what, msg);
+}
+
+/* A number of key k as its messages print it: an integer key's limits and
+ * integral values in full ("1048576", "100000000000", not "1.04858e+06",
+ * "1e+11"), anything else as %g. */
+static void number_text(const key_def *k, double v, char *buf, size_t n) {
+    if (k->type != K_FLOAT && v == floor(v) && fabs(v) < 1e18)
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%g", v);
+}
+
+/* "KEY must be in [MIN, MAX] (got V)", limits and value printed for k's
+ * type; `what` ("config.json", "--set") prefixes it when not NULL. */
+static pt_status out_of_range(const key_def *k, double v, const char *what) {
+    char lo[32], hi[32], got[32];
+    number_text(k, k->min, lo, sizeof lo);
+    number_text(k, k->max, hi, sizeof hi);
+    number_text(k, v, got, sizeof got);
+    return pt_error_set(PT_ERR_INVALID, "%s%s%s must be in [%s, %s] (got %s)", what ? what : "",
+                        what ? ": " : "", k->name, lo, hi, got);
+}
+
 /* Store a value already converted; checks the range / choices. `what` names
  * the source for messages ("config.json", "--set"). */
 static pt_status store_number(pt_config *c, const key_def *k, double v, const char *what) {
-    if (!isfinite(v) || v < k->min || v > k->max)
-        return pt_error_set(PT_ERR_INVALID, "%s: %s must be in [%g, %g] (got %g)", what, k->name,
-                            k->min, k->max, v);
+    if (!isfinite(v) || v < k->min || v > k->max) return out_of_range(k, v, what);
     if (k->type == K_INT || k->type == K_BOOL) {
         if (v != floor(v))
             return pt_error_set(PT_ERR_INVALID, "%s: %s must be an integer (got %g)", what, k->name,
@@ -186,12 +232,16 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
     size_t len = strlen(s);
     /* the per-part lists live in 128-byte fields, the other short strings
      * in 16 */
-    int list = !strcmp(k->name, "parallel.stage_layers") ||
-               !strcmp(k->name, "parallel.zero_whole") || !strcmp(k->name, "model.stage_recompute");
-    size_t cap = list ? 127 : !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
+    size_t cap = k->type == K_LIST ? 127 : !strncmp(k->name, "parallel.", 9) ? 15 : STR_MAXLEN;
     if (len > cap)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", what,
                             k->name, len, cap);
+    char canon[PT_LIST_ITEM_MAX];
+    if (k->type == K_LIST) {
+        PT_CHECK(canonical_list(k, s, canon, sizeof canon, what));
+        s = canon;
+        len = strlen(s);
+    }
     if (k->choices) {
         int ok = 0;
         const char *p = k->choices;
@@ -210,7 +260,7 @@ static pt_status store_string(pt_config *c, const key_def *k, const char *s, con
 }
 
 static pt_status set_text(pt_config *c, const key_def *k, const char *value, const char *what) {
-    if (k->type == K_STRING) return store_string(c, k, value, what);
+    if (k->type == K_STRING || k->type == K_LIST) return store_string(c, k, value, what);
     if (k->type == K_BOOL) {
         if (!strcmp(value, "true") || !strcmp(value, "1")) return store_number(c, k, 1, what);
         if (!strcmp(value, "false") || !strcmp(value, "0")) return store_number(c, k, 0, what);
@@ -284,7 +334,7 @@ static pt_status apply_json(pt_config *c, const cJSON *obj, const char *prefix, 
                                 "%s: duplicate key '%s' (given twice, nested or dotted)", what,
                                 name);
         seen[k - keys] = 1;
-        if (k->type == K_STRING) {
+        if (k->type == K_STRING || k->type == K_LIST) {
             if (!cJSON_IsString(it))
                 return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string", what, name);
             PT_CHECK(store_string(c, k, it->valuestring, what));
@@ -357,7 +407,10 @@ const char *pt_config_schedule(const pt_config *c) {
 
 int pt_config_virtual_stages(const pt_config *c) {
     if (c->parallel.virtual_stages > 0) return c->parallel.virtual_stages;
-    return !strcmp(pt_config_schedule(c), "zbv") ? 2 : 1;
+    /* 0: the schedule's own, the fewest it runs with (interleaved's >= 2:
+     * 2, the count of the Megatron paper's runs and the least memory) */
+    const char *s = pt_config_schedule(c);
+    return !strcmp(s, "zbv") || !strcmp(s, "interleaved") ? 2 : 1;
 }
 
 /* Pipeline keys: the schedule, its micro-batches and chunks, the stage cut
@@ -391,26 +444,16 @@ static pt_status check_pipeline(const pt_config *c) {
                             "parallel.pp = %d has no checkpoints yet (its per-rank files hold "
                             "one pipeline stage's shapes); unset checkpoint.dir or use sync",
                             c->parallel.sync, c->parallel.dp, pp);
+    /* the cut given: what the trainer will cut (a balanced cut cannot fail
+     * once pt_schedule_check passed), its errors naming pp x v when a rank
+     * has several chunks */
+    if (!c->parallel.stage_layers[0]) return PT_OK;
     pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
     if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
-    pt_status s = pt_stage_split(&c->model, pp * v, c->parallel.stage_layers, st);
+    pt_status s = pt_stage_split_for(&c->model, name, pp, v, c->parallel.microbatches,
+                                     c->parallel.stage_layers, st);
     free(st);
     return s;
-}
-
-/* Per-part choices: the next comma-separated entry of *p into tok (at
- * most n - 1 bytes; longer is an error for the caller: returns -1). 0 at
- * the end of the list. */
-static int next_entry(const char **p, char *tok, size_t n) {
-    if (!**p) return 0;
-    const char *comma = strchr(*p, ',');
-    size_t len = comma ? (size_t)(comma - *p) : strlen(*p);
-    if (len >= n) return -1;
-    memcpy(tok, *p, len);
-    tok[len] = '\0';
-    *p += len + (comma ? 1 : 0);
-    if (comma && !**p) return -1; /* a trailing comma: an empty last entry */
-    return 1;
 }
 
 static int recompute_mode(const char *s) {
@@ -423,19 +466,16 @@ static int recompute_mode(const char *s) {
 /* model.stage_recompute: one valid mode per pipeline rank (at pp 1 the one
  * entry is allowed: it is model.recompute by another name). */
 static pt_status check_stage_recompute(const pt_config *c) {
-    const char *p = c->train.stage_recompute;
-    if (!*p) return PT_OK;
-    char tok[16];
+    pt_list l;
+    pt_list_init(&l, "model.stage_recompute", c->train.stage_recompute);
     int n = 0, r;
-    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
-        if (r < 0 || recompute_mode(tok) < 0)
-            return pt_error_set(PT_ERR_INVALID,
-                                "model.stage_recompute = \"%s\": entry %d is not one of "
-                                "none|selective|full",
-                                c->train.stage_recompute, n + 1);
+    while ((r = pt_list_next(&l)) > 0) {
+        if (recompute_mode(l.item) < 0)
+            return pt_list_error(&l, "is not one of none|selective|full");
         n++;
     }
-    if (n != c->parallel.pp)
+    if (r < 0) return (pt_status)r;
+    if (n > 0 && n != c->parallel.pp)
         return pt_error_set(PT_ERR_INVALID,
                             "model.stage_recompute = \"%s\" names %d mode%s, but parallel.pp is "
                             "%d (one per pipeline rank)",
@@ -444,10 +484,11 @@ static pt_status check_stage_recompute(const pt_config *c) {
 }
 
 pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {
-    const char *p = c->train.stage_recompute;
-    char tok[16];
-    for (int k = 0; *p && next_entry(&p, tok, sizeof tok) > 0; k++)
-        if (k == pp_rank) return (pt_recompute)recompute_mode(tok);
+    pt_list l;
+    pt_list_init(&l, "model.stage_recompute", c->train.stage_recompute);
+    while (pt_list_next(&l) > 0)
+        if (l.index == pp_rank + 1 && recompute_mode(l.item) >= 0)
+            return (pt_recompute)recompute_mode(l.item);
     int m = recompute_mode(c->train.recompute);
     return m < 0 ? PT_RECOMPUTE_NONE : (pt_recompute)m;
 }
@@ -455,33 +496,24 @@ pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {
 pt_status pt_config_zero_whole(const pt_config *c, unsigned char *whole) {
     int L = c->model.n_layer;
     memset(whole, 0, (size_t)L + 2);
-    const char *p = c->parallel.zero_whole;
-    char tok[32];
+    pt_list l;
+    pt_list_init(&l, "parallel.zero_whole", c->parallel.zero_whole);
     int r;
-    while ((r = next_entry(&p, tok, sizeof tok)) != 0) {
+    while ((r = pt_list_next(&l)) > 0) {
         int i = -1;
-        if (r > 0 && !strcmp(tok, "embedding")) {
+        long blk;
+        if (!strcmp(l.item, "embedding"))
             i = 0;
-        } else if (r > 0 && !strcmp(tok, "head")) {
+        else if (!strcmp(l.item, "head"))
             i = L + 1;
-        } else if (r > 0 && !strncmp(tok, "h.", 2) && tok[2] && (tok[2] != '0' || !tok[3])) {
-            /* h.N: decimal digits only, no sign, no leading zero */
-            long blk = 0;
-            const char *d = tok + 2;
-            while (*d >= '0' && *d <= '9' && blk <= L) blk = blk * 10 + (*d++ - '0');
-            if (!*d && blk < L) i = (int)blk + 1;
-        }
+        else if (!strncmp(l.item, "h.", 2) && pt_list_uint(l.item + 2, L - 1, &blk) > 0)
+            i = (int)blk + 1; /* h.N: a list number, N < L */
         if (i < 0)
-            return pt_error_set(PT_ERR_INVALID,
-                                "parallel.zero_whole = \"%s\": '%s' is not a module (embedding, "
-                                "head, or h.0 .. h.%d)",
-                                c->parallel.zero_whole, r > 0 ? tok : "", L - 1);
-        if (whole[i])
-            return pt_error_set(PT_ERR_INVALID, "parallel.zero_whole = \"%s\": %s is named twice",
-                                c->parallel.zero_whole, tok);
+            return pt_list_error(&l, "is not a module (embedding, head, or h.0 .. h.%d)", L - 1);
+        if (whole[i]) return pt_list_error(&l, "is named twice");
         whole[i] = 1;
     }
-    return PT_OK;
+    return r < 0 ? (pt_status)r : PT_OK;
 }
 
 /* parallel.zero_whole: ZeRO-3 only, every name a module. */
@@ -513,12 +545,10 @@ pt_status pt_config_validate_layout(const pt_config *c) {
      * covers structs filled in by code) */
     for (size_t i = 0; i < NKEYS; i++) {
         const key_def *k = &keys[i];
-        if (k->type == K_STRING) continue;
+        if (k->type == K_STRING || k->type == K_LIST) continue;
         double v = k->type != K_FLOAT ? *(const int *)((const char *)c + k->offset)
                                       : *(const double *)((const char *)c + k->offset);
-        if (!(v >= k->min && v <= k->max))
-            return pt_error_set(PT_ERR_INVALID, "%s must be in [%g, %g] (got %g)", k->name, k->min,
-                                k->max, v);
+        if (!(v >= k->min && v <= k->max)) return out_of_range(k, v, NULL);
     }
     PT_CHECK(pt_model_config_validate(&c->model));
     if (c->train.momentum > 0 && strcmp(c->train.optimizer, "sgd") != 0)
@@ -588,11 +618,11 @@ char *pt_config_to_json(const pt_config *c) {
         cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, section);
         if (!sec) sec = cJSON_AddObjectToObject(root, section);
         const char *p = (const char *)c + k->offset;
-        cJSON *item = k->type == K_STRING ? cJSON_AddStringToObject(sec, dot + 1, p)
-                      : k->type == K_BOOL ? cJSON_AddBoolToObject(sec, dot + 1, *(const int *)p)
-                      : k->type == K_INT
-                          ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
-                          : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
+        cJSON *item =
+            k->type == K_STRING || k->type == K_LIST ? cJSON_AddStringToObject(sec, dot + 1, p)
+            : k->type == K_BOOL ? cJSON_AddBoolToObject(sec, dot + 1, *(const int *)p)
+            : k->type == K_INT  ? cJSON_AddNumberToObject(sec, dot + 1, *(const int *)p)
+                                : cJSON_AddNumberToObject(sec, dot + 1, *(const double *)p);
         if (!item) {
             cJSON_Delete(root);
             return NULL;
@@ -604,15 +634,20 @@ char *pt_config_to_json(const pt_config *c) {
 }
 
 void pt_config_print_help(FILE *f) {
-    fprintf(f, "config keys (JSON file: nested objects; --set key=value):\n");
+    fprintf(f, "config keys (JSON file: nested objects; --set key=value):\n"
+               "  a list is a string of entries separated by commas, blanks around an entry\n"
+               "  ignored, none empty (\"\" is the empty list); a number in a list is decimal\n"
+               "  digits, no sign, no leading zero\n");
     for (size_t i = 0; i < NKEYS; i++) {
         const key_def *k = &keys[i];
         char def[64];
-        snprintf(def, sizeof def, k->type == K_STRING ? "\"%s\"" : "%s", k->def);
+        snprintf(def, sizeof def, k->type == K_STRING || k->type == K_LIST ? "\"%s\"" : "%s",
+                 k->def);
         fprintf(f, "  %-22s %-6s %-10s %s", k->name,
                 k->type == K_INT     ? "int"
                 : k->type == K_FLOAT ? "float"
                 : k->type == K_BOOL  ? "bool"
+                : k->type == K_LIST  ? "list"
                                      : "string",
                 def, k->doc);
         if (k->choices) fprintf(f, " (%s)", k->choices);

@@ -63,7 +63,7 @@ typedef enum {
     PT_CKPT_AT_IN_PLACE,           /* step_N is the new directory */
     PT_CKPT_AT_DIR_SYNCED,         /* ... and DIR fsynced */
     PT_CKPT_AT_OLD_HALF_REMOVED,   /* re-save: one file of the old copy removed */
-    PT_CKPT_AT_LATEST_WRITTEN,     /* DIR/.latest.tmpPID written, not renamed */
+    PT_CKPT_AT_LATEST_WRITTEN,     /* DIR/.latest.tmp<pid>.<n> written, not renamed */
     PT_CKPT_AT_LATEST,             /* DIR/latest names the new step */
     PT_CKPT_AT_PRUNE_HALF_REMOVED, /* checkpoint.keep: one file of a pruned step removed */
     PT_CKPT_AT_COUNT

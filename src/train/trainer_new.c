@@ -308,23 +308,47 @@ static pt_status lock_checkpoints(pt_trainer *t) {
     return pt_ckpt_agree(t->aux, ck);
 }
 
-static pt_status check_world(const pt_config *cfg, int nranks) {
-    long long n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
-    if (n == nranks) return PT_OK;
-    return pt_error_set(PT_ERR_INVALID,
-                        "parallel.dp = %d, parallel.tp = %d, parallel.pp = %d: their product %lld "
-                        "must be the world size, but there %s %d rank%s (run with --nproc %lld, "
-                        "or mpirun -np %lld ... --backend mpi)",
-                        cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, n,
-                        nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", n, n);
+pt_status pt_trainer_check_outputs(const pt_config *cfg) {
+    const char *metrics = cfg->log.metrics, *trace = cfg->log.trace, *ck = cfg->checkpoint.dir;
+    pt_status st = PT_OK;
+    if (metrics[0] && (st = pt_file_check_output(metrics, 1)) != PT_OK)
+        return pt_trainer_prefix_error(st, "log.metrics");
+    if (trace[0] && (st = pt_file_check_output(trace, 0)) != PT_OK)
+        return pt_trainer_prefix_error(st, "log.trace");
+    if (metrics[0] && !strcmp(metrics, trace))
+        return pt_error_set(PT_ERR_INVALID, "log.metrics and log.trace are both %s", trace);
+    if (ck[0] && (st = pt_dir_check_output(ck)) != PT_OK)
+        return pt_trainer_prefix_error(st, "checkpoint.dir");
+    return PT_OK;
+}
+
+pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume) {
+    PT_CHECK(pt_config_validate(cfg));
+    /* the mesh: dp x tp x pp is the world (validation bounds each by 2^20) */
+    long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
+    if (mesh_n != nranks)
+        return pt_error_set(PT_ERR_INVALID,
+                            "parallel.dp = %d, parallel.tp = %d, parallel.pp = %d: their product "
+                            "%lld must be the world size, but there %s %d rank%s (run with "
+                            "--nproc %lld, or mpirun -np %lld ... --backend mpi)",
+                            cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp, mesh_n,
+                            nranks == 1 ? "is" : "are", nranks, nranks == 1 ? "" : "s", mesh_n,
+                            mesh_n);
+    /* pt_trainer_resume's first refusal (trainer_ckpt.c), in its words */
+    if (resume && !cfg->checkpoint.dir[0])
+        return pt_error_set(PT_ERR_INVALID, "--resume needs checkpoint.dir");
+    return PT_OK;
 }
 
 pt_status pt_trainer_new_wrapped(pt_trainer **out, const pt_config *cfg, pt_comm *world,
                                  pt_trainer_wrap_fn wrap, void *arg) {
     *out = NULL;
-    PT_CHECK(pt_config_validate(cfg));
     int nranks = world ? pt_comm_size(world) : 1;
-    PT_CHECK(check_world(cfg, nranks));
+    PT_CHECK(pt_trainer_check(cfg, nranks, 0));
+    /* the outputs before anything is built. Every rank checks the same
+     * paths (no collective: the world is left to job-level things), as each
+     * opens data.train itself below */
+    PT_CHECK(pt_trainer_check_outputs(cfg));
     pt_status st = PT_OK;
     pt_trainer *t = calloc(1, sizeof *t);
     if (!t) return pt_error_set(PT_ERR_NOMEM, "trainer");

@@ -179,47 +179,59 @@ static pt_status run_validation(pt_trainer *t, double t_start) {
     return metrics_flush(t);
 }
 
-/* "log.trace: PATH: write failed: reason" (err: an errno, 0: EIO). */
-static pt_status trace_write_error(const char *path, int err) {
-    return pt_error_set(PT_ERR_IO, "log.trace: %s: write failed: %s", path,
-                        strerror(err ? err : EIO));
-}
-
 /* Copy the part file `part` to out; errors name the file that failed. */
-static pt_status append_part(FILE *out, const char *tmp, const char *part) {
+static pt_status append_part(pt_out *out, const char *part) {
     FILE *in = NULL;
     pt_status st = pt_file_open_regular(part, &in, NULL);
-    if (st != PT_OK) return pt_trainer_prefix_error(st, "log.trace");
     char buf[65536];
     size_t n;
-    errno = 0;
-    while (st == PT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) st = trace_write_error(tmp, errno);
-    if (st == PT_OK && ferror(in)) st = pt_error_set(PT_ERR_IO, "log.trace: %s: read error", part);
-    fclose(in);
+    while (st == PT_OK && (n = fread(buf, 1, sizeof buf, in)) > 0) st = pt_out_write(out, buf, n);
+    if (st == PT_OK && ferror(in)) st = pt_error_set(PT_ERR_IO, "%s: read error", part);
+    if (in) fclose(in);
     return st;
 }
 
+/* This rank's events into PATH.rank<r> (written whole, pt_out). */
+static pt_status write_part(pt_trainer *t, const char *part) {
+    pt_out *o = NULL;
+    PT_CHECK(pt_out_open(&o, part));
+    pt_status st = pt_trace_write_events(t->trace, pt_out_stream(o), t->rank, t->trace_t0);
+    /* a failed write fails the commit too, which names the file and why */
+    pt_status e = pt_out_commit(o);
+    return e != PT_OK ? e : st;
+}
+
+/* Rank 0: the parts, in rank order, into PATH, replaced whole (pt_out: a
+ * temporary beside it, renamed) or left as it was. */
+static pt_status merge_parts(pt_trainer *t, const char *path) {
+    char part[PT_CONFIG_STR_MAX + 32];
+    pt_out *o = NULL;
+    PT_CHECK(pt_out_open(&o, path));
+    static const char head[] = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+    pt_status st = pt_out_write(o, head, sizeof head - 1);
+    for (int r = 0; r < t->nranks && st == PT_OK; r++) {
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
+        if (r > 0) st = pt_out_write(o, ",\n", 2);
+        if (st == PT_OK) st = append_part(o, part);
+    }
+    if (st == PT_OK) st = pt_out_write(o, "\n]}\n", 4);
+    if (st != PT_OK) {
+        pt_out_abort(o);
+        return st;
+    }
+    return pt_out_commit(o);
+}
+
 /* Every rank writes its events to PATH.rank<r>; rank 0 merges them into
- * PATH (temporary + rename) and removes the parts. Every write is checked:
- * a trace cut short by a full disk is an error naming the file, not a
- * silently truncated JSON. */
+ * PATH and removes the parts. Every write is checked: a trace cut short by
+ * a full disk or a file size limit is an error naming the file, and PATH
+ * is left as it was, never a truncated JSON. */
 static pt_status write_trace(pt_trainer *t) {
     const char *path = t->cfg.log.trace;
-    char part[PT_CONFIG_STR_MAX + 32], tmp[PT_CONFIG_STR_MAX + 32];
+    char part[PT_CONFIG_STR_MAX + 32];
     snprintf(part, sizeof part, "%s.rank%d", path, t->rank);
-    pt_status st = PT_OK;
-    FILE *f = fopen(part, "w");
-    if (!f) {
-        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", part, strerror(errno));
-    } else {
-        errno = 0;
-        st = pt_trace_write_events(t->trace, f, t->rank, t->trace_t0);
-        int err = errno;
-        if (st != PT_OK) st = trace_write_error(part, err);
-        if (fclose(f) != 0 && st == PT_OK) st = trace_write_error(part, errno);
-        if (st != PT_OK) remove(part);
-    }
+    pt_status st = write_part(t, part);
+    if (st != PT_OK) st = pt_trainer_prefix_error(st, "log.trace");
     if (pt_trace_dropped(t->trace))
         PT_WARN("log.trace: %zu events dropped (buffer full)", pt_trace_dropped(t->trace));
     if (t->aux) {
@@ -229,32 +241,14 @@ static pt_status write_trace(pt_trainer *t) {
         if (st == PT_OK && bad[0] != 0.0f)
             st = pt_error_set(PT_ERR_IO, "log.trace: a rank could not write its part");
     }
-    if (st != PT_OK || t->rank != 0) return st;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *out = fopen(tmp, "w");
-    if (!out) return pt_error_set(PT_ERR_IO, "log.trace: %s: %s", tmp, strerror(errno));
-    errno = 0;
-    if (fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", out) < 0)
-        st = trace_write_error(tmp, errno);
-    for (int r = 0; r < t->nranks && st == PT_OK; r++) {
-        snprintf(part, sizeof part, "%s.rank%d", path, r);
-        if (r > 0 && fputs(",\n", out) < 0) st = trace_write_error(tmp, errno);
-        if (st == PT_OK) st = append_part(out, tmp, part);
-    }
-    if (st == PT_OK && fputs("\n]}\n", out) < 0) st = trace_write_error(tmp, errno);
-    if (st == PT_OK && (fflush(out) != 0 || ferror(out))) st = trace_write_error(tmp, errno);
-    if (fclose(out) != 0 && st == PT_OK) st = trace_write_error(tmp, errno);
+    if (t->rank != 0) return st;
+    if (st == PT_OK && (st = merge_parts(t, path)) != PT_OK)
+        st = pt_trainer_prefix_error(st, "log.trace");
     for (int r = 0; r < t->nranks; r++) { /* the parts go, merged or not */
         snprintf(part, sizeof part, "%s.rank%d", path, r);
         remove(part);
     }
-    if (st == PT_OK && rename(tmp, path) != 0)
-        st = pt_error_set(PT_ERR_IO, "log.trace: %s: %s", path, strerror(errno));
-    if (st != PT_OK) {
-        remove(tmp);
-        return st;
-    }
-    PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
+    if (st == PT_OK) PT_INFO("wrote trace %s (%d ranks)", path, t->nranks);
     return st;
 }
 
@@ -280,10 +274,9 @@ pt_status pt_trainer_run(pt_trainer *t) {
             if (pt_mkdir_p(parent) != PT_OK)
                 return pt_trainer_prefix_error(PT_ERR_IO, "log.metrics");
         }
-        t->metrics = fopen(c->log.metrics, t->step > 0 ? "a" : "w");
         t->metrics_errno = 0;
-        if (!t->metrics)
-            return pt_error_set(PT_ERR_IO, "log.metrics: %s: %s", c->log.metrics, strerror(errno));
+        st = pt_file_open_output(c->log.metrics, t->step > 0, &t->metrics);
+        if (st != PT_OK) return pt_trainer_prefix_error(st, "log.metrics");
     }
     /* log.probe: rank 0's buffer for the speed probe after each step
      * (malloc, not pt_mem: instrumentation stays out of the categories) */

@@ -5,66 +5,11 @@
 set -u
 P=${1:?usage: test_cli.sh PATH/TO/partrain}
 [ -x "$P" ] || { echo "test_cli: $P is not an executable" >&2; exit 1; }
+# ok, bad, expect_fail, expect_fail_run, expect_ok
+. "$(dirname "${BASH_SOURCE[0]}")/expect.sh"
 T=$(mktemp -d /tmp/pt-test-cli-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok   $1" >&2; }
-bad() { fail=$((fail + 1)); echo "FAIL $1: $2" >&2; }
-
-# expect_fail NAME PATTERN CMD...: non-zero exit, one stderr line that starts
-# with "partrain: " and contains PATTERN (fixed string).
-expect_fail() {
-    local name=$1 pattern=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    # On CPUs where OpenBLAS picks kernels below the CPU's, partrain says once
-    # that it re-runs itself (test_blas_reexec.sh): not part of the error.
-    lines=$(grep -vc '^partrain info: OpenBLAS chose its' "$T/err")
-    if [ $rc -eq 0 ]; then
-        bad "$name" "exit 0"
-    elif [ $rc -ge 128 ]; then
-        bad "$name" "crashed (exit $rc): $(cat "$T/err")"
-    elif [ "$lines" -ne 1 ]; then
-        bad "$name" "expected one line on stderr, got $lines: $(cat "$T/err")"
-    elif ! grep -q '^partrain: ' "$T/err"; then
-        bad "$name" "no 'partrain: ' prefix: $(cat "$T/err")"
-    elif ! grep -qF -- "$pattern" "$T/err"; then
-        bad "$name" "message lacks '$pattern': $(cat "$T/err")"
-    else
-        ok "$name"
-    fi
-}
-
-# expect_fail_run NAME PATTERN CMD...: a run that fails after it started
-# (progress lines before): non-zero exit, and its last stderr line is the one
-# "partrain: " line, containing PATTERN.
-expect_fail_run() {
-    local name=$1 pattern=$2
-    shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ $rc -eq 0 ]; then
-        bad "$name" "exit 0"
-    elif [ $rc -ge 124 ]; then
-        bad "$name" "crashed or timed out (exit $rc): $(tail -3 "$T/err")"
-    elif [ "$(grep -c '^partrain: ' "$T/err")" -ne 1 ] || ! tail -1 "$T/err" | grep -q '^partrain: '; then
-        bad "$name" "expected one 'partrain: ' line, last: $(tail -3 "$T/err")"
-    elif ! tail -1 "$T/err" | grep -qF -- "$pattern"; then
-        bad "$name" "message lacks '$pattern': $(tail -1 "$T/err")"
-    else
-        ok "$name"
-    fi
-}
-
-expect_ok() {
-    local name=$1
-    shift
-    if "$@" >"$T/out" 2>"$T/err"; then ok "$name"; else bad "$name" "exit $?: $(tail -3 "$T/err")"; fi
-}
 
 # a small text corpus
 for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog"; done >train.txt
@@ -208,29 +153,31 @@ for f in state.json model.safetensors; do
 done
 
 # ---- output writes are checked ----
-expect_fail_run "metrics on a full disk" "log.metrics: /dev/full: write failed" "$P" train --config tiny.json --set checkpoint.dir=ckfull --set log.metrics=/dev/full
-grep -qF "No space left" err || bad "metrics on a full disk" "no reason: $(cat err)"
-# two ranks: rank 0's metrics fail; the job fails and says why
-"$P" train --config tiny.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir=ckfull2 \
-    --set log.metrics=/dev/full >out 2>err
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF "log.metrics: /dev/full: write failed" err; then
-    ok "metrics on a full disk, two ranks"
-else
-    bad "metrics on a full disk, two ranks" "exit $rc: $(cat err)"
-fi
-# a file size limit (EFBIG; SIGXFSZ ignored, as a full quota would fail writes)
-limited() { (ulimit -f 4 && trap '' XFSZ && exec "$@"); }
+# (test_outputs.sh: every output path of every command, and each writer
+# under a file size limit)
+# a file size limit (EFBIG: partrain ignores SIGXFSZ itself, as a full quota
+# would fail writes)
+limited() { (ulimit -f 4 && exec "$@"); }
 expect_fail_run "trace over the file size limit" "log.trace: " limited "$P" train --config tiny.json \
     --set checkpoint.dir= --set log.metrics= --set log.trace=tr.json
 grep -qF "File too large" err || bad "trace over the file size limit" "no reason: $(cat err)"
-[ ! -e tr.json ] && [ ! -e tr.json.tmp ] && [ ! -e tr.json.rank0 ] || bad "trace over the file size limit" "left a partial trace"
+[ -z "$(ls -A | grep '^\.\{0,1\}tr\.json')" ] || bad "trace over the file size limit" "left a partial trace: $(ls -A)"
 expect_fail_run "metrics over the file size limit" "log.metrics: mlim.jsonl: write failed" limited "$P" train --config tiny.json \
     --set checkpoint.dir= --set log.metrics=mlim.jsonl --set train.steps=20
 grep -qF "File too large" err || bad "metrics over the file size limit" "no reason: $(cat err)"
+# two ranks: rank 0's metrics fail; the job fails and says why
+limited "$P" train --config tiny.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir= \
+    --set log.metrics=mlim2.jsonl --set train.steps=20 >out 2>err
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -qF "log.metrics: mlim2.jsonl: write failed" err &&
+    grep -qF "File too large" err; then
+    ok "metrics over the file size limit, two ranks"
+else
+    bad "metrics over the file size limit, two ranks" "exit $rc: $(cat err)"
+fi
 
 # ---- checkpoint.dir: checked before step 1, locked, pruned ----
-expect_fail "checkpoint.dir is a file" "checkpoint.dir: train.txt: not a directory" "$P" train --config tiny.json --set checkpoint.dir=train.txt
+expect_fail "checkpoint.dir is a file" "checkpoint.dir: train.txt: is a regular file, not a directory" "$P" train --config tiny.json --set checkpoint.dir=train.txt
 expect_fail "checkpoint.dir under a file" "checkpoint.dir: train.txt/ck: Not a directory" "$P" train --config tiny.json --set checkpoint.dir=train.txt/ck
 # a second job on a directory in use is refused, naming the holder
 "$P" train --config tiny.json --set checkpoint.dir=cklock --set train.steps=1000000 --set log.metrics= \
@@ -247,6 +194,91 @@ expect_ok "checkpoint.dir free again" "$P" train --config tiny.json --set checkp
 expect_ok "checkpoint.keep" "$P" train --config tiny.json --set checkpoint.dir=ckkeep --set checkpoint.every=1 --set checkpoint.keep=2 --set log.metrics=
 [ "$(ls ckkeep | tr '\n' ' ')" = "latest step_00000005 step_00000006 " ] || bad "checkpoint.keep" "left: $(ls -a ckkeep | tr '\n' ' ')"
 grep -q "checkpoint.keep" <("$P" train --help) || bad "checkpoint.keep" "not in --help"
+
+# ---- issue 37: the config's lists, its numbers, one line from the ranks, plan files ----
+cat >pipe.json <<'EOF'
+{
+  "model": {"n_layer": 4, "n_embd": 16, "n_head": 2, "vocab_size": 256, "seq_len": 16},
+  "data": {"train": "train.txt"},
+  "train": {"steps": 2, "batch_size": 4, "warmup_steps": 1, "val_every": 0, "threads": 1},
+  "log": {"every": 1}
+}
+EOF
+PP2="--set parallel.pp=2 --nproc 2"
+# item 6: under interleaved the cut names pp x v chunks, not a pp of 4
+# shellcheck disable=SC2086
+expect_fail "stage cut: pp x v named" "parallel.pp x parallel.virtual_stages = 2 x 2 = 4 chunks" \
+    "$P" train --config pipe.json $PP2 --set parallel.schedule=interleaved \
+    --set parallel.virtual_stages=2 --set parallel.microbatches=2 --set parallel.stage_layers=2,2
+# item 7: the empty entry is the one blamed
+# shellcheck disable=SC2086
+expect_fail "stage_recompute: the empty entry" 'model.stage_recompute = "full,none,": entry 3 is empty' \
+    "$P" train --config pipe.json $PP2 --set model.stage_recompute=full,none,
+# item 8: interleaved without virtual_stages runs the schedule's own 2 chunks
+# shellcheck disable=SC2086
+expect_ok "interleaved: virtual_stages defaulted" "$P" train --config pipe.json $PP2 \
+    --set parallel.schedule=interleaved --set parallel.microbatches=2
+grep -q "2 stages x 2 chunks" "$T/err" || bad "interleaved: virtual_stages defaulted" "no 2 chunks: $(grep pipeline "$T/err")"
+# item 9: one list grammar (blanks around entries, no empty entry, no sign,
+# the limit named), refused before any rank starts
+# shellcheck disable=SC2086
+expect_fail "stage_layers: trailing comma" 'parallel.stage_layers = "2,2,": entry 3 is empty' \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=2,2,
+# shellcheck disable=SC2086
+expect_fail "stage_layers: leading comma" 'entry 1 is empty' \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=,4
+# shellcheck disable=SC2086
+expect_fail "stage_layers: a sign" "entry 1 ('+2') is not a non-negative integer" \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=+2,2
+# shellcheck disable=SC2086
+expect_fail "stage_layers: 20 digits" "entry 1 (99999999999999999999) is over the limit 4 (model.n_layer)" \
+    "$P" train --config pipe.json $PP2 --set parallel.stage_layers=99999999999999999999,2
+# shellcheck disable=SC2086
+expect_ok "stage_layers: blanks around entries" "$P" train --config pipe.json $PP2 \
+    --set "parallel.stage_layers= 1 , 3 "
+grep -q "embedding + 1 block | 3 blocks + head" "$T/err" ||
+    bad "stage_layers: blanks around entries" "cut: $(grep pipeline "$T/err")"
+expect_ok "zero_whole: blanks around entries" "$P" train --config pipe.json --nproc 2 \
+    --set parallel.dp=2 --set parallel.zero=3 --set "parallel.zero_whole=head, embedding"
+expect_fail "zero_whole: an empty entry" 'parallel.zero_whole = "head,,h.0": entry 2 is empty' \
+    "$P" train --config pipe.json --set parallel.zero=3 --set parallel.zero_whole=head,,h.0
+"$P" train --help >"$T/out" 2>&1
+if grep -q "a list is a string of entries separated by commas" "$T/out" &&
+    grep -Eq "parallel.stage_layers +list" "$T/out"; then
+    ok "--help: the list grammar"
+else
+    bad "--help: the list grammar" "not stated"
+fi
+# item 10: integer limits and values as integers
+expect_fail "integer limits as integers" "parallel.pp must be in [1, 1048576] (got 0)" \
+    "$P" train --config pipe.json --set parallel.pp=0
+expect_fail "integer values as integers" "(got 100000000000)" \
+    "$P" train --config pipe.json --set parallel.pp=1e11
+# item 11: one line from a job of ranks; what the config decides before they fork
+expect_fail "--resume without checkpoint.dir, 2 ranks" "--resume needs checkpoint.dir" \
+    "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --resume
+# (PT_LOG=warn: the ranks' progress lines are not part of the error)
+expect_fail "a rank's error: one line" "data.val: missing.txt" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set data.val=missing.txt
+expect_fail "checkpoint.dir is a file, 2 ranks: one line" "checkpoint.dir: train.txt: not a directory" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir=train.txt
+expect_fail "nothing to resume, 2 ranks: one line" "nockpt: not a checkpoint" \
+    env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 \
+    --set checkpoint.dir=nockpt --resume
+# item 13: train --plan checks the plan section, naming the file and the field
+conf=$(tr -d '\n' <pipe.json)
+echo "{\"config\": $conf}" >noplan.json
+expect_fail "plan file: no plan" 'noplan.json: no "plan" object' "$P" train --plan noplan.json
+echo "{\"config\": $conf, \"plan\": \"hello\"}" >strplan.json
+expect_fail "plan file: plan a string" "strplan.json: plan must be an object (got a string)" \
+    "$P" train --plan strplan.json
+echo "{\"config\": $conf, \"plan\": {\"layout\": \"dp2-tp1-pp1-zero0-none-m1-rnone\"}}" >otherplan.json
+expect_fail "plan file: another layout" \
+    'otherplan.json: plan.layout is "dp2-tp1-pp1-zero0-none-m1-rnone", but its config runs dp1-tp1-pp1-zero0-none-m1-rnone' \
+    "$P" train --plan otherplan.json
+echo "{\"config\": $conf, \"plan\": {\"layout\": \"dp1-tp1-pp1-zero0-none-m1-rnone\", \"predicted\": {\"layout\": \"dp1-tp1-pp2-zero0-1f1b-m1-rnone\"}}}" >predplan.json
+expect_fail "plan file: predicted of another layout" "predplan.json: plan.predicted.layout is" \
+    "$P" train --plan predplan.json
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -81,24 +81,82 @@ static void test_override(void) {
     CHECK(s[0].first == 0 && s[0].last == 9);
 }
 
+/* Whether the last error message holds s (and says so when not). */
+static int msg_has(const char *s) {
+    int ok = strstr(pt_error_message(), s) != NULL;
+    if (!ok) fprintf(stderr, "  message '%s' lacks '%s'\n", pt_error_message(), s);
+    return ok;
+}
+
 static void test_errors(void) {
     pt_model_config c = model(8);
     pt_stage s[16];
-    CHECK(pt_stage_split(&c, 0, NULL, s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "parallel.pp (0)"));
-    CHECK(pt_stage_split(&c, 11, NULL, s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "10 modules"));
+    CHECK(pt_stage_split(&c, 0, NULL, s) == PT_ERR_INVALID && msg_has("parallel.pp = 0"));
+    CHECK(pt_stage_split(&c, 11, NULL, s) == PT_ERR_INVALID && msg_has("10 modules"));
     CHECK(pt_stage_split(&c, 3, "3,5", s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "2 stages of 8 blocks"));
+          msg_has("names 2 stages, but parallel.pp = 3"));
     CHECK(pt_stage_split(&c, 3, "3,3,3", s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "model.n_layer = 8"));
+          msg_has("adds up to 9 blocks, but model.n_layer = 8"));
     CHECK(pt_stage_split(&c, 2, "3,3,2", s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "more than parallel.pp (2)"));
+          msg_has("names 3 stages, but parallel.pp = 2"));
     CHECK(pt_stage_split(&c, 2, "a,8", s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "non-negative integers"));
-    CHECK(pt_stage_split(&c, 2, "-1,9", s) == PT_ERR_INVALID);
+          msg_has("entry 1 ('a') is not a non-negative integer"));
+    CHECK(pt_stage_split(&c, 2, "-1,9", s) == PT_ERR_INVALID && msg_has("entry 1 ('-1')"));
     CHECK(pt_stage_split(&c, 3, "4,0,4", s) == PT_ERR_INVALID &&
-          strstr(pt_error_message(), "stage 1 holds no module"));
+          msg_has("entry 2 is 0, but only the first stage holds the embedding"));
+}
+
+/* parallel.stage_layers follows the comma-list grammar (core.h): blanks
+ * around an entry are fine, an empty entry, a sign, a leading zero or a
+ * blank inside a number are not, and a number over model.n_layer is
+ * refused naming the limit, however many digits it has (issue 37, item 9). */
+static void test_list_grammar(void) {
+    pt_model_config c = model(8);
+    pt_stage s[16];
+    static const char *const same[] = {"3,5", " 3,5", "3 ,5", "3, 5", "\t3 , 5\t", "  3  ,  5  "};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        CHECK_OK(pt_stage_split(&c, 2, same[k], s));
+        CHECK(s[0].last == 3 && s[1].first == 4);
+    }
+    static const struct {
+        const char *layers, *says;
+    } bad[] = {
+        {",8", "entry 1 is empty"},
+        {"8,", "entry 2 is empty"},
+        {"4,,4", "entry 2 is empty"},
+        {" ", "entry 1 is empty"},
+        {"4, ,4", "entry 2 is empty"},
+        {"+3,5", "entry 1 ('+3') is not a non-negative integer"},
+        {"03,5", "entry 1 ('03') is not a non-negative integer"},
+        {"3 5", "entry 1 ('3 5') is not a non-negative integer"},
+        {"3,5x", "entry 2 ('5x') is not a non-negative integer"},
+        {"9,0", "entry 1 (9) is over the limit 8 (model.n_layer)"},
+        {"99999999999999999999,2", "entry 1 (99999999999999999999) is over the limit 8"},
+        {"2,18446744073709551616", "entry 2 (18446744073709551616) is over the limit 8"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        int ok = pt_stage_split(&c, 2, bad[k].layers, s) == PT_ERR_INVALID &&
+                 msg_has("parallel.stage_layers") && msg_has(bad[k].says);
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  layers '%s'\n", bad[k].layers);
+    }
+}
+
+/* Several chunks a rank: the list names every chunk, and a refusal says
+ * so, parallel.pp x parallel.virtual_stages rather than a pp it never had
+ * (issue 37, item 6). */
+static void test_chunk_errors(void) {
+    pt_model_config c = model(4);
+    pt_stage s[16];
+    CHECK(pt_stage_split_for(&c, "interleaved", 2, 2, 2, "2,2", s) == PT_ERR_INVALID &&
+          msg_has("names 2 chunks, but parallel.pp x parallel.virtual_stages = 2 x 2 = 4 chunks"));
+    CHECK(!strstr(pt_error_message(), "parallel.pp = 4"));
+    CHECK(pt_stage_split_for(&c, "zbv", 2, 2, 2, "1,0,2,1", s) == PT_ERR_INVALID &&
+          msg_has("entry 2 is 0, but only the first chunk holds the embedding"));
+    CHECK(pt_stage_split_for(&c, "interleaved", 4, 2, 4, NULL, s) == PT_ERR_INVALID &&
+          msg_has("parallel.pp x parallel.virtual_stages = 4 x 2 = 8 chunks must be in [1, 6]"));
+    CHECK_OK(pt_stage_split_for(&c, "interleaved", 2, 2, 2, "1,1,1,1", s));
+    CHECK(s[0].last == 1 && s[3].first == 4 && s[3].last == 5);
 }
 
 /* The smallest most-loaded-rank cost over every cut of n modules into 4
@@ -217,5 +275,7 @@ int main(void) {
     RUN(test_ranks_simulated);
     RUN(test_override);
     RUN(test_errors);
+    RUN(test_list_grammar);
+    RUN(test_chunk_errors);
     return TEST_DONE();
 }

@@ -6,10 +6,12 @@
  * every point of a save, then eval's view and a resume; checkpoint.dir
  * checked before step 1; the lock; checkpoint.keep). */
 #include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -105,6 +107,24 @@ static void test_config(void) {
     CHECK(pt_config_set(&c, "train.nope=1") == PT_ERR_INVALID && msg_has("train.nope"));
     CHECK(pt_config_set(&c, "train.steps=abc") == PT_ERR_INVALID && msg_has("train.steps"));
     CHECK(pt_config_set(&c, "train.steps") == PT_ERR_INVALID);
+    /* integer keys' limits and values print as integers, not %g (issue 37,
+     * item 10): from --set, from a file, and from a struct filled by code */
+    CHECK(pt_config_set(&c, "parallel.pp=0") == PT_ERR_INVALID &&
+          msg_has("--set: parallel.pp must be in [1, 1048576] (got 0)"));
+    CHECK(pt_config_set(&c, "parallel.pp=1e11") == PT_ERR_INVALID &&
+          msg_has("parallel.pp must be in [1, 1048576] (got 100000000000)"));
+    CHECK(pt_config_set(&c, "train.steps=2000000000") == PT_ERR_INVALID &&
+          msg_has("train.steps must be in [1, 1000000000] (got 2000000000)"));
+    CHECK(pt_config_load_string(&c, "{\"model\": {\"seq_len\": 2097152}}", "cfg.json") ==
+              PT_ERR_INVALID &&
+          msg_has("cfg.json: model.seq_len must be in [1, 1048576] (got 2097152)"));
+    CHECK(pt_config_set(&c, "comm.timeout=0") == PT_ERR_INVALID &&
+          msg_has("comm.timeout must be in [0.1, 1e+06] (got 0)"));
+    pt_config_defaults(&c);
+    c.parallel.zero_group = -3;
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID &&
+          msg_has("parallel.zero_group must be in [0, 1048576] (got -3)"));
+    pt_config_defaults(&c);
     CHECK(pt_config_set(&c, "parallel.schedule=zigzag") == PT_ERR_INVALID &&
           msg_has("parallel.schedule"));
     CHECK(pt_config_load_file(&c, tmp_path("no-such.json")) == PT_ERR_IO &&
@@ -154,6 +174,14 @@ static void test_config(void) {
           msg_has("3"));
     CHECK_OK(pt_config_set(&c, "parallel.microbatches=2"));
     CHECK_OK(pt_config_validate(&c));
+    /* virtual_stages 0 is the schedule's own, as documented: interleaved
+     * runs with 2 (issue 37, item 8: it was refused as "got 1") */
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=0"));
+    CHECK_OK(pt_config_validate(&c));
+    CHECK_EQ(pt_config_virtual_stages(&c), 2);
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=1"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("virtual_stages >= 2 (got 1)"));
+    CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=2"));
     CHECK_OK(pt_config_set(&c, "parallel.schedule=1f1b"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.virtual_stages"));
     CHECK_OK(pt_config_set(&c, "parallel.virtual_stages=0"));
@@ -191,9 +219,34 @@ static void test_config(void) {
     CHECK_OK(pt_config_validate(&c));
     CHECK(pt_config_stage_recompute(&c, 0) == PT_RECOMPUTE_FULL);
     CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_NONE);
-    static const char *const bad_rc[] = {"full",  "full,none,none", "full,fast",
-                                         "full,", ",full",          "full,Selective"};
+    static const char *const bad_rc[] = {"full", "full,none,none", "full,fast", "full,Selective"};
     expect_rejected(&c, "model.stage_recompute", bad_rc, sizeof bad_rc / sizeof bad_rc[0], "");
+    /* the comma-list grammar (core.h; issue 37, items 7 and 9): an empty
+     * entry is refused where the value is given, blaming that entry (not
+     * the valid one before it); blanks around an entry are fine */
+    static const struct {
+        const char *value, *says;
+    } empty_rc[] = {
+        {"full,none,", "--set: model.stage_recompute = \"full,none,\": entry 3 is empty"},
+        {",none", "entry 1 is empty"},
+        {"full,,none", "entry 2 is empty"},
+        {" ", "entry 1 is empty"}};
+    for (size_t k = 0; k < sizeof empty_rc / sizeof empty_rc[0]; k++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "model.stage_recompute=%s", empty_rc[k].value);
+        CHECK(pt_config_set(&c, kv) == PT_ERR_INVALID && msg_has(empty_rc[k].says));
+    }
+    CHECK(pt_config_load_string(&c, "{\"parallel.stage_layers\": \"2,2,\"}", "cfg.json") ==
+              PT_ERR_INVALID &&
+          msg_has("cfg.json: parallel.stage_layers = \"2,2,\": entry 3 is empty"));
+    /* a struct filled by code is held to the same grammar by validation */
+    snprintf(c.train.stage_recompute, sizeof c.train.stage_recompute, "full,none,");
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("entry 3 is empty"));
+    CHECK_OK(pt_config_set(&c, "model.stage_recompute= full , none"));
+    CHECK(!strcmp(c.train.stage_recompute, "full,none")); /* one spelling, for every reader */
+    CHECK_OK(pt_config_validate(&c));
+    CHECK(pt_config_stage_recompute(&c, 0) == PT_RECOMPUTE_FULL);
+    CHECK(pt_config_stage_recompute(&c, 1) == PT_RECOMPUTE_NONE);
     CHECK_OK(pt_config_set(&c, "model.stage_recompute=full"));
     CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("parallel.pp is 2"));
     CHECK_OK(pt_config_set(&c, "parallel.pp=1")); /* one entry at pp 1 */
@@ -214,12 +267,21 @@ static void test_config(void) {
     unsigned char whole[6];
     CHECK_OK(pt_config_zero_whole(&c, whole));
     CHECK(whole[0] && whole[1] && !whole[2] && !whole[3] && whole[4] && whole[5]);
-    static const char *const bad_zw[] = {"h.4",  "h.01", "h.-1",       "h.",
-                                         "h.1x", "wte",  "embedding,", "head,,h.0"};
+    static const char *const bad_zw[] = {"h.4", "h.01", "h.-1", "h.", "h.1x", "wte", "h.+1"};
     expect_rejected(&c, "parallel.zero_whole", bad_zw, sizeof bad_zw / sizeof bad_zw[0],
                     "is not a module (embedding, head, or h.0 .. h.3)");
+    static const char *const empty_zw[] = {"embedding,", "head,,h.0", ",head"};
+    for (size_t k = 0; k < sizeof empty_zw / sizeof empty_zw[0]; k++) {
+        char kv[160];
+        snprintf(kv, sizeof kv, "parallel.zero_whole=%s", empty_zw[k]);
+        CHECK(pt_config_set(&c, kv) == PT_ERR_INVALID && msg_has("parallel.zero_whole") &&
+              msg_has("is empty"));
+    }
     CHECK_OK(pt_config_set(&c, "parallel.zero_whole=head,h.1,head"));
-    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("head is named twice"));
+    CHECK(pt_config_validate(&c) == PT_ERR_INVALID && msg_has("entry 3 ('head') is named twice"));
+    CHECK_OK(pt_config_set(&c, "parallel.zero_whole= head ,\th.1"));
+    CHECK_OK(pt_config_zero_whole(&c, whole));
+    CHECK(!whole[0] && !whole[1] && whole[2] && whole[5]);
 
     /* round trip through JSON */
     tiny_config(&c);
@@ -798,17 +860,32 @@ static void test_trainer_bad_data(void) {
     CHECK_EQ(pt_mem_current_total(), 0);
 }
 
-/* A metrics write that fails (/dev/full: ENOSPC at the flush) ends the run
- * with an error naming the file and the reason, not a success. */
+/* A metrics write that fails (the file size limit: EFBIG, SIGXFSZ ignored
+ * as main.c does) ends the run with an error naming the file and the
+ * reason, not a success. A device such as /dev/full is no metrics file:
+ * refused before anything is built. */
 static void test_metrics_write_checked(void) {
     pt_config c;
     tiny_config(&c);
     c.train.steps = 3;
     snprintf(c.log.metrics, sizeof c.log.metrics, "/dev/full");
-    pt_trainer *t = new_trainer(&c);
+    pt_trainer *t = (pt_trainer *)1;
+    CHECK(pt_trainer_new(&t, &c) == PT_ERR_IO && t == NULL);
+    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("a character device"));
+    snprintf(c.log.metrics, sizeof c.log.metrics, "%s", tmp_path("limited.jsonl"));
+    t = new_trainer(&c);
     if (!t) return;
-    CHECK(pt_trainer_run(t) == PT_ERR_IO);
-    CHECK(msg_has("log.metrics") && msg_has("/dev/full") && msg_has("No space left"));
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = old;
+    lim.rlim_cur = 1024; /* a line or so: the second step's line goes over */
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    pt_status st = pt_trainer_run(t);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, was);
+    CHECK(st == PT_ERR_IO);
+    CHECK(msg_has("log.metrics") && msg_has("limited.jsonl") && msg_has("File too large"));
     pt_trainer_free(t);
 }
 

@@ -98,6 +98,15 @@ static int shm_fault_reported(void *ctx, pt_status st) {
     return atomic_load(&x->job->aborted) != ABORT_NONE;
 }
 
+/* The first rank of a launched job to ask prints the job's error line. */
+static int shm_claim_error_line(void *ctx) {
+    shm_ctx *x = ctx;
+    if (!x->launched) return 1;
+    int none = -1;
+    if (atomic_compare_exchange_strong(&x->job->error_line, &none, x->wrank)) return 1;
+    return none == x->wrank; /* asked twice: still this rank's */
+}
+
 static void shm_note_step(void *ctx, long step) {
     shm_ctx *x = ctx;
     atomic_store_explicit(&x->job->ranks[x->wrank].step, step, memory_order_relaxed);
@@ -177,6 +186,7 @@ static const pt_comm_backend shm_backend = {
     .note_step = shm_note_step,
     .set_timeout = shm_set_timeout,
     .fault_reported = shm_fault_reported,
+    .claim_error_line = shm_claim_error_line,
     .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 

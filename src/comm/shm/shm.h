@@ -61,6 +61,9 @@ void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *las
  * noticed (a rank stalled, silent, or gone): *culprit is the world rank at
  * fault, *reason one sentence naming it. 0 otherwise. */
 int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason);
+/* Launcher: the rank that printed the job's error line
+ * (pt_comm_claim_error_line), -1 if none did. */
+int pt_shm_job_error_line(const pt_shm_job *job);
 /* In a forked rank: make pt_comm_shm_world find this job as `rank`. */
 void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
 /* A world of one in this process (no launcher, nothing shared). */

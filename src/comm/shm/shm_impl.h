@@ -102,6 +102,9 @@ struct pt_shm_job {
     _Atomic int verdict_lock;
     int culprit, noticed_by, verdict_st;
     char verdict[200];
+    /* The world rank that prints the job's error line (the first to claim
+     * it, pt_comm_claim_error_line), -1 while none has. */
+    _Atomic int error_line;
     char pad1[64];
     _Atomic uint32_t futex; /* bumped and woken when a sleeper may care */
     _Atomic int sleepers;

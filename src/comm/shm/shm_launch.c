@@ -10,7 +10,12 @@
  * killed or exits non-zero the launcher marks the job aborted in the arena
  * (every waiting rank returns PT_ERR_COMM at once, naming the dead rank),
  * gives the ranks PT_LAUNCH_GRACE_S to return their errors and exit, then
- * SIGTERM, then SIGKILL after another grace, and prints one summary line.
+ * SIGTERM, then SIGKILL after another grace, and prints one summary line,
+ * naming the rank and where it was. Not when that rank exited with a code
+ * after a rank of the job printed the job's error line
+ * (pt_comm_claim_error_line): that line says what went wrong, and a
+ * second one in the launcher's words would only repeat it. A rank killed
+ * by a signal (a crash, the OOM killer) printed nothing: it is named.
  * A fault a rank noticed (a rank stalled: no heartbeat; or one that did
  * not take part in time) comes as the job's verdict in the arena: the
  * launcher SIGKILLs the culprit at once (a stopped process ignores
@@ -193,6 +198,7 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);
+    int error_line = pt_shm_job_error_line(job);
     pt_shm_job_unmap(job);
     if (st != PT_OK) return st;
 
@@ -206,6 +212,8 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
         fprintf(stderr, "partrain: %s%s (noticed by rank %d); job stopped\n", verdict,
                 culprit_where, noticed_by);
         *exit_code = first_fail >= 0 ? exit_code_of(fail_ws) : 1;
+    } else if (first_fail >= 0 && error_line >= 0 && WIFEXITED(fail_ws)) {
+        *exit_code = exit_code_of(fail_ws); /* the rank's own line said it */
     } else if (first_fail >= 0) {
         char why[96], extra[96] = "";
         describe(fail_ws, why, sizeof why);

@@ -50,6 +50,7 @@ static void job_init(pt_shm_job *job, int nranks, size_t total, double timeout_s
     job->stage_bytes = stage_bytes_default();
     atomic_store(&job->next_off, job->world_off + region_size(nranks, job->stage_bytes));
     job->culprit = -1;
+    atomic_store(&job->error_line, -1);
     for (int r = 0; r < PT_SHM_MAX_RANKS; r++) {
         atomic_store(&job->ranks[r].waiting_on, -1);
         atomic_store(&job->ranks[r].cur_op, -1);
@@ -252,6 +253,10 @@ int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, con
     *noticed_by = j->noticed_by;
     *reason = j->verdict;
     return 1;
+}
+
+int pt_shm_job_error_line(const pt_shm_job *job) {
+    return atomic_load(&((pt_shm_job *)job)->error_line);
 }
 
 void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *last_op, long *step,
