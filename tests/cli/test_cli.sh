@@ -260,7 +260,7 @@ expect_fail "--resume without checkpoint.dir, 2 ranks" "--resume needs checkpoin
 # (PT_LOG=warn: the ranks' progress lines are not part of the error)
 expect_fail "a rank's error: one line" "data.val: missing.txt" \
     env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set data.val=missing.txt
-expect_fail "checkpoint.dir is a file, 2 ranks: one line" "checkpoint.dir: train.txt: not a directory" \
+expect_fail "checkpoint.dir is a file, 2 ranks: one line" "checkpoint.dir: train.txt: is a regular file, not a directory" \
     env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 --set checkpoint.dir=train.txt
 expect_fail "nothing to resume, 2 ranks: one line" "nockpt: not a checkpoint" \
     env PT_LOG=warn "$P" train --config pipe.json --set parallel.dp=2 --nproc 2 \
