@@ -292,70 +292,116 @@ static pt_status check_list(const pt_schedule *s, int *cnt) {
     return PT_OK;
 }
 
-pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw,
-                           const double *scale, double *makespan, double *busy) {
-    const char *name = s[0].name;
-    int m = s[0].microbatches, p = s[0].stages, v = s[0].virtual_stages, G = p * v;
-    pt_status st = PT_OK;
-    /* fin: finish time of F, BW/B, W per (mb, g), -1 until it has run */
-    double *fin = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * 3 * (size_t)m * G);
-    double *t = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p);
-    int *pos = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)p);
-    int *cnt = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * 3 * (size_t)m * v);
-    if (!fin || !t || !pos || !cnt) {
-        st = PT_ERR_NOMEM;
-        goto done;
-    }
-    for (int r = 0; r < p; r++) PT_CHECK_GOTO(st, check_list(&s[r], cnt), done);
-#define FIN(slot, mb, g) fin[((size_t)(slot)*m + (mb)) * G + (g)]
-    for (size_t i = 0; i < 3 * (size_t)m * G; i++) fin[i] = -1;
-    /* Each rank runs its list in order; a pass whose dependencies have not
-     * run yet stops its rank until another rank has made progress. */
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int r = 0; r < p; r++)
-            for (; pos[r] < s[r].npass; pos[r]++) {
-                const pt_pass *q = &s[r].pass[pos[r]];
-                int g = vstage(name, p, r, q->chunk), mb = q->micro;
-                double dep[2] = {0, 0}, dur;
-                int slot;
-                if (q->kind == PT_PASS_FORWARD) {
-                    slot = 0, dur = tf;
-                    dep[0] = g > 0 ? FIN(0, mb, g - 1) : 0;
-                } else if (q->kind == PT_PASS_BACKWARD_WEIGHT) {
-                    slot = 2, dur = tw;
-                    dep[0] = FIN(1, mb, g);
-                } else {
-                    slot = 1, dur = q->kind == PT_PASS_BACKWARD ? tb + tw : tb;
-                    dep[0] = FIN(0, mb, g);
-                    dep[1] = g < G - 1 ? FIN(1, mb, g + 1) : 0;
-                }
-                if (dep[0] < 0 || dep[1] < 0) break;
-                if (scale) dur *= scale[g];
-                t[r] = FIN(slot, mb, g) = fmax(t[r], fmax(dep[0], dep[1])) + dur;
-                progress = 1;
-            }
+/* The simulator's state. fin: the end of every F and BW/B by (mb, g), -1
+ * until it has run (a W ends no other pass's wait: not kept); work: the
+ * ranks to run on, each at most once (queued). */
+typedef struct {
+    const pt_schedule *s;
+    int m, v, G;
+    double dur[4]; /* by pt_pass_kind: tf, tb + tw, tb, tw */
+    const double *scale;
+    int *g_of;    /* virtual stage of chunk c of rank r: [r * v + c] */
+    int *rank_of; /* the rank holding virtual stage g */
+    double *fin, *t;
+    int *pos, *work, nwork;
+    unsigned char *queued;
+} pipe_sim;
+
+static void sim_queue(pipe_sim *x, int r) {
+    if (x->queued[r]) return;
+    x->queued[r] = 1;
+    x->work[x->nwork++] = r;
+}
+
+/* Runs rank r's list from where it stopped until a pass waits on one that
+ * has not run, queueing the rank that may wait on each pass it ends: an
+ * F's downstream (g+1), a B's upstream (g-1). */
+static void sim_rank(pipe_sim *x, int r) {
+    const pt_schedule *s = &x->s[r];
+    int m = x->m, G = x->G;
+#define FIN(slot, mb, g) x->fin[((size_t)(slot)*m + (mb)) * G + (g)]
+    for (; x->pos[r] < s->npass; x->pos[r]++) {
+        const pt_pass *q = &s->pass[x->pos[r]];
+        int g = x->g_of[r * x->v + q->chunk], mb = q->micro, slot, waiter = -1;
+        double dep[2] = {0, 0};
+        if (q->kind == PT_PASS_FORWARD) {
+            slot = 0;
+            dep[0] = g > 0 ? FIN(0, mb, g - 1) : 0;
+            if (g < G - 1) waiter = x->rank_of[g + 1];
+        } else if (q->kind == PT_PASS_BACKWARD_WEIGHT) {
+            slot = 2;
+            dep[0] = FIN(1, mb, g);
+        } else {
+            slot = 1;
+            dep[0] = FIN(0, mb, g);
+            dep[1] = g < G - 1 ? FIN(1, mb, g + 1) : 0;
+            if (g > 0) waiter = x->rank_of[g - 1];
+        }
+        if (dep[0] < 0 || dep[1] < 0) return; /* the pass it waits on queues it */
+        double dur = x->dur[q->kind];
+        if (x->scale) dur *= x->scale[g];
+        x->t[r] = fmax(x->t[r], fmax(dep[0], dep[1])) + dur;
+        if (slot < 2) FIN(slot, mb, g) = x->t[r];
+        if (waiter >= 0 && waiter != r) sim_queue(x, waiter);
     }
 #undef FIN
-    /* a deadlock names every stuck rank's pass (the first 8) */
+}
+
+/* One line naming every stuck rank's pass (the first 8); PT_OK if none. */
+static pt_status sim_deadlock(const pipe_sim *x) {
+    const pt_schedule *s = x->s;
     char why[512] = "";
-    int stuck = 0;
-    double end = 0;
+    int stuck = 0, p = s[0].stages;
     for (int r = 0; r < p; r++) {
-        end = fmax(end, t[r]);
-        if (pos[r] == s[r].npass) continue;
-        const pt_pass *q = &s[r].pass[pos[r]];
+        if (x->pos[r] == s[r].npass) continue;
+        const pt_pass *q = &s[r].pass[x->pos[r]];
         size_t len = strlen(why);
         if (stuck++ < 8)
             snprintf(why + len, sizeof why - len,
                      "%srank %d waits at pass %d (%s of micro-batch %d chunk %d)", len ? ", " : "",
-                     r, pos[r], kind_name(q->kind), q->micro, q->chunk);
+                     r, x->pos[r], kind_name(q->kind), q->micro, q->chunk);
     }
-    if (stuck) {
-        st = pt_error_set(PT_ERR_INTERNAL, "schedule %s (m %d, p %d, v %d) deadlocks: %s%s", name,
-                          m, p, v, why, stuck > 8 ? ", ..." : "");
+    if (!stuck) return PT_OK;
+    return pt_error_set(PT_ERR_INTERNAL, "schedule %s (m %d, p %d, v %d) deadlocks: %s%s",
+                        s[0].name, x->m, p, x->v, why, stuck > 8 ? ", ..." : "");
+}
+
+pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw,
+                           const double *scale, double *makespan, double *busy) {
+    const char *name = s[0].name;
+    int m = s[0].microbatches, p = s[0].stages, v = s[0].virtual_stages, G = p * v;
+    pipe_sim x = {.s = s, .m = m, .v = v, .G = G, .dur = {tf, tb + tw, tb, tw}, .scale = scale};
+    pt_status st = PT_OK;
+    x.fin = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * 2 * (size_t)m * G);
+    x.t = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(double) * (size_t)p);
+    x.pos = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)p);
+    x.work = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)p);
+    x.queued = pt_mem_alloc(PT_MEM_SCRATCH, (size_t)p);
+    x.g_of = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)G);
+    x.rank_of = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * (size_t)G);
+    int *cnt = pt_mem_alloc(PT_MEM_SCRATCH, sizeof(int) * 3 * (size_t)m * v);
+    if (!x.fin || !x.t || !x.pos || !x.work || !x.queued || !x.g_of || !x.rank_of || !cnt) {
+        st = PT_ERR_NOMEM;
         goto done;
     }
+    for (int r = 0; r < p; r++) PT_CHECK_GOTO(st, check_list(&s[r], cnt), done);
+    for (size_t i = 0; i < 2 * (size_t)m * G; i++) x.fin[i] = -1;
+    for (int r = 0; r < p; r++)
+        for (int c = 0; c < v; c++) x.rank_of[x.g_of[r * v + c] = vstage(name, p, r, c)] = r;
+    /* Each rank runs its list in order until a pass waits on another rank's
+     * that has not run; that rank queues it again when it runs the pass.
+     * Every pass's end is max(its rank's clock, its dependencies' ends) +
+     * its time, whatever the order the ranks run in: O(passes), where
+     * sweeping all ranks until none moved cost p per sweep. */
+    for (int r = p - 1; r >= 0; r--) sim_queue(&x, r);
+    while (x.nwork > 0) {
+        int r = x.work[--x.nwork];
+        x.queued[r] = 0;
+        sim_rank(&x, r);
+    }
+    PT_CHECK_GOTO(st, sim_deadlock(&x), done);
+    double end = 0;
+    for (int r = 0; r < p; r++) end = fmax(end, x.t[r]);
     if (makespan) *makespan = end;
     for (int r = 0; busy && r < p; r++) {
         double b = 0;
@@ -365,15 +411,19 @@ pt_status pt_pipe_simulate(const pt_schedule *s, double tf, double tb, double tw
                   : kd == PT_PASS_BACKWARD       ? tb + tw
                   : kd == PT_PASS_BACKWARD_INPUT ? tb
                                                  : tw) *
-                 (scale ? scale[vstage(name, p, r, s[r].pass[k].chunk)] : 1);
+                 (scale ? scale[x.g_of[r * v + s[r].pass[k].chunk]] : 1);
         }
         busy[r] = b;
     }
 done:
     pt_mem_free(cnt);
-    pt_mem_free(pos);
-    pt_mem_free(t);
-    pt_mem_free(fin);
+    pt_mem_free(x.rank_of);
+    pt_mem_free(x.g_of);
+    pt_mem_free(x.queued);
+    pt_mem_free(x.work);
+    pt_mem_free(x.pos);
+    pt_mem_free(x.t);
+    pt_mem_free(x.fin);
     return st;
 }
 

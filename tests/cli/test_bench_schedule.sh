@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `partrain bench schedule`: gpipe's bubble at p 2, m 4 is (p-1)/(m+p-1) =
-# 1/5, in text and JSON; bad arguments exit 2 with one "partrain: " line.
+# 1/5, in text and JSON; zbv at p 256, m 256 builds (its makespan and
+# in_flight); bad arguments exit 2 with one "partrain: " line.
 # Usage: test_bench_schedule.sh PATH/TO/partrain
 set -u
 P=${1:?usage: test_bench_schedule.sh PATH/TO/partrain}
@@ -20,6 +21,17 @@ printf '%s\n' "$out" | grep -q '"bubble":0.200000,' && ok "gpipe bubble json" ||
 # 12 unit passes per rank and 3 idle: makespan 15; gpipe holds all 4
 printf '%s\n' "$out" | grep -q '"makespan":15,.*"in_flight":\[4,4\]' && ok "gpipe makespan" ||
     bad "gpipe makespan" "$out"
+
+# zbv at p 256, m 256 in one build of every rank's list (its list scheduler
+# was O(m p^2) a build and the bench built p of them: minutes; this test's
+# timeout catches that coming back). Unit times: makespan 6m + p-1 = 1791,
+# the lower bound; every rank holds its cap of 2p = 512 chunks.
+out=$("$P" bench schedule --schedule zbv --pp 256 --microbatches 256 --json 2>&1)
+printf '%s\n' "$out" | grep -q '"makespan":1791,"build_s":[0-9.]*,' && ok "zbv p 256 makespan" ||
+    bad "zbv p 256 makespan" "$(printf '%s\n' "$out" | head -c 300)"
+n512=$(printf '%s\n' "$out" | sed -n 's/.*"in_flight":\[\([0-9,]*\)\].*/\1/p' | tr ',' '\n' |
+    grep -cx 512)
+[ "$n512" = 256 ] && ok "zbv p 256 in_flight" || bad "zbv p 256 in_flight" "$n512 ranks at 512"
 
 # expect2 NAME PATTERN ARGS...: exit 2, one stderr line "partrain: ...PATTERN"
 expect2() {
