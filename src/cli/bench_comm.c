@@ -468,7 +468,7 @@ int pt_cli_bench_comm(int argc, char **argv) {
         }
     bench_args a;
     if (parse_args(argc, argv, &a)) return 2;
-    if (!getenv("PT_LOG")) pt_log_set_level(PT_LOG_WARN);
+    if (!pt_knob_is_set("PT_LOG")) pt_log_set_level(PT_LOG_WARN);
     int have_mpi = pt_mpi_native_init != NULL;
     if (have_mpi && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")))
         return rank_main_mpi(&a);

@@ -522,8 +522,7 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
     c->scratch = scratch;
     /* PT_COMM_GENERIC=1: run every collective through the generic versions
      * on the backend's send/recv (so that tests cover them on any backend). */
-    const char *g = getenv("PT_COMM_GENERIC");
-    c->generic = g && strcmp(g, "1") == 0;
+    c->generic = pt_knob_int("PT_COMM_GENERIC") == 1;
     c->p2p_only = (pt_comm_backend){.name = be->name,
                                     .send = be->send,
                                     .recv = be->recv,

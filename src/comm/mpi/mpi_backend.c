@@ -70,8 +70,7 @@ pt_status pt_mpi_start(void) {
     pt_mpi_g.serialize = pt_mpi_g.thread_level < MPI_THREAD_MULTIPLE;
     /* Testing: PT_MPI_SERIALIZE=1 takes the mutex path even under
      * MPI_THREAD_MULTIPLE, so that it is exercised where MULTIPLE exists. */
-    const char *ser = getenv("PT_MPI_SERIALIZE");
-    if (ser && !strcmp(ser, "1")) pt_mpi_g.serialize = 1;
+    if (pt_knob_int("PT_MPI_SERIALIZE") == 1) pt_mpi_g.serialize = 1;
     if (pt_mpi_g.thread_level < MPI_THREAD_SERIALIZED)
         /* SINGLE or FUNNELED: even serialized, calls from the progress
          * thread are outside what the library promises. */

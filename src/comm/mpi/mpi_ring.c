@@ -11,19 +11,12 @@
 
 #include <stdlib.h>
 
-/* Ring collectives (ring.* below) from this many bytes on (and count >=
- * size): all-reduce, reduce-scatter and all-gather. PT_MPI_RING_MIN_KB
- * overrides (0: always; a huge value: never, to compare with libnbc's);
- * every rank must see the same value. */
-#define PT_MPI_RING_MIN (256u << 10)
+/* Ring collectives (ring.* below) from PT_MPI_RING_MIN_KB (256 KiB) on,
+ * and count >= size: all-reduce, reduce-scatter and all-gather. The knob
+ * is for comparing with libnbc's (0: always; a huge value: never); every
+ * rank must see the same value. */
 static size_t ring_min(void) {
-    static long v = -1;
-    if (v < 0) {
-        const char *e = getenv("PT_MPI_RING_MIN_KB");
-        v = e && *e ? atol(e) * 1024 : (long)PT_MPI_RING_MIN;
-        if (v < 0) v = PT_MPI_RING_MIN;
-    }
-    return (size_t)v;
+    return (size_t)pt_knob_int("PT_MPI_RING_MIN_KB") * 1024;
 }
 
 int pt_mpi_use_ring(const mpi_ctx *c, size_t count) {

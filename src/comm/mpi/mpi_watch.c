@@ -208,8 +208,8 @@ static watch_slot watch[WATCH_SLOTS];
 int pt_mpi_watch_enabled(const mpi_ctx *c) {
     static int mode = -1; /* 0 none, 1 world, 2 all */
     if (mode < 0) {
-        const char *e = getenv("PT_MPI_BLOCKING");
-        mode = !e ? 0 : !strcmp(e, "world") ? 1 : !strcmp(e, "all") ? 2 : 0;
+        const char *e = pt_knob_str("PT_MPI_BLOCKING");
+        mode = !strcmp(e, "world") ? 1 : !strcmp(e, "all") ? 2 : 0;
     }
     return pt_mpi_hb.on && !pt_mpi_g.serialize && (mode == 2 || (mode == 1 && c->is_world));
 }

@@ -22,8 +22,8 @@ static const pt_comm_backend shm_backend;
 
 static uint64_t spin_ns_for(int nranks) {
     /* Spinning only pays when every rank has a core of its own. */
-    const char *e = getenv("PT_SHM_SPIN_US"); /* tuning */
-    if (e && *e) return (uint64_t)(atof(e) * 1000);
+    double us = pt_knob_float("PT_SHM_SPIN_US"); /* tuning; -1: automatic */
+    if (us >= 0) return (uint64_t)(us * 1000);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     return cpus >= nranks ? 50000 : 2000;
 }

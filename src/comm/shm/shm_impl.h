@@ -15,7 +15,7 @@
  *   ctl[n]          384 bytes per member: its sync flag (an epoch
  *                   counter), the pipelined all-reduce's counters, the
  *                   split fields, the single-copy buffer address
- *   stage[n][2]     two halves of PT_SHM_STAGE bytes per member: the
+ *   stage[n][2]     two halves of PT_SHM_STAGE_KB per member: the
  *                   staging buffers of the collectives (double buffered)
  *   ring[n][n]      a byte ring per ordered pair (ring_bytes_for(n))
  *                   (send/recv), head and tail on their own cache lines
