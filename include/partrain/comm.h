@@ -45,8 +45,25 @@ typedef struct pt_comm_req pt_comm_req;
 
 typedef enum { PT_REDUCE_SUM, PT_REDUCE_AVG } pt_reduce_op;
 
+/* The operations, for counters, timing and messages. */
+typedef enum {
+    PT_OP_ALLREDUCE,
+    PT_OP_REDUCE_SCATTER,
+    PT_OP_ALLGATHER,
+    PT_OP_BROADCAST,
+    PT_OP_SEND,
+    PT_OP_RECV,
+    PT_OP_BARRIER,
+    PT_OP_COUNT
+} pt_comm_op;
+
+/* A communicator's settings, given once at creation (pt_comm_init,
+ * pt_launch) and passed down to the backend and the launcher: nothing in
+ * the comm layer reads them from the environment. `partrain train` fills
+ * them from --backend and the config key comm.timeout. */
 typedef struct {
-    const char *backend; /* "auto" (NULL too), "shm", "mpi"; auto = shm, else mpi */
+    const char *backend; /* "auto" (NULL too), "shm", "mpi"; auto: shm under pt_launch, mpi
+                            under mpirun, else a world of one */
     double timeout_s;    /* seconds before a silent peer is an error; <= 0: default 10 */
 } pt_comm_options;
 
@@ -62,12 +79,14 @@ pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out);
 /* Bytes of PT_MEM_COMM every communicator holds from its creation (the
  * generic collectives' piece buffer): what the planner counts per group. */
 size_t pt_comm_scratch_bytes(void);
-/* Bytes of PT_MEM_COMM the shm backend adds to a communicator of `size`
- * ranks (once) at its first collective `op` (PT_OP_ALLREDUCE,
- * _REDUCE_SCATTER, _ALLGATHER, _BROADCAST) of `bytes` bytes that goes
- * single-copy: its chunk scratch; 0 when that call takes the staged path.
- * For the planner (the mpi backend adds none). */
-size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes);
+/* Bytes of PT_MEM_COMM that backend `backend` ("shm", "mpi"; NULL or
+ * "auto": the first in the registry, shm, which `partrain train --nproc`
+ * runs) adds to a communicator of `size` ranks, once, at its first
+ * collective `op` of `bytes` bytes: for the planner, which counts what the
+ * runtime allocates. Every backend answers (shm: the single-copy chunk
+ * scratch when that call goes single-copy, else 0); a backend that
+ * allocates nothing lazily, or a name the build lacks, answers 0. */
+size_t pt_comm_lazy_bytes(const char *backend, int size, pt_comm_op op, size_t bytes);
 /* Waits for queued operations, then frees. NULL is a no-op. */
 void pt_comm_free(pt_comm *c);
 
@@ -145,17 +164,6 @@ pt_status pt_comm_test(pt_comm_req *req, int *done);
 
 /* ---- measurement -------------------------------------------------------------------- */
 
-typedef enum {
-    PT_OP_ALLREDUCE,
-    PT_OP_REDUCE_SCATTER,
-    PT_OP_ALLGATHER,
-    PT_OP_BROADCAST,
-    PT_OP_SEND,
-    PT_OP_RECV,
-    PT_OP_BARRIER,
-    PT_OP_COUNT
-} pt_comm_op;
-
 typedef struct {
     uint64_t calls[PT_OP_COUNT];
     uint64_t bytes_sent[PT_OP_COUNT]; /* bytes this rank wrote toward others */
@@ -179,7 +187,9 @@ void pt_comm_reset_stats(pt_comm *c);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world
- * prepared so that pt_comm_init in the child finds it. The parent supervises:
+ * prepared so that pt_comm_init in the child finds it. opt->timeout_s > 0
+ * is the job's timeout (it wins over the ranks' own options, so that every
+ * rank agrees); <= 0 (or opt NULL): the ranks' options decide. The parent supervises:
  * when a rank exits non-zero or is killed, it stops the others, prints one
  * summary line (rank, signal or exit code, last operation; for a fault a rank
  * noticed, such as a stalled or silent rank, the rank at fault, which it

@@ -79,7 +79,7 @@ static void usage(FILE *f) {
            "  --max-bytes B    largest buffer (default 64M); sizes double from min to max\n"
            "  --iters K        operations per measurement (default: 32 MiB / size, in 10..1000)\n"
            "  --rounds R       measurements per size and backend, median reported (default 5)\n"
-           "  --timeout S      communication timeout in seconds (default 10 / PT_COMM_TIMEOUT)\n");
+           "  --timeout S      communication timeout in seconds (default 10)\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {

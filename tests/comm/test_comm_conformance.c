@@ -378,8 +378,12 @@ int main(int argc, char **argv) {
             nproc = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-count") && i + 1 < argc)
             max_count = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            cfg.timeout_s = atof(argv[++i]); /* <= 0: the default */
         else {
-            fprintf(stderr, "usage: %s [--backend shm|mpi] [--nproc N] [--max-count C]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--backend shm|mpi] [--nproc N] [--max-count C] [--timeout S]\n",
+                    argv[0]);
             return 2;
         }
     }

@@ -34,8 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PT_MPI_DEFAULT_TIMEOUT_S 10.0
-
 pt_mpi_state pt_mpi_g;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -224,33 +222,14 @@ static const pt_comm_backend mpi_backend = {
     .concurrent_p2p = 1,
 };
 
-/* Seconds of the deadline: the option, else PT_COMM_TIMEOUT, else 10. */
-static pt_status timeout_of(const pt_comm_options *opt, double *out) {
-    *out = PT_MPI_DEFAULT_TIMEOUT_S;
-    if (opt && opt->timeout_s > 0) {
-        *out = opt->timeout_s;
-        return PT_OK;
-    }
-    const char *e = getenv("PT_COMM_TIMEOUT");
-    if (e && *e) {
-        char *end;
-        double v = strtod(e, &end);
-        if (*end || !(v > 0))
-            return pt_error_set(PT_ERR_INVALID, "PT_COMM_TIMEOUT='%s': expected seconds > 0", e);
-        *out = v;
-    }
-    return PT_OK;
-}
-
-pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                            int *rank, int *size) {
+static pt_status mpi_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                           int *rank, int *size) {
     *be = NULL;
     *ctx = NULL;
     if (!pt_mpi_under_mpirun())
         return pt_error_set(PT_ERR_UNSUPPORTED,
                             "mpi: not started by mpirun (no OMPI_COMM_WORLD_SIZE)");
-    double timeout_s;
-    PT_CHECK(timeout_of(opt, &timeout_s));
+    double timeout_s = pt_comm_options_resolve(opt).timeout_s; /* the deadline of every wait */
     PT_CHECK(pt_mpi_start());
     /* Our own duplicate of the world, so that our traffic never matches
      * anyone else's (a library or the bench's native calls). */
@@ -280,3 +259,9 @@ pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **
     *size = c->size;
     return PT_OK;
 }
+
+const pt_comm_backend_desc pt_comm_mpi_desc = {
+    .name = "mpi", .available = pt_mpi_under_mpirun, .world = mpi_world,
+    /* no world of one (shm makes it), no launcher (mpirun is), and nothing
+     * allocated lazily: lazy_bytes 0 */
+};

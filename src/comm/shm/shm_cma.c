@@ -213,7 +213,7 @@ pt_status shm_cma_broadcast(shm_ctx *x, char *buf, size_t bytes, int root) {
     return shm_sync_all(x, PT_OP_BROADCAST);
 }
 
-size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes) {
+size_t shm_lazy_bytes(int size, pt_comm_op op, size_t bytes) {
     shm_ctx x = {0};
     x.n = size;
     shm_cma_shape(&x);

@@ -294,6 +294,10 @@ pt_status shm_cma_enter(shm_ctx *x, void *buf, int want, int op, int *use);
 pt_status shm_cma_reduce(shm_ctx *x, float *buf, size_t count, int avg, int gather, int op);
 pt_status shm_cma_allgather(shm_ctx *x, float *buf, size_t count);
 pt_status shm_cma_broadcast(shm_ctx *x, char *buf, size_t bytes, int root);
+/* The descriptor's lazy_bytes: the chunk scratch a communicator of `size`
+ * allocates at its first single-copy collective (0 when op of `bytes`
+ * takes the staged path). */
+size_t shm_lazy_bytes(int size, pt_comm_op op, size_t bytes);
 
 /* ---- shm_p2p.c: send/recv ---- */
 

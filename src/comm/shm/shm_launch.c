@@ -1,5 +1,5 @@
-/* The shm launcher: pt_launch forks the ranks of a job on this machine and
- * supervises them.
+/* The shm launcher: pt_launch (comm.h; the registry calls shm_launch) forks
+ * the ranks of a job on this machine and supervises them.
  *
  * The arena is an anonymous MAP_SHARED mapping made before fork: no name in
  * /dev/shm, no other process can open it, and the kernel frees it when the
@@ -70,14 +70,13 @@ static void where(const pt_shm_job *job, int r, char *out, size_t len) {
     if (err[0] && k < len) snprintf(out + k, len - k, " (%s)", err);
 }
 
+/* The job's timeout: the launcher's option, else 0 (the ranks' decide). */
 static double timeout_of(const pt_comm_options *opt) {
-    const char *env = getenv("PT_COMM_TIMEOUT");
-    if (env && atof(env) > 0) return atof(env);
     return opt && opt->timeout_s > 0 ? opt->timeout_s : 0;
 }
 
-pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
-                    int *exit_code) {
+pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                     int *exit_code) {
     if (!exit_code) return pt_error_set(PT_ERR_INVALID, "pt_launch: exit_code is NULL");
     *exit_code = 1;
     if (!fn) return pt_error_set(PT_ERR_INVALID, "pt_launch: fn is NULL");
