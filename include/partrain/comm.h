@@ -184,6 +184,9 @@ pt_status pt_comm_time(pt_comm *c, pt_comm_op op, float *buf, size_t bytes, int 
 /* Counters of this communicator since creation (or the last reset). */
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out);
 void pt_comm_reset_stats(pt_comm *c);
+/* Bytes this rank has sent on c since its creation (or the last reset):
+ * the sum of bytes_sent over every operation. NULL: 0. */
+uint64_t pt_comm_sent_bytes(const pt_comm *c);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world

@@ -41,6 +41,15 @@ void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out) {
     pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
 }
 
+uint64_t pt_comm_sent_bytes(const pt_comm *c) {
+    if (!c) return 0;
+    pt_comm_stats s;
+    pt_comm_get_stats(c, &s);
+    uint64_t b = 0;
+    for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
+    return b;
+}
+
 void pt_comm_reset_stats(pt_comm *c) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
