@@ -56,18 +56,35 @@ void pt_error_clear(void);
 void pt_error_mark_shared(void);
 int pt_error_is_shared(void);
 
-/* Propagate a failure to the caller. */
+/* Where the last error travelled: "file:line" of each PT_CHECK /
+ * PT_CHECK_GOTO that passed it on, the first (nearest the failure) first,
+ * "comm/comm.c:412 <- train/trainer.c:88"; "" when none. pt_error_set and
+ * pt_error_clear start it afresh. For debugging only (the CLI prints it
+ * under PT_LOG=debug): the message itself never changes. */
+const char *pt_error_trail(void);
+/* Add file:line to the calling thread's trail (PT_CHECK, on failure only). */
+void pt_error_trace(const char *file, int line) __attribute__((cold));
+
+/* Propagate a failure to the caller, leaving this line in the error's
+ * trail. Success costs the one comparison it always did. */
 #define PT_CHECK(expr)                                                                             \
     do {                                                                                           \
         pt_status pt_check_s_ = (expr);                                                            \
-        if (pt_check_s_ != PT_OK) return pt_check_s_;                                              \
+        if (pt_check_s_ != PT_OK) {                                                                \
+            pt_error_trace(__FILE__, __LINE__);                                                    \
+            return pt_check_s_;                                                                    \
+        }                                                                                          \
     } while (0)
 
-/* Store a failure in `st` and jump to the single cleanup label. */
+/* Store a failure in `st` and jump to the single cleanup label (leaving
+ * this line in the trail). */
 #define PT_CHECK_GOTO(st, expr, label)                                                             \
     do {                                                                                           \
         (st) = (expr);                                                                             \
-        if ((st) != PT_OK) goto label;                                                             \
+        if ((st) != PT_OK) {                                                                       \
+            pt_error_trace(__FILE__, __LINE__);                                                    \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Assertions are for our own bugs only and stay on in release builds. Input

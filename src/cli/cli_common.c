@@ -13,7 +13,12 @@
 
 int pt_cli_fail(const char *msg) {
     fprintf(stderr, "partrain: %s\n", msg);
+    if (msg == pt_error_message()) pt_cli_error_trail();
     return 1;
+}
+
+void pt_cli_error_trail(void) {
+    if (pt_error_trail()[0]) PT_DEBUG("error trail: %s", pt_error_trail());
 }
 
 int pt_cli_option(int argc, char **argv, int *i, const char *name, const char *cmd,

@@ -19,8 +19,13 @@ int pt_cli_calibrate(int argc, char **argv);
 
 /* ---- shared helpers (cli_common.c) ---- */
 
-/* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status. */
+/* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status.
+ * When msg is the last error (pt_error_message()), also its trail, under
+ * PT_LOG=debug only. */
 int pt_cli_fail(const char *msg);
+/* Under PT_LOG=debug: the last error's file:line trail (pt_error_trail), a
+ * line of its own; nothing otherwise. */
+void pt_cli_error_trail(void);
 
 /* Whether argv[*i] is the option `name` with a value, given as
  * "name VALUE" or "name=VALUE": 1 with *value set (argv's string, lent) and

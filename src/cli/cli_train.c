@@ -58,6 +58,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
             fprintf(stderr, "partrain: rank %d: %s\n", rank, pt_error_message());
         else if (!quiet && rank == 0)
             fprintf(stderr, "partrain: %s\n", pt_error_message());
+        pt_cli_error_trail();
         rc = 1;
     }
     pt_trainer_free(t);
