@@ -2,7 +2,7 @@
  * talks to other ranks. Backends (shm, mpi; later nccl) live behind it and
  * are chosen at run time; a strategy never includes a backend's header.
  *
- * Lifecycle: pt_comm_init (world) -> pt_comm_split (groups of a mesh) ->
+ * Lifecycle: pt_comm_new (world) -> pt_comm_split (groups of a mesh) ->
  * operations -> pt_comm_free (sub-communicators before the world).
  *
  * Data: reductions are over float32. Sharded collectives work IN PLACE on a
@@ -57,7 +57,7 @@ typedef enum {
     PT_OP_COUNT
 } pt_comm_op;
 
-/* A communicator's settings, given once at creation (pt_comm_init,
+/* A communicator's settings, given once at creation (pt_comm_new,
  * pt_launch) and passed down to the backend and the launcher: nothing in
  * the comm layer reads them from the environment. `partrain train` fills
  * them from --backend and the config key comm.timeout. */
@@ -72,7 +72,7 @@ typedef struct {
 /* The world communicator of this process. Under the shm launcher the rank and
  * size come from the launcher; under mpirun from MPI; otherwise it is a world
  * of one. Logs the backend chosen. */
-pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt);
+pt_status pt_comm_new(pt_comm **out, const pt_comm_options *opt);
 /* Split into sub-communicators: ranks with the same color form one, ordered
  * by (key, rank). Collective over c. *out is owned by the caller. */
 pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out);
@@ -190,7 +190,7 @@ uint64_t pt_comm_sent_bytes(const pt_comm *c);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world
- * prepared so that pt_comm_init in the child finds it. opt->timeout_s > 0
+ * prepared so that pt_comm_new in the child finds it. opt->timeout_s > 0
  * is the job's timeout (it wins over the ranks' own options, so that every
  * rank agrees); <= 0 (or opt NULL): the ranks' options decide. The parent supervises:
  * when a rank exits non-zero or is killed, it stops the others, prints one

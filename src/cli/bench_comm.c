@@ -379,7 +379,7 @@ static int rank_main_mpi(const bench_args *a) {
     bench_run r = {.a = a};
     pt_comm_options o = {.backend = "mpi", .timeout_s = a->timeout_s};
     /* The mpi world first: it initializes MPI, and freeing it finalizes. */
-    pt_status s = pt_comm_init(&r.mpi, &o);
+    pt_status s = pt_comm_new(&r.mpi, &o);
     if (s != PT_OK) return fail(&r, s);
     r.rank = pt_comm_rank(r.mpi);
     r.size = pt_comm_size(r.mpi);
@@ -446,7 +446,7 @@ static int rank_main_shm(void *arg) {
     const bench_args *a = arg;
     bench_run r = {.a = a};
     pt_comm_options o = {.backend = "shm", .timeout_s = a->timeout_s};
-    pt_status s = pt_comm_init(&r.shm, &o);
+    pt_status s = pt_comm_new(&r.shm, &o);
     if (s != PT_OK) return fail(&r, s);
     r.ctl = r.shm;
     r.rank = pt_comm_rank(r.shm);

@@ -1,6 +1,6 @@
 /* The backend registry: which backends this build has, in preference
  * order (shm before mpi), and the functions that choose among them: the
- * world communicator of this process (pt_comm_init), the launcher
+ * world communicator of this process (pt_comm_new), the launcher
  * (pt_launch) and the planner's question about a backend's lazy memory
  * (pt_comm_lazy_bytes). Each backend offers one descriptor
  * (pt_comm_backend_desc, comm_impl.h); this file is the only one that
@@ -83,8 +83,8 @@ static pt_status world_of_one(const pt_comm_options *o, pt_comm **out) {
     return pt_error_set(PT_ERR_UNSUPPORTED, "no backend makes a world of one");
 }
 
-pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt) {
-    if (!out) return pt_error_set(PT_ERR_INVALID, "pt_comm_init: out is NULL");
+pt_status pt_comm_new(pt_comm **out, const pt_comm_options *opt) {
+    if (!out) return pt_error_set(PT_ERR_INVALID, "pt_comm_new: out is NULL");
     *out = NULL;
     pt_comm_options o = pt_comm_options_resolve(opt);
     const pt_comm_backend_desc *want = NULL;

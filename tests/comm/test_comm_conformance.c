@@ -365,9 +365,9 @@ typedef struct {
 static int rank_main(void *arg) {
     const config *cfg = arg;
     pt_comm_options opt = {cfg->backend, cfg->timeout_s};
-    pt_status st = pt_comm_init(&world, &opt);
+    pt_status st = pt_comm_new(&world, &opt);
     if (st != PT_OK) {
-        fprintf(stderr, "pt_comm_init: %s\n", pt_error_message());
+        fprintf(stderr, "pt_comm_new: %s\n", pt_error_message());
         return 2;
     }
     RUN(test_allreduce);

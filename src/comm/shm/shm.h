@@ -3,7 +3,7 @@
  *
  *  1. pt_launch (comm.h; shm_launch) maps an anonymous MAP_SHARED arena
  *     before forking the ranks: invisible to other processes, gone when the
- *     last rank exits. pt_comm_init in a launched rank finds it (the
+ *     last rank exits. pt_comm_new in a launched rank finds it (the
  *     descriptor's world, pt_comm_shm_desc).
  *  2. Processes started by someone else (the `partrain bench comm` ranks
  *     under mpirun) form an shm world through a NAMED segment:
