@@ -85,12 +85,7 @@ struct pt_zero {
 };
 
 static uint64_t comm_sent(pt_comm *c) {
-    if (!c) return 0;
-    pt_comm_stats s;
-    pt_comm_get_stats(c, &s);
-    uint64_t b = 0;
-    for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
-    return b;
+    return pt_comm_sent_bytes(c);
 }
 
 static void keep_error(pt_zero *z, pt_status st, const char *what) {

@@ -591,11 +591,7 @@ uint64_t pt_pipe_sent_bytes(const pt_pipe *q) {
     for (int k = 0; k < K_NKIND; k++)
         for (int d = 0; d < q->v; d++) all[n++] = q->c[k][d];
     all[n++] = q->tied;
-    for (int i = 0; i < n; i++) {
-        pt_comm_stats s;
-        pt_comm_get_stats(all[i], &s);
-        for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
-    }
+    for (int i = 0; i < n; i++) b += pt_comm_sent_bytes(all[i]);
     return b;
 }
 

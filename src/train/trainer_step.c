@@ -24,12 +24,7 @@
 
 /* Bytes this rank has sent on c since its creation (NULL: 0). */
 static uint64_t sent_bytes(const pt_comm *c) {
-    if (!c) return 0;
-    pt_comm_stats s;
-    pt_comm_get_stats(c, &s);
-    uint64_t b = 0;
-    for (int k = 0; k < PT_OP_COUNT; k++) b += s.bytes_sent[k];
-    return b;
+    return pt_comm_sent_bytes(c);
 }
 
 /* Bytes this rank has sent to its neighbour stages (the pipeline's own
