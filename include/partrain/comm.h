@@ -2,7 +2,7 @@
  * talks to other ranks. Backends (shm, mpi; later nccl) live behind it and
  * are chosen at run time; a strategy never includes a backend's header.
  *
- * Lifecycle: pt_comm_init (world) -> pt_comm_split (groups of a mesh) ->
+ * Lifecycle: pt_comm_new (world) -> pt_comm_split (groups of a mesh) ->
  * operations -> pt_comm_free (sub-communicators before the world).
  *
  * Data: reductions are over float32. Sharded collectives work IN PLACE on a
@@ -45,8 +45,25 @@ typedef struct pt_comm_req pt_comm_req;
 
 typedef enum { PT_REDUCE_SUM, PT_REDUCE_AVG } pt_reduce_op;
 
+/* The operations, for counters, timing and messages. */
+typedef enum {
+    PT_OP_ALLREDUCE,
+    PT_OP_REDUCE_SCATTER,
+    PT_OP_ALLGATHER,
+    PT_OP_BROADCAST,
+    PT_OP_SEND,
+    PT_OP_RECV,
+    PT_OP_BARRIER,
+    PT_OP_COUNT
+} pt_comm_op;
+
+/* A communicator's settings, given once at creation (pt_comm_new,
+ * pt_launch) and passed down to the backend and the launcher: nothing in
+ * the comm layer reads them from the environment. `partrain train` fills
+ * them from --backend and the config key comm.timeout. */
 typedef struct {
-    const char *backend; /* "auto" (NULL too), "shm", "mpi"; auto = shm, else mpi */
+    const char *backend; /* "auto" (NULL too), "shm", "mpi"; auto: shm under pt_launch, mpi
+                            under mpirun, else a world of one */
     double timeout_s;    /* seconds before a silent peer is an error; <= 0: default 10 */
 } pt_comm_options;
 
@@ -55,19 +72,21 @@ typedef struct {
 /* The world communicator of this process. Under the shm launcher the rank and
  * size come from the launcher; under mpirun from MPI; otherwise it is a world
  * of one. Logs the backend chosen. */
-pt_status pt_comm_init(pt_comm **out, const pt_comm_options *opt);
+pt_status pt_comm_new(pt_comm **out, const pt_comm_options *opt);
 /* Split into sub-communicators: ranks with the same color form one, ordered
  * by (key, rank). Collective over c. *out is owned by the caller. */
 pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out);
 /* Bytes of PT_MEM_COMM every communicator holds from its creation (the
  * generic collectives' piece buffer): what the planner counts per group. */
 size_t pt_comm_scratch_bytes(void);
-/* Bytes of PT_MEM_COMM the shm backend adds to a communicator of `size`
- * ranks (once) at its first collective `op` (PT_OP_ALLREDUCE,
- * _REDUCE_SCATTER, _ALLGATHER, _BROADCAST) of `bytes` bytes that goes
- * single-copy: its chunk scratch; 0 when that call takes the staged path.
- * For the planner (the mpi backend adds none). */
-size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes);
+/* Bytes of PT_MEM_COMM that backend `backend` ("shm", "mpi"; NULL or
+ * "auto": the first in the registry, shm, which `partrain train --nproc`
+ * runs) adds to a communicator of `size` ranks, once, at its first
+ * collective `op` of `bytes` bytes: for the planner, which counts what the
+ * runtime allocates. Every backend answers (shm: the single-copy chunk
+ * scratch when that call goes single-copy, else 0); a backend that
+ * allocates nothing lazily, or a name the build lacks, answers 0. */
+size_t pt_comm_lazy_bytes(const char *backend, int size, pt_comm_op op, size_t bytes);
 /* Waits for queued operations, then frees. NULL is a no-op. */
 void pt_comm_free(pt_comm *c);
 
@@ -153,17 +172,6 @@ pt_status pt_comm_test(pt_comm_req *req, int *done);
 
 /* ---- measurement -------------------------------------------------------------------- */
 
-typedef enum {
-    PT_OP_ALLREDUCE,
-    PT_OP_REDUCE_SCATTER,
-    PT_OP_ALLGATHER,
-    PT_OP_BROADCAST,
-    PT_OP_SEND,
-    PT_OP_RECV,
-    PT_OP_BARRIER,
-    PT_OP_COUNT
-} pt_comm_op;
-
 typedef struct {
     uint64_t calls[PT_OP_COUNT];
     uint64_t bytes_sent[PT_OP_COUNT]; /* bytes this rank wrote toward others */
@@ -183,13 +191,16 @@ pt_status pt_comm_time(pt_comm *c, pt_comm_op op, float *buf, size_t bytes, int 
                        double *seconds);
 /* Counters of this communicator since creation (or the last reset). */
 void pt_comm_get_stats(const pt_comm *c, pt_comm_stats *out);
-/* Bytes this rank has sent on c since its creation, every op (NULL: 0). */
-uint64_t pt_comm_sent_bytes(const pt_comm *c);
 void pt_comm_reset_stats(pt_comm *c);
+/* Bytes this rank has sent on c since its creation (or the last reset):
+ * the sum of bytes_sent over every operation. NULL: 0. */
+uint64_t pt_comm_sent_bytes(const pt_comm *c);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world
- * prepared so that pt_comm_init in the child finds it. The parent supervises:
+ * prepared so that pt_comm_new in the child finds it. opt->timeout_s > 0
+ * is the job's timeout (it wins over the ranks' own options, so that every
+ * rank agrees); <= 0 (or opt NULL): the ranks' options decide. The parent supervises:
  * when a rank exits non-zero or is killed, it stops the others, prints one
  * summary line (rank, signal or exit code, last operation; for a fault a rank
  * noticed, such as a stalled or silent rank, the rank at fault, which it

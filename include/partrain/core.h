@@ -56,18 +56,35 @@ void pt_error_clear(void);
 void pt_error_mark_shared(void);
 int pt_error_is_shared(void);
 
-/* Propagate a failure to the caller. */
+/* Where the last error travelled: "file:line" of each PT_CHECK /
+ * PT_CHECK_GOTO that passed it on, the first (nearest the failure) first,
+ * "comm/comm.c:412 <- train/trainer.c:88"; "" when none. pt_error_set and
+ * pt_error_clear start it afresh. For debugging only (the CLI prints it
+ * under PT_LOG=debug): the message itself never changes. */
+const char *pt_error_trail(void);
+/* Add file:line to the calling thread's trail (PT_CHECK, on failure only). */
+void pt_error_trace(const char *file, int line) __attribute__((cold));
+
+/* Propagate a failure to the caller, leaving this line in the error's
+ * trail. Success costs the one comparison it always did. */
 #define PT_CHECK(expr)                                                                             \
     do {                                                                                           \
         pt_status pt_check_s_ = (expr);                                                            \
-        if (pt_check_s_ != PT_OK) return pt_check_s_;                                              \
+        if (pt_check_s_ != PT_OK) {                                                                \
+            pt_error_trace(__FILE__, __LINE__);                                                    \
+            return pt_check_s_;                                                                    \
+        }                                                                                          \
     } while (0)
 
-/* Store a failure in `st` and jump to the single cleanup label. */
+/* Store a failure in `st` and jump to the single cleanup label (leaving
+ * this line in the trail). */
 #define PT_CHECK_GOTO(st, expr, label)                                                             \
     do {                                                                                           \
         (st) = (expr);                                                                             \
-        if ((st) != PT_OK) goto label;                                                             \
+        if ((st) != PT_OK) {                                                                       \
+            pt_error_trace(__FILE__, __LINE__);                                                    \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Assertions are for our own bugs only and stay on in release builds. Input
@@ -256,6 +273,38 @@ void pt_log(pt_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define PT_DEBUG(...) pt_log(PT_LOG_DEBUG, __VA_ARGS__)
 #define PT_INFO(...)  pt_log(PT_LOG_INFO, __VA_ARGS__)
 #define PT_WARN(...)  pt_log(PT_LOG_WARN, __VA_ARGS__)
+
+/* ---- debugging and tuning knobs -----------------------------------------------
+ * Environment variables that change how partrain does something, never what
+ * it computes for the user: log verbosity, a kernel path, an algorithm's
+ * threshold, a path tests force. (What a user chooses is a config key.)
+ * Each is one row of the table in src/core/knobs.c and of "Debugging knobs"
+ * in docs/architecture.md, and is read from the environment once, at its
+ * first use, from any thread; a value that does not parse or is out of
+ * range is reported once on stderr and the default is used. Asking for a
+ * name the table lacks, or as another type, is a bug (assert). */
+typedef enum { PT_KNOB_INT, PT_KNOB_FLOAT, PT_KNOB_STR } pt_knob_type;
+
+typedef struct {
+    const char *name;    /* "PT_SHM_SLOTS" */
+    pt_knob_type type;   /* how the value parses */
+    const char *def;     /* the default, as it would be written in the environment */
+    double min, max;     /* numbers: the allowed range */
+    const char *choices; /* strings: the allowed values, "a|b|c" */
+    const char *doc;     /* one line */
+} pt_knob_info;
+
+long pt_knob_int(const char *name);
+double pt_knob_float(const char *name);
+/* One of the knob's choices (a static string, never NULL). */
+const char *pt_knob_str(const char *name);
+/* 1 when the environment sets the knob (non-empty), valid or not. */
+int pt_knob_is_set(const char *name);
+/* The table (*n rows), for tests and documentation. */
+const pt_knob_info *pt_knob_table(int *n);
+/* Tests: read the environment again at each knob's next use. Not while
+ * another thread may read a knob. */
+void pt_knobs_reread(void);
 
 /* Monotonic clock in nanoseconds / seconds. */
 uint64_t pt_time_ns(void);

@@ -79,7 +79,7 @@ static void usage(FILE *f) {
            "  --max-bytes B    largest buffer (default 64M); sizes double from min to max\n"
            "  --iters K        operations per measurement (default: 32 MiB / size, in 10..1000)\n"
            "  --rounds R       measurements per size and backend, median reported (default 5)\n"
-           "  --timeout S      communication timeout in seconds (default 10 / PT_COMM_TIMEOUT)\n");
+           "  --timeout S      communication timeout in seconds (default 10)\n");
 }
 
 static int parse_bytes(const char *s, size_t *out) {
@@ -379,7 +379,7 @@ static int rank_main_mpi(const bench_args *a) {
     bench_run r = {.a = a};
     pt_comm_options o = {.backend = "mpi", .timeout_s = a->timeout_s};
     /* The mpi world first: it initializes MPI, and freeing it finalizes. */
-    pt_status s = pt_comm_init(&r.mpi, &o);
+    pt_status s = pt_comm_new(&r.mpi, &o);
     if (s != PT_OK) return fail(&r, s);
     r.rank = pt_comm_rank(r.mpi);
     r.size = pt_comm_size(r.mpi);
@@ -446,7 +446,7 @@ static int rank_main_shm(void *arg) {
     const bench_args *a = arg;
     bench_run r = {.a = a};
     pt_comm_options o = {.backend = "shm", .timeout_s = a->timeout_s};
-    pt_status s = pt_comm_init(&r.shm, &o);
+    pt_status s = pt_comm_new(&r.shm, &o);
     if (s != PT_OK) return fail(&r, s);
     r.ctl = r.shm;
     r.rank = pt_comm_rank(r.shm);
@@ -468,7 +468,7 @@ int pt_cli_bench_comm(int argc, char **argv) {
         }
     bench_args a;
     if (parse_args(argc, argv, &a)) return 2;
-    if (!getenv("PT_LOG")) pt_log_set_level(PT_LOG_WARN);
+    if (!pt_knob_is_set("PT_LOG")) pt_log_set_level(PT_LOG_WARN);
     int have_mpi = pt_mpi_native_init != NULL;
     if (have_mpi && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK")))
         return rank_main_mpi(&a);

@@ -146,7 +146,7 @@ int pt_cli_calibrate(int argc, char **argv) {
     }
     if (probe_s > 0) return probe(probe_s, out);
     if (o.n_models) o.models = models;
-    if (!getenv("PT_LOG")) pt_log_set_level(PT_LOG_WARN); /* the ranks' backend lines */
+    if (!pt_knob_is_set("PT_LOG")) pt_log_set_level(PT_LOG_WARN); /* the ranks' backend lines */
     char cache[4096];
     if (!out) {
         if (pt_calibrate_cache_path(&o, cache, sizeof cache) != PT_OK)

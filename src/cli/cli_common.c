@@ -13,6 +13,7 @@
 
 int pt_cli_fail(const char *msg) {
     fprintf(stderr, "partrain: %s\n", msg);
+    if (msg == pt_error_message()) pt_cli_error_trail();
     return 1;
 }
 
@@ -20,6 +21,10 @@ int pt_cli_check_output(const char *opt, const char *path) {
     if (pt_file_check_output(path, 0) == PT_OK) return 0;
     fprintf(stderr, "partrain: %s %s\n", opt, pt_error_message());
     return 1;
+}
+
+void pt_cli_error_trail(void) {
+    if (pt_error_trail()[0]) PT_DEBUG("error trail: %s", pt_error_trail());
 }
 
 int pt_cli_option(int argc, char **argv, int *i, const char *name, const char *cmd,

@@ -19,8 +19,13 @@ int pt_cli_calibrate(int argc, char **argv);
 
 /* ---- shared helpers (cli_common.c) ---- */
 
-/* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status. */
+/* Print "partrain: MSG" on stderr; returns 1, a failed run's exit status.
+ * When msg is the last error (pt_error_message()), also its trail, under
+ * PT_LOG=debug only. */
 int pt_cli_fail(const char *msg);
+/* Under PT_LOG=debug: the last error's file:line trail (pt_error_trail), a
+ * line of its own; nothing otherwise. */
+void pt_cli_error_trail(void);
 
 /* An output file option (`opt`, e.g. "--write") checked before any work
  * (pt_file_check_output: a regular file or nothing yet, in an existing

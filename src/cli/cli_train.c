@@ -73,6 +73,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
             else
                 fprintf(stderr, "partrain: %s\n", pt_error_message());
         }
+        pt_cli_error_trail();
         rc = 1;
     }
     pt_trainer_free(t);
@@ -81,7 +82,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
 
 static int run_with_world(const pt_config *cfg, int resume, const pt_comm_options *opt) {
     pt_comm *world = NULL;
-    if (pt_comm_init(&world, opt) != PT_OK) return pt_cli_fail(pt_error_message());
+    if (pt_comm_new(&world, opt) != PT_OK) return pt_cli_fail(pt_error_message());
     if (pt_comm_size(world) > 1) pt_log_set_rank(pt_comm_rank(world));
     int rc = run(cfg, resume, world);
     pt_comm_free(world);

@@ -95,17 +95,51 @@ pt_status pt_comm_generic_broadcast(const pt_comm_backend *be, void *ctx, int ra
                                     void *buf, size_t bytes, int root);
 pt_status pt_comm_generic_barrier(const pt_comm_backend *be, void *ctx, int rank, int size);
 
-/* Backends register a constructor for the world communicator. It returns
- * PT_ERR_UNSUPPORTED when it does not apply to this process (e.g. mpi when
- * not started by mpirun), so that the registry can try the next one. */
-typedef pt_status (*pt_comm_backend_world)(const pt_comm_options *opt, const pt_comm_backend **be,
-                                           void **ctx, int *rank, int *size);
+/* ---- the registry (comm_registry.c) -------------------------------------------
+ * A backend offers itself to the rest of partrain through one descriptor:
+ * its name, whether this process belongs to one of its jobs, its world
+ * constructor, and the optional launcher and planner query. The registry
+ * lists the descriptors in preference order (shm before mpi); it is the
+ * only place that knows which backends exist (and the only #ifdef). */
+typedef struct pt_comm_backend_desc {
+    const char *name;
 
-pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                            int *rank, int *size);
-#ifdef PT_HAVE_MPI
-pt_status pt_comm_mpi_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                            int *rank, int *size);
-#endif
+    /* Required. 1 when this process was started as a rank of one of this
+     * backend's jobs (shm: forked by pt_launch; mpi: under mpirun): the
+     * `auto` choice takes the first backend for which it is 1. */
+    int (*available)(void);
+
+    /* Required. The world communicator of this process: the table, a new
+     * context, this rank and the size. opt is resolved
+     * (pt_comm_options_resolve). PT_ERR_UNSUPPORTED, with a message saying
+     * why, when the process is not one of its ranks. */
+    pt_status (*world)(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                       int *rank, int *size);
+
+    /* Optional (NULL: none). A world of one in this process, for a process
+     * that no launcher started; the registry uses the first backend's. */
+    pt_status (*self)(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx, int *rank,
+                      int *size);
+
+    /* Optional (NULL: the backend cannot start ranks itself). pt_launch's
+     * work (comm.h), for the first backend that has it. */
+    pt_status (*launch)(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                        int *exit_code);
+
+    /* Optional (NULL: 0). pt_comm_lazy_bytes' answer (comm.h): bytes of
+     * PT_MEM_COMM a communicator of `size` ranks adds at its first
+     * collective `op` of `bytes` bytes. */
+    size_t (*lazy_bytes)(int size, pt_comm_op op, size_t bytes);
+} pt_comm_backend_desc;
+
+extern const pt_comm_backend_desc pt_comm_shm_desc; /* shm/shm.c */
+extern const pt_comm_backend_desc pt_comm_mpi_desc; /* mpi/mpi_backend.c, with Open MPI only */
+
+/* Seconds before a silent peer is an error when the options say nothing. */
+#define PT_COMM_DEFAULT_TIMEOUT_S 10.0
+/* opt (NULL: all defaults) with every field filled in: backend "auto" for
+ * NULL, timeout_s PT_COMM_DEFAULT_TIMEOUT_S for <= 0. The one place that
+ * decides them: the backends take the resolved values. */
+pt_comm_options pt_comm_options_resolve(const pt_comm_options *opt);
 
 #endif

@@ -10,8 +10,7 @@ static int log_level = -1; /* -1: not yet read from PT_LOG */
 static int log_rank = -1;
 
 static int level_from_env(void) {
-    const char *e = getenv("PT_LOG");
-    if (!e) return PT_LOG_INFO;
+    const char *e = pt_knob_str("PT_LOG");
     if (!strcmp(e, "debug")) return PT_LOG_DEBUG;
     if (!strcmp(e, "warn")) return PT_LOG_WARN;
     if (!strcmp(e, "error")) return PT_LOG_ERROR;

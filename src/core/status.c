@@ -8,6 +8,10 @@
 
 static _Thread_local char last_error[1024];
 static _Thread_local int last_shared;
+/* The PT_CHECK lines the last error passed, "a.c:1 <- b.c:2"; full: it
+ * ends in " <- ..." and takes no more. */
+static _Thread_local char trail[512];
+static _Thread_local size_t trail_len;
 
 const char *pt_status_name(pt_status s) {
     switch (s) {
@@ -32,12 +36,45 @@ const char *pt_status_str(pt_status s) {
 }
 
 pt_status pt_error_set(pt_status s, const char *fmt, ...) {
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap); /* the arguments may be last_error itself */
     va_end(ap);
+    /* A message that wraps the last one ("loading x: <last>") continues its
+     * trail; any other starts afresh. */
+    if (!last_error[0] || !strstr(msg, last_error)) {
+        trail[0] = '\0';
+        trail_len = 0;
+    }
+    memcpy(last_error, msg, sizeof msg);
     last_shared = 0;
     return s;
+}
+
+const char *pt_error_trail(void) {
+    return trail;
+}
+
+void pt_error_trace(const char *file, int line) {
+    static const char more[] = " <- ...";
+    if (trail_len + sizeof more > sizeof trail) return; /* full, and says so */
+    const char *last = NULL, *prev = NULL; /* the last two parts of the path: "comm/comm.c" */
+    for (const char *p = file; *p; p++)
+        if (*p == '/') {
+            prev = last;
+            last = p;
+        }
+    char frame[160];
+    snprintf(frame, sizeof frame, "%s%s:%d", trail_len ? " <- " : "", prev ? prev + 1 : file, line);
+    size_t n = strlen(frame);
+    if (trail_len + n + sizeof more > sizeof trail) { /* the last that fits */
+        memcpy(trail + trail_len, more, sizeof more);
+        trail_len = sizeof trail;
+        return;
+    }
+    memcpy(trail + trail_len, frame, n + 1);
+    trail_len += n;
 }
 
 const char *pt_error_message(void) {
@@ -47,6 +84,8 @@ const char *pt_error_message(void) {
 void pt_error_clear(void) {
     last_error[0] = '\0';
     last_shared = 0;
+    trail[0] = '\0';
+    trail_len = 0;
 }
 
 void pt_error_mark_shared(void) {

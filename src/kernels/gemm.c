@@ -432,11 +432,10 @@ static void sgemm_avx512(int ta, int tb, int M, int N, int K, const float *A, in
 
 static int gemm_path(void) {
     if (g_path < 0) {
-        const char *s = getenv("PT_GEMM");
-        g_path = !s                       ? PT_GEMM_AUTO
-                 : strcmp(s, "blas") == 0 ? PT_GEMM_BLAS
-                 : strcmp(s, "own") == 0  ? PT_GEMM_OWN
-                                          : PT_GEMM_AUTO;
+        const char *s = pt_knob_str("PT_GEMM");
+        g_path = strcmp(s, "blas") == 0  ? PT_GEMM_BLAS
+                 : strcmp(s, "own") == 0 ? PT_GEMM_OWN
+                                         : PT_GEMM_AUTO;
     }
     return g_path;
 }

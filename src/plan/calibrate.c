@@ -439,7 +439,7 @@ static int comm_rank_main(void *arg) {
     const comm_job *j = arg;
     pt_comm_options co = {.backend = "shm"};
     pt_comm *c = NULL;
-    pt_status s = pt_comm_init(&c, &co);
+    pt_status s = pt_comm_new(&c, &co);
     float *buf = NULL;
     if (s == PT_OK) {
         buf = pt_mem_alloc(PT_MEM_COMM, comm_buf_bytes(j->e));
@@ -937,7 +937,7 @@ static int tp_rank_main(void *arg) {
     tp_job *j = arg;
     pt_comm_options co = {.backend = "shm"};
     pt_comm *c = NULL;
-    pt_status s = pt_comm_init(&c, &co);
+    pt_status s = pt_comm_new(&c, &co);
     int rank = c ? pt_comm_rank(c) : -1;
     module_models mm = {0};
     /* the parent's buffers, a copy-on-write copy in this forked rank */

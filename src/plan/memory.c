@@ -414,7 +414,7 @@ static double max2(double a, double b) {
 }
 
 /* The shm backend's single-copy scratch, allocated on a group's first
- * large collective (pt_comm_shm_lazy_bytes): per group, its largest
+ * large collective (pt_comm_lazy_bytes): per group, its largest
  * collectives of a step. */
 static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g) {
     const pt_model *m = s->m;
@@ -432,7 +432,7 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
          * open one closed at the embedding's boundary */
         double d = 0;
         if (!strcmp(c->parallel.sync, "local_sgd")) {
-            d = (double)pt_comm_shm_lazy_bytes(dp, PT_OP_ALLREDUCE, n * f);
+            d = (double)pt_comm_lazy_bytes(NULL, dp, PT_OP_ALLREDUCE, n * f);
         } else if (zero < 2) {
             size_t cap = (size_t)(c->parallel.bucket_mb * 1048576.0) / f, off, emb;
             if (cap < 1) cap = 1;
@@ -440,7 +440,7 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
             size_t above = n - emb, most = above >= cap || emb >= cap ? cap
                                            : above > emb              ? above
                                                                       : emb;
-            d = (double)pt_comm_shm_lazy_bytes(dp, PT_OP_ALLREDUCE, most * f);
+            d = (double)pt_comm_lazy_bytes(NULL, dp, PT_OP_ALLREDUCE, most * f);
         }
         total += d;
     }
@@ -448,14 +448,14 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
         /* the shard group: each module's parameters all-gathered (after the
          * update; ZeRO-3 before each pass), its gradients reduce-scattered
          * (stage >= 2); across groups (HSDP) the shards all-reduced */
-        double z = (double)pt_comm_shm_lazy_bytes(g, PT_OP_ALLGATHER, biggest * f);
+        double z = (double)pt_comm_lazy_bytes(NULL, g, PT_OP_ALLGATHER, biggest * f);
         if (zero >= 2)
-            z = max2(z, (double)pt_comm_shm_lazy_bytes(g, PT_OP_REDUCE_SCATTER, biggest * f));
+            z = max2(z, (double)pt_comm_lazy_bytes(NULL, g, PT_OP_REDUCE_SCATTER, biggest * f));
         total += z;
         if (g < dp && zero >= 2) {
             size_t so, sn;
             pt_comm_shard(biggest, g, 0, &so, &sn);
-            total += (double)pt_comm_shm_lazy_bytes(dp / g, PT_OP_ALLREDUCE, sn * f);
+            total += (double)pt_comm_lazy_bytes(NULL, dp / g, PT_OP_ALLREDUCE, sn * f);
         }
     }
     if (tp > 1) {
@@ -463,9 +463,9 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
         size_t nc = (size_t)(c->train.batch_size / dp / c->parallel.microbatches) *
                     (size_t)c->model.seq_len * (size_t)c->model.n_embd * f;
         total += c->parallel.sequence_parallel
-                     ? max2((double)pt_comm_shm_lazy_bytes(tp, PT_OP_REDUCE_SCATTER, nc),
-                            (double)pt_comm_shm_lazy_bytes(tp, PT_OP_ALLGATHER, nc))
-                     : (double)pt_comm_shm_lazy_bytes(tp, PT_OP_ALLREDUCE, nc);
+                     ? max2((double)pt_comm_lazy_bytes(NULL, tp, PT_OP_REDUCE_SCATTER, nc),
+                            (double)pt_comm_lazy_bytes(NULL, tp, PT_OP_ALLGATHER, nc))
+                     : (double)pt_comm_lazy_bytes(NULL, tp, PT_OP_ALLREDUCE, nc);
     }
     return total;
 }

@@ -881,7 +881,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         if (st != PT_OK) goto done;
         pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
     }
-    if (getenv("PT_PLAN_STATS"))
+    if (pt_knob_int("PT_PLAN_STATS"))
         fprintf(stderr,
                 "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated, %ld "
                 "memory calls (%.2f s); families %.2f s, evaluation %.2f s, all %.2f s\n",

@@ -12,7 +12,7 @@ static int nproc = 2;
 static int rank_main(void *arg) {
     (void)arg;
     pt_comm *w;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     int me = pt_comm_rank(w), n = pt_comm_size(w);
     size_t maxb = (size_t)64 << 20;
     float *buf = pt_mem_alloc(PT_MEM_SCRATCH, maxb);

@@ -333,6 +333,28 @@ static void test_stats(void) {
     CHECK_EQ(s.bytes_sent[PT_OP_ALLREDUCE], 2 * (uint64_t)(n - 1) * 1024 / n);
     CHECK_EQ(s.calls[PT_OP_SEND], 0);
     CHECK_NEAR(b[17], n, 0, 0);
+    /* the one sum of bytes_sent that the trainer and strategies use */
+    uint64_t sent = 0;
+    for (int k = 0; k < PT_OP_COUNT; k++) sent += s.bytes_sent[k];
+    CHECK_EQ(pt_comm_sent_bytes(world), sent);
+    CHECK_EQ(pt_comm_sent_bytes(NULL), 0);
+}
+
+/* The planner's question, answered by every backend's descriptor: shm's
+ * chunk scratch only where a call goes single-copy, nothing from mpi or a
+ * backend the build lacks. */
+static void test_lazy_bytes(void) {
+    size_t big = (size_t)1 << 20;
+    CHECK_EQ(pt_comm_lazy_bytes("mpi", 4, PT_OP_ALLREDUCE, big), 0);
+    CHECK_EQ(pt_comm_lazy_bytes("nccl", 4, PT_OP_ALLREDUCE, big), 0);
+    CHECK_EQ(pt_comm_lazy_bytes("shm", 1, PT_OP_ALLREDUCE, big), 0); /* no peers */
+    CHECK_EQ(pt_comm_lazy_bytes("shm", 4, PT_OP_ALLREDUCE, 64), 0);  /* staged */
+    CHECK_EQ(pt_comm_lazy_bytes("shm", 4, PT_OP_ALLGATHER, big), 0); /* 2 ranks only */
+    CHECK_EQ(pt_comm_lazy_bytes(NULL, 4, PT_OP_ALLREDUCE, big),
+             pt_comm_lazy_bytes("shm", 4, PT_OP_ALLREDUCE, big)); /* the default: shm */
+    size_t want = pt_knob_int("PT_SHM_CMA") ? 3 * ((size_t)pt_knob_int("PT_SHM_CMA_CHUNK_KB") << 10)
+                                            : 0; /* (n-1) chunks */
+    CHECK_EQ(pt_comm_lazy_bytes("shm", 4, PT_OP_ALLREDUCE, big), want);
 }
 
 typedef struct {
@@ -343,9 +365,9 @@ typedef struct {
 static int rank_main(void *arg) {
     const config *cfg = arg;
     pt_comm_options opt = {cfg->backend, cfg->timeout_s};
-    pt_status st = pt_comm_init(&world, &opt);
+    pt_status st = pt_comm_new(&world, &opt);
     if (st != PT_OK) {
-        fprintf(stderr, "pt_comm_init: %s\n", pt_error_message());
+        fprintf(stderr, "pt_comm_new: %s\n", pt_error_message());
         return 2;
     }
     RUN(test_allreduce);
@@ -358,6 +380,7 @@ static int rank_main(void *arg) {
     RUN(test_meshes);
     RUN(test_invalid_args);
     RUN(test_stats);
+    RUN(test_lazy_bytes);
     CHECK_OK(pt_comm_barrier(world));
     int rank = pt_comm_rank(world), size = pt_comm_size(world);
     pt_comm_free(world);
@@ -378,8 +401,12 @@ int main(int argc, char **argv) {
             nproc = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-count") && i + 1 < argc)
             max_count = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            cfg.timeout_s = atof(argv[++i]); /* <= 0: the default */
         else {
-            fprintf(stderr, "usage: %s [--backend shm|mpi] [--nproc N] [--max-count C]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--backend shm|mpi] [--nproc N] [--max-count C] [--timeout S]\n",
+                    argv[0]);
             return 2;
         }
     }

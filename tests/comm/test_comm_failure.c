@@ -56,7 +56,7 @@ static int rank_main(void *arg) {
     int which = *(const int *)arg;
     pt_comm *w = NULL;
     pt_comm_options opt = {"shm", TIMEOUT_S};
-    if (pt_comm_init(&w, &opt) != PT_OK) return 2;
+    if (pt_comm_new(&w, &opt) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     sh->r[me].pid = (int)getpid();
     if (pt_comm_barrier(w) != PT_OK) return 3;
@@ -313,7 +313,7 @@ static void test_offstage(void) {
 static int ok_main(void *arg) {
     (void)arg;
     pt_comm *w;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     float x = 1;
     pt_comm_req *q = NULL;
     pt_status st = pt_comm_iallreduce(w, &x, 1, PT_REDUCE_SUM, &q);
@@ -327,7 +327,7 @@ static void test_clean_exit(void) {
     /* The launcher's own process has used the progress thread (a world of
      * one): the forked ranks must still get theirs. */
     pt_comm *self = NULL;
-    CHECK_OK(pt_comm_init(&self, NULL));
+    CHECK_OK(pt_comm_new(&self, NULL));
     CHECK_EQ(pt_comm_size(self), 1);
     float y = 3;
     pt_comm_req *q = NULL;
@@ -347,7 +347,7 @@ static void test_clean_exit(void) {
 static int idle_main(void *arg) {
     (void)arg;
     pt_comm *w;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     if (pt_comm_barrier(w) != PT_OK) return 3;
     struct timespec c0, c1;
@@ -376,7 +376,7 @@ static void test_idle_wait(void) {
 static int slow_main(void *arg) {
     (void)arg;
     pt_comm *w;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     double old = 0;
     if (pt_comm_set_timeout(w, 0, &old) != PT_ERR_INVALID) return 3;
@@ -409,7 +409,7 @@ static void test_set_timeout(void) {
 static int loop_main(void *arg) {
     (void)arg;
     pt_comm *w;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     sh->r[pt_comm_rank(w)].pid = (int)getpid();
     while (pt_comm_barrier(w) == PT_OK) usleep(1000);
     pt_comm_free(w);

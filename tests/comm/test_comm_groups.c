@@ -157,8 +157,8 @@ typedef struct {
 static int rank_main(void *arg) {
     const config *cfg = arg;
     pt_comm_options opt = {cfg->backend, cfg->timeout_s};
-    if (pt_comm_init(&world, &opt) != PT_OK) {
-        fprintf(stderr, "pt_comm_init: %s\n", pt_error_message());
+    if (pt_comm_new(&world, &opt) != PT_OK) {
+        fprintf(stderr, "pt_comm_new: %s\n", pt_error_message());
         return 2;
     }
     CHECK_OK(pt_comm_split(world, 0, pt_comm_rank(world), &group_a));

@@ -134,8 +134,10 @@ static void test_attach_dead_peer(void) {
 }
 static void test_attach_staged(void) {
     setenv("PT_SHM_CMA", "0", 1);
+    pt_knobs_reread(); /* knobs are read once: see the new value */
     run(-1);
     unsetenv("PT_SHM_CMA");
+    pt_knobs_reread();
 }
 
 int main(void) {

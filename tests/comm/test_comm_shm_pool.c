@@ -26,7 +26,7 @@ static int check_sum(pt_comm *c, float v, float want) {
 static int rank_main(void *arg) {
     (void)arg;
     pt_comm *w = NULL;
-    if (pt_comm_init(&w, NULL) != PT_OK) return 2;
+    if (pt_comm_new(&w, NULL) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     for (int round = 0; round < ROUNDS; round++) {
         pt_comm *byc = NULL, *all = NULL;

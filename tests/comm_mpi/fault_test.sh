@@ -30,8 +30,9 @@ stop-save) args="--stop-save" culprit=0 limit=$((4 * timeout_s + 5)) ;;
 esac
 t0=$(date +%s)
 # The outer timeout only keeps a hang from outliving the test; it must not fire.
-PT_COMM_TIMEOUT=$timeout_s timeout $((limit + 30)) \
-  "$mpirun" --oversubscribe --bind-to none -np 3 "$bin" $args --tag "$tag" >"$out" 2>&1
+timeout $((limit + 30)) \
+  "$mpirun" --oversubscribe --bind-to none -np 3 "$bin" $args --timeout $timeout_s --tag "$tag" \
+  >"$out" 2>&1
 rc=$?
 t1=$(date +%s)
 elapsed=$((t1 - t0))

@@ -31,9 +31,8 @@ margin=20
 tag="pt-multihost-$$"
 out=$mh_dir/out
 
-export PT_COMM_TIMEOUT=$timeout_s
 mpi() {
-  mh_mpirun -x PT_COMM_TIMEOUT -x PT_LOG \
+  mh_mpirun -x PT_LOG \
     -np 3 --host 10.213.0.1:1,10.213.0.2:1,10.213.0.3:1 "$@"
 }
 
@@ -54,12 +53,12 @@ mpi_retry() {
 
 fail=0
 echo "== 1. collectives across 3 hosts: test_mpi_backend"
-if ! mpi_retry "$bin" --max-count 262147 --tag "$tag"; then
+if ! mpi_retry "$bin" --max-count 262147 --timeout $timeout_s --tag "$tag"; then
   echo "FAIL: test_mpi_backend across 3 hosts"; fail=1
 fi
 if [ -n "$conf" ]; then
   echo "== 1b. collectives across 3 hosts: test_comm_conformance --backend mpi"
-  if ! mpi_retry "$conf" --backend mpi --nproc 3; then
+  if ! mpi_retry "$conf" --backend mpi --nproc 3 --timeout $timeout_s; then
     echo "FAIL: test_comm_conformance across 3 hosts"; fail=1
   fi
 fi
@@ -86,7 +85,7 @@ while :; do
   : >"$out"
   start_cutter
   t0=$(date +%s)
-  mpi "$bin" --loop 60 --tag "$tag" >"$out" 2>&1
+  mpi "$bin" --loop 60 --timeout $timeout_s --tag "$tag" >"$out" 2>&1
   rc=$?
   t1=$(date +%s)
   if [ $rc -ne 0 ] && mh_startup_failed "$out" && ! grep -q "all-reduces" "$out" && [ $attempt -lt 3 ]; then

@@ -22,6 +22,7 @@
  * A fault prints one line: the rank that notices it (the backend's verdict), the
  * others nothing (fault_reported).
  *   test_mpi_backend --loop S           all-reduce of 1 MiB for S seconds (link-cut test)
+ *   ... --timeout S                     the comm timeout (pt_comm_options.timeout_s; default 10)
  *   ... --tag WORD                      ignored; lets a test script find its processes
  *
  * In the fault modes the surviving ranks must report PT_ERR_TIMEOUT (or
@@ -223,10 +224,10 @@ static void report(void *w, pt_status s) {
     fprintf(stderr, "rank %d: error: %s: %s\n", me, pt_status_name(s), pt_error_message());
 }
 
-/* The job's progress timeout (PT_COMM_TIMEOUT, else the default 10 s). */
+/* The job's progress timeout (--timeout, else the default 10 s). */
+static double timeout_s = 10;
 static double comm_timeout(void) {
-    const char *e = getenv("PT_COMM_TIMEOUT");
-    return e && atof(e) > 0 ? atof(e) : 10;
+    return timeout_s;
 }
 
 /* Two saves: rank 0 writes for 3 timeouts (alive) while the others wait
@@ -355,19 +356,21 @@ int main(int argc, char **argv) {
             stop_in_save = 1;
         else if (!strcmp(argv[i], "--loop") && i + 1 < argc)
             seconds = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc && atof(argv[i + 1]) > 0)
+            timeout_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tag") && i + 1 < argc)
             i++; /* ignored: marks the processes of one test run for pgrep */
         else {
             fprintf(stderr,
                     "usage: %s [--max-count N] [--kill R [--after K]] [--stall R] [--stop R] "
-                    "[--wedge-stop R] [--stop-save] [--loop S]\n",
+                    "[--wedge-stop R] [--stop-save] [--loop S] [--timeout S]\n",
                     argv[0]);
             return 2;
         }
     }
-    pt_comm_options opt = {.backend = "mpi"};
+    pt_comm_options opt = {.backend = "mpi", .timeout_s = timeout_s};
     void *w;
-    pt_status s = pt_comm_mpi_world(&opt, &be, &w, &me, &np);
+    pt_status s = pt_comm_mpi_desc.world(&opt, &be, &w, &me, &np);
     if (s != PT_OK) {
         fprintf(stderr, "mpi world: %s: %s\n", pt_status_name(s), pt_error_message());
         return s == PT_ERR_UNSUPPORTED ? 77 : 1;

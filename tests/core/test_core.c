@@ -30,6 +30,59 @@ static void test_status(void) {
     CHECK(!pt_error_is_shared());
 }
 
+/* The file:line trail of PT_CHECK: the message never changes. */
+static pt_status fail_io(void) {
+    return pt_error_set(PT_ERR_IO, "disk full");
+}
+static int line_inner, line_outer;
+static pt_status inner(void) {
+    line_inner = __LINE__ + 1;
+    PT_CHECK(fail_io());
+    return PT_OK;
+}
+static pt_status outer(void) {
+    line_outer = __LINE__ + 1;
+    PT_CHECK(inner());
+    return PT_OK;
+}
+static pt_status deep(int n) {
+    if (n == 0) return fail_io();
+    PT_CHECK(deep(n - 1));
+    return PT_OK;
+}
+static pt_status with_goto(void) {
+    pt_status st = PT_OK;
+    PT_CHECK_GOTO(st, fail_io(), done);
+done:
+    return st;
+}
+
+static void test_trail(void) {
+    pt_error_clear();
+    CHECK(!strcmp(pt_error_trail(), ""));
+    CHECK_EQ(outer(), PT_ERR_IO);
+    CHECK(!strcmp(pt_error_message(), "disk full")); /* unchanged */
+    char want[128];
+    snprintf(want, sizeof want, "core/test_core.c:%d <- core/test_core.c:%d", line_inner,
+             line_outer);
+    if (strcmp(pt_error_trail(), want)) fprintf(stderr, "trail '%s'\n", pt_error_trail());
+    CHECK(!strcmp(pt_error_trail(), want));
+    /* a message that wraps the last one keeps its trail; a new one does not */
+    pt_error_set(PT_ERR_IO, "saving x: %s", pt_error_message());
+    CHECK(!strcmp(pt_error_trail(), want));
+    pt_error_set(PT_ERR_INVALID, "something else");
+    CHECK(!strcmp(pt_error_trail(), ""));
+    CHECK_EQ(with_goto(), PT_ERR_IO);
+    CHECK(strstr(pt_error_trail(), "core/test_core.c:") == pt_error_trail());
+    /* a long chain ends in "..." and stays bounded */
+    CHECK_EQ(deep(200), PT_ERR_IO);
+    size_t n = strlen(pt_error_trail());
+    CHECK(n < 512);
+    CHECK(n > 7 && !strcmp(pt_error_trail() + n - 7, " <- ..."));
+    pt_error_clear();
+    CHECK(!strcmp(pt_error_trail(), ""));
+}
+
 static void test_mem(void) {
     size_t base = pt_mem_current(PT_MEM_PARAMS);
     void *a = pt_mem_alloc(PT_MEM_PARAMS, 1000);
@@ -203,6 +256,7 @@ static void test_rng_moments(void) {
 
 int main(void) {
     RUN(test_status);
+    RUN(test_trail);
     RUN(test_mem);
     RUN(test_mem_large);
     RUN(test_read_text_file);

@@ -99,7 +99,7 @@ static int rank_main(void *arg) {
     (void)arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     int fail = check_layout(world, 0) | check_layout(world, 1);
     pt_comm_free(world);
     return fail;

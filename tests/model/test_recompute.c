@@ -364,7 +364,7 @@ static int rank_main(void *arg) {
     (void)arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     int fail = check_tp(world, 0) | check_tp(world, 1);
     pt_comm_free(world);
     return fail;

@@ -122,7 +122,7 @@ static inline int rank_oom_save(void *arg) {
     const oom_case *oc = arg;
     pt_comm *w = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&w, &o) != PT_OK) return 2;
+    if (pt_comm_new(&w, &o) != PT_OK) return 2;
     int me = pt_comm_rank(w), n = oc->cfg.train.batch_size * oc->cfg.model.seq_len;
     int *in = malloc((size_t)n * sizeof(int)), *tg = malloc((size_t)n * sizeof(int));
     step_tokens(&oc->cfg, 0, in, tg);

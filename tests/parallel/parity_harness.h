@@ -243,7 +243,7 @@ static int rank_main(void *arg) {
     const job *j = arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) {
+    if (pt_comm_new(&world, &o) != PT_OK) {
         fprintf(stderr, "rank: %s\n", pt_error_message());
         return 1;
     }
@@ -604,7 +604,7 @@ static int parity_init(int argc, char **argv, const char *name) {
     pt_log_set_level(PT_LOG_WARN);
     if (use_mpi) {
         pt_comm_options o = {"mpi", 30};
-        if (pt_comm_init(&mpi_world, &o) != PT_OK) {
+        if (pt_comm_new(&mpi_world, &o) != PT_OK) {
             fprintf(stderr, "%s --mpi: %s\n", name, pt_error_message());
             return 1;
         }

@@ -180,7 +180,7 @@ static int rank_bad_resume(void *arg) {
     const bad_resume *b = arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, &b->cfg, world);
     for (int s = 0; b->save && st == PT_OK && s < 2; s++) st = pt_trainer_step(t, NULL);

@@ -263,7 +263,7 @@ static int rank_bad_dp(void *arg) {
     (void)arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     pt_config c;
     tiny_config(&c, 1); /* but 2 ranks */
     pt_trainer *t = NULL;

@@ -84,7 +84,7 @@ static int rank_main(void *arg) {
     (void)arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 20};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     int r = pt_comm_rank(world), fail = 0;
     pt_model *m = NULL;
     if (pt_model_new_slice(&m, &cfg, 1, 2, r) != PT_OK) return 1;

@@ -209,7 +209,7 @@ static int shm_rank(void *arg) {
     (void)arg;
     pt_comm *world = NULL;
     pt_comm_options o = {"shm", 30};
-    if (pt_comm_init(&world, &o) != PT_OK) return 1;
+    if (pt_comm_new(&world, &o) != PT_OK) return 1;
     int rc = rank_main(world);
     pt_comm_free(world);
     return rc;
@@ -289,7 +289,7 @@ int main(int argc, char **argv) {
     if (use_mpi) {
         pt_comm *world = NULL;
         pt_comm_options o = {"mpi", 30};
-        if (pt_comm_init(&world, &o) != PT_OK) {
+        if (pt_comm_new(&world, &o) != PT_OK) {
             fprintf(stderr, "test_mesh --mpi: %s\n", pt_error_message());
             return 1;
         }

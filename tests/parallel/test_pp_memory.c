@@ -66,7 +66,7 @@ static int rank_main(void *arg) {
     const job *j = arg;
     pt_comm *world = NULL;
     pt_comm_options opt = {"shm", 20};
-    if (pt_comm_init(&world, &opt) != PT_OK) return 1;
+    if (pt_comm_new(&world, &opt) != PT_OK) return 1;
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, &j->cfg, world);
     int n = j->cfg.train.batch_size * j->cfg.model.seq_len;

@@ -133,7 +133,7 @@ static int rank_main(void *arg) {
     const job *j = arg;
     pt_comm *world = NULL;
     pt_comm_options opt = {"shm", 20};
-    if (pt_comm_init(&world, &opt) != PT_OK) {
+    if (pt_comm_new(&world, &opt) != PT_OK) {
         fprintf(stderr, "rank: %s\n", pt_error_message());
         return 1;
     }

@@ -74,7 +74,7 @@ static int run_rank(const pt_config *cfg, pt_comm *world) {
 static int rank_main(void *arg) {
     pt_comm *world = NULL;
     pt_comm_options opt = {"shm", 20};
-    if (pt_comm_init(&world, &opt) != PT_OK) return 1;
+    if (pt_comm_new(&world, &opt) != PT_OK) return 1;
     int rc = run_rank(arg, world);
     pt_comm_free(world);
     return rc;

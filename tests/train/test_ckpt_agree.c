@@ -66,7 +66,7 @@ static int rank_save(void *arg) {
     const save_case *sc = arg;
     pt_comm *w = NULL;
     pt_comm_options o = {"shm", TIMEOUT_S};
-    if (pt_comm_init(&w, &o) != PT_OK) return 2;
+    if (pt_comm_new(&w, &o) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     pt_trainer *t = NULL;
     pt_status st = pt_trainer_new_dist(&t, &sc->cfg, w);
@@ -238,7 +238,7 @@ static int rank_agree(void *arg) {
     (void)arg;
     pt_comm *w = NULL;
     pt_comm_options o = {"shm", TIMEOUT_S};
-    if (pt_comm_init(&w, &o) != PT_OK) return 2;
+    if (pt_comm_new(&w, &o) != PT_OK) return 2;
     int me = pt_comm_rank(w);
     pt_status local = PT_OK;
     if (failing_mask >> me & 1)

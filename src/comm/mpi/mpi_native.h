@@ -4,10 +4,11 @@
  * uses this. The header does not include mpi.h, so the CLI can include it.
  *
  * The mpi backend is built only when Open MPI is found, so outside
- * mpi_backend.c these are WEAK declarations: in a build without MPI their
+ * mpi_native.c these are WEAK declarations: in a build without MPI their
  * addresses are NULL, and a caller checks `if (pt_mpi_native_init)` first.
- * (They live in mpi_backend.o, which the comm registry always links in when
- * the backend exists.) */
+ * (They live in mpi_native.o, which a weak reference does not pull out of
+ * the library: mpi_backend.c's free calls pt_mpi_native_release, and the
+ * comm registry always links mpi_backend.o in when the backend exists.) */
 #ifndef PT_MPI_NATIVE_H
 #define PT_MPI_NATIVE_H
 

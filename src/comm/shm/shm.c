@@ -2,8 +2,8 @@
  * (shm_impl.h: its layout and the backend's files). This file holds the
  * contexts (one per communicator: this process's view of a region), split
  * (a new region from the pool for each color), free, the world
- * constructors (a launched rank, a world of one, a named segment) and the
- * backend's function table.
+ * constructors (a launched rank, a world of one, a named segment), the
+ * backend's function table and its descriptor for the registry.
  *
  * Not here: the algorithms (shm_coll.c, shm_pipe.c, shm_cma.c, shm_p2p.c),
  * waiting (shm_wait.c), the arena and the pool (shm_region.c), the
@@ -22,8 +22,8 @@ static const pt_comm_backend shm_backend;
 
 static uint64_t spin_ns_for(int nranks) {
     /* Spinning only pays when every rank has a core of its own. */
-    const char *e = getenv("PT_SHM_SPIN_US"); /* tuning */
-    if (e && *e) return (uint64_t)(atof(e) * 1000);
+    double us = pt_knob_float("PT_SHM_SPIN_US"); /* tuning; -1: automatic */
+    if (us >= 0) return (uint64_t)(us * 1000);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     return cpus >= nranks ? 50000 : 2000;
 }
@@ -212,7 +212,9 @@ static pt_status world_from(pt_shm_job *job, size_t total, int rank, double time
     atomic_store(&map->refs, 1); /* held until the world context is made */
     shm_ctx *x;
     /* The launcher's (or creator's) timeout wins: every rank then agrees. */
-    double t = job->timeout_s > 0 ? job->timeout_s : timeout_s > 0 ? timeout_s : 10.0;
+    double t = job->timeout_s > 0 ? job->timeout_s
+               : timeout_s > 0    ? timeout_s
+                                  : PT_COMM_DEFAULT_TIMEOUT_S;
     pt_status st = ctx_new(map, job->world_off, rank, t, t, 1, &x);
     map_release(map); /* the context holds it now (or, on failure, nobody) */
     if (st != PT_OK) return st;
@@ -229,8 +231,12 @@ static pt_status world_from(pt_shm_job *job, size_t total, int rank, double time
     return PT_OK;
 }
 
-pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                            int *rank, int *size) {
+static int shm_available(void) {
+    return adopted.job != NULL;
+}
+
+static pt_status shm_world(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                           int *rank, int *size) {
     if (!adopted.job)
         return pt_error_set(PT_ERR_UNSUPPORTED, "shm: this process was not started by pt_launch");
     pt_shm_job *job = adopted.job;
@@ -238,8 +244,9 @@ pt_status pt_comm_shm_world(const pt_comm_options *opt, const pt_comm_backend **
     return world_from(job, job->total, adopted.rank, opt->timeout_s, 1, be, ctx, rank, size);
 }
 
-pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                           int *rank, int *size) {
+/* A world of one in this process (no launcher, nothing shared). */
+static pt_status shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
+                          int *rank, int *size) {
     pt_shm_job *job;
     PT_CHECK(pt_shm_job_map_anon(1, 0, &job));
     pt_shm_job_adopt(job, 0, (int)getpid());
@@ -259,10 +266,7 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
     PT_CHECK(shm_job_map_named(name, size, &job));
     size_t total = job->total;
     shm_job_mark_running(job, rank, (int)getpid());
-    pt_comm_options o = {opt ? opt->backend : NULL,
-                         opt && opt->timeout_s > 0 ? opt->timeout_s : 10};
-    const char *env = getenv("PT_COMM_TIMEOUT");
-    if (env && atof(env) > 0) o.timeout_s = atof(env);
+    pt_comm_options o = pt_comm_options_resolve(opt);
     const pt_comm_backend *be;
     void *ctx;
     int r, s;
@@ -270,3 +274,12 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
         world_from(job, total, rank, o.timeout_s, 0, &be, &ctx, &r, &s)); /* unmaps on failure */
     return pt_comm_wrap(be, ctx, r, s, out);
 }
+
+const pt_comm_backend_desc pt_comm_shm_desc = {
+    .name = "shm",
+    .available = shm_available,
+    .world = shm_world,
+    .self = shm_self,
+    .launch = shm_launch,
+    .lazy_bytes = shm_lazy_bytes,
+};

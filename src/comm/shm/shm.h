@@ -1,9 +1,10 @@
 /* Private to the comm layer: what the shm backend offers beyond its world
  * constructor (comm_impl.h). Two ways to form an shm job:
  *
- *  1. pt_launch (comm.h) maps an anonymous MAP_SHARED arena before forking
- *     the ranks: invisible to other processes, gone when the last rank exits.
- *     pt_comm_init in a launched rank finds it (pt_comm_shm_world).
+ *  1. pt_launch (comm.h; shm_launch) maps an anonymous MAP_SHARED arena
+ *     before forking the ranks: invisible to other processes, gone when the
+ *     last rank exits. pt_comm_new in a launched rank finds it (the
+ *     descriptor's world, pt_comm_shm_desc).
  *  2. Processes started by someone else (the `partrain bench comm` ranks
  *     under mpirun) form an shm world through a NAMED segment:
  *
@@ -64,11 +65,11 @@ int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, con
 /* Launcher: the rank that printed the job's error line
  * (pt_comm_claim_error_line), -1 if none did. */
 int pt_shm_job_error_line(const pt_shm_job *job);
-/* In a forked rank: make pt_comm_shm_world find this job as `rank`. */
+/* In a forked rank: make the world constructor find this job as `rank`. */
 void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
-/* A world of one in this process (no launcher, nothing shared). */
-pt_status pt_comm_shm_self(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx,
-                           int *rank, int *size);
+/* The descriptor's launch: pt_launch (comm.h) on this machine. */
+pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                     int *exit_code);
 
 /* Single-copy collectives on shm communicator c: 1 on, -1 off (a member may
  * not read another's memory, or PT_SHM_CMA=0), 0 not decided yet (no

@@ -42,12 +42,6 @@
 #include <sys/uio.h>
 #include <time.h>
 
-/* Collectives of at least this many bytes go single-copy when the ranks can
- * reach each other's memory, in chunks of PT_SHM_CMA_CHUNK bytes per peer
- * (see above for the measurements). */
-#define PT_SHM_CMA_MIN   (16u << 10)
-#define PT_SHM_CMA_CHUNK (128u << 10)
-
 /* The kernel may move fewer bytes than asked (it stops at the first page it
  * cannot pin); continue from there. */
 static int cma_move(int pid, char *local, char *remote, size_t bytes, int write) {
@@ -76,8 +70,7 @@ static int cma_pid_write(int pid, const void *src, void *remote, size_t bytes) {
 }
 
 static int cma_wanted(void) {
-    const char *e = getenv("PT_SHM_CMA");
-    return !(e && !strcmp(e, "0"));
+    return pt_knob_int("PT_SHM_CMA") != 0;
 }
 
 /* Gone, or a zombie: a killed process loses its memory before it is reaped. */
@@ -220,7 +213,7 @@ pt_status shm_cma_broadcast(shm_ctx *x, char *buf, size_t bytes, int root) {
     return shm_sync_all(x, PT_OP_BROADCAST);
 }
 
-size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes) {
+size_t shm_lazy_bytes(int size, pt_comm_op op, size_t bytes) {
     shm_ctx x = {0};
     x.n = size;
     shm_cma_shape(&x);
@@ -232,12 +225,13 @@ size_t pt_comm_shm_lazy_bytes(int size, int op, size_t bytes) {
     return (size_t)(size - 1) * x.cma_c * sizeof(float); /* cma_probe's scratch */
 }
 
-/* Single-copy threshold and chunk; PT_SHM_CMA_MIN_KB and PT_SHM_CMA_CHUNK_KB
- * override them (tuning; every rank must see the same values). */
+/* Collectives of at least PT_SHM_CMA_MIN_KB (16 KiB) go single-copy when the
+ * ranks can reach each other's memory, in chunks of PT_SHM_CMA_CHUNK_KB
+ * (128 KiB) per peer (see above for the measurements; knobs for tuning,
+ * every rank must see the same values). */
 void shm_cma_shape(shm_ctx *x) {
-    const char *e = getenv("PT_SHM_CMA_MIN_KB"), *c = getenv("PT_SHM_CMA_CHUNK_KB");
-    x->cma_min = e && *e ? (size_t)atol(e) << 10 : PT_SHM_CMA_MIN;
-    size_t chunk = c && atol(c) > 0 ? (size_t)atol(c) << 10 : PT_SHM_CMA_CHUNK;
+    x->cma_min = (size_t)pt_knob_int("PT_SHM_CMA_MIN_KB") << 10;
+    size_t chunk = (size_t)pt_knob_int("PT_SHM_CMA_CHUNK_KB") << 10;
     x->cma_c = chunk / sizeof(float) & ~(size_t)15;
     if (x->cma_c == 0) x->cma_c = 16;
 }

@@ -5,7 +5,7 @@
  *   sync        every member stores ++epoch into its flag (release) and
  *               waits until all flags reach it (acquire): a barrier
  *               (shm_wait.c).
- *   single-copy from PT_SHM_CMA_MIN bytes on, when the ranks may read each
+ *   single-copy from PT_SHM_CMA_MIN_KB on, when the ranks may read each
  *               other's memory (probed once per communicator): ranks post
  *               their buffers' addresses and copy straight between them
  *               with process_vm_readv/writev (shm_cma.c); rank r reduces

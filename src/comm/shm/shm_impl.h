@@ -15,7 +15,7 @@
  *   ctl[n]          384 bytes per member: its sync flag (an epoch
  *                   counter), the pipelined all-reduce's counters, the
  *                   split fields, the single-copy buffer address
- *   stage[n][2]     two halves of PT_SHM_STAGE bytes per member: the
+ *   stage[n][2]     two halves of PT_SHM_STAGE_KB per member: the
  *                   staging buffers of the collectives (double buffered)
  *   ring[n][n]      a byte ring per ordered pair (ring_bytes_for(n))
  *                   (send/recv), head and tail on their own cache lines
@@ -297,6 +297,10 @@ pt_status shm_cma_enter(shm_ctx *x, void *buf, int want, int op, int *use);
 pt_status shm_cma_reduce(shm_ctx *x, float *buf, size_t count, int avg, int gather, int op);
 pt_status shm_cma_allgather(shm_ctx *x, float *buf, size_t count);
 pt_status shm_cma_broadcast(shm_ctx *x, char *buf, size_t bytes, int root);
+/* The descriptor's lazy_bytes: the chunk scratch a communicator of `size`
+ * allocates at its first single-copy collective (0 when op of `bytes`
+ * takes the staged path). */
+size_t shm_lazy_bytes(int size, pt_comm_op op, size_t bytes);
 
 /* ---- shm_p2p.c: send/recv ---- */
 

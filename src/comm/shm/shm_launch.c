@@ -1,5 +1,5 @@
-/* The shm launcher: pt_launch forks the ranks of a job on this machine and
- * supervises them.
+/* The shm launcher: pt_launch (comm.h; the registry calls shm_launch) forks
+ * the ranks of a job on this machine and supervises them.
  *
  * The arena is an anonymous MAP_SHARED mapping made before fork: no name in
  * /dev/shm, no other process can open it, and the kernel frees it when the
@@ -75,14 +75,53 @@ static void where(const pt_shm_job *job, int r, char *out, size_t len) {
     if (err[0] && k < len) snprintf(out + k, len - k, " (%s)", err);
 }
 
+/* Block SIGCHLD, SIGINT and SIGTERM (*set; the mask before: *old), taken
+ * with sigtimedwait. SIGCHLD ignored by the caller would auto-reap the
+ * ranks and hide their exit status: default it (*old_chld: as it was)
+ * while the job runs. */
+static void block_signals(sigset_t *set, sigset_t *old, struct sigaction *old_chld) {
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, old_chld);
+    sigemptyset(set);
+    sigaddset(set, SIGCHLD);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    sigprocmask(SIG_BLOCK, set, old);
+}
+
+/* Fork the ranks: each runs fn(arg) as its rank of job, with the signal
+ * mask `old` (the caller's) and SIGKILL when the launcher dies. pids[r]
+ * and *alive count the ones started; an error once a fork fails. */
+static pt_status fork_ranks(int nproc, pt_rank_main fn, void *arg, pt_shm_job *job,
+                            const sigset_t *old, pid_t *pids, int *alive) {
+    pid_t parent = getpid();
+    for (int r = 0; r < nproc; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(1); /* launcher already gone */
+            sigprocmask(SIG_SETMASK, old, NULL);
+            pt_shm_job_adopt(job, r, (int)getpid());
+            int rc = fn(arg);
+            exit(rc & 0xff);
+        }
+        if (pid < 0)
+            return pt_error_set(PT_ERR_INTERNAL, "pt_launch: fork of rank %d: %s", r,
+                                strerror(errno));
+        pids[r] = pid;
+        (*alive)++;
+    }
+    return PT_OK;
+}
+
+/* The job's timeout: the launcher's option, else 0 (the ranks' decide). */
 static double timeout_of(const pt_comm_options *opt) {
-    const char *env = getenv("PT_COMM_TIMEOUT");
-    if (env && atof(env) > 0) return atof(env);
     return opt && opt->timeout_s > 0 ? opt->timeout_s : 0;
 }
 
-pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
-                    int *exit_code) {
+pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                     int *exit_code) {
     if (!exit_code) return pt_error_set(PT_ERR_INVALID, "pt_launch: exit_code is NULL");
     *exit_code = 1;
     if (!fn) return pt_error_set(PT_ERR_INVALID, "pt_launch: fn is NULL");
@@ -92,41 +131,14 @@ pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options
     pt_shm_job *job;
     PT_CHECK(pt_shm_job_map_anon(nproc, timeout_of(opt), &job));
 
-    /* SIGCHLD ignored by the caller would auto-reap the ranks and hide
-     * their exit status: default it while the job runs. */
-    struct sigaction dfl = {.sa_handler = SIG_DFL}, old_chld;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGCHLD, &dfl, &old_chld);
+    struct sigaction old_chld;
     sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGCHLD);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigprocmask(SIG_BLOCK, &set, &old);
+    block_signals(&set, &old, &old_chld);
     fflush(NULL); /* or buffered output would be written once per rank */
 
     pid_t pids[PT_SHM_MAX_RANKS] = {0};
-    pid_t parent = getpid();
     int alive = 0;
-    pt_status st = PT_OK;
-    for (int r = 0; r < nproc; r++) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() != parent) _exit(1); /* launcher already gone */
-            sigprocmask(SIG_SETMASK, &old, NULL);
-            pt_shm_job_adopt(job, r, (int)getpid());
-            int rc = fn(arg);
-            exit(rc & 0xff);
-        }
-        if (pid < 0) {
-            st =
-                pt_error_set(PT_ERR_INTERNAL, "pt_launch: fork of rank %d: %s", r, strerror(errno));
-            break;
-        }
-        pids[r] = pid;
-        alive++;
-    }
+    pt_status st = fork_ranks(nproc, fn, arg, job, &old, pids, &alive);
 
     int first_fail = -1, fail_ws = 0, interrupted = 0, early_exit = -1;
     char fail_where[512] = "";

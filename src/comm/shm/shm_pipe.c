@@ -30,11 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Slice of a pipelined all-reduce chunk and slots of its ring (see above
- * for the measurements). */
-#define PT_SHM_SLICE (32u << 10)
-#define PT_SHM_SLOTS 2
-
 /* shm_reduce_into, also writing the result to dst2 (which aliases no source):
  * one pass instead of a reduction and a copy. */
 static void reduce_into2(float *dst, float *restrict dst2, const float *const *src, int n, size_t k,
@@ -190,16 +185,16 @@ pt_status shm_pipe_allreduce(shm_ctx *x, float *buf, size_t count, int avg) {
 }
 
 /* Floats per slice of a pipelined all-reduce chunk (a multiple of 16) and
- * slots of its ring; PT_SHM_SLICE_KB and PT_SHM_SLOTS override them
- * (tuning). At least two slots must fit in the two staging halves. */
+ * slots of its ring: PT_SHM_SLICE_KB (32 KiB) and PT_SHM_SLOTS (2) (see
+ * above for the measurements; knobs for tuning). At least two slots must
+ * fit in the two staging halves. */
 void shm_pipe_shape(shm_ctx *x) {
-    const char *e = getenv("PT_SHM_SLICE_KB"), *q = getenv("PT_SHM_SLOTS");
-    size_t slice = e && atol(e) > 0 ? (size_t)atol(e) << 10 : PT_SHM_SLICE;
+    size_t slice = (size_t)pt_knob_int("PT_SHM_SLICE_KB") << 10;
     size_t area = 2 * x->reg->stage_bytes; /* both halves */
     size_t max = area / 2 / (size_t)x->n;
     if (slice > max) slice = max;
     x->pipe_c = slice / sizeof(float) & ~(size_t)15;
     x->pipe_q = area / ((size_t)x->n * x->pipe_c * sizeof(float));
-    size_t want = q && atol(q) >= 2 ? (size_t)atol(q) : PT_SHM_SLOTS;
+    size_t want = (size_t)pt_knob_int("PT_SHM_SLOTS"); /* >= 2 */
     if (want < x->pipe_q) x->pipe_q = want;
 }

@@ -17,17 +17,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Staging half per member. 512 KiB keeps a round of 2 ranks in L2/L3 and
- * makes the two syncs per round cheap next to the copy (see docs/comm.md). */
-#define PT_SHM_STAGE (512u << 10)
-#define SHM_MAGIC    0x7074736du
+#define SHM_MAGIC 0x7074736du
 
-/* PT_SHM_STAGE_KB overrides the staging half (for tuning; 64 KiB..64 MiB). */
+/* Staging half per member: PT_SHM_STAGE_KB, by default 512 KiB, which keeps
+ * a round of 2 ranks in L2/L3 and makes the two syncs per round cheap next
+ * to the copy (see docs/comm.md). */
 static size_t stage_bytes_default(void) {
-    const char *e = getenv("PT_SHM_STAGE_KB");
-    long kb = e ? atol(e) : 0;
-    if (kb >= 64 && kb <= 65536) return (size_t)kb << 10;
-    return PT_SHM_STAGE;
+    return (size_t)pt_knob_int("PT_SHM_STAGE_KB") << 10; /* 64 KiB..64 MiB */
 }
 
 /* ---- jobs: anonymous (launcher) or named (attach) -------------------------- */
