@@ -233,6 +233,10 @@ typedef struct {
      * its gradient there; the pipeline keeps it equal to the embedding's. */
     const unsigned char *owned;
     pt_recompute recompute;
+    /* 1: the caller runs every pass in slots of its own (the trainer's
+     * executor): the model keeps no slot of its own (a pipeline stage never
+     * does), and pt_model_forward cannot run. */
+    int no_slot;
 } pt_model_options;
 
 /* The general constructor: pt_model_new_slice and pt_model_new_sp are
@@ -316,20 +320,22 @@ typedef struct {
     pt_module_ctx *ctx; /* the pass's activation context (lent) */
 } pt_hook_point;
 
+/* Which point: around a forward, a backward's input-gradient pass (B, or
+ * the whole backward), a split backward's weight-gradient pass (W). */
+typedef enum {
+    PT_HOOK_BEFORE_FORWARD,
+    PT_HOOK_AFTER_FORWARD,
+    PT_HOOK_BEFORE_BACKWARD,
+    PT_HOOK_AFTER_BACKWARD,
+    PT_HOOK_BEFORE_WEIGHT,
+    PT_HOOK_AFTER_WEIGHT,
+} pt_hook_kind;
+
 typedef struct {
-    void (*before_forward)(void *arg, const pt_hook_point *p);
-    void (*after_forward)(void *arg, const pt_hook_point *p);
-    void (*before_backward)(void *arg, const pt_hook_point *p);
-    void (*after_backward)(void *arg, const pt_hook_point *p);
-    /* The split backward (pt_module_backward_input / _weight): after a
-     * module's weight-gradient pass. There after_backward fires after the
-     * input-gradient pass, and module i's gradients are final for the step
-     * only here, with p->last set (the same meaning as after_backward's). */
-    void (*after_weight_grad)(void *arg, const pt_hook_point *p);
-    void *arg; /* lent; passed to every hook */
-    /* Before a module's weight-gradient pass (timing; after `arg` so that
-     * positional initializers of the others stay valid). */
-    void (*before_weight_grad)(void *arg, const pt_hook_point *p);
+    /* Called by the range passes (pt_model_forward_range, ...) around each
+     * module; an error stops the range there and is its result. */
+    pt_status (*fn)(void *arg, pt_hook_kind k, const pt_hook_point *p);
+    void *arg; /* lent */
 } pt_model_hooks;
 /* Install hooks (copied); NULL removes them. */
 void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);
@@ -432,28 +438,28 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n);
  * dy and dx are the caller's, (rows, C) as the stream's. split: the
  * input-gradient passes only (pt_module_backward_input), the weight
  * gradients then by pt_model_backward_weight_range. */
-void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first, int last,
-                            float *loss);
-void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
-                             float *dx, int split);
-void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last);
+pt_status pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first,
+                                 int last, float *loss);
+pt_status pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
+                                  const float *dy, float *dx, int split);
+pt_status pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last);
 /* pt_module_recompute of modules [first, last] in slot s, after their
  * forward. */
-void pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last);
+pt_status pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last);
 
 /* pt_model_forward / pt_model_backward in slot s: the activations are s's,
  * so that the forwards of several micro-batches can precede their
  * backwards. */
-void pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss);
-void pt_model_backward_in(pt_model *m, pt_model_slot *s);
+pt_status pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss);
+pt_status pt_model_backward_in(pt_model *m, pt_model_slot *s);
 
 /* Whole model. With b->targets, returns the mean loss over B*T positions in
  * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
  * without, computes logits (see pt_model_logits). B <= max_B, T <= seq_len;
  * token ids must be in [0, V) (the data loader checks). */
-void pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
+pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
 /* After a forward with targets: ACCUMULATES gradients into pt_model_grads. */
-void pt_model_backward(pt_model *m);
+pt_status pt_model_backward(pt_model *m);
 /* Logits (B,T,V) of the last forward without targets in the model's own
  * slot (lent). */
 const float *pt_model_logits(const pt_model *m);

@@ -43,6 +43,8 @@
 extern "C" {
 #endif
 
+typedef struct pt_trace pt_trace; /* the trace recorder (below) */
+
 /* ---- schedules: the passes of one rank's step ------------------------------- */
 /* A step's forward and backward passes over its micro-batches, in the order
  * one rank runs them (schedule.c, pipeline/); the trainer's step is a driver
@@ -90,7 +92,6 @@ typedef struct {
     pt_pass *pass; /* owned: pt_schedule_free */
     int in_flight; /* max over time of (mb, chunk) activations held, all chunks */
     int chunk_in_flight[PT_SCHEDULE_MAX_VIRTUAL]; /* the same per chunk */
-    int last_micro; /* the micro-batch of the step's last backward (the p = 1 driver) */
     /* index in pass[] of chunk c's last backward pass of the step: its
      * gradients are final after it (the BW, or the W when split) */
     int last_pass[PT_SCHEDULE_MAX_VIRTUAL];
@@ -193,6 +194,66 @@ pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p
 /* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */
 void pt_stage_describe(const pt_model_config *cfg, int p, const pt_stage *s, char *buf, size_t n);
 
+/* ---- the executor (pipeline/runtime.c) -----------------------------------------
+ * Every step, at every layout, is a schedule run by this one executor:
+ * this rank's list (pt_schedule: F, BW, or B and W passes per micro-batch
+ * and chunk) over its chunks of the cut (pt_stage, p x v virtual stages),
+ * in activation blocks of its own (pt_schedule_blocks). With one stage
+ * (pp NULL) the whole model is one chunk and nothing is sent; with several
+ * the chunks' inputs and output gradients travel by non-blocking
+ * point-to-point on splits of pp. Strategies act at the model's hook
+ * points, where the trainer installs its stack; the executor knows none.
+ * Lifecycle: pt_pipeline_new (collective over pp) -> per step
+ * pt_pipeline_step; validation pt_pipeline_forward -> pt_pipeline_free. */
+typedef struct pt_pipeline pt_pipeline;
+
+/* Over model m (whose options owned the rank's modules; lent), this rank's
+ * list s and the cut (both lent, must outlive the pipeline), pp (lent;
+ * NULL with one stage). The model must have no slot of its own (a
+ * pipeline stage, or pt_model_options.no_slot). */
+pt_status pt_pipeline_new(pt_pipeline **out, pt_model *m, const pt_schedule *s,
+                          const pt_stage *stages, pt_comm *pp);
+void pt_pipeline_free(pt_pipeline *q);
+/* Floats of one activation block of the chunk of modules [first, last] for
+ * micro-batches of max_B: its slot, the output gradient it receives unless
+ * it ends with the head and the input gradient it sends unless it starts
+ * with the embedding, rounded to 64 bytes. Any model of the layout
+ * answers, the table-only one too (the planner's). pt_schedule_blocks
+ * then counts a rank's blocks. */
+size_t pt_pipeline_block_floats(const pt_model *m, int first, int last, int max_B);
+/* Record each pass (its work, and its wait for a neighbour) in t (lent;
+ * NULL: none). */
+void pt_pipeline_set_trace(pt_pipeline *q, pt_trace *t);
+
+/* One step's input on this rank: M micro-batches of B x T tokens, micro-batch
+ * mb at tokens + mb B T (targets likewise), each position's loss weighed by
+ * dloss. */
+typedef struct {
+    const int *tokens, *targets;
+    int B, T;
+    float dloss;
+    long step; /* labels trace events */
+} pt_pipeline_batch;
+
+/* The list's passes in order; *loss_sum gets the sum of the head's
+ * micro-batch losses (the head's stage only). An error stops the list
+ * where it happens; the requests in flight are completed either way. */
+pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *b, double *loss_sum);
+/* One micro-batch's forward through every stage (validation): *loss on the
+ * head's stage, 0 elsewhere. */
+pt_status pt_pipeline_forward(pt_pipeline *q, const pt_batch *b, float *loss);
+
+typedef struct {
+    uint64_t busy_ns;    /* the last step's passes' work (their waits excluded) */
+    uint64_t span_ns;    /* its first pass to the end of its last send */
+    uint64_t wait_ns;    /* waiting for neighbours inside it */
+    uint64_t sent_bytes; /* to other stages since the pipeline was made */
+} pt_pipeline_stats;
+void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s);
+/* Whether this rank holds the head; the pp rank that does. */
+int pt_pipeline_has_head(const pt_pipeline *q);
+int pt_pipeline_head_stage(const pt_pipeline *q);
+
 /* ---- the global gradient norm (gradnorm.c) --------------------------------- */
 /* The sum of squares of g, which holds elements [off, off + n) of m's flat
  * gradient layout, in two parts: [0] the elements of tensors that tensor
@@ -207,9 +268,11 @@ void pt_grad_sumsq_parts(const pt_model *m, const float *g, size_t off, size_t n
  * parameter counts once. Collective over the three groups. */
 pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, pt_comm *pp,
                                const double parts[2], double *sumsq);
+/* Both parts summed over c in place (a sharded strategy's group; exact to
+ * double rounding: carried as hi + lo floats). */
+pt_status pt_grad_parts_sum(pt_comm *c, double parts[2]);
 
 /* ---- trace recorder ---------------------------------------------------------- */
-typedef struct pt_trace pt_trace;
 
 enum { PT_TRACE_MAIN = 0, PT_TRACE_COMM = 1 }; /* tids: the main and the comm thread */
 
@@ -228,55 +291,181 @@ size_t pt_trace_dropped(const pt_trace *t);
  * preceded by the process and thread name metadata. */
 pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t0_ns);
 
-/* ---- bucketed gradient synchronization ------------------------------------------- */
-typedef struct pt_ddp pt_ddp;
+/* ---- the strategy stack --------------------------------------------------------
+ * Every strategy (data-parallel buckets, ZeRO, the stale and local-SGD
+ * synchronizers, the optimizer, the tied embedding's sync, the global
+ * norm's reductions, the trace) is a static const table of the points
+ * below plus its own context; the trainer keeps them in ONE ordered array,
+ * built once (pt_stack). At every point the executor calls the entries
+ * that fill it: the BEFORE points (begin, before_*, sync, norm, update) in
+ * stack order, the AFTER points (after_*, grads) in reverse, so that what
+ * an entry sets up before a pass is still there when the entries after it
+ * look, and is torn down after them:
+ *
+ *   ZeRO-3 gathers a module's parameters (before), the tied embedding's
+ *   stage sends wte from them (before, after ZeRO), the trace starts its
+ *   clock (before, last: a gather is not the module's compute); after the
+ *   pass the trace records first, the tied send is waited for, then ZeRO
+ *   releases the parameters. After a module's last backward the tied
+ *   stage adds the head's half of wte's gradient before data parallelism
+ *   launches the module's bucket or ZeRO its reduce-scatter.
+ *
+ * Every entry returns a status; the first error stops the step where it
+ * happens (the entries after it are not called) and is the step's error.
+ * A NULL slot is skipped. Lifecycle: pt_stack_push each entry in order ->
+ * per step: begin, the passes' points, end, sync, norm (inside an
+ * update), update, stats -> pt_stack_free (frees the entries in reverse). */
 
-/* TEST HOOK, never for training: a deliberate bug planted in the real
- * synchronization path, so that the parity tests can prove that they catch
- * it (tests/parallel/test_parity_selfcheck.c). The trainer reads it once,
- * from the environment variable PT_TEST_PLANT, when it is created. */
-typedef enum {
-    PT_PLANT_NONE = 0,
-    PT_PLANT_DOUBLE_BUCKET, /* "double_bucket": bucket 0's all-reduced sum is doubled */
-    PT_PLANT_NO_AVG,        /* "no_avg": each rank weighs its loss by 1/(its tokens), not
-                               1/(global tokens): the sum over ranks is dp x the mean */
-    PT_PLANT_SKIP_MODULE,   /* "skip_module": module 1's (h.0's) gradient is left out of the
-                               all-reduce: every rank keeps its own share */
-    PT_PLANT_TP_SKIP_F,     /* "tp_skip_f": c_attn's input gradient is not all-reduced over
-                               the tp group (Megatron's f): ln_1 and below see a partial sum */
-    PT_PLANT_TP_NORM,       /* "tp_norm": the tensors every tp rank holds whole count once per
-                               rank in the gradient norm */
-    PT_PLANT_PP_TIED,       /* "pp_tied": the embedding's stage leaves out the head's half of the
-                               tied wte's gradient */
-    PT_PLANT_PP_NORM        /* "pp_norm": the gradient norm is each stage's own, not summed over
-                               the pipeline */
-} pt_plant;
-
+/* The stack's view of a step, set before its first pass. */
 typedef struct {
-    size_t bucket_bytes; /* target bucket size (a bucket may split a module); >= 4 */
-    int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
-    int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
-                            0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
-    pt_plant plant;      /* test hook (above); PT_PLANT_NONE outside tests */
-} pt_ddp_options;
+    long step;         /* the step about to run, 1-based */
+    int eval;          /* 1: a validation pass (forwards only), not a step */
+    int microbatches;  /* M */
+    float dloss;       /* in/out: each position's weight in the differentiated loss,
+                          1 / (global tokens): the sum over ranks is the single worker's */
+    float local_dloss; /* 1 / (this rank's tokens): a synchronizer that averages
+                          parameters (local SGD) takes it instead */
+} pt_step_begin;
 
-/* Statistics of the waits since the last pt_ddp_take_stats. */
+/* An optimizer update, passed through the sync and update points. */
 typedef struct {
-    uint64_t comm_ns;    /* sum over completed all-reduces of (end - start) on the comm thread */
-    uint64_t exposed_ns; /* time the calling thread spent blocked in pt_ddp_wait */
-    uint64_t bytes;      /* bytes this rank sent for them: 2(n-1)/n of each bucket (as
-                            pt_comm_stats counts an all-reduce), n = ranks */
-    int buckets;         /* completed all-reduces */
+    long step;      /* the step being taken, 1-based */
+    long steps;     /* train.steps (local SGD averages at the last step too) */
+    float lr, clip; /* clip <= 0: no clipping (the norm is still reported) */
+    float *grads;   /* the gradient to apply: the model's unless a sync entry
+                       points elsewhere (stale: the round of k steps ago) */
+    int skip;       /* set by a sync entry: no update this step (stale's first k) */
+    /* The global sum of squares from this rank's two parts (pt_grad_sumsq_parts):
+     * the stack's norm entries in order (NULL: one model replica, nothing to sum) */
+    pt_status (*reduce_norm)(void *arg, double parts[2], double *sumsq);
+    void *norm_arg;
+    float norm; /* out: the global gradient norm before clipping */
+} pt_update;
+
+/* One rank's communication figures of a step (entries add theirs). */
+typedef struct {
+    uint64_t comm_ns;    /* comm-thread (or blocking) time of the operations completed */
+    uint64_t exposed_ns; /* time the calling thread spent blocked on them */
+    uint64_t bytes;      /* bytes this rank sent for gradients and parameters */
+    int buckets;         /* completed bucket all-reduces */
     /* For telling rank skew from transfer (pt_time_ns clock; 0: no wait):
-     * the last pt_ddp_wait's start and end, when this rank launched the
-     * last bucket of the round it waited for, and when its comm thread
+     * the last wait's start and end, when this rank launched the last
+     * bucket of the round it waited for, and when its comm thread
      * completed the last of them. An all-reduce cannot finish before every
      * rank has launched it, so the part of a wait before the LAST rank's
      * launch_ns is waiting for that rank (skew), not for the transfer; the
      * part after the FIRST rank's end_ns is this rank finishing locally
      * what a peer already has (its comm thread scheduled late). */
     uint64_t wait_start_ns, wait_end_ns, launch_ns, end_ns;
-} pt_ddp_stats;
+    uint64_t pp_bytes; /* bytes this rank sent to other stages beyond the activations */
+} pt_sync_stats;
+
+/* The points. p: the module pass (model.h's pt_hook_point). */
+typedef struct pt_strategy_ops {
+    const char *name; /* "ddp", "zero", "tied", ... (tests find entries by it) */
+    pt_status (*begin)(void *self, pt_step_begin *b);
+    pt_status (*before_forward)(void *self, const pt_hook_point *p);
+    pt_status (*after_forward)(void *self, const pt_hook_point *p);
+    /* around a backward's input-gradient pass (B, or the whole backward BW) */
+    pt_status (*before_backward)(void *self, const pt_hook_point *p);
+    pt_status (*after_backward)(void *self, const pt_hook_point *p);
+    /* around a split backward's weight-gradient pass (W) */
+    pt_status (*before_weight)(void *self, const pt_hook_point *p);
+    pt_status (*after_weight)(void *self, const pt_hook_point *p);
+    /* module p->module's gradient of this micro-batch is complete (after its
+     * BW or W); p->last: final for the step */
+    pt_status (*grads)(void *self, const pt_hook_point *p);
+    /* after the passes of a step or a validation (an AFTER point): what
+     * they left in flight is complete, what they lent is returned */
+    pt_status (*end)(void *self, const pt_step_begin *b);
+    /* after the passes: make u->grads the synchronized gradient (wait) */
+    pt_status (*sync)(void *self, pt_update *u);
+    /* sum the parts of a sum of squares over the entry's group */
+    pt_status (*norm)(void *self, double parts[2]);
+    /* the optimizer's step, parameter averaging, ... */
+    pt_status (*update)(void *self, pt_update *u);
+    void (*stats)(void *self, pt_sync_stats *s); /* add the step's figures, reset */
+    void (*free)(void *self);
+} pt_strategy_ops;
+
+typedef struct {
+    const pt_strategy_ops *ops; /* NULL: no entry (a constructor that does not apply) */
+    void *self;                 /* owned: ops->free */
+} pt_strategy;
+
+#define PT_STACK_MAX 12
+typedef struct {
+    pt_strategy at[PT_STACK_MAX];
+    int n;
+} pt_stack;
+
+typedef enum {
+    PT_POINT_BEFORE_FORWARD,
+    PT_POINT_AFTER_FORWARD,
+    PT_POINT_BEFORE_BACKWARD,
+    PT_POINT_AFTER_BACKWARD,
+    PT_POINT_BEFORE_WEIGHT,
+    PT_POINT_AFTER_WEIGHT,
+    PT_POINT_GRADS,
+} pt_point;
+
+/* Append e (ignored when e.ops is NULL); the stack owns it from here, also
+ * on failure (a full stack frees e). */
+pt_status pt_stack_push(pt_stack *s, pt_strategy e);
+/* Free every entry, last first; the stack is empty after. */
+void pt_stack_free(pt_stack *s);
+/* The entry named name, or NULL (tests wrap entries by name). */
+pt_strategy *pt_stack_find(pt_stack *s, const char *name);
+/* The points, in the order rule above. */
+pt_status pt_stack_begin(pt_stack *s, pt_step_begin *b);
+pt_status pt_stack_point(pt_stack *s, pt_point k, const pt_hook_point *p);
+/* The end point, every entry's even after an error (a failed step's
+ * requests must complete before their buffers go): the first error. */
+pt_status pt_stack_end(pt_stack *s, const pt_step_begin *b);
+/* sync then update (each in stack order); u->reduce_norm is the stack's
+ * norm entries when any has one. */
+pt_status pt_stack_update(pt_stack *s, pt_update *u);
+void pt_stack_stats(pt_stack *s, pt_sync_stats *out);
+
+/* The entries that are not a synchronizer's own (strategies.c):
+ *   optimizer  AdamW or SGD over the whole flat buffer (one worker, sync
+ *              data parallel, stale, local SGD): the update point clips by
+ *              the global norm and steps on u->grads. opt lent.
+ *   tp norm    the split tensors' part of the norm summed over the tp group
+ *   pp norm    the whole sum summed over the pipeline's stages
+ * Each returns an empty entry (ops NULL) where its group is NULL. */
+pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace);
+pt_status pt_tp_norm_strategy(pt_strategy *out, pt_comm *tp);
+pt_status pt_pp_norm_strategy(pt_strategy *out, pt_comm *pp);
+/* The tied embedding's sync across a pipeline, "tied" (tied.c): the head's
+ * stage keeps a copy of wte, refreshed from the embedding's stage before
+ * each step's (and validation's) first forward; the head's gradient of it
+ * goes back after its last backward and is added to the embedding's before
+ * module 0's gradient is final. Collective over pp (lent; NULL: no entry):
+ * emb_stage and head_stage are the pp ranks holding modules 0 and L+1; an
+ * empty entry where they coincide or this rank is neither. */
+pt_status pt_tied_strategy(pt_strategy *out, pt_model *m, pt_comm *pp, int emb_stage,
+                           int head_stage);
+/* The stack entry "trace" (empty for a NULL t): one event per module
+ * pass, "fwd h.3 mb1", "bwd head" (B under split), "W h.0"; pushed last so
+ * that its clock starts after the other entries' before points. */
+pt_status pt_trace_strategy(pt_strategy *out, pt_trace *t, const pt_model *m, int microbatches,
+                            int split);
+/* The clip-and-step helper the optimizer entries share: the global norm of
+ * grads (n floats of the flat layout starting at off) through u->reduce_norm,
+ * clipped by u->clip, then opt's step on params. */
+pt_status pt_update_apply(pt_update *u, pt_adamw *opt, const pt_model *m, float *params,
+                          const float *grads, size_t off, size_t n);
+
+/* ---- bucketed gradient synchronization ------------------------------------------- */
+typedef struct pt_ddp pt_ddp;
+
+typedef struct {
+    size_t bucket_bytes; /* target bucket size (a bucket may split a module); >= 4 */
+    int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
+    int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
+                            0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
+} pt_ddp_options;
 
 /* Buckets for model m over communicator c (both lent, must outlive d). */
 pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt);
@@ -294,10 +483,9 @@ float *pt_ddp_slot_grads(pt_ddp *d, int s);
  * nothing is launched before pt_ddp_wait / pt_ddp_launch_all. step labels
  * trace events. */
 void pt_ddp_begin(pt_ddp *d, int s, int launch, long step);
-/* Hook: module i's backward has finished in the active round. Launches
- * (copying into the slot first when not in place) every bucket it
- * completes. Errors are kept and returned by pt_ddp_wait. */
-void pt_ddp_module_done(pt_ddp *d, int module);
+/* Module i's gradient is final in the active round: launches (copying into
+ * the slot first when not in place) every bucket it completes. */
+pt_status pt_ddp_module_done(pt_ddp *d, int module);
 /* Launch every bucket of the active round not yet launched (its gradients
  * must be final), and end the round: slot s keeps running. */
 pt_status pt_ddp_launch_all(pt_ddp *d);
@@ -312,7 +500,38 @@ int pt_ddp_slot_busy(const pt_ddp *d, int s);
 /* Record waits and all-reduces in t (lent; NULL: none). */
 void pt_ddp_set_trace(pt_ddp *d, pt_trace *t);
 /* Copy and reset the statistics. */
-void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out);
+void pt_ddp_take_stats(pt_ddp *d, pt_sync_stats *out);
+
+/* The data-parallel synchronizers as stack entries (ddp_sync.c), over the
+ * dp group (lent):
+ *   staleness 0  "ddp": one round in place, armed before the step's last
+ *                micro-batch's first backward, each bucket launched as its
+ *                modules' gradients become final (overlap; else all at the
+ *                sync point), waited for at the sync point. The optimizer
+ *                entry (or ZeRO-1's) applies the sum.
+ *   staleness k  "stale": step s's round in its own slot, applied at step
+ *                s + k (the first k steps apply nothing), or with dga the
+ *                correction of delayed gradient averaging (the local
+ *                gradient corrected by the average of k steps ago).
+ * *handle (may be NULL) is lent for checkpoints: the stale rounds in
+ * flight and dga's local gradients are per-rank state. */
+typedef struct pt_dp_sync pt_dp_sync;
+typedef struct {
+    size_t bucket_bytes;
+    int overlap;      /* launch buckets during backward */
+    int microbatches; /* M: the round opens at micro-batch M-1's first backward */
+    int staleness;    /* 0: sync */
+    int dga;          /* staleness > 0: delayed gradient averaging */
+} pt_dp_sync_options;
+pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
+                              const pt_dp_sync_options *o, pt_trace *trace);
+pt_ddp *pt_dp_sync_ddp(pt_dp_sync *s);
+/* dga: this rank's own gradient of the step in slot `slot` (NULL without dga). */
+float *pt_dp_sync_dga_local(pt_dp_sync *s, int slot);
+/* The step the stale pipeline (re)started at (0, or a resume that could
+ * not continue it): step s's round is applied at s + k when s >= it. */
+int pt_dp_sync_start(const pt_dp_sync *s);
+void pt_dp_sync_set_start(pt_dp_sync *s, int step);
 
 /* ---- sharded data parallel (ZeRO stages 1, 2, 3 / FSDP; HSDP) ------------------------
  * Sharding unit: each MODULE's region of the flat buffers is split over the
@@ -358,9 +577,6 @@ typedef struct {
     int group;       /* shard group size; 0 or the world size: shard over all ranks */
     int overlap;     /* stage >= 2: reduce-scatter during backward (0: wait for each at once) */
     int keep_params; /* stage 3: keep gathered parameters from forward to backward */
-    pt_comm *tp;     /* the mesh's tp group (lent; NULL: tp = 1): the global norm counts the
-                        tensors every tp rank holds whole once (pt_grad_sumsq_global) */
-    pt_comm *pp;     /* the mesh's pp group (lent; NULL: pp = 1): the norm sums the stages */
     int per_step;    /* stage >= 2: reduce-scatter each unit's gradient ONCE per step, after
                         its last micro-batch (pipelines, split backwards), its buffer held
                         through the step; 0: after every micro-batch's backward */
@@ -377,19 +593,20 @@ typedef struct {
 pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_options *opt,
                       const pt_adamw_hparams *hp);
 void pt_zero_free(pt_zero *z);
-/* Hooks (model.h's plug points), module i. Errors are kept for pt_zero_step. */
-void pt_zero_before_forward(pt_zero *z, int module);
-void pt_zero_after_forward(pt_zero *z, int module);
-void pt_zero_before_backward(pt_zero *z, int module);
+/* The points (the stack entry calls them; pt_zero_strategy), module i. */
+pt_status pt_zero_before_forward(pt_zero *z, int module);
+pt_status pt_zero_after_forward(pt_zero *z, int module);
+pt_status pt_zero_before_backward(pt_zero *z, int module);
 /* After module i's backward of a micro-batch (its W under a split backward);
  * last: the step's last one of the module. */
-void pt_zero_module_done(pt_zero *z, int module, int last);
+pt_status pt_zero_module_done(pt_zero *z, int module, int last);
 /* Stage 3: return every gathered unit to the pool. */
-void pt_zero_release_params(pt_zero *z);
-/* Wait for the gradients, clip to max_norm by the global norm (sum of the
- * ranks' partial squares), AdamW on this rank's slices with lr, all-gather
- * the parameters (stages 1, 2). *norm gets the global norm before clipping. */
-pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm);
+pt_status pt_zero_release_params(pt_zero *z);
+/* Wait for the gradients, clip to u->clip by the global norm (the ranks'
+ * partial squares summed over the group, then u->reduce_norm), the
+ * optimizer on this rank's slices with u->lr, all-gather the parameters
+ * (stages 1, 2). u->norm gets the global norm before clipping. */
+pt_status pt_zero_step(pt_zero *z, pt_update *u);
 /* Bytes this rank sent on the zero communicators since the last call. */
 uint64_t pt_zero_take_bytes(pt_zero *z);
 /* Time the hooks spent blocked on all-gathers / reduce-scatters since the
@@ -411,6 +628,12 @@ pt_status pt_zero_gather_params(pt_zero *z, float *full);
 typedef enum { PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V } pt_zero_state;
 int pt_zero_is_root(const pt_zero *z);
 pt_status pt_zero_gather_module(pt_zero *z, pt_zero_state what, int i, float *buf);
+/* ZeRO as a stack entry "zero" over the dp group (zero_strategy.c): its
+ * points gather, release and reduce-scatter; its update is the sharded
+ * optimizer step (in place of the optimizer entry). *handle (may be NULL)
+ * is lent for checkpoints. */
+pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,
+                           const pt_zero_options *o, const pt_adamw_hparams *hp, pt_trace *trace);
 /* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */
 void pt_zero_load_params(pt_zero *z, const float *full);
 void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);
@@ -482,6 +705,17 @@ void pt_local_sgd_free(pt_local_sgd *l);
 /* Collective: average params over c (all-reduce), apply the outer step and
  * write the new parameters to params on every rank. */
 pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params);
+/* Local SGD as a stack entry "local_sgd" over the dp group, after the
+ * optimizer entry: each rank weighs its loss by its own tokens and steps on
+ * its own; every sync_every steps (and at the last) the parameters are
+ * averaged. *handle (may be NULL) is lent for checkpoints. */
+typedef struct {
+    int sync_every;
+    int nesterov;
+    float outer_lr, outer_momentum;
+} pt_local_sgd_options;
+pt_status pt_local_sgd_strategy(pt_strategy *out, pt_local_sgd **handle, pt_model *m, pt_comm *dp,
+                                const pt_local_sgd_options *o, pt_trace *trace);
 /* Outer state (lent) for checkpoints: anchor and momentum, n floats each
  * (NULL without nesterov); a checkpoint saves and reloads them in place. */
 float *pt_local_sgd_anchor(pt_local_sgd *l);

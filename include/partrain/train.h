@@ -290,11 +290,6 @@ pt_adamw *pt_trainer_optim(pt_trainer *t);
 /* The whole model's parameter count (pt_model_config_num_params: that of
  * every rank's model unless tensor parallelism slices it). */
 size_t pt_trainer_num_params(const pt_trainer *t);
-/* The full parameters (pt_trainer_num_params floats, laid out like the
- * flat buffer of the tp = 1 model) into out. Collective under ZeRO and
- * tensor parallelism (every rank calls it; with tp > 1 out is written on
- * the tp group's rank 0 only, world rank 0 among them); a copy otherwise. */
-pt_status pt_trainer_gather_params(pt_trainer *t, float *out);
 const pt_config *pt_trainer_config(const pt_trainer *t);
 int pt_trainer_step_count(const pt_trainer *t); /* optimizer steps taken */
 

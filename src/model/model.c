@@ -561,6 +561,7 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
     m->tp_rank = tp_rank;
     m->sp = sp;
     m->recompute = o->recompute;
+    m->no_slot = o->no_slot;
     int L = cfg->n_layer, nmod = L + 2;
     m->tensors =
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
@@ -625,7 +626,7 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
     m->dstream[0] = m->dstream_buf;
     m->dstream[1] = m->dstream_buf + R * C;
     /* a stage's passes run in the pipeline's slots, not in one of its own */
-    if (whole) PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
+    if (whole && !o->no_slot) PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
     *out = m;
     return PT_OK;
 fail:
@@ -634,7 +635,7 @@ fail:
 }
 
 size_t pt_model_buffer_bytes(const pt_model *m, int max_B, pt_mem_cat c) {
-    int L = m->cfg.n_layer, whole = 1;
+    int L = m->cfg.n_layer, whole = !m->no_slot;
     for (int i = 0; i < L + 2; i++) whole &= m->owned[i];
     size_t flat = (m->nparams ? m->nparams : 1) * sizeof(float);
     size_t tied = m->owned[L + 1] && !m->owned[0] ? m->wte_numel * sizeof(float) : 0;
@@ -799,51 +800,27 @@ void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h) {
         memset(&m->hooks, 0, sizeof m->hooks);
 }
 
-void pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss) {
-    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
-    int L = m->cfg.n_layer;
-    s->last = *b;
-    s->have_targets = b->targets != NULL;
-    pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
-    for (int l = 0; l < L; l++)
-        pt_module_forward(m, 1 + l, s->ctx[1 + l], b, s->resid[l], s->resid[l + 1]);
-    pt_module_forward(m, L + 1, s->ctx[L + 1], b, s->resid[L], b->targets ? s->losses : NULL);
-    if (b->targets && loss) {
-        size_t N = (size_t)b->B * (size_t)b->T;
-        double sum = 0;
-        for (size_t i = 0; i < N; i++) sum += s->losses[i];
-        *loss = (float)(sum / (double)N);
-    }
+/* The installed hook at point k of module i's pass in context c. */
+static pt_status hook(pt_model *m, pt_hook_kind k, int i, const pt_batch *b, pt_module_ctx *c) {
+    if (!m->hooks.fn) return PT_OK;
+    pt_hook_point p = {i, b->micro, b->last, c};
+    return m->hooks.fn(m->hooks.arg, k, &p);
 }
 
-void pt_model_backward_in(pt_model *m, pt_model_slot *s) {
-    PT_ASSERT(s->have_targets);
-    int L = m->cfg.n_layer;
-    const pt_batch *b = &s->last;
-    float *d = m->dstream[0], *dnext = m->dstream[1];
-    pt_module_backward(m, L + 1, s->ctx[L + 1], b, NULL, d);
-    for (int l = L - 1; l >= 0; l--) {
-        pt_module_backward(m, 1 + l, s->ctx[1 + l], b, d, dnext);
-        float *t = d;
-        d = dnext;
-        dnext = t;
-    }
-    pt_module_backward(m, 0, s->ctx[0], b, d, NULL);
-}
-
-void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first, int last,
-                            float *loss) {
+pt_status pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first,
+                                 int last, float *loss) {
     PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     int L = m->cfg.n_layer;
     s->last = *b;
     s->have_targets = b->targets != NULL;
     for (int i = first; i <= last; i++) {
-        if (i == 0)
-            pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
-        else if (i <= L)
-            pt_module_forward(m, i, s->ctx[i], b, s->resid[i - 1], s->resid[i]);
-        else
-            pt_module_forward(m, i, s->ctx[i], b, s->resid[L], b->targets ? s->losses : NULL);
+        const float *in = i == 0 ? NULL : s->resid[i <= L ? i - 1 : L];
+        float *out = i <= L ? s->resid[i] : b->targets ? s->losses : NULL;
+        /* before the buffers are read: ZeRO-3's hook gathers them */
+        PT_CHECK(hook(m, PT_HOOK_BEFORE_FORWARD, i, b, s->ctx[i]));
+        pt_module_forward(m, i, s->ctx[i], b, in, out);
+        PT_CHECK(pt_model_take_error(m)); /* a tensor-parallel collective's */
+        PT_CHECK(hook(m, PT_HOOK_AFTER_FORWARD, i, b, s->ctx[i]));
     }
     if (last == L + 1 && b->targets && loss) {
         size_t N = (size_t)b->B * (size_t)b->T;
@@ -851,10 +828,11 @@ void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, in
         for (size_t i = 0; i < N; i++) sum += s->losses[i];
         *loss = (float)(sum / (double)N);
     }
+    return PT_OK;
 }
 
-void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
-                             float *dx, int split) {
+pt_status pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
+                                  const float *dy, float *dx, int split) {
     PT_ASSERT(s->have_targets);
     int L = m->cfg.n_layer;
     const pt_batch *b = &s->last;
@@ -862,29 +840,49 @@ void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
     int k = 0;
     for (int i = last; i >= first; i--) {
         float *din = i == 0 ? NULL : i == first ? dx : m->dstream[k];
+        PT_CHECK(hook(m, PT_HOOK_BEFORE_BACKWARD, i, b, s->ctx[i]));
         if (split)
             pt_module_backward_input(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
         else
             pt_module_backward(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
+        PT_CHECK(pt_model_take_error(m));
+        PT_CHECK(hook(m, PT_HOOK_AFTER_BACKWARD, i, b, s->ctx[i]));
         d = din;
         k ^= 1;
     }
+    return PT_OK;
 }
 
-void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last) {
-    for (int i = last; i >= first; i--) pt_module_backward_weight(m, i, s->ctx[i], &s->last);
+pt_status pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last) {
+    for (int i = last; i >= first; i--) {
+        PT_CHECK(hook(m, PT_HOOK_BEFORE_WEIGHT, i, &s->last, s->ctx[i]));
+        pt_module_backward_weight(m, i, s->ctx[i], &s->last);
+        PT_CHECK(pt_model_take_error(m));
+        PT_CHECK(hook(m, PT_HOOK_AFTER_WEIGHT, i, &s->last, s->ctx[i]));
+    }
+    return PT_OK;
 }
 
-void pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last) {
+pt_status pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last) {
     for (int i = last; i >= first; i--) pt_module_recompute(m, i, s->ctx[i], &s->last);
+    return pt_model_take_error(m);
 }
 
-void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
-    pt_model_forward_in(m, m->own, b, loss);
+pt_status pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss) {
+    return pt_model_forward_range(m, s, b, 0, m->cfg.n_layer + 1, loss);
 }
 
-void pt_model_backward(pt_model *m) {
-    pt_model_backward_in(m, m->own);
+pt_status pt_model_backward_in(pt_model *m, pt_model_slot *s) {
+    return pt_model_backward_range(m, s, 0, m->cfg.n_layer + 1, NULL, NULL, 0);
+}
+
+pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
+    PT_ASSERT(m->own); /* not a model of pt_model_options.no_slot */
+    return pt_model_forward_in(m, m->own, b, loss);
+}
+
+pt_status pt_model_backward(pt_model *m) {
+    return pt_model_backward_in(m, m->own);
 }
 
 const float *pt_model_logits(const pt_model *m) {

@@ -95,6 +95,7 @@ struct pt_model_slot {
 struct pt_model {
     pt_model_config cfg;
     int max_B;       /* 0: a tensor table only (pt_model_new_slice), no buffers */
+    int no_slot;     /* pt_model_options.no_slot: no slot of its own */
     int tp, tp_rank; /* the tensor-parallel slice held (1, 0: the whole model) */
     int ntensors;
     pt_param_info *tensors;

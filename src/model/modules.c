@@ -280,9 +280,6 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
     PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     PT_ASSERT(!m->sp || (b->B * b->T) % m->tp == 0);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    /* before the buffers are checked: ZeRO-3's hook gathers them */
-    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     ctx->B = b->B;
     ctx->T = b->T;
@@ -312,15 +309,12 @@ void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b
             head_forward(m, i, ctx, b, in, out);
         break;
     }
-    if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, &hp);
 }
 
 void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                         const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
               (ctx->kind != PT_MODULE_HEAD || m->tied_p || (m->mod_p[0] && m->mod_g[0])));
     switch (ctx->kind) {
@@ -347,15 +341,12 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
             head_backward(m, i, ctx, b, din);
         break;
     }
-    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
 }
 
 void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
                               const float *dout, float *din) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
     pt_module_scratch *s = scratch_of(m, ctx);
     switch (ctx->kind) {
@@ -387,7 +378,6 @@ void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_b
             head_backward_input(m, i, ctx, b, din);
         break;
     }
-    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
 }
 
 void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
@@ -401,8 +391,6 @@ void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
     PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_weight_grad) m->hooks.before_weight_grad(m->hooks.arg, &hp);
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
         if (m->tp > 1)
@@ -432,5 +420,4 @@ void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_
             head_backward_weight(m, i, ctx, b);
         break;
     }
-    if (m->hooks.after_weight_grad) m->hooks.after_weight_grad(m->hooks.arg, &hp);
 }

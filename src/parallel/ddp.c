@@ -44,16 +44,9 @@ struct pt_ddp {
     slot *slots;
     int active;     /* slot of the open round; -1: none */
     int launch_now; /* the open round launches from pt_ddp_module_done */
-    pt_status err;
     char errmsg[256];
     pt_trace *trace;
-    pt_ddp_stats stats;
-    /* test hook (pt_plant): skip_module keeps this rank's own gradient of
-     * [skip_off, skip_off + skip_n) across the all-reduce (copy in
-     * skip_keep, one for all slots: meant for synchronous rounds) */
-    pt_plant plant;
-    size_t skip_off, skip_n;
-    float *skip_keep;
+    pt_sync_stats stats;
 };
 
 pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt) {
@@ -70,14 +63,8 @@ pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options
     d->active = -1;
     d->in_place = opt->in_place;
     d->nslots = opt->nslots;
-    d->plant = opt->plant;
     size_t n = pt_model_num_params(m);
     int nmod = pt_model_num_modules(m);
-    if (d->plant == PT_PLANT_SKIP_MODULE && nmod > 2) {
-        pt_model_module_region(m, 1, &d->skip_off, &d->skip_n);
-        d->skip_keep = malloc(d->skip_n * sizeof(float));
-        if (!d->skip_keep) goto nomem;
-    }
     size_t maxb = n / cap + (size_t)nmod + 1;
     d->b = calloc(maxb, sizeof *d->b);
     d->slots = calloc((size_t)d->nslots, sizeof *d->slots);
@@ -139,7 +126,6 @@ void pt_ddp_free(pt_ddp *d) {
     }
     free(d->slots);
     free(d->b);
-    free(d->skip_keep);
     free(d);
 }
 
@@ -168,7 +154,7 @@ void pt_ddp_set_trace(pt_ddp *d, pt_trace *t) {
     d->trace = t;
 }
 
-void pt_ddp_take_stats(pt_ddp *d, pt_ddp_stats *out) {
+void pt_ddp_take_stats(pt_ddp *d, pt_sync_stats *out) {
     *out = d->stats;
     memset(&d->stats, 0, sizeof d->stats);
 }
@@ -183,49 +169,35 @@ void pt_ddp_begin(pt_ddp *d, int s, int launch, long step) {
     d->launch_now = launch;
 }
 
-/* Test hook skip_module: the part of bucket b inside the skipped module,
- * saved before its all-reduce (restore 0) and put back after (restore 1). */
-static void plant_skip(pt_ddp *d, slot *sl, const bucket *b, int restore) {
-    size_t lo = b->offset > d->skip_off ? b->offset : d->skip_off;
-    size_t hi = b->offset + b->count < d->skip_off + d->skip_n ? b->offset + b->count
-                                                               : d->skip_off + d->skip_n;
-    if (lo >= hi) return;
-    float *keep = d->skip_keep + (lo - d->skip_off), *g = sl->grads + lo;
-    if (restore)
-        memcpy(g, keep, (hi - lo) * sizeof(float));
-    else
-        memcpy(keep, g, (hi - lo) * sizeof(float));
-}
-
-static void launch(pt_ddp *d, slot *sl) {
+static pt_status launch(pt_ddp *d, slot *sl) {
     int k = sl->launched++;
     if (k == d->nb - 1) sl->launch_ns = pt_time_ns();
-    if (d->err != PT_OK) return;
     const bucket *b = &d->b[k];
     const float *g = pt_model_grads(d->m);
     if (!d->in_place) memcpy(sl->grads + b->offset, g + b->offset, b->count * sizeof(float));
-    if (d->skip_keep) plant_skip(d, sl, b, 0);
     pt_status st =
         pt_comm_iallreduce(d->c, sl->grads + b->offset, b->count, PT_REDUCE_SUM, &sl->reqs[k]);
     if (st != PT_OK) {
-        d->err = st;
-        snprintf(d->errmsg, sizeof d->errmsg, "%s", pt_error_message());
         sl->reqs[k] = NULL;
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", pt_error_message());
+        return pt_error_set(st, "gradient all-reduce: %s", msg);
     }
+    return PT_OK;
 }
 
-void pt_ddp_module_done(pt_ddp *d, int module) {
-    if (d->active < 0 || !d->launch_now) return;
+pt_status pt_ddp_module_done(pt_ddp *d, int module) {
+    if (d->active < 0 || !d->launch_now) return PT_OK;
     slot *sl = &d->slots[d->active];
-    while (sl->launched < d->nb && d->b[sl->launched].ready >= module) launch(d, sl);
+    while (sl->launched < d->nb && d->b[sl->launched].ready >= module) PT_CHECK(launch(d, sl));
+    return PT_OK;
 }
 
 pt_status pt_ddp_launch_all(pt_ddp *d) {
     if (d->active < 0) return PT_OK;
     slot *sl = &d->slots[d->active];
-    while (sl->launched < d->nb) launch(d, sl);
     d->active = -1;
-    if (d->err != PT_OK) return pt_error_set(d->err, "%s", d->errmsg);
+    while (sl->launched < d->nb) PT_CHECK(launch(d, sl));
     return PT_OK;
 }
 
@@ -248,10 +220,6 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
             }
             continue;
         }
-        const bucket *bk = &d->b[k];
-        if (d->plant == PT_PLANT_DOUBLE_BUCKET && k == 0)
-            for (size_t i = 0; i < bk->count; i++) sl->grads[bk->offset + i] *= 2.0f;
-        if (d->skip_keep) plant_skip(d, sl, bk, 1);
         d->stats.comm_ns += z - a;
         if (z > d->stats.end_ns) d->stats.end_ns = z;
         uint64_t p = (uint64_t)pt_comm_size(d->c), b = d->b[k].count * sizeof(float);
@@ -267,10 +235,5 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
     pt_trace_add(d->trace, "wait grads", "wait", PT_TRACE_MAIN, w0, w1, sl->step);
     sl->busy = 0;
     if (st != PT_OK) return pt_error_set(st, "gradient all-reduce: %s", d->errmsg);
-    if (d->err != PT_OK) {
-        st = d->err;
-        d->err = PT_OK;
-        return pt_error_set(st, "gradient all-reduce: %s", d->errmsg);
-    }
     return PT_OK;
 }

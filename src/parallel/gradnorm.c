@@ -38,6 +38,10 @@ static pt_status sum_double(pt_comm *c, double *x, int k) {
     return PT_OK;
 }
 
+pt_status pt_grad_parts_sum(pt_comm *c, double parts[2]) {
+    return sum_double(c, parts, 2);
+}
+
 pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, pt_comm *pp,
                                const double parts[2], double *sumsq) {
     double p[2] = {parts[0], parts[1]};
@@ -46,5 +50,32 @@ pt_status pt_grad_sumsq_global(pt_comm *shard_group, pt_comm *tp, pt_comm *pp,
     double total = p[0] + p[1];
     if (pp) PT_CHECK(sum_double(pp, &total, 1)); /* the stages hold disjoint modules */
     *sumsq = total;
+    return PT_OK;
+}
+
+/* ---- the norm's stack entries: tp, then pp (pt_grad_sumsq_global's order) ---- */
+
+static pt_status tp_norm(void *self, double parts[2]) {
+    return sum_double(self, parts, 1); /* the split part only */
+}
+
+static pt_status pp_norm(void *self, double parts[2]) {
+    double total = parts[0] + parts[1]; /* the stages hold disjoint modules */
+    PT_CHECK(sum_double(self, &total, 1));
+    parts[0] = total;
+    parts[1] = 0;
+    return PT_OK;
+}
+
+static const pt_strategy_ops TP_NORM = {.name = "tp_norm", .norm = tp_norm};
+static const pt_strategy_ops PP_NORM = {.name = "pp_norm", .norm = pp_norm};
+
+pt_status pt_tp_norm_strategy(pt_strategy *out, pt_comm *tp) {
+    *out = tp ? (pt_strategy){&TP_NORM, tp} : (pt_strategy){0};
+    return PT_OK;
+}
+
+pt_status pt_pp_norm_strategy(pt_strategy *out, pt_comm *pp) {
+    *out = pp ? (pt_strategy){&PP_NORM, pp} : (pt_strategy){0};
     return PT_OK;
 }

@@ -106,7 +106,7 @@ int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, 
     return r;
 }
 
-/* in_flight, chunk_in_flight, last_pass and last_micro, read off the list:
+/* in_flight, chunk_in_flight and last_pass, read off the list:
  * a (mb, chunk)'s activations are held from its F to its BW or W. */
 static void count_list(pt_schedule *s) {
     int held[PT_SCHEDULE_MAX_VIRTUAL] = {0}, total = 0;
@@ -120,7 +120,6 @@ static void count_list(pt_schedule *s) {
         } else if (q->kind == PT_PASS_BACKWARD || q->kind == PT_PASS_BACKWARD_WEIGHT) {
             total--, held[q->chunk]--;
             s->last_pass[q->chunk] = k;
-            s->last_micro = q->micro;
         }
     }
 }

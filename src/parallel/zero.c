@@ -73,41 +73,36 @@ struct pt_zero {
     int rs_pending;   /* module whose reduce-scatter is in flight, -1: none */
     poolbuf *pool[2]; /* [0] params, [1] grads; room for np + 4 each */
     int npool[2];
-    pt_status err;
-    char errmsg[256];
     uint64_t bytes_seen;
     uint64_t hook_wait_ns; /* time the hooks blocked on collectives */
-    pt_comm *tp;           /* lent; NULL: tp = 1 */
-    pt_comm *pp;           /* lent; NULL: pp = 1 */
     int per_step;          /* reduce-scatter after a unit's last micro-batch only */
     pt_trace *trace;       /* lent; NULL: none */
     long step;             /* labels trace events */
 };
 
-static uint64_t comm_sent(pt_comm *c) {
-    return pt_comm_sent_bytes(c);
-}
-
-static void keep_error(pt_zero *z, pt_status st, const char *what) {
-    if (st == PT_OK || z->err != PT_OK) return;
-    z->err = st;
-    snprintf(z->errmsg, sizeof z->errmsg, "%s: %s", what, pt_error_message());
+/* st, with "what: " before the message when it failed. */
+static pt_status named(pt_status st, const char *what) {
+    if (st == PT_OK) return st;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set(st, "%s: %s", what, msg);
 }
 
 /* Wait for *req (freed) and record it: the comm thread's span on the comm
  * track, the time this thread blocked on the main track (when > 1 us). */
-static void wait_req(pt_zero *z, pt_comm_req **req, const char *what, int unit) {
+static pt_status wait_req(pt_zero *z, pt_comm_req **req, const char *what, int unit) {
     uint64_t a = pt_time_ns(), s = 0, e = 0;
-    keep_error(z, pt_comm_wait_timed(*req, &s, &e), what);
+    pt_status st = named(pt_comm_wait_timed(*req, &s, &e), what);
     uint64_t w = pt_time_ns();
     *req = NULL;
     z->hook_wait_ns += w - a;
-    if (!z->trace) return;
+    if (!z->trace) return st;
     char name[40];
     snprintf(name, sizeof name, "%s m%d", what, unit);
     if (s && e >= s) pt_trace_add(z->trace, name, "comm", PT_TRACE_COMM, s, e, z->step);
     snprintf(name, sizeof name, "wait %s m%d", what, unit);
     if (w - a > 1000) pt_trace_add(z->trace, name, "wait", PT_TRACE_MAIN, a, w, z->step);
+    return st;
 }
 
 void pt_zero_set_trace(pt_zero *z, pt_trace *t) {
@@ -169,8 +164,6 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->g = g;
     z->overlap = opt->overlap;
     z->keep = opt->keep_params;
-    z->tp = opt->tp;
-    z->pp = opt->pp;
     z->per_step = opt->per_step;
     z->rs_pending = -1;
     PT_CHECK_GOTO(st, pt_comm_split(world, r / g, r, &z->group), fail);
@@ -254,7 +247,7 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
         for (int i = 0; i < z->np; i++)
             if (z->p[i].whole) redirect(z, i);
     }
-    z->bytes_seen = comm_sent(z->group) + comm_sent(z->cross);
+    z->bytes_seen = pt_comm_sent_bytes(z->group) + pt_comm_sent_bytes(z->cross);
     *out = z;
     return PT_OK;
 fail:
@@ -295,116 +288,119 @@ static void redirect(pt_zero *z, int i) {
 
 /* Launch the all-gather of unit i's parameters (no-op when gathered or
  * gathering). */
-static void prefetch(pt_zero *z, int i) {
+static pt_status prefetch(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     /* count 0: a module a pipeline stage does not hold; whole: resident */
-    if (z->stage < 3 || pc->pbuf || !pc->count || pc->whole) return;
+    if (z->stage < 3 || pc->pbuf || !pc->count || pc->whole) return PT_OK;
     pc->pbuf = pool_get(z, 0, pc->count);
     memcpy(pc->pbuf->p + pc->so, pc->pshard, pc->sn * sizeof(float));
-    if (z->err == PT_OK)
-        keep_error(z, pt_comm_iallgather(z->group, pc->pbuf->p, pc->count, &pc->preq),
-                   "parameter all-gather");
     redirect(z, i);
+    return named(pt_comm_iallgather(z->group, pc->pbuf->p, pc->count, &pc->preq),
+                 "parameter all-gather");
 }
 
-static void ensure(pt_zero *z, int i) {
+static pt_status ensure(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    prefetch(z, i);
-    if (pc->preq) wait_req(z, &pc->preq, "all-gather", i);
+    PT_CHECK(prefetch(z, i));
+    return pc->preq ? wait_req(z, &pc->preq, "all-gather", i) : PT_OK;
 }
 
-static void release(pt_zero *z, int i) {
+static pt_status release(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    if (z->stage < 3 || !pc->pbuf) return;
-    if (pc->preq) wait_req(z, &pc->preq, "all-gather", i); /* prefetched, never used */
+    if (z->stage < 3 || !pc->pbuf) return PT_OK;
+    pt_status st = PT_OK;
+    if (pc->preq) st = wait_req(z, &pc->preq, "all-gather", i); /* prefetched, never used */
     pc->pbuf->used = 0;
     pc->pbuf = NULL;
     redirect(z, i);
+    return st;
 }
 
-void pt_zero_release_params(pt_zero *z) {
-    for (int i = 0; i < z->np; i++) release(z, i);
-}
-
-void pt_zero_before_forward(pt_zero *z, int i) {
-    if (z->stage < 3) return;
-    ensure(z, i);
-    if (i == z->np - 1) ensure(z, 0); /* the head reads wte */
-    if (i + 1 < z->np) prefetch(z, i + 1);
-}
-
-void pt_zero_after_forward(pt_zero *z, int i) {
-    if (z->stage < 3 || z->keep) return;
-    if (i == z->np - 1) {
-        pt_zero_release_params(z); /* the head and the embedding (wte) */
-    } else if (i != 0) {
-        release(z, i);
+pt_status pt_zero_release_params(pt_zero *z) {
+    pt_status st = PT_OK;
+    for (int i = 0; i < z->np; i++) {
+        pt_status e = release(z, i);
+        if (st == PT_OK) st = e;
     }
+    return st;
+}
+
+pt_status pt_zero_before_forward(pt_zero *z, int i) {
+    if (z->stage < 3) return PT_OK;
+    PT_CHECK(ensure(z, i));
+    if (i == z->np - 1) PT_CHECK(ensure(z, 0)); /* the head reads wte */
+    return i + 1 < z->np ? prefetch(z, i + 1) : PT_OK;
+}
+
+pt_status pt_zero_after_forward(pt_zero *z, int i) {
+    if (z->stage < 3 || z->keep) return PT_OK;
+    if (i == z->np - 1) return pt_zero_release_params(z); /* the head and the embedding (wte) */
+    return i != 0 ? release(z, i) : PT_OK;
 }
 
 /* ---- gradients of a unit (stage >= 2) ---- */
 
-static void finish_rs(pt_zero *z, int i);
+static pt_status finish_rs(pt_zero *z, int i);
 
-static void take_grads(pt_zero *z, int i) {
+static pt_status take_grads(pt_zero *z, int i) {
     piece *pc = &z->p[i];
     if (pc->gbuf && z->rs_pending == i) {
         /* still reduce-scattering the previous micro-batch's sum (the
          * embedding's, finished last): collect it before accumulating */
-        finish_rs(z, i);
         z->rs_pending = -1;
+        PT_CHECK(finish_rs(z, i));
     }
-    if (pc->gbuf || !pc->count) return;
+    if (pc->gbuf || !pc->count) return PT_OK;
     pc->gbuf = pool_get(z, 1, pc->count);
     memset(pc->gbuf->p, 0, pc->count * sizeof(float));
     redirect(z, i);
+    return PT_OK;
 }
 
 /* Wait for unit i's reduce-scatter, add this rank's slice into its shard,
  * return the buffer. */
-static void finish_rs(pt_zero *z, int i) {
+static pt_status finish_rs(pt_zero *z, int i) {
     piece *pc = &z->p[i];
-    if (!pc->gbuf) return;
-    if (pc->greq) wait_req(z, &pc->greq, "reduce-scatter", i);
+    if (!pc->gbuf) return PT_OK;
+    pt_status st = pc->greq ? wait_req(z, &pc->greq, "reduce-scatter", i) : PT_OK;
     const float *s = pc->gbuf->p + pc->so;
-    for (size_t k = 0; k < pc->sn; k++) pc->gshard[k] += s[k];
+    for (size_t k = 0; st == PT_OK && k < pc->sn; k++) pc->gshard[k] += s[k];
     pc->gbuf->used = 0;
     pc->gbuf = NULL;
     redirect(z, i);
+    return st;
 }
 
-void pt_zero_before_backward(pt_zero *z, int i) {
-    if (z->stage < 2) return;
-    int head = i == z->np - 1;
-    ensure(z, i);
-    if (head) ensure(z, 0);
-    take_grads(z, i);
-    if (head) take_grads(z, 0); /* the head accumulates into wte */
-    if (i > 0) prefetch(z, i - 1);
-}
-
-void pt_zero_module_done(pt_zero *z, int i, int last) {
-    if (z->stage < 2) return;
-    piece *pc = &z->p[i];
-    if (i == z->np - 1) {
-        release(z, 0);
-        release(z, i);
-    } else {
-        release(z, i);
-    }
-    if (!pc->count || (z->per_step && !last)) return;
-    /* one reduce-scatter in flight: finish the previous one first */
-    if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
+/* The reduce-scatter in flight, if any, finished. */
+static pt_status finish_pending(pt_zero *z) {
+    int i = z->rs_pending;
     z->rs_pending = -1;
-    if (z->err == PT_OK)
-        keep_error(
-            z, pt_comm_ireduce_scatter(z->group, pc->gbuf->p, pc->count, PT_REDUCE_SUM, &pc->greq),
-            "gradient reduce-scatter");
+    return i >= 0 ? finish_rs(z, i) : PT_OK;
+}
+
+pt_status pt_zero_before_backward(pt_zero *z, int i) {
+    if (z->stage < 2) return PT_OK;
+    int head = i == z->np - 1;
+    PT_CHECK(ensure(z, i));
+    if (head) PT_CHECK(ensure(z, 0));
+    PT_CHECK(take_grads(z, i));
+    if (head) PT_CHECK(take_grads(z, 0)); /* the head accumulates into wte */
+    return i > 0 ? prefetch(z, i - 1) : PT_OK;
+}
+
+pt_status pt_zero_module_done(pt_zero *z, int i, int last) {
+    if (z->stage < 2) return PT_OK;
+    piece *pc = &z->p[i];
+    if (i == z->np - 1) PT_CHECK(release(z, 0));
+    PT_CHECK(release(z, i));
+    if (!pc->count || (z->per_step && !last)) return PT_OK;
+    /* one reduce-scatter in flight: finish the previous one first */
+    PT_CHECK(finish_pending(z));
+    PT_CHECK(
+        named(pt_comm_ireduce_scatter(z->group, pc->gbuf->p, pc->count, PT_REDUCE_SUM, &pc->greq),
+              "gradient reduce-scatter"));
     z->rs_pending = i;
-    if (!z->overlap) {
-        finish_rs(z, i);
-        z->rs_pending = -1;
-    }
+    return z->overlap ? PT_OK : finish_pending(z);
 }
 
 /* ---- the optimizer step ---- */
@@ -431,15 +427,9 @@ static pt_status wait_all(pt_zero *z, int params, pt_status st) {
     return st;
 }
 
-pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
+pt_status pt_zero_step(pt_zero *z, pt_update *u) {
     pt_status st = PT_OK;
-    if (z->rs_pending >= 0) finish_rs(z, z->rs_pending);
-    z->rs_pending = -1;
-    if (z->err != PT_OK) {
-        st = z->err;
-        z->err = PT_OK;
-        return pt_error_set(st, "%s", z->errmsg);
-    }
+    PT_CHECK(finish_pending(z));
     /* HSDP: stages 2 and 3 reduce-scattered inside the group only, so the
      * group's sums are summed across groups here. Stage 1's buckets are
      * all-reduced over the WORLD by the trainer's pt_ddp: its gradients are
@@ -456,14 +446,15 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     }
     /* global norm: partial squares of the slices, summed over the group */
     double total;
-    if (z->tp || z->pp) { /* and the split tensors' part over the tp group, the stages' */
+    if (u->reduce_norm) { /* and then over the tp group and the stages (the stack's) */
         double parts[2] = {0, 0}, q[2];
         for (int i = 0; i < z->np; i++) {
             pt_grad_sumsq_parts(z->m, gslice(z, i), z->p[i].off + z->p[i].so, z->p[i].sn, q);
             parts[0] += q[0];
             parts[1] += q[1];
         }
-        PT_CHECK(pt_grad_sumsq_global(z->group, z->tp, z->pp, parts, &total));
+        PT_CHECK(pt_grad_parts_sum(z->group, parts));
+        PT_CHECK(u->reduce_norm(u->norm_arg, parts, &total));
     } else {
         double part = 0;
         for (int i = 0; i < z->np; i++) part += pt_optim_grad_sumsq(gslice(z, i), z->p[i].sn);
@@ -473,12 +464,12 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
         PT_CHECK(pt_comm_allreduce(z->group, hl, 2, PT_REDUCE_SUM));
         total = (double)hl[0] + (double)hl[1];
     }
-    float scale = pt_optim_clip_scale(total, max_norm);
+    float scale = pt_optim_clip_scale(total, u->clip);
     for (int i = 0; i < z->np; i++)
-        if (z->p[i].opt) pt_adamw_step(z->p[i].opt, pslice(z, i), gslice(z, i), lr, scale);
+        if (z->p[i].opt) pt_adamw_step(z->p[i].opt, pslice(z, i), gslice(z, i), u->lr, scale);
     if (z->stage >= 2)
         for (int i = 0; i < z->np; i++) memset(z->p[i].gshard, 0, z->p[i].sn * sizeof(float));
-    if (z->stage >= 3) pt_zero_release_params(z); /* kept ones are stale now */
+    if (z->stage >= 3) PT_CHECK(pt_zero_release_params(z)); /* kept ones are stale now */
     /* stages 1 and 2, and stage 3's whole modules: everyone's updated
      * slices to everyone */
     float *params = pt_model_params(z->m);
@@ -489,7 +480,7 @@ pt_status pt_zero_step(pt_zero *z, float lr, float max_norm, float *norm) {
     }
     st = wait_all(z, 1, st);
     if (st != PT_OK) return pt_error_set(st, "parameter all-gather");
-    *norm = (float)sqrt(total);
+    u->norm = (float)sqrt(total);
     return PT_OK;
 }
 
@@ -500,7 +491,7 @@ uint64_t pt_zero_take_wait_ns(pt_zero *z) {
 }
 
 uint64_t pt_zero_take_bytes(pt_zero *z) {
-    uint64_t now = comm_sent(z->group) + comm_sent(z->cross);
+    uint64_t now = pt_comm_sent_bytes(z->group) + pt_comm_sent_bytes(z->cross);
     uint64_t d = now - z->bytes_seen;
     z->bytes_seen = now;
     return d;

@@ -361,8 +361,11 @@ static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cu
         s->blocks[0] = L;
         s->most_modules = L + 2;
     }
-    pt_model_options o = {
-        .tp = c->parallel.tp, .sp = c->parallel.sequence_parallel, .owned = own, .recompute = rc};
+    pt_model_options o = {.tp = c->parallel.tp,
+                          .sp = c->parallel.sequence_parallel,
+                          .owned = own,
+                          .recompute = rc,
+                          .no_slot = 1}; /* the trainer's executor holds the activations */
     pt_status st = model_of(k, c, &o, gpu, s);
     free(own);
     return st;
@@ -394,13 +397,15 @@ static int kept_whole(const char *whole, int i, int L) {
  * rank (tp, dp, pp, and mp = tp x pp), the trainer's auxiliary copy of the
  * world, ZeRO's shard group (and the cross-group one under HSDP), and a
  * pipeline's act/grad groups per chunk plus the tied wte's. */
-static int communicators(const pt_config *c, int zero_on, int g) {
+static int communicators(const pt_config *c, const stage_info *s, int zero_on, int g) {
     int dp = c->parallel.dp, tp = c->parallel.tp, pp = c->parallel.pp;
     if (dp * tp * pp == 1) return 0;
     int n = 1 + 1; /* world, aux */
     n += (tp > 1) + (dp > 1) + (pp > 1) + (tp * pp > 1);
     if (zero_on) n += 1 + (g < dp);
-    if (pp > 1) n += 2 * pt_config_virtual_stages(c) + 1;
+    /* the pipeline's by message kind and chunk; the tied wte's on the two
+     * stages it joins (tied.c) */
+    if (pp > 1) n += 2 * pt_config_virtual_stages(c) + s->tied_peer;
     return n;
 }
 
@@ -471,7 +476,7 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
     const pt_model *m = s->m;
     int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
     int mB = c->train.batch_size / dp / M;
-    size_t T = (size_t)c->model.seq_len, C = (size_t)c->model.n_embd;
+    size_t T = (size_t)c->model.seq_len;
     size_t n = pt_model_num_params(m);
     double flat = (double)(n ? n : 1) * sizeof(float);
     double tied = (double)pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) - flat;
@@ -481,43 +486,31 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
      * tokens (inputs and targets), and the micro-batches in flight */
     cat[PT_MEM_ACTS] = (double)pt_model_buffer_bytes(m, mB, PT_MEM_ACTS) +
                        2.0 * c->train.batch_size * (double)T * sizeof(int);
-    if (c->parallel.pp == 1) {
-        /* the first slot is the model's own */
-        cat[PT_MEM_ACTS] +=
-            (double)(s->sched.in_flight - 1) * (double)pt_model_slot_bytes_at(m, 0, L + 1, mB);
-    } else {
-        /* trainer_pipe.c: in_flight blocks, each the largest chunk's slot
-         * and its gradients in and out, or each chunk's own (as many as it
-         * holds at once, its own size) where that is less; a split backward
-         * adds sets of deferred scratch, as many as the list has W's
-         * pending at once */
-        size_t R = (c->parallel.sequence_parallel ? (size_t)mB * T / (size_t)c->parallel.tp
-                                                  : (size_t)mB * T) *
-                   C;
-        size_t fl[PT_SCHEDULE_MAX_VIRTUAL];
-        for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
-            fl[ch] = pt_model_slot_bytes_at(m, s->first[ch], s->last[ch], mB) / sizeof(float) +
-                     (size_t)((s->last[ch] <= L) + (s->first[ch] > 0)) * R;
-            fl[ch] = (fl[ch] + 15) & ~(size_t)15;
-        }
-        cat[PT_MEM_ACTS] += (double)pt_schedule_blocks(s->sched.virtual_stages, s->sched.in_flight,
-                                                       s->sched.chunk_in_flight, fl, NULL, NULL) *
-                            sizeof(float);
-        if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
-                             * the kinds of module j of the chunks */
-            for (int j = 0; j < s->most_modules; j++) {
-                unsigned kinds = 0;
-                for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
-                    int i = s->first[ch] + j;
-                    if (i <= s->last[ch])
-                        kinds |= 1u << (i == 0       ? PT_MODULE_EMBEDDING
-                                        : i == L + 1 ? PT_MODULE_HEAD
-                                                     : PT_MODULE_BLOCK);
-                }
-                cat[PT_MEM_ACTS] +=
-                    (double)s->sched.pending_w * (double)pt_module_scratch_bytes(m, mB, kinds);
+    /* the executor's blocks (pipeline/runtime.c), at pp = 1 too: in_flight
+     * blocks, each the largest chunk's slot and its gradients in and
+     * out, or each chunk's own (as many as it holds at once, its own
+     * size) where that is less; a split backward adds sets of deferred
+     * scratch, as many as the list has W's pending at once */
+    size_t fl[PT_SCHEDULE_MAX_VIRTUAL];
+    for (int ch = 0; ch < s->sched.virtual_stages; ch++)
+        fl[ch] = pt_pipeline_block_floats(m, s->first[ch], s->last[ch], mB);
+    cat[PT_MEM_ACTS] += (double)pt_schedule_blocks(s->sched.virtual_stages, s->sched.in_flight,
+                                                   s->sched.chunk_in_flight, fl, NULL, NULL) *
+                        sizeof(float);
+    if (s->sched.split) /* sets of one scratch per module of a chunk, each sized for
+                         * the kinds of module j of the chunks */
+        for (int j = 0; j < s->most_modules; j++) {
+            unsigned kinds = 0;
+            for (int ch = 0; ch < s->sched.virtual_stages; ch++) {
+                int i = s->first[ch] + j;
+                if (i <= s->last[ch])
+                    kinds |= 1u << (i == 0       ? PT_MODULE_EMBEDDING
+                                    : i == L + 1 ? PT_MODULE_HEAD
+                                                 : PT_MODULE_BLOCK);
             }
-    }
+            cat[PT_MEM_ACTS] +=
+                (double)s->sched.pending_w * (double)pt_module_scratch_bytes(m, mB, kinds);
+        }
 
     pt_adamw_hparams hp = {0};
     hp.kind = !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW;
@@ -571,7 +564,7 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
         }
     }
     int gsz = c->parallel.zero_group > 0 ? c->parallel.zero_group : dp;
-    cat[PT_MEM_COMM] = (double)communicators(c, zero > 0, gsz) * (double)pt_comm_scratch_bytes();
+    cat[PT_MEM_COMM] = (double)communicators(c, s, zero > 0, gsz) * (double)pt_comm_scratch_bytes();
     if (dp > 1 && zero < 2 && !sync && !local) {
         /* stale: a gradient copy per round in flight, and dga's local ones */
         int nslots = c->parallel.staleness + 1;

@@ -8,6 +8,7 @@
  *
  * Not here: reading a rank's slice back (pt_safetensors_load_slice). */
 #include "trainer_impl.h"
+#include "trainer_test.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -180,4 +181,25 @@ static pt_status copy_full(void *arg, pt_st_tensor_source src, void *src_arg) {
 
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
     return pt_mp_stream_flat(t, local, copy_full, full);
+}
+
+/* The test seam's (trainer_test.h): every rank's parameters, full, on
+ * world rank 0. */
+pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
+    if (!t->mp) {
+        if (t->zero) return pt_zero_gather_params(t->zero, out);
+        memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
+        return PT_OK;
+    }
+    /* this rank's slices (ZeRO: from the dp group's shards), then every
+     * model-parallel member's to its rank 0 */
+    size_t n = pt_model_num_params(t->model);
+    float *local =
+        t->zero ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : pt_model_params(t->model);
+    pt_status st = local ? PT_OK : pt_error_set(PT_ERR_NOMEM, "gather: parameters");
+    if (t->aux) st = pt_comm_agree(t->aux, st);
+    if (st == PT_OK && t->zero) st = pt_zero_gather_params(t->zero, local);
+    if (st == PT_OK) st = pt_mp_gather_full(t, local, out);
+    if (t->zero) pt_mem_free(local);
+    return st;
 }

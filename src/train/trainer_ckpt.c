@@ -30,8 +30,10 @@ static int has_rank_state(const pt_trainer *t) {
 /* stale: the first step whose round is launched and not yet applied; the
  * rounds in flight are those of [first, t->step). */
 static int stale_first_inflight(const pt_trainer *t) {
+    if (!t->dps) return t->step;
     int first = t->step - t->cfg.parallel.staleness;
-    return first > t->pipe_start ? first : t->pipe_start;
+    int start = pt_dp_sync_start(t->dps);
+    return first > start ? first : start;
 }
 
 static void add_group(pt_ckpt_group *g, int *ng, float *buf, const char *fmt, int step) {
@@ -53,7 +55,6 @@ static void add_group(pt_ckpt_group *g, int *ng, float *buf, const char *fmt, in
  * Returns the count. */
 static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
     int ng = 0, k = t->cfg.parallel.staleness;
-    size_t n = pt_model_num_params(t->model);
     if (t->dp_rank > 0 && (t->dga || t->mode == MODE_LOCAL)) {
         add_group(g, &ng, pt_model_params(t->model), "params", 0);
         /* the optimizer's state only (sgd: the momentum buffer, or none) */
@@ -62,8 +63,8 @@ static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
     }
     for (int s = stale_first_inflight(t); t->mode == MODE_STALE && s < t->step; s++) {
         int slot = s % (k + 1);
-        add_group(g, &ng, pt_ddp_slot_grads(t->ddp, slot), "stale.step_%d.sum", s);
-        if (t->dga) add_group(g, &ng, t->dga_local + (size_t)slot * n, "stale.step_%d.local", s);
+        add_group(g, &ng, pt_ddp_slot_grads(pt_dp_sync_ddp(t->dps), slot), "stale.step_%d.sum", s);
+        if (t->dga) add_group(g, &ng, pt_dp_sync_dga_local(t->dps, slot), "stale.step_%d.local", s);
     }
     if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
         add_group(g, &ng, pt_local_sgd_anchor(t->lsgd), "outer.anchor", 0);
@@ -75,10 +76,10 @@ static int rank_groups(pt_trainer *t, pt_ckpt_group *g) {
 /* stale: complete the rounds in flight (their sums are saved). Waiting
  * early changes no value: a later pt_ddp_wait of the slot returns at once. */
 static pt_status finish_inflight(pt_trainer *t) {
-    if (t->mode != MODE_STALE || !t->ddp) return PT_OK;
+    if (t->mode != MODE_STALE || !t->dps) return PT_OK;
     int k = t->cfg.parallel.staleness;
     for (int s = stale_first_inflight(t); s < t->step; s++)
-        PT_CHECK(pt_ddp_wait(t->ddp, s % (k + 1)));
+        PT_CHECK(pt_ddp_wait(pt_dp_sync_ddp(t->dps), s % (k + 1)));
     return PT_OK;
 }
 
@@ -106,7 +107,7 @@ static char *state_json(const pt_trainer *t) {
         cJSON *rs = cJSON_AddObjectToObject(root, "rank_state");
         cJSON_AddNumberToObject(rs, "ranks", t->nranks);
         cJSON_AddStringToObject(rs, "files", "rank<r>.safetensors");
-        cJSON_AddNumberToObject(rs, "pipeline_start", t->pipe_start);
+        cJSON_AddNumberToObject(rs, "pipeline_start", t->dps ? pt_dp_sync_start(t->dps) : 0);
     }
     cJSON_AddItemToObject(root, "config", cfg);
     char *text = cJSON_Print(root);
@@ -373,7 +374,7 @@ static pt_status load_main(pt_trainer *t, const char *stepdir, int optim_t) {
  * per-rank state is lost or missing. */
 static void restart_pipeline(pt_trainer *t, const char *stepdir, const pt_config *saved,
                              const pt_ckpt_state *s) {
-    t->pipe_start = t->step;
+    if (t->dps) pt_dp_sync_set_start(t->dps, t->step);
     if (t->lsgd && pt_local_sgd_anchor(t->lsgd)) {
         size_t n = pt_model_num_params(t->model);
         memcpy(pt_local_sgd_anchor(t->lsgd), pt_model_params(t->model), n * sizeof(float));
@@ -425,7 +426,8 @@ static pt_status resume_local(pt_trainer *t) {
     PT_CHECK(load_main(t, stepdir, s.optim_t));
     t->step = s.step;
     if (continues_exactly(t, &saved, &s)) {
-        t->pipe_start = s.pipe_start; /* before rank_groups: it names the steps in flight */
+        /* before rank_groups: it names the steps in flight */
+        if (t->dps) pt_dp_sync_set_start(t->dps, s.pipe_start);
         pt_ckpt_group g[PT_CKPT_GROUP_MAX];
         int ng = rank_groups(t, g);
         PT_CHECK(pt_ckpt_read_rank_file(stepdir, t->model, t->rank, t->nranks, s.step, g, ng));

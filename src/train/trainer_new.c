@@ -1,18 +1,18 @@
-/* The trainer's construction: builds model, optimizer, data, the
- * data-parallel machinery (pt_ddp buckets, pt_local_sgd, pt_zero) and the
- * trace from a config, installs the model's hooks (trace events per module,
- * bucket launches, ZeRO's gathers), and frees it all; plus the small
- * accessors.
+/* The trainer's construction: from a config, the mesh and its groups, this
+ * rank's model, schedule, cut and executor (pt_pipeline), the optimizer,
+ * and the strategy stack -- one constructor per entry, in the stack's
+ * order (STACK below), each deciding from the config whether it applies --
+ * then the model's hooks pointed at the stack; and freeing it all.
  *
- * The strategies run on the dp group of the device mesh (pt_mesh,
+ * The strategies run on the groups of the device mesh (pt_mesh,
  * parallel.h), never on the world, which stays for job-level things. A
- * second communicator split from the world (aux) carries the per-step
- * statistics to rank 0, the validation sums and the trace merge, so that the
- * dp group's byte counters hold gradient and parameter traffic only.
+ * split of the world (aux) carries the per-step statistics to rank 0, the
+ * validation sums and the trace merge, so that the groups' byte counters
+ * hold their own traffic only.
  *
  * Not here: the step (trainer_step.c), the loop with metrics, validation and
- * the trace file (trainer_run.c), checkpoints (trainer_ckpt.c), the bucket
- * and averaging machinery (parallel/), tensor and pipeline parallelism. */
+ * the trace file (trainer_run.c), checkpoints (trainer_ckpt.c), the
+ * strategies themselves (parallel/). */
 #include "trainer_impl.h"
 
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 
 #include "partrain/kernels.h"
 #include "partrain/parallel.h"
+#include "trainer_test.h"
 
 /* Prefix the last error message (copied first: it is the buffer being set). */
 pt_status pt_trainer_prefix_error(pt_status st, const char *prefix) {
@@ -46,23 +47,16 @@ void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
     pt_ckpt_dir_close(t->ckpt_lock);
-    pt_ddp_free(t->ddp);
-    pt_zero_free(t->zero);
-    pt_mem_free(t->dga_local);
-    pt_local_sgd_free(t->lsgd);
+    pt_stack_free(&t->stack);
+    pt_pipeline_free(t->pipe);
     pt_trace_free(t->trace);
-    free(t->mod_name);
     pt_comm_free(t->aux);
-    pt_pipe_free(t->pipe);
     pt_mesh_free(t->mesh); /* after the strategies that run on its groups */
     pt_mem_free(t->targets);
     pt_mem_free(t->inputs);
     pt_data_free(t->val);
     pt_data_free(t->train);
     pt_adamw_free(t->opt);
-    if (t->slots)
-        for (int k = 1; k < t->sched.in_flight; k++) pt_model_slot_free(t->slots[k]);
-    free(t->slots);
     pt_schedule_free(&t->sched);
     free(t->stages);
     free(t->owned);
@@ -71,103 +65,143 @@ void pt_trainer_free(pt_trainer *t) {
     free(t);
 }
 
-/* ---- hooks: trace events per module, bucket launches ---- */
+/* ---- the stack ---- */
 
-static void hook_before(pt_trainer *t) {
-    if (t->trace) t->hook_t0 = pt_time_ns();
-}
-/* ZeRO-3 gathers a module's parameters before it runs (not timed as the
- * module's compute), releases them after */
-static void hook_before_forward(void *arg, const pt_hook_point *p) {
+/* The model's hook points, forwarded to the stack; a module's gradient of
+ * a micro-batch is complete after its whole backward, or its W. */
+static pt_status on_hook(void *arg, pt_hook_kind k, const pt_hook_point *p) {
+    static const pt_point point[] = {
+        [PT_HOOK_BEFORE_FORWARD] = PT_POINT_BEFORE_FORWARD,
+        [PT_HOOK_AFTER_FORWARD] = PT_POINT_AFTER_FORWARD,
+        [PT_HOOK_BEFORE_BACKWARD] = PT_POINT_BEFORE_BACKWARD,
+        [PT_HOOK_AFTER_BACKWARD] = PT_POINT_AFTER_BACKWARD,
+        [PT_HOOK_BEFORE_WEIGHT] = PT_POINT_BEFORE_WEIGHT,
+        [PT_HOOK_AFTER_WEIGHT] = PT_POINT_AFTER_WEIGHT,
+    };
     pt_trainer *t = arg;
-    if (t->zero) pt_zero_before_forward(t->zero, p->module);
-    if (t->pipe) pt_pipe_before_forward(t->pipe, t->model, p->module); /* the tied wte */
-    hook_before(t);
-}
-static void hook_before_backward(void *arg, const pt_hook_point *p) {
-    pt_trainer *t = arg;
-    if (t->zero) pt_zero_before_backward(t->zero, p->module);
-    hook_before(t);
-}
-static void trace_pass(pt_trainer *t, const char *pass, const char *cat, const pt_hook_point *p) {
-    char name[40];
-    if (t->cfg.parallel.microbatches > 1)
-        snprintf(name, sizeof name, "%s %s mb%d", pass, t->mod_name[p->module], p->micro);
-    else
-        snprintf(name, sizeof name, "%s %s", pass, t->mod_name[p->module]);
-    pt_trace_add(t->trace, name, cat, PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
-}
-static void hook_after_forward(void *arg, const pt_hook_point *p) {
-    pt_trainer *t = arg;
-    if (t->pipe) pt_pipe_after_forward(t->pipe, p->module); /* before ZeRO-3 releases wte */
-    if (t->zero) pt_zero_after_forward(t->zero, p->module);
-    if (t->trace) trace_pass(t, "fwd", "forward", p);
-}
-/* Module p->module's gradients of this micro-batch are complete: after its
- * backward, or after its weight-gradient pass when the backward is split. */
-static void grads_done(pt_trainer *t, const pt_hook_point *p) {
-    /* the tied wte's two halves meet before the module's gradient is final */
-    if (t->pipe && p->last) pt_pipe_grads_final(t->pipe, t->model, p->module);
-    /* a bucket launches once its modules' gradients are final: after the
-     * step's last backward of each */
-    if (t->ddp && p->last) pt_ddp_module_done(t->ddp, p->module);
-    if (t->zero) pt_zero_module_done(t->zero, p->module, p->last);
-}
-static void hook_after_backward(void *arg, const pt_hook_point *p) {
-    pt_trainer *t = arg;
-    if (t->trace) trace_pass(t, t->sched.split ? "B" : "bwd", "backward", p);
-    if (!t->sched.split) grads_done(t, p);
-}
-static void hook_before_weight_grad(void *arg, const pt_hook_point *p) {
-    (void)p;
-    hook_before(arg);
-}
-static void hook_after_weight_grad(void *arg, const pt_hook_point *p) {
-    pt_trainer *t = arg;
-    if (t->trace) trace_pass(t, "W", "backward", p);
-    grads_done(t, p);
+    PT_CHECK(pt_stack_point(&t->stack, point[k], p));
+    if (k == PT_HOOK_AFTER_WEIGHT || (k == PT_HOOK_AFTER_BACKWARD && !t->sched.split))
+        PT_CHECK(pt_stack_point(&t->stack, PT_POINT_GRADS, p));
+    return PT_OK;
 }
 
-/* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
- * purpose so that the parity tests can show they catch it. Unset or empty:
- * none; an unknown name is an error, so that a typo cannot make a self-check
- * pass. */
-static pt_status read_plant(pt_plant *out) {
-    static const struct {
-        const char *name;
-        pt_plant plant;
-    } names[] = {{"double_bucket", PT_PLANT_DOUBLE_BUCKET},
-                 {"no_avg", PT_PLANT_NO_AVG},
-                 {"skip_module", PT_PLANT_SKIP_MODULE},
-                 {"tp_skip_f", PT_PLANT_TP_SKIP_F},
-                 {"tp_norm", PT_PLANT_TP_NORM},
-                 {"pp_tied", PT_PLANT_PP_TIED},
-                 {"pp_norm", PT_PLANT_PP_NORM}};
-    *out = PT_PLANT_NONE;
-    const char *e = getenv("PT_TEST_PLANT");
-    if (!e || !*e) return PT_OK;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(e, names[i].name)) {
-            *out = names[i].plant;
-            PT_WARN("PT_TEST_PLANT=%s: a bug is planted on purpose (test hook)", e);
-            return PT_OK;
-        }
-    return pt_error_set(PT_ERR_INVALID,
-                        "PT_TEST_PLANT=%s: unknown (double_bucket, no_avg, skip_module, tp_skip_f, "
-                        "tp_norm, pp_tied or pp_norm)",
-                        e);
+static pt_adamw_hparams hparams(const pt_config *c) {
+    return (pt_adamw_hparams){(float)c->train.beta1,
+                              (float)c->train.beta2,
+                              1e-8f,
+                              (float)c->train.weight_decay,
+                              !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
+                              (float)c->train.momentum};
 }
 
-/* The pipeline's cut: pp x v virtual stages of contiguous modules, and
- * which modules each rank holds (its chunks'); rank 0 prints it. */
+/* Data parallel buckets: sync or stale; ZeRO-1 reduces with them too. */
+static pt_status dp_entry(pt_trainer *t, pt_strategy *out) {
+    const pt_config *c = &t->cfg;
+    *out = (pt_strategy){0};
+    if (!t->dp || t->mode == MODE_LOCAL || (c->parallel.zero >= 2)) return PT_OK;
+    pt_dp_sync_options o = {(size_t)(c->parallel.bucket_mb * 1048576.0), c->parallel.overlap,
+                            c->parallel.microbatches,
+                            t->mode == MODE_STALE ? c->parallel.staleness : 0, t->dga};
+    return pt_dp_sync_strategy(out, &t->dps, t->model, t->dp, &o, t->trace);
+}
+
+static pt_status zero_entry(pt_trainer *t, pt_strategy *out) {
+    const pt_config *c = &t->cfg;
+    *out = (pt_strategy){0};
+    if (!t->dp || c->parallel.zero == 0) return PT_OK;
+    int nmod = c->model.n_layer + 2;
+    unsigned char *whole = malloc((size_t)nmod);
+    pt_status st =
+        whole ? pt_config_zero_whole(c, whole) : pt_error_set(PT_ERR_NOMEM, "zero_whole");
+    pt_zero_options zo = {c->parallel.zero,        c->parallel.zero_group,
+                          c->parallel.overlap,     c->parallel.zero_keep_params,
+                          t->pp || t->sched.split, whole};
+    pt_adamw_hparams hp = hparams(c);
+    if (st == PT_OK) st = pt_zero_strategy(out, &t->zero, t->model, t->dp, &zo, &hp, t->trace);
+    free(whole);
+    return st;
+}
+
+/* The optimizer over the whole buffer, for every layout but ZeRO's. */
+static pt_status optimizer_entry(pt_trainer *t, pt_strategy *out) {
+    *out = (pt_strategy){0};
+    if (t->zero) return PT_OK;
+    int ntens = pt_model_num_tensors(t->model);
+    pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
+    if (!segs) return pt_error_set(PT_ERR_NOMEM, "optimizer segments");
+    for (int i = 0; i < ntens; i++) {
+        const pt_param_info *p = pt_model_tensor(t->model, i);
+        segs[i] = (pt_optim_segment){p->offset, p->numel, p->decay};
+    }
+    pt_adamw_hparams hp = hparams(&t->cfg);
+    pt_status st = pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
+    free(segs);
+    return st == PT_OK ? pt_optimizer_strategy(out, t->opt, t->model, t->trace) : st;
+}
+
+static pt_status local_entry(pt_trainer *t, pt_strategy *out) {
+    const pt_config *c = &t->cfg;
+    *out = (pt_strategy){0};
+    if (!t->dp || t->mode != MODE_LOCAL) return PT_OK;
+    pt_local_sgd_options o = {c->parallel.sync_every, !strcmp(c->parallel.outer, "nesterov"),
+                              (float)c->parallel.outer_lr, (float)c->parallel.outer_momentum};
+    return pt_local_sgd_strategy(out, &t->lsgd, t->model, t->dp, &o, t->trace);
+}
+
+static pt_status tied_entry(pt_trainer *t, pt_strategy *out) {
+    int G = t->sched.stages * t->sched.virtual_stages, c;
+    int emb = pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, 0, &c);
+    int head =
+        pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, G - 1, &c);
+    return pt_tied_strategy(out, t->model, t->pp, emb, head);
+}
+
+static pt_status tp_norm_entry(pt_trainer *t, pt_strategy *out) {
+    return pt_tp_norm_strategy(out, t->tp);
+}
+static pt_status pp_norm_entry(pt_trainer *t, pt_strategy *out) {
+    return pt_pp_norm_strategy(out, t->pp);
+}
+static pt_status trace_entry(pt_trainer *t, pt_strategy *out) {
+    return pt_trace_strategy(out, t->trace, t->model, t->cfg.parallel.microbatches, t->sched.split);
+}
+
+/* The stack, in order: BEFORE points run top to bottom, AFTER points
+ * bottom to top (parallel.h). ZeRO gathers before the tied stage sends wte
+ * and releases after; the tied stage adds the head's wte gradient before
+ * the buckets or ZeRO reduce it; the optimizer steps before local SGD
+ * averages; the norm entries sum over tp, then the stages; the trace's
+ * clock starts last and stops first. */
+typedef pt_status (*entry_fn)(pt_trainer *t, pt_strategy *out);
+static const entry_fn STACK[] = {dp_entry,   zero_entry,    optimizer_entry, local_entry,
+                                 tied_entry, tp_norm_entry, pp_norm_entry,   trace_entry};
+
+static pt_status build_stack(pt_trainer *t) {
+    for (size_t i = 0; i < sizeof STACK / sizeof STACK[0]; i++) {
+        pt_strategy e;
+        PT_CHECK(STACK[i](t, &e));
+        PT_CHECK(pt_stack_push(&t->stack, e));
+    }
+    pt_model_hooks hooks = {on_hook, t};
+    pt_model_set_hooks(t->model, &hooks);
+    return PT_OK;
+}
+
+/* ---- the model and its passes ---- */
+
+/* The pipeline's cut: pp x v virtual stages of contiguous modules (one
+ * stage of all of them with pp = 1), and which modules each rank holds
+ * (its chunks'); rank 0 prints it. */
 static pt_status cut_stages(pt_trainer *t) {
     const pt_config *cfg = &t->cfg;
     int p = t->pp_size, v = t->sched.virtual_stages, G = p * v, nmod = cfg->model.n_layer + 2;
     t->stages = malloc((size_t)G * sizeof *t->stages);
-    t->owned = calloc((size_t)p * (size_t)nmod, 1);
-    if (!t->stages || !t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
+    if (!t->stages) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
     PT_CHECK(pt_stage_split_for(&cfg->model, t->sched.name, p, v, t->sched.microbatches,
                                 cfg->parallel.stage_layers, t->stages));
+    if (p == 1) return PT_OK;
+    t->owned = calloc((size_t)p * (size_t)nmod, 1);
+    if (!t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
     for (int g = 0; g < G; g++) {
         int c, r = pt_schedule_locate(t->sched.name, p, v, g, &c);
         for (int i = t->stages[g].first; i <= t->stages[g].last; i++)
@@ -182,10 +216,96 @@ static pt_status cut_stages(pt_trainer *t) {
     return PT_OK;
 }
 
+/* This rank's schedule, cut, model (its tp slice of its stage's modules,
+ * no slot of its own: the executor's blocks hold the activations) and
+ * executor. */
+static pt_status build_passes(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    const pt_model_config *mc = &cfg->model;
+    int nmod = mc->n_layer + 2;
+    PT_CHECK(pt_schedule_build_stage(&t->sched, pt_config_schedule(cfg), cfg->parallel.microbatches,
+                                     t->pp_size, t->pp_rank, pt_config_virtual_stages(cfg)));
+    PT_CHECK(cut_stages(t));
+    pt_model_options mo = {.tp = cfg->parallel.tp,
+                           .tp_rank = t->tp_rank,
+                           .sp = cfg->parallel.sequence_parallel,
+                           .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
+                           .recompute = pt_config_stage_recompute(cfg, t->pp_rank),
+                           .no_slot = 1};
+    PT_CHECK(pt_model_new_opts(&t->model, mc, t->micro_B, &mo));
+    pt_model_set_tp_comm(t->model, t->tp);
+    if (t->mp) PT_CHECK(pt_model_new_slice(&t->full, mc, 0, 1, 0));
+    pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
+    return pt_pipeline_new(&t->pipe, t->model, &t->sched, t->stages, t->pp);
+}
+
+/* ---- the rest ---- */
+
 static int default_threads(int nranks) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long n = cores > 0 ? cores / (nranks > 0 ? nranks : 1) : 1;
     return n < 1 ? 1 : (int)n;
+}
+
+/* The mesh first, while every rank is sure to get here: the groups are
+ * collectives over the world. */
+static pt_status build_mesh(pt_trainer *t, pt_comm *world) {
+    const pt_config *cfg = &t->cfg;
+    PT_CHECK(pt_mesh_new(&t->mesh, world, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp));
+    t->dp = pt_mesh_comm(t->mesh, PT_MESH_DP);
+    t->tp = pt_mesh_comm(t->mesh, PT_MESH_TP);
+    t->pp = pt_mesh_comm(t->mesh, PT_MESH_PP);
+    t->mp = pt_mesh_comm(t->mesh, PT_MESH_MP);
+    t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
+    t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
+    t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
+    t->pp_rank = pt_mesh_index(t->mesh, PT_MESH_PP);
+    t->pp_size = pt_mesh_size(t->mesh, PT_MESH_PP);
+    t->local_B = cfg->train.batch_size / t->dp_size;
+    t->micro_B = t->local_B / cfg->parallel.microbatches;
+    return t->world ? pt_comm_split(t->world, 0, t->rank, &t->aux) : PT_OK;
+}
+
+static pt_status open_inputs(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    const pt_model_config *mc = &cfg->model;
+    if (cfg->data.train[0])
+        PT_CHECK(open_data(&t->train, "data.train", cfg->data.train, mc->vocab_size, mc->seq_len));
+    if (cfg->data.val[0])
+        PT_CHECK(open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len));
+    size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;
+    t->inputs = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
+    t->targets = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
+    if (!t->inputs || !t->targets) return pt_error_set(PT_ERR_NOMEM, "the batch's tokens");
+    pt_rng_init(&t->data_rng, (uint64_t)cfg->train.seed, "data.train");
+    return PT_OK;
+}
+
+/* The trace recorder, sized for the run (one time origin: rank 0's; same
+ * host, one monotonic clock). */
+static pt_status open_trace(pt_trainer *t) {
+    const pt_config *cfg = &t->cfg;
+    if (!cfg->log.trace[0]) return PT_OK;
+    size_t nmod = (size_t)cfg->model.n_layer + 2, M = (size_t)cfg->parallel.microbatches;
+    size_t per_step = 3 * nmod * M + 8 + 2 * (size_t)t->sched.npass + 2 * nmod + 8 * nmod * M;
+    size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
+    if (max_ev > 2000000) max_ev = 2000000;
+    PT_CHECK(pt_trace_new(&t->trace, max_ev));
+    t->trace_t0 = pt_time_ns();
+    if (t->aux) PT_CHECK(pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0));
+    pt_pipeline_set_trace(t->pipe, t->trace);
+    return PT_OK;
+}
+
+/* Before step 1, not at the first save after the whole run: a
+ * checkpoint.dir that cannot be written, or that another job holds; rank 0
+ * (the writer) keeps its lock until the trainer is freed. */
+static pt_status lock_checkpoints(pt_trainer *t) {
+    if (!t->cfg.checkpoint.dir[0]) return PT_OK;
+    pt_status ck = PT_OK;
+    if (t->rank == 0 && (ck = pt_ckpt_dir_open(t->cfg.checkpoint.dir, &t->ckpt_lock)) != PT_OK)
+        ck = pt_trainer_prefix_error(ck, "checkpoint.dir");
+    return pt_ckpt_agree(t->aux, ck);
 }
 
 pt_status pt_trainer_check_outputs(const pt_config *cfg) {
@@ -200,10 +320,6 @@ pt_status pt_trainer_check_outputs(const pt_config *cfg) {
     if (ck[0] && (st = pt_dir_check_output(ck)) != PT_OK)
         return pt_trainer_prefix_error(st, "checkpoint.dir");
     return PT_OK;
-}
-
-pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
-    return pt_trainer_new_dist(out, cfg, NULL);
 }
 
 pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume) {
@@ -224,7 +340,8 @@ pt_status pt_trainer_check(const pt_config *cfg, int nranks, int resume) {
     return PT_OK;
 }
 
-pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
+pt_status pt_trainer_new_wrapped(pt_trainer **out, const pt_config *cfg, pt_comm *world,
+                                 pt_trainer_wrap_fn wrap, void *arg) {
     *out = NULL;
     int nranks = world ? pt_comm_size(world) : 1;
     PT_CHECK(pt_trainer_check(cfg, nranks, 0));
@@ -243,204 +360,17 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
     t->mode = !strcmp(cfg->parallel.sync, "stale")       ? MODE_STALE
               : !strcmp(cfg->parallel.sync, "local_sgd") ? MODE_LOCAL
                                                          : MODE_SYNC;
+    t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
     if (t->cfg.train.threads == 0) t->cfg.train.threads = default_threads(nranks);
-    PT_CHECK_GOTO(st, read_plant(&t->plant), fail);
-    /* first, while every rank is sure to get here: the groups are
-     * collectives over the world */
-    PT_CHECK_GOTO(
-        st, pt_mesh_new(&t->mesh, world, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp),
-        fail);
-    t->dp = pt_mesh_comm(t->mesh, PT_MESH_DP);
-    t->dp_rank = pt_mesh_index(t->mesh, PT_MESH_DP);
-    t->dp_size = pt_mesh_size(t->mesh, PT_MESH_DP);
-    t->tp = pt_mesh_comm(t->mesh, PT_MESH_TP);
-    t->pp = pt_mesh_comm(t->mesh, PT_MESH_PP);
-    t->mp = pt_mesh_comm(t->mesh, PT_MESH_MP);
-    t->pp_rank = pt_mesh_index(t->mesh, PT_MESH_PP);
-    t->pp_size = pt_mesh_size(t->mesh, PT_MESH_PP);
-    const pt_model_config *mc = &cfg->model;
-    t->local_B = cfg->train.batch_size / t->dp_size;
-    t->micro_B = t->local_B / cfg->parallel.microbatches;
     pt_config_layout(cfg, t->layout, sizeof t->layout);
     pt_kernels_set_threads(t->cfg.train.threads);
-
-    if (cfg->data.train[0])
-        PT_CHECK_GOTO(
-            st, open_data(&t->train, "data.train", cfg->data.train, mc->vocab_size, mc->seq_len),
-            fail);
-    if (cfg->data.val[0])
-        PT_CHECK_GOTO(
-            st, open_data(&t->val, "data.val", cfg->data.val, mc->vocab_size, mc->seq_len), fail);
-
-    /* the step's passes (a pipeline: this stage's) */
-    const char *sched = pt_config_schedule(cfg);
-    int M = cfg->parallel.microbatches, nmod = mc->n_layer + 2;
-    PT_CHECK_GOTO(st,
-                  t->pp ? pt_schedule_build_stage(&t->sched, sched, M, t->pp_size, t->pp_rank,
-                                                  pt_config_virtual_stages(cfg))
-                        : pt_schedule_build(&t->sched, sched, M),
-                  fail);
-    if (t->pp) PT_CHECK_GOTO(st, cut_stages(t), fail);
-
-    /* tensor parallelism: this rank's slices, run with the tp group; a
-     * pipeline stage: its modules only */
-    t->tp_rank = pt_mesh_index(t->mesh, PT_MESH_TP);
-    /* the rank's own recompute mode (model.stage_recompute), for all its
-     * chunks: the slots the pipeline sizes from this model follow it */
-    pt_model_options mo = {.tp = cfg->parallel.tp,
-                           .tp_rank = t->tp_rank,
-                           .sp = cfg->parallel.sequence_parallel,
-                           .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
-                           .recompute = pt_config_stage_recompute(cfg, t->pp_rank)};
-    PT_CHECK_GOTO(st, pt_model_new_opts(&t->model, mc, t->micro_B, &mo), fail);
-    pt_model_set_tp_comm(t->model, t->tp);
-    if (t->mp) PT_CHECK_GOTO(st, pt_model_new_slice(&t->full, mc, 0, 1, 0), fail);
-    pt_model_draw_weights(t->model, (uint64_t)cfg->train.seed);
-    if (t->pp) {
-        PT_CHECK_GOTO(st, pt_pipe_new(&t->pipe, t->model, t->pp, &t->sched, t->stages), fail);
-    } else {
-        /* a schedule that holds several micro-batches' activations gets a
-         * slot for each (the first is the model's own) */
-        t->slots = calloc((size_t)t->sched.in_flight, sizeof *t->slots);
-        if (!t->slots) {
-            st = pt_error_set(PT_ERR_NOMEM, "model slots");
-            goto fail;
-        }
-        t->slots[0] = pt_model_own_slot(t->model);
-        for (int k = 1; k < t->sched.in_flight; k++)
-            PT_CHECK_GOTO(st, pt_model_slot_new(&t->slots[k], t->model), fail);
-    }
-
-    int ntens = pt_model_num_tensors(t->model);
-    pt_optim_segment *segs = malloc((size_t)ntens * sizeof *segs);
-    if (!segs) {
-        st = pt_error_set(PT_ERR_NOMEM, "optimizer segments");
-        goto fail;
-    }
-    for (int i = 0; i < ntens; i++) {
-        const pt_param_info *p = pt_model_tensor(t->model, i);
-        segs[i] = (pt_optim_segment){p->offset, p->numel, p->decay};
-    }
-    pt_adamw_hparams hp = {(float)cfg->train.beta1,
-                           (float)cfg->train.beta2,
-                           1e-8f,
-                           (float)cfg->train.weight_decay,
-                           !strcmp(cfg->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
-                           (float)cfg->train.momentum};
-    /* ZeRO: each rank holds AdamW state for its shard only (pt_zero) */
-    int sharded = t->dp && cfg->parallel.zero > 0;
-    st = sharded ? PT_OK : pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
-    free(segs);
-    if (st != PT_OK) goto fail;
-    if (sharded) {
-        unsigned char *whole = malloc((size_t)nmod);
-        st = whole ? pt_config_zero_whole(cfg, whole) : pt_error_set(PT_ERR_NOMEM, "zero_whole");
-        pt_zero_options zo = {cfg->parallel.zero,
-                              cfg->parallel.zero_group,
-                              cfg->parallel.overlap,
-                              cfg->parallel.zero_keep_params,
-                              t->tp,
-                              t->pp,
-                              t->pp || t->sched.split,
-                              whole};
-        if (st == PT_OK) st = pt_zero_new(&t->zero, t->model, t->dp, &zo, &hp);
-        free(whole);
-        if (st != PT_OK) goto fail;
-    }
-
-    size_t ntok = (size_t)cfg->train.batch_size * (size_t)mc->seq_len;
-    t->inputs = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
-    t->targets = pt_mem_alloc(PT_MEM_ACTS, ntok * sizeof(int));
-    if (!t->inputs || !t->targets) {
-        st = PT_ERR_NOMEM;
-        goto fail;
-    }
-    pt_rng_init(&t->data_rng, (uint64_t)cfg->train.seed, "data.train");
-
-    t->mod_name = calloc((size_t)nmod, sizeof *t->mod_name);
-    if (!t->mod_name) {
-        st = pt_error_set(PT_ERR_NOMEM, "module names");
-        goto fail;
-    }
-    for (int i = 0; i < nmod; i++) {
-        if (i == 0)
-            snprintf(t->mod_name[i], sizeof t->mod_name[i], "embedding");
-        else if (i == nmod - 1)
-            snprintf(t->mod_name[i], sizeof t->mod_name[i], "head");
-        else
-            snprintf(t->mod_name[i], sizeof t->mod_name[i], "h.%d", i - 1);
-    }
-    if (t->world) {
-        PT_CHECK_GOTO(st, pt_comm_split(t->world, 0, t->rank, &t->aux), fail);
-    }
-    if (t->dp) {
-        if (t->zero && cfg->parallel.zero >= 2) {
-            /* stage 2: pt_zero reduce-scatters; no all-reduce buckets */
-        } else if (t->mode != MODE_LOCAL) {
-            pt_ddp_options o = {(size_t)(cfg->parallel.bucket_mb * 1048576.0),
-                                t->mode == MODE_STALE ? cfg->parallel.staleness + 1 : 1,
-                                t->mode == MODE_SYNC, t->plant};
-            PT_CHECK_GOTO(st, pt_ddp_new(&t->ddp, t->model, t->dp, &o), fail);
-            t->dga = t->mode == MODE_STALE && !strcmp(cfg->parallel.stale_mode, "dga");
-            if (t->dga) {
-                t->dga_local = pt_mem_alloc(
-                    PT_MEM_COMM, (size_t)o.nslots * pt_model_num_params(t->model) * sizeof(float));
-                if (!t->dga_local) {
-                    st = pt_error_set(PT_ERR_NOMEM, "dga local gradients");
-                    goto fail;
-                }
-            }
-        } else {
-            PT_CHECK_GOTO(st,
-                          pt_local_sgd_new(
-                              &t->lsgd, pt_model_params(t->model), pt_model_num_params(t->model),
-                              !strcmp(cfg->parallel.outer, "nesterov"),
-                              (float)cfg->parallel.outer_lr, (float)cfg->parallel.outer_momentum),
-                          fail);
-        }
-    }
-    if (cfg->checkpoint.dir[0]) {
-        /* before step 1, not at the first save after the whole run: a
-         * checkpoint.dir that cannot be written, or that another job holds;
-         * rank 0 (the writer) keeps its lock until the trainer is freed */
-        pt_status ck = PT_OK;
-        if (t->rank == 0 && (ck = pt_ckpt_dir_open(cfg->checkpoint.dir, &t->ckpt_lock)) != PT_OK)
-            ck = pt_trainer_prefix_error(ck, "checkpoint.dir");
-        PT_CHECK_GOTO(st, pt_ckpt_agree(t->aux, ck), fail);
-    }
-    if (cfg->log.trace[0]) {
-        size_t per_step = (size_t)(3 * nmod * cfg->parallel.microbatches + 8) +
-                          (size_t)t->sched.npass +
-                          (t->ddp ? 2 * (size_t)pt_ddp_num_buckets(t->ddp) : 0) +
-                          (t->zero ? (size_t)(8 * nmod * cfg->parallel.microbatches) : 0);
-        size_t max_ev = per_step * (size_t)(cfg->train.steps + 2);
-        if (max_ev > 2000000) max_ev = 2000000;
-        PT_CHECK_GOTO(st, pt_trace_new(&t->trace, max_ev), fail);
-        t->trace_t0 = pt_time_ns();
-        if (t->aux) /* one time origin: rank 0's (same host: one monotonic clock) */
-            PT_CHECK_GOTO(st, pt_comm_broadcast(t->aux, &t->trace_t0, sizeof t->trace_t0, 0), fail);
-        if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
-        if (t->zero) pt_zero_set_trace(t->zero, t->trace);
-    }
-    pt_model_hooks hooks = {hook_before_forward,    hook_after_forward,     hook_before_backward,
-                            hook_after_backward,    hook_after_weight_grad, t,
-                            hook_before_weight_grad};
-    pt_model_set_hooks(t->model, &hooks);
-    if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
-        st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");
-        goto fail;
-    }
-    pt_model_test_skip_f(t->model, t->plant == PT_PLANT_TP_SKIP_F);
-    if ((t->plant == PT_PLANT_PP_TIED || t->plant == PT_PLANT_PP_NORM) && !t->pipe) {
-        st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no pipeline");
-        goto fail;
-    }
-    if (t->pipe) pt_pipe_test_plant(t->pipe, t->plant);
-    if ((t->plant == PT_PLANT_DOUBLE_BUCKET || t->plant == PT_PLANT_SKIP_MODULE) && !t->ddp) {
-        st = pt_error_set(PT_ERR_INVALID,
-                          "PT_TEST_PLANT: this layout has no gradient buckets to plant it in");
-        goto fail;
-    }
+    PT_CHECK_GOTO(st, build_mesh(t, world), fail);
+    PT_CHECK_GOTO(st, open_inputs(t), fail);
+    PT_CHECK_GOTO(st, build_passes(t), fail);
+    PT_CHECK_GOTO(st, open_trace(t), fail);
+    PT_CHECK_GOTO(st, build_stack(t), fail);
+    if (wrap) PT_CHECK_GOTO(st, wrap(t, &t->stack, arg), fail);
+    PT_CHECK_GOTO(st, lock_checkpoints(t), fail);
     *out = t;
     return PT_OK;
 fail:
@@ -448,29 +378,19 @@ fail:
     return st;
 }
 
+pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *world) {
+    return pt_trainer_new_wrapped(out, cfg, world, NULL, NULL);
+}
+
+pt_status pt_trainer_new(pt_trainer **out, const pt_config *cfg) {
+    return pt_trainer_new_dist(out, cfg, NULL);
+}
+
 pt_model *pt_trainer_model(pt_trainer *t) {
     return t->model;
 }
 size_t pt_trainer_num_params(const pt_trainer *t) {
     return pt_model_config_num_params(&t->cfg.model);
-}
-pt_status pt_trainer_gather_params(pt_trainer *t, float *out) {
-    if (!t->mp) {
-        if (t->zero) return pt_zero_gather_params(t->zero, out);
-        memcpy(out, pt_model_params(t->model), pt_model_num_params(t->model) * sizeof(float));
-        return PT_OK;
-    }
-    /* this rank's slices (ZeRO: from the dp group's shards), then every
-     * model-parallel member's to its rank 0 */
-    size_t n = pt_model_num_params(t->model);
-    float *local =
-        t->zero ? pt_mem_alloc(PT_MEM_SCRATCH, n * sizeof(float)) : pt_model_params(t->model);
-    pt_status st = local ? PT_OK : pt_error_set(PT_ERR_NOMEM, "gather: parameters");
-    if (t->aux) st = pt_comm_agree(t->aux, st);
-    if (st == PT_OK && t->zero) st = pt_zero_gather_params(t->zero, local);
-    if (st == PT_OK) st = pt_mp_gather_full(t, local, out);
-    if (t->zero) pt_mem_free(local);
-    return st;
 }
 pt_adamw *pt_trainer_optim(pt_trainer *t) {
     return t->opt;

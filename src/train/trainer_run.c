@@ -38,36 +38,43 @@
  *     per layout), added in rank order: the single worker's sequential
  *     double sum up to double rounding, ~1e-16 relative, far below the one
  *     float rounding of the result.
- * ZeRO-3's forward hooks are collectives: every rank runs as many passes as
- * the rank with the most windows (extra ones on window 0, not counted). */
+ * A strategy's forward points may be collectives (ZeRO-3's gathers): every
+ * rank runs as many passes as the rank with the most windows (extra ones
+ * on window 0, not counted). */
+/* This rank's windows' losses summed in double; the stack's begin and end
+ * around them (the tied wte refreshed, gathered units released). */
+static pt_status validate_share(pt_trainer *t, size_t nwin, double *sum) {
+    int T = t->cfg.model.seq_len;
+    size_t first = 0, mine = nwin;
+    pt_comm_shard(nwin, t->dp_size, t->dp_rank, &first, &mine);
+    size_t most = (nwin + (size_t)t->dp_size - 1) / (size_t)t->dp_size;
+    pt_step_begin b = {.step = t->step, .eval = 1, .microbatches = 1};
+    PT_CHECK(pt_stack_begin(&t->stack, &b));
+    pt_status st = PT_OK;
+    *sum = 0;
+    for (size_t w = 0; w < most && st == PT_OK; w++) {
+        pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
+        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T, 0, 0};
+        float loss = 0;
+        st = pt_pipeline_forward(t->pipe, &batch, &loss);
+        if (w < mine) *sum += (double)loss;
+    }
+    pt_status e = pt_stack_end(&t->stack, &b);
+    return st != PT_OK ? st : e;
+}
+
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
     if (!t->val) return pt_error_set(PT_ERR_INVALID, "data.val is not set");
     int T = t->cfg.model.seq_len;
     size_t nwin = pt_data_num_windows(t->val, T);
     /* the same windows in every layout: val_batches x batch_size
-     * sequences (global batches; micro-batches do not change it), each rank
-     * its contiguous share */
+     * sequences (global batches; micro-batches do not change it), each dp
+     * rank its contiguous share (the ranks of a tp group or a pipeline run
+     * the same windows together: their passes are collectives) */
     size_t want = (size_t)t->cfg.train.val_batches * (size_t)t->cfg.train.batch_size;
     if (nwin > want) nwin = want;
-    /* shares by dp rank: the ranks of a tp group run the same windows
-     * together (their passes are collectives) */
-    size_t first = 0, mine = nwin;
-    pt_comm_shard(nwin, t->dp_size, t->dp_rank, &first, &mine);
     double sum = 0;
-    size_t most = (nwin + (size_t)t->dp_size - 1) / (size_t)t->dp_size;
-    size_t upto = t->zero ? most : mine;
-    for (size_t w = 0; w < upto; w++) {
-        pt_data_window(t->val, w < mine ? first + w : 0, T, t->inputs, t->targets);
-        pt_batch batch = {t->inputs, t->targets, 0.0f, 1, T, 0, 0};
-        float loss = 0;
-        if (t->pipe)
-            PT_CHECK(pt_pipe_forward(t->pipe, t, &batch, w == 0, &loss));
-        else
-            pt_model_forward(t->model, &batch, &loss);
-        if (w < mine) sum += (double)loss;
-    }
-    if (t->zero) pt_zero_release_params(t->zero);
-    PT_CHECK(pt_model_take_error(t->model));
+    PT_CHECK(validate_share(t, nwin, &sum));
     if (t->aux) {
         /* two floats' room per rank for its double's bytes (pt_comm_shard of
          * 2 x ranks floats: rank r's are [2r, 2r + 2)) */
@@ -80,7 +87,7 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         /* each dp share once: its tp rank 0's on the last stage (the head's) */
         const pt_config *c = &t->cfg;
         int dp = c->parallel.dp, tp = c->parallel.tp, pp = c->parallel.pp;
-        int last = t->pipe ? pt_pipe_head_stage(t->pipe) : 0;
+        int last = pt_pipeline_head_stage(t->pipe);
         for (int d = 0; st == PT_OK && d < dp; d++) {
             double part;
             memcpy(&part, all + 2 * (size_t)pt_mesh_rank_at(dp, tp, pp, last, d, 0), sizeof part);
@@ -148,7 +155,7 @@ static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
         metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
     metrics_printf(t, "\"total\":%zu}", t->mem_cur_total);
-    if (t->pipe) { /* the bubble (mean over ranks) and each stage's activation peak */
+    if (t->pp) { /* the bubble (mean over ranks) and each stage's activation peak */
         metrics_printf(t, ",\"bubble\":%.6f,\"pp_comm_bytes\":%llu,\"stage_acts\":[", info->bubble,
                        (unsigned long long)info->pp_comm_bytes);
         for (int k = 0; k < info->stages && k < PT_STEP_MAX_STAGES; k++)
@@ -289,10 +296,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
         PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)",
                 t->nranks, t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
                 c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
-    if (t->ddp && t->rank == 0) {
+    if (t->dps && t->rank == 0) {
+        pt_ddp *d = pt_dp_sync_ddp(t->dps);
         size_t o, n;
-        pt_ddp_bucket(t->ddp, 0, &o, &n, NULL);
-        PT_INFO("gradient buckets: %d (largest %.2f MiB), overlap %s", pt_ddp_num_buckets(t->ddp),
+        pt_ddp_bucket(d, 0, &o, &n, NULL);
+        PT_INFO("gradient buckets: %d (largest %.2f MiB), overlap %s", pt_ddp_num_buckets(d),
                 (double)n * 4 / 1048576.0, c->parallel.overlap ? "on" : "off");
     }
     /* the whole model's count, and what this rank holds of it (a tp slice,

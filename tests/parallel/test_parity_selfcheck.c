@@ -1,11 +1,11 @@
-/* The parity harness proves itself: bugs planted on purpose in the real
- * synchronization path (the PT_TEST_PLANT test hook, parallel.h) must make
+/* The parity harness proves itself: bugs planted on purpose in front of the
+ * real strategies (test_plants.h: wrappers of their stack entries) must make
  * it FAIL, and the comparison the tests made before it (losses and final
  * parameters under AdamW with clipping, no gradient norm, no SGD) must be
  * shown to miss at least one of them, which is why the harness exists.
  *
- *   double_bucket  bucket 0's all-reduced sum doubled (4 KiB buckets: a
- *                  small slice of the head's region)
+ *   double_bucket  the head's all-reduced gradient doubled (4 KiB buckets:
+ *                  bucket 0 is a small slice of it)
  *   no_avg         every rank weighs its loss by 1/(its own tokens): the
  *                  summed gradient is dp x the mean (item 2's class of bug)
  *   skip_module    h.0's gradient left out of the all-reduce
@@ -20,8 +20,8 @@
  *
  * Each runs on the layouts where it applies (buckets: plain DDP and ZeRO-1;
  * the loss weight: any layout, ZeRO-3 included). For each, the test prints
- * which checks caught it. shm only: the planted variable is set in this
- * process and inherited by the forked ranks. */
+ * which checks caught it. shm only: the plant is set in this process and
+ * inherited by the forked ranks. */
 #include "parallel/parity_harness.h"
 
 typedef struct {
@@ -62,7 +62,7 @@ static void test_planted_bugs_fail(void) {
             /* the layout's oracle (its model keys) before anything is planted */
             for (int v = 0; v < PARITY_NVARIANTS; v++)
                 CHECK(parity_oracle_for((parity_variant)v, layout) != NULL);
-            setenv("PT_TEST_PLANT", plants[p].plant, 1);
+            parity_plant = plants[p].plant;
             parity_verdict verdict[PARITY_NVARIANTS];
             int all_ok = 1;
             for (int v = 0; v < PARITY_NVARIANTS; v++) {
@@ -73,7 +73,7 @@ static void test_planted_bugs_fail(void) {
                 if (st != PT_OK) memset(&verdict[v], 0, sizeof verdict[v]);
                 all_ok = all_ok && parity_ok(&verdict[v]);
             }
-            unsetenv("PT_TEST_PLANT");
+            parity_plant = NULL;
             /* the harness must fail on every planted bug */
             CHECK(!all_ok);
             int legacy = parity_legacy_ok(&verdict[PARITY_ADAMW]);
@@ -105,19 +105,16 @@ static void test_clean_layouts_pass(void) {
     }
 }
 
-/* A misspelt plant is an error, not a silent pass. */
+/* A misspelt plant is an error, not a silent pass; so is a plant on a
+ * layout without its strategy. */
 static void test_unknown_plant(void) {
-    setenv("PT_TEST_PLANT", "double_buckets", 1);
     pt_config c;
     parity_base(&c, PARITY_ADAMW);
     pt_trainer *t = NULL;
-    CHECK(pt_trainer_new(&t, &c) == PT_ERR_INVALID && t == NULL &&
-          strstr(pt_error_message(), "PT_TEST_PLANT=double_buckets"));
-    /* and one worker has no buckets to plant a bucket bug in */
-    setenv("PT_TEST_PLANT", "double_bucket", 1);
-    CHECK(pt_trainer_new(&t, &c) == PT_ERR_INVALID && t == NULL &&
-          strstr(pt_error_message(), "no gradient buckets"));
-    unsetenv("PT_TEST_PLANT");
+    CHECK(pt_trainer_new_wrapped(&t, &c, NULL, plant_wrap, "double_buckets") == PT_ERR_INVALID &&
+          t == NULL && strstr(pt_error_message(), "double_buckets: unknown"));
+    CHECK(pt_trainer_new_wrapped(&t, &c, NULL, plant_wrap, "double_bucket") == PT_ERR_INVALID &&
+          t == NULL && strstr(pt_error_message(), "no ddp entry"));
 }
 
 int main(int argc, char **argv) {

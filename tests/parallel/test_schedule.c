@@ -56,8 +56,7 @@ static void check_rank(const pt_schedule *s, const char *name, int m, int p, int
     static int cnt[4][PT_SCHEDULE_MAX_MICRO][PT_SCHEDULE_MAX_VIRTUAL];
     memset(cnt, 0, sizeof cnt);
     int held[PT_SCHEDULE_MAX_VIRTUAL] = {0}, peak[PT_SCHEDULE_MAX_VIRTUAL] = {0}, total = 0,
-        tpeak = 0, last[PT_SCHEDULE_MAX_VIRTUAL], nextb[PT_SCHEDULE_MAX_VIRTUAL] = {0},
-        last_micro = -1, ok = 1;
+        tpeak = 0, last[PT_SCHEDULE_MAX_VIRTUAL], nextb[PT_SCHEDULE_MAX_VIRTUAL] = {0}, ok = 1;
     for (int c = 0; c < v; c++) last[c] = -1;
     for (int k = 0; k < s->npass; k++) {
         pt_pass q = s->pass[k];
@@ -77,7 +76,7 @@ static void check_rank(const pt_schedule *s, const char *name, int m, int p, int
         }
         if (q.kind == PT_PASS_BACKWARD || q.kind == PT_PASS_BACKWARD_WEIGHT) {
             held[q.chunk]--, total--;
-            last[q.chunk] = k, last_micro = q.micro;
+            last[q.chunk] = k;
         }
     }
     CHECK(ok);
@@ -90,7 +89,6 @@ static void check_rank(const pt_schedule *s, const char *name, int m, int p, int
         }
     CHECK(ok);
     CHECK_EQ(s->in_flight, tpeak);
-    CHECK_EQ(s->last_micro, last_micro);
     for (int c = 0; c < v; c++) {
         CHECK_EQ(s->chunk_in_flight[c], peak[c]);
         CHECK_EQ(s->last_pass[c], last[c]);
@@ -237,7 +235,6 @@ static void test_legacy(void) {
         CHECK_OK(pt_schedule_build(&s, "none", m));
         CHECK_EQ(s.npass, 2 * m);
         CHECK_EQ(s.in_flight, 1);
-        CHECK_EQ(s.last_micro, m - 1);
         for (int k = 0; k < s.npass; k++) {
             CHECK_EQ(s.pass[k].kind, k % 2 ? PT_PASS_BACKWARD : PT_PASS_FORWARD);
             CHECK_EQ(s.pass[k].micro, k / 2);
@@ -247,7 +244,6 @@ static void test_legacy(void) {
         CHECK_OK(pt_schedule_build(&s, "gpipe", m));
         CHECK_EQ(s.npass, 2 * m);
         CHECK_EQ(s.in_flight, m);
-        CHECK_EQ(s.last_micro, m - 1);
         CHECK_EQ(s.last_pass[0], 2 * m - 1);
         for (int k = 0; k < s.npass; k++) {
             CHECK_EQ(s.pass[k].kind, k < m ? PT_PASS_FORWARD : PT_PASS_BACKWARD);
@@ -357,7 +353,6 @@ static void test_build_all(void) {
                 CHECK_EQ(all[r].npass, one.npass);
                 CHECK_EQ(all[r].stage, r);
                 CHECK_EQ(all[r].in_flight, one.in_flight);
-                CHECK_EQ(all[r].last_micro, one.last_micro);
                 CHECK(!strcmp(all[r].name, one.name));
                 CHECK(memcmp(all[r].pass, one.pass, sizeof(pt_pass) * (size_t)one.npass) == 0);
                 pt_schedule_free(&one);
