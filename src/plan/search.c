@@ -668,6 +668,7 @@ static pt_status result(search *s, pt_plan_result *out) {
     qsort(out->entry, (size_t)s->n_fit, sizeof *out->entry, cmp_step);
     memcpy(out->entry + s->n_fit, s->rej, sizeof *s->rej * (size_t)s->n_rej);
     out->n = s->n_fit + s->n_rej, out->n_fit = s->n_fit;
+    for (int i = s->n_fit; i < out->n; i++) PT_ASSERT(pt_plan_entry_finite(&out->entry[i]));
     out->n_considered = s->n_valid;
     out->n_evaluated = s->n_eval;
     out->n_fitting = s->n_fitting;
@@ -681,6 +682,8 @@ static pt_status result(search *s, pt_plan_result *out) {
         PT_CHECK(pt_plan_pipe_run(&e->layout, &s->pipe));
         pt_plan_time_finish(s->base, &e->layout, s->cl, &s->pipe, &e->time);
     }
+    /* the cluster's ranges bound every rate: a non-finite figure is ours */
+    for (int i = 0; i < out->n_fit; i++) PT_ASSERT(pt_plan_entry_finite(&out->entry[i]));
     return PT_OK;
 }
 
@@ -746,7 +749,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
                 (double)(t_phase1 - t_start) / 1e9, (double)(t_phase2 - t_phase1) / 1e9,
                 (double)(pt_time_ns() - t_start) / 1e9);
     if (st != PT_OK) goto done;
-    if (w.nfam == 0 || (s->n_fit == 0 && s->n_rej == 0 && s->sp.n_dropped > 0)) {
+    if (w.nfam == 0 || (s->n_fit == 0 && s->n_rej == 0 && s->n_eval > 0)) {
         st = pt_plan_space_error(&s->sp);
     } else if (s->n_fit == 0 && s->n_rej > 0) {
         char lname[PT_PLAN_NAME_MAX];
@@ -764,6 +767,18 @@ done:
     search_free(s);
     free(scratch);
     return st;
+}
+
+int pt_plan_entry_finite(const pt_plan_entry *e) {
+    const pt_plan_mem_rank *m = &e->mem;
+    const pt_plan_time *t = &e->time;
+    double v[] = {m->slack,     m->total,     m->save,      t->step_s,       t->compute_s,
+                  t->bubble_s,  t->optim_s,   t->bubble,    t->tokens_per_s, t->mfu,
+                  t->comm_s[0], t->comm_s[1], t->comm_s[2], t->comm_s[3]};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= isfinite(v[i]) != 0;
+    for (int k = 0; k < PT_MEM_NCAT; k++) ok &= isfinite(m->cat[k]) != 0;
+    return ok;
 }
 
 void pt_plan_result_free(pt_plan_result *r) {
