@@ -22,7 +22,6 @@
  *
  * Not here: the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -628,9 +627,10 @@ static pt_status on_family(void *ctx, const pt_plan_layout *l0) {
     }
     int si = 0;
     while (l.pp > 1 && si < 4 && strcmp(pt_plan_space_schedule(si), l.schedule)) si++;
-    w->fam[w->nfam++] =
-        (family){fb,          l.tp, l.pp, l.sequence_parallel, l.microbatches, si, l.virtual_stages,
-                 l.recompute, w->zv};
+    family *f = &w->fam[w->nfam++];
+    f->bound = fb, f->tp = l.tp, f->pp = l.pp, f->sp = l.sequence_parallel;
+    f->m = l.microbatches, f->si = si, f->v = l.virtual_stages, f->rec = l.recompute;
+    f->zv = w->zv;
     s->n_valid += w->nz;
     return PT_OK;
 }
