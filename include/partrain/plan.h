@@ -37,6 +37,9 @@ extern "C" {
 
 #define PT_PLAN_MAX_STAGES 64
 #define PT_PLAN_NAME_MAX   128
+/* The most ranks a plan is for: --world's cap, and a cluster's nodes x
+ * devices_per_node */
+#define PT_PLAN_MAX_WORLD (1 << 20)
 
 /* ---- measured profile (calibrate) ------------------------------------------
  * Everything partrain calibrate measures, as read back from its JSON. Times
@@ -129,12 +132,17 @@ typedef struct {
 } pt_cluster;
 
 /* Parse a cluster description (or a calibrate profile). A missing,
- * mistyped or non-positive field is one error line naming the file and the
+ * mistyped or out-of-range field (every number has a plausible range,
+ * docs/plan.md), a world beyond PT_PLAN_MAX_WORLD or a profile without
+ * measured products or modules is one error line naming the file and the
  * field. */
 pt_status pt_cluster_load_file(pt_cluster **out, const char *path);
 pt_status pt_cluster_load_string(pt_cluster **out, const char *json, const char *what);
 void pt_cluster_free(pt_cluster *c);
-/* The cluster as JSON (malloc'd text), profile included. */
+/* The cluster as JSON (malloc'd text), profile included. NULL when out of
+ * memory, or when the text would not load back (a number out of its
+ * range, or not finite: pt_error_message names it): what is written
+ * loads. */
 char *pt_cluster_to_json(const pt_cluster *c);
 
 /* ---- a layout ------------------------------------------------------------- */
@@ -267,6 +275,11 @@ typedef struct {
 pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_fixed,
                          const pt_cluster *cl, int world, pt_plan_result *out);
 void pt_plan_result_free(pt_plan_result *r);
+/* Whether every number of e (memory by category, the step and its
+ * breakdown, rates) is finite. The search asserts it of what it returns
+ * (the cluster loader's ranges keep the models finite); what prints or
+ * writes an entry refuses one that is not. */
+int pt_plan_entry_finite(const pt_plan_entry *e);
 
 /* ---- output (planfile.c, trace.c) ------------------------------------------ */
 /* One layout as JSON (malloc'd text): layout, dp, tp, pp, zero, zero_group,

@@ -88,6 +88,8 @@ pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int wo
     int nfixed = fixed_keys(a, names, fixed);
     pt_plan_result r = {0};
     pt_status st = pt_plan_search(cfg, fixed, nfixed, cl, world, &r);
+    if (st == PT_OK && !pt_plan_entry_finite(&r.entry[0]))
+        st = pt_error_set(PT_ERR_INTERNAL, "layout auto: the plan's figures are not finite");
     if (st == PT_OK) {
         say_choice(&r, world, cl, cluster);
         pt_plan_layout_apply(&r.entry[0].layout, cfg);

@@ -26,10 +26,14 @@ static void usage(FILE *f) {
                "train.precision = bf16 plans a GPU run (bf16 with fp32 master weights and\n"
                "optimizer state). Any parallel.* key given (in the config or by --set), and\n"
                "model.recompute, model.stage_recompute and train.threads, is held fixed; the\n"
-               "rest is searched.\n\n"
+               "rest is searched (a fixed parallel.stage_layers of n entries: pp = n, or\n"
+               "pp x virtual_stages = n under interleaved and zbv). When no layout is valid,\n"
+               "the error names the constraint that no candidate passes.\n\n"
                "  --config FILE    the model's config (JSON; no data file is read)\n"
-               "  --cluster FILE   the cluster description (docs/plan.md)\n"
-               "  --world N        ranks to plan for (default: every device of the cluster)\n"
+               "  --cluster FILE   the cluster description (docs/plan.md; every number in its\n"
+               "                   plausible range)\n"
+               "  --world N        ranks to plan for (default: every device of the cluster;\n"
+               "                   at most 1048576)\n"
                "  --set key=value  override one key (repeatable; a layout key is then fixed)\n"
                "  --top K          layouts shown (default: 10 in the table; with --json every\n"
                "                   one kept, the fastest 256)\n"
@@ -140,7 +144,7 @@ int pt_cli_plan(int argc, char **argv) {
             if (r < 0) rc = 2;
             trace = v;
         } else if ((r = pt_cli_option(argc, argv, &i, "--world", "plan", &v)) != 0) {
-            if (r < 0 || !pt_cli_parse_int("--world", v, 1, 1 << 20, &world)) rc = 2;
+            if (r < 0 || !pt_cli_parse_int("--world", v, 1, PT_PLAN_MAX_WORLD, &world)) rc = 2;
         } else if ((r = pt_cli_option(argc, argv, &i, "--top", "plan", &v)) != 0) {
             if (r < 0 || !pt_cli_parse_int("--top", v, 1, 1 << 20, &top)) rc = 2;
         } else {
@@ -196,6 +200,12 @@ int pt_cli_plan(int argc, char **argv) {
     if (st == PT_OK && world == 0) world = cl->nodes * cl->devices_per_node;
     if (st == PT_OK) st = pt_plan_search(cfg, (const char *const *)fixed, nfixed, cl, world, &res);
     if (st == PT_OK && top == 0) top = json ? res.n_fit : 10;
+    for (int i = 0; st == PT_OK && i < res.n; i++) /* what prints is finite */
+        if (!pt_plan_entry_finite(&res.entry[i])) {
+            char name[PT_PLAN_NAME_MAX * 4];
+            pt_plan_layout_name(&res.entry[i].layout, name, sizeof name);
+            st = pt_error_set(PT_ERR_INTERNAL, "plan: %s's predicted figures are not finite", name);
+        }
     if (st == PT_OK) {
         if (json) {
             int shown = 0;

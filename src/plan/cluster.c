@@ -2,8 +2,12 @@
  * the optional measured profile of `partrain calibrate`, into pt_cluster;
  * and back to JSON. Every field is checked where it is read: a missing,
  * mistyped, non-finite or out-of-range value, an unknown or duplicate key
- * is one error line naming the file and the dotted field
- * ("cluster.json: links.inter_node.bw must be a positive number (got -1)").
+ * is one error line naming the file and the dotted field and the range
+ * ("cluster.json: links.inter_node.bw must be in [1e6, 1e15] bytes/s (got
+ * -1)"). Every physical quantity has a plausible range (docs/plan.md's
+ * table, the field lists below): a rate of 1e-300 made the plan's step
+ * times infinite, a count of 2^31 ranks was planned. Integers print as
+ * integers.
  *
  * Not here: what the numbers mean to the models (memory.c, time.c). */
 #include "partrain/plan.h"
@@ -21,9 +25,6 @@
 #define EFF_MATMUL      0.75
 #define EFF_ELEMENTWISE 0.8
 #define EFF_COMM        0.8
-
-/* Integers in JSON are doubles: keep them exact and inside int. */
-#define INT_FIELD_MAX 2147483647.0
 
 /* A JSON object being read: its dotted name for messages and the keys it
  * may hold (NULL-terminated), checked once when it is opened. */
@@ -80,39 +81,111 @@ static pt_status get_item(const reader *r, const char *key, int required, const 
     return PT_OK;
 }
 
-typedef enum { POSITIVE, NONNEG, FRACTION } num_range; /* > 0, >= 0, [0, 1] */
+/* A number's plausible range: lo <= v <= hi, or 0 too (zero_ok: "absent"
+ * or "none", as the field says), in unit. */
+typedef struct {
+    double lo, hi;
+    int zero_ok;
+    const char *unit; /* "" for none */
+} range;
 
-static pt_status read_num(const reader *r, const char *key, int required, num_range range,
+/* The ranges (docs/plan.md, "The cluster description"). */
+static const range R_FLOPS = {1e6, 1e18, 0, " flop/s"};
+static const range R_FLOPS0 = {1e6, 1e18, 1, " flop/s"}; /* bf16: 0 is "none" */
+static const range R_BYTES = {1e6, 1e15, 0, " bytes"};
+static const range R_BW = {1e6, 1e15, 0, " bytes/s"};
+static const range R_LATENCY = {1e-9, 1, 0, " s"};
+static const range R_FRACTION = {0.01, 1, 1, ""};      /* 0: the default */
+static const range R_PER_ITEM = {1e-15, 1, 0, " s"};   /* a float's or a parameter's pass */
+static const range R_SECONDS = {1e-12, 1e6, 0, " s"};  /* a measured pass or collective */
+static const range R_SECONDS0 = {1e-12, 1e6, 1, " s"}; /* 0: nothing to time */
+static const range R_MSG = {1, 1e15, 0, " bytes"};
+static const range R_WORLD = {1, PT_PLAN_MAX_WORLD, 0, ""};
+static const range R_CORES = {1, 65536, 0, ""};
+static const range R_DIM = {1, 16777216, 0, ""}; /* a product's m, n, k */
+static const range R_EMBD = {1, 65536, 0, ""};   /* the config table's limits */
+static const range R_HEADS = {1, 4096, 0, ""};
+static const range R_SEQ = {1, 1048576, 0, ""};
+static const range R_VOCAB = {1, 65536, 0, ""};
+static const range R_TOKENS = {1, 1073741824, 0, ""};
+
+/* %g of v without its exponent's + and leading 0s ("1e6", "1e-9"). */
+static void g_text(double v, char *buf, size_t n) {
+    char g[64];
+    snprintf(g, sizeof g, "%g", v);
+    char *e = strchr(g, 'e');
+    if (!e) {
+        snprintf(buf, n, "%s", g);
+        return;
+    }
+    const char *x = e + 1;
+    int neg = *x == '-';
+    if (*x == '+' || *x == '-') x++;
+    while (*x == '0' && x[1]) x++;
+    snprintf(buf, n, "%.*se%s%s", (int)(e - g), g, neg ? "-" : "", x);
+}
+
+/* A value as the messages print it: an integer as one ("2147483648", not
+ * "2.14748e+09"), else g_text. */
+static void num_text(double v, char *buf, size_t n) {
+    if (isfinite(v) && v == floor(v) && fabs(v) < 1e15)
+        snprintf(buf, n, "%.0f", v);
+    else
+        g_text(v, buf, n);
+}
+
+/* A limit: g_text where that is exact ("1e6"), else every digit. */
+static void limit_text(double v, char *buf, size_t n) {
+    char g[64];
+    snprintf(g, sizeof g, "%g", v);
+    if (strtod(g, NULL) == v)
+        g_text(v, buf, n);
+    else
+        snprintf(buf, n, "%.0f", v);
+}
+
+/* "in [1e6, 1e18] flop/s" (with "0 or " where 0 is taken) */
+static void range_text(const range *g, int integer, char *buf, size_t n) {
+    char lo[32], hi[32];
+    limit_text(g->lo, lo, sizeof lo);
+    limit_text(g->hi, hi, sizeof hi);
+    snprintf(buf, n, "%s%s in [%s, %s]%s", g->zero_ok && g->lo > 0 ? "0 or " : "",
+             integer ? "an integer" : "a number", lo, hi, g->unit);
+}
+
+static pt_status out_of_range(const reader *r, const char *key, const range *g, int integer,
+                              const cJSON *it) {
+    char name[256], want[96], got[64];
+    field_name(r, key, name, sizeof name);
+    range_text(g, integer, want, sizeof want);
+    if (cJSON_IsNumber(it))
+        num_text(it->valuedouble, got, sizeof got);
+    else
+        snprintf(got, sizeof got, "%s", json_kind(it));
+    return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s (got %s)", r->what, name, want, got);
+}
+
+static pt_status read_num(const reader *r, const char *key, int required, const range *g,
                           double *out) {
     const cJSON *it;
     PT_CHECK(get_item(r, key, required, &it));
     if (!it) return PT_OK;
-    char name[256];
-    field_name(r, key, name, sizeof name);
-    const char *want = range == POSITIVE ? "a positive number"
-                       : range == NONNEG ? "a number >= 0"
-                                         : "a number in [0, 1]";
-    if (!cJSON_IsNumber(it))
-        return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s (got %s)", r->what, name, want,
-                            json_kind(it));
-    double v = it->valuedouble;
-    int ok = isfinite(v) && (range == POSITIVE ? v > 0 : v >= 0) && (range != FRACTION || v <= 1);
-    if (!ok)
-        return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s (got %g)", r->what, name, want, v);
+    double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!(isfinite(v) && ((v >= g->lo && v <= g->hi) || (g->zero_ok && v == 0))))
+        return out_of_range(r, key, g, 0, it);
     *out = v;
     return PT_OK;
 }
 
-static pt_status read_int(const reader *r, const char *key, int required, int *out) {
-    double v = 0;
-    PT_CHECK(read_num(r, key, required, POSITIVE, &v));
-    if (v == 0) return PT_OK; /* absent and optional */
-    if (v != floor(v) || v > INT_FIELD_MAX) {
-        char name[256];
-        field_name(r, key, name, sizeof name);
-        return pt_error_set(PT_ERR_INVALID, "%s: %s must be a positive integer (got %g)", r->what,
-                            name, v);
-    }
+/* An integer in g (absent and optional: *out unchanged). */
+static pt_status read_int(const reader *r, const char *key, int required, const range *g,
+                          int *out) {
+    const cJSON *it;
+    PT_CHECK(get_item(r, key, required, &it));
+    if (!it) return PT_OK;
+    double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!(isfinite(v) && v == floor(v) && v >= g->lo && v <= g->hi))
+        return out_of_range(r, key, g, 1, it);
     *out = (int)v;
     return PT_OK;
 }
@@ -181,89 +254,93 @@ static const char *const op_names[PT_PROFILE_NOPS] = {"allreduce", "allgather", 
 /* ---- the profile: one field list per table, for reading and writing ---- */
 
 typedef enum {
-    F_INT,     /* int, > 0 */
-    F_INT_OPT, /* int, > 0, or absent (0) */
-    F_POS,     /* double, > 0 */
-    F_NONNEG,  /* double, >= 0 */
+    F_INT,     /* int in rg */
+    F_INT_OPT, /* int in rg, or absent (0) */
+    F_NUM,     /* double in rg */
     F_ENUM,    /* int: the index of the string among `names` */
     F_STR,     /* char[len] among `choices` (NULL: any) */
-    F_TRIPLE   /* double[3], each >= 0 (recompute_s: none, selective, full) */
+    F_TRIPLE   /* double[3], each in rg (recompute_s: none, selective, full) */
 } field_kind;
 
 typedef struct {
     const char *key;
     field_kind kind;
     size_t off;
+    const range *rg;          /* F_INT, F_INT_OPT, F_NUM, F_TRIPLE */
     const char *choices;      /* F_ENUM, F_STR: "a|b|c" */
     const char *const *names; /* F_ENUM: in index order */
     size_t len;               /* F_STR: the buffer */
 } field;
 
-#define FLD(T, key, kind, m)                                                                       \
-    { key, kind, offsetof(T, m), NULL, NULL, 0 }
+#define FLD(T, key, kind, m, rg)                                                                   \
+    { key, kind, offsetof(T, m), &rg, NULL, NULL, 0 }
 #define FLD_ENUM(T, key, m, c, n)                                                                  \
-    { key, F_ENUM, offsetof(T, m), c, n, 0 }
+    { key, F_ENUM, offsetof(T, m), NULL, c, n, 0 }
 #define FLD_STR(T, key, m, c)                                                                      \
-    { key, F_STR, offsetof(T, m), c, NULL, sizeof(((T *)0)->m) }
+    { key, F_STR, offsetof(T, m), NULL, c, NULL, sizeof(((T *)0)->m) }
 #define NFIELD(a) ((int)(sizeof a / sizeof a[0]))
 
 static const field gemm_fields[] = {
-    FLD(pt_profile_gemm, "m", F_INT, m),
-    FLD(pt_profile_gemm, "n", F_INT, n),
-    FLD(pt_profile_gemm, "k", F_INT, k),
-    FLD(pt_profile_gemm, "threads", F_INT, threads),
-    FLD(pt_profile_gemm, "flops_s", F_POS, flops_s),
+    FLD(pt_profile_gemm, "m", F_INT, m, R_DIM),
+    FLD(pt_profile_gemm, "n", F_INT, n, R_DIM),
+    FLD(pt_profile_gemm, "k", F_INT, k, R_DIM),
+    FLD(pt_profile_gemm, "threads", F_INT, threads, R_CORES),
+    FLD(pt_profile_gemm, "flops_s", F_NUM, flops_s, R_FLOPS),
 };
 static const field module_fields[] = {
     FLD_ENUM(pt_profile_module, "kind", kind, "embedding|block|head", module_kinds),
-    FLD(pt_profile_module, "n_embd", F_INT, n_embd),
-    FLD(pt_profile_module, "n_head", F_INT, n_head),
-    FLD(pt_profile_module, "seq_len", F_INT, seq_len),
-    FLD(pt_profile_module, "vocab_size", F_INT, vocab_size),
-    FLD(pt_profile_module, "tp", F_INT, tp),
-    FLD(pt_profile_module, "tokens", F_INT, tokens),
-    FLD(pt_profile_module, "threads", F_INT, threads),
-    FLD(pt_profile_module, "ranks", F_INT_OPT, ranks),
-    FLD(pt_profile_module, "fwd_s", F_POS, fwd_s),
+    FLD(pt_profile_module, "n_embd", F_INT, n_embd, R_EMBD),
+    FLD(pt_profile_module, "n_head", F_INT, n_head, R_HEADS),
+    FLD(pt_profile_module, "seq_len", F_INT, seq_len, R_SEQ),
+    FLD(pt_profile_module, "vocab_size", F_INT, vocab_size, R_VOCAB),
+    FLD(pt_profile_module, "tp", F_INT, tp, R_WORLD),
+    FLD(pt_profile_module, "tokens", F_INT, tokens, R_TOKENS),
+    FLD(pt_profile_module, "threads", F_INT, threads, R_CORES),
+    FLD(pt_profile_module, "ranks", F_INT_OPT, ranks, R_WORLD),
+    FLD(pt_profile_module, "fwd_s", F_NUM, fwd_s, R_SECONDS),
     /* the embedding has no input gradient: 0 is a measurement */
-    FLD(pt_profile_module, "bgrad_s", F_NONNEG, bgrad_s),
-    FLD(pt_profile_module, "wgrad_s", F_NONNEG, wgrad_s),
-    FLD(pt_profile_module, "recompute_s", F_TRIPLE, recompute_s),
+    FLD(pt_profile_module, "bgrad_s", F_NUM, bgrad_s, R_SECONDS0),
+    FLD(pt_profile_module, "wgrad_s", F_NUM, wgrad_s, R_SECONDS0),
+    FLD(pt_profile_module, "recompute_s", F_TRIPLE, recompute_s, R_SECONDS0),
 };
 static const field comm_fields[] = {
     FLD_STR(pt_profile_comm, "backend", backend, "shm|mpi"),
     FLD_ENUM(pt_profile_comm, "op", op, "allreduce|allgather|reduce_scatter|broadcast|p2p",
              op_names),
-    FLD(pt_profile_comm, "ranks", F_INT, ranks),
-    FLD(pt_profile_comm, "bytes", F_POS, bytes),
-    FLD(pt_profile_comm, "seconds", F_POS, seconds),
+    FLD(pt_profile_comm, "ranks", F_INT, ranks, R_WORLD),
+    FLD(pt_profile_comm, "bytes", F_NUM, bytes, R_MSG),
+    FLD(pt_profile_comm, "seconds", F_NUM, seconds, R_SECONDS),
 };
 /* the profile's own scalars (version, checked apart, and the tables follow) */
 static const field profile_fields[] = {
     FLD_STR(pt_profile, "cpu", cpu, NULL),
     FLD_STR(pt_profile, "binary", binary, NULL),
-    FLD(pt_profile, "cores", F_INT, cores),
-    FLD(pt_profile, "memory_bw", F_POS, memory_bw),
-    FLD(pt_profile, "elementwise_s", F_POS, elementwise_s),
-    FLD(pt_profile, "adamw_s", F_POS, adamw_s),
-    FLD(pt_profile, "sgd_s", F_POS, sgd_s),
+    FLD(pt_profile, "cores", F_INT, cores, R_CORES),
+    FLD(pt_profile, "memory_bw", F_NUM, memory_bw, R_BW),
+    FLD(pt_profile, "elementwise_s", F_NUM, elementwise_s, R_PER_ITEM),
+    FLD(pt_profile, "adamw_s", F_NUM, adamw_s, R_PER_ITEM),
+    FLD(pt_profile, "sgd_s", F_NUM, sgd_s, R_PER_ITEM),
 };
 
-static pt_status read_triple(const reader *r, const char *key, double *out) {
+static pt_status read_triple(const reader *r, const char *key, const range *g, double *out) {
     const cJSON *rc;
     PT_CHECK(get_item(r, key, 1, &rc));
-    char name[256];
+    char name[256], want[96];
     field_name(r, key, name, sizeof name);
+    range_text(g, 0, want, sizeof want);
     if (!cJSON_IsArray(rc) || cJSON_GetArraySize(rc) != 3)
         return pt_error_set(PT_ERR_INVALID,
-                            "%s: %s must be an array of 3 numbers >= 0 (none, selective, full)",
-                            r->what, name);
+                            "%s: %s must be an array of 3 numbers (none, selective, full), each "
+                            "%s",
+                            r->what, name, want);
     for (int i = 0; i < 3; i++) {
         const cJSON *v = cJSON_GetArrayItem(rc, i);
-        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
-            return pt_error_set(PT_ERR_INVALID, "%s: %s[%d] must be a number >= 0", r->what, name,
-                                i);
-        out[i] = v->valuedouble;
+        char at[280];
+        snprintf(at, sizeof at, "%s[%d]", key, i);
+        double x = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+        if (!(isfinite(x) && ((x >= g->lo && x <= g->hi) || (g->zero_ok && x == 0))))
+            return out_of_range(r, at, g, 0, v);
+        out[i] = x;
     }
     return PT_OK;
 }
@@ -274,22 +351,19 @@ static pt_status read_fields(const reader *r, const field *f, int n, void *dst) 
         char *at = (char *)dst + f[i].off;
         switch (f[i].kind) {
         case F_INT:
-            PT_CHECK(read_int(r, f[i].key, 1, (int *)at));
+            PT_CHECK(read_int(r, f[i].key, 1, f[i].rg, (int *)at));
             break;
         case F_INT_OPT:
-            PT_CHECK(read_int(r, f[i].key, 0, (int *)at));
+            PT_CHECK(read_int(r, f[i].key, 0, f[i].rg, (int *)at));
             break;
-        case F_POS:
-            PT_CHECK(read_num(r, f[i].key, 1, POSITIVE, (double *)at));
-            break;
-        case F_NONNEG:
-            PT_CHECK(read_num(r, f[i].key, 1, NONNEG, (double *)at));
+        case F_NUM:
+            PT_CHECK(read_num(r, f[i].key, 1, f[i].rg, (double *)at));
             break;
         case F_STR:
             PT_CHECK(read_str(r, f[i].key, f[i].choices, at, f[i].len));
             break;
         case F_TRIPLE:
-            PT_CHECK(read_triple(r, f[i].key, (double *)at));
+            PT_CHECK(read_triple(r, f[i].key, f[i].rg, (double *)at));
             break;
         case F_ENUM: {
             char s[32];
@@ -338,13 +412,14 @@ static pt_status read_table(const reader *r, const char *key, const field *f, in
 }
 
 static pt_status read_profile(const reader *r, pt_profile *p) {
+    static const range any_version = {1, 1e9, 0, ""};
     double version = 0;
-    PT_CHECK(read_num(r, "version", 1, POSITIVE, &version));
+    PT_CHECK(read_num(r, "version", 1, &any_version, &version));
     if (version != 1)
         return pt_error_set(PT_ERR_UNSUPPORTED, "%s: profile.version %g is not supported (1)",
                             r->what, version);
     PT_CHECK(read_fields(r, profile_fields, NFIELD(profile_fields), p));
-    PT_CHECK(read_num(r, "probe_flops_s", 0, POSITIVE, &p->probe_flops_s));
+    PT_CHECK(read_num(r, "probe_flops_s", 0, &R_FLOPS, &p->probe_flops_s));
     void *t;
     pt_status st =
         read_table(r, "gemm", gemm_fields, NFIELD(gemm_fields), sizeof *p->gemm, &t, &p->n_gemm);
@@ -356,6 +431,19 @@ static pt_status read_profile(const reader *r, pt_profile *p) {
     PT_CHECK(st);
     for (int i = 0; i < p->n_module; i++) /* absent: a shard's own group */
         if (p->module[i].ranks == 0) p->module[i].ranks = p->module[i].tp;
+    /* what calibrate measures, and what "measured" means to the planner:
+     * without them it would model every pass from the peak and say that
+     * it modelled them from the product table */
+    if (p->n_gemm == 0 || p->n_module == 0)
+        return pt_error_set(PT_ERR_INVALID,
+                            "%s: %s %s empty: a calibrate profile holds the measured matrix "
+                            "products and module passes (partrain calibrate writes them); "
+                            "without a profile the plan is modelled from the datasheet figures",
+                            r->what,
+                            !p->n_gemm && !p->n_module ? "profile.gemm and profile.modules"
+                            : !p->n_gemm               ? "profile.gemm"
+                                                       : "profile.modules",
+                            !p->n_gemm && !p->n_module ? "are" : "is");
     st = read_table(r, "comm", comm_fields, NFIELD(comm_fields), sizeof *p->comm, &t, &p->n_comm);
     p->comm = t;
     return st;
@@ -366,8 +454,8 @@ static pt_status read_link(const reader *r, const char *key, pt_link *l) {
     reader s;
     int present;
     PT_CHECK(read_obj(r, key, 1, link_keys, &s, &present));
-    PT_CHECK(read_num(&s, "bw", 1, POSITIVE, &l->bw));
-    return read_num(&s, "latency", 1, POSITIVE, &l->latency);
+    PT_CHECK(read_num(&s, "bw", 1, &R_BW, &l->bw));
+    return read_num(&s, "latency", 1, &R_LATENCY, &l->latency);
 }
 
 static pt_status read_cluster(const char *what, const cJSON *root, pt_cluster *c) {
@@ -386,16 +474,22 @@ static pt_status read_cluster(const char *what, const cJSON *root, pt_cluster *c
     int present;
     PT_CHECK(reader_open(&top, what, "", root, top_keys));
     PT_CHECK(read_str(&top, "name", NULL, c->name, sizeof c->name));
-    PT_CHECK(read_int(&top, "nodes", 1, &c->nodes));
-    PT_CHECK(read_int(&top, "devices_per_node", 1, &c->devices_per_node));
+    PT_CHECK(read_int(&top, "nodes", 1, &R_WORLD, &c->nodes));
+    PT_CHECK(read_int(&top, "devices_per_node", 1, &R_WORLD, &c->devices_per_node));
+    if ((double)c->nodes * c->devices_per_node > PT_PLAN_MAX_WORLD)
+        return pt_error_set(PT_ERR_INVALID,
+                            "%s: nodes x devices_per_node (%d x %d = %.0f ranks) must be at most "
+                            "%d ranks (the planner's world, as --world's)",
+                            what, c->nodes, c->devices_per_node,
+                            (double)c->nodes * c->devices_per_node, PT_PLAN_MAX_WORLD);
     PT_CHECK(read_obj(&top, "device", 1, device_keys, &dev, &present));
     PT_CHECK(read_str(&dev, "name", NULL, c->device.name, sizeof c->device.name));
     PT_CHECK(read_obj(&dev, "peak_flops", 1, flops_keys, &fl, &present));
-    PT_CHECK(read_num(&fl, "fp32", 1, POSITIVE, &c->device.peak_flops_fp32));
+    PT_CHECK(read_num(&fl, "fp32", 1, &R_FLOPS, &c->device.peak_flops_fp32));
     /* absent or 0: the device has no bf16 (a CPU profile) */
-    PT_CHECK(read_num(&fl, "bf16", 0, NONNEG, &c->device.peak_flops_bf16));
-    PT_CHECK(read_num(&dev, "memory_bytes", 1, POSITIVE, &c->device.memory_bytes));
-    PT_CHECK(read_num(&dev, "memory_bw", 1, POSITIVE, &c->device.memory_bw));
+    PT_CHECK(read_num(&fl, "bf16", 0, &R_FLOPS0, &c->device.peak_flops_bf16));
+    PT_CHECK(read_num(&dev, "memory_bytes", 1, &R_BYTES, &c->device.memory_bytes));
+    PT_CHECK(read_num(&dev, "memory_bw", 1, &R_BW, &c->device.memory_bw));
     PT_CHECK(read_obj(&top, "links", 1, links_keys, &links, &present));
     PT_CHECK(read_link(&links, "intra_node", &c->intra_node));
     PT_CHECK(read_link(&links, "inter_node", &c->inter_node));
@@ -404,9 +498,9 @@ static pt_status read_cluster(const char *what, const cJSON *root, pt_cluster *c
     if (present) {
         /* 0 (as the template in docs/plan.md writes): the default */
         double v[3] = {0, 0, 0};
-        PT_CHECK(read_num(&eff, "matmul", 0, FRACTION, &v[0]));
-        PT_CHECK(read_num(&eff, "elementwise", 0, FRACTION, &v[1]));
-        PT_CHECK(read_num(&eff, "comm", 0, FRACTION, &v[2]));
+        PT_CHECK(read_num(&eff, "matmul", 0, &R_FRACTION, &v[0]));
+        PT_CHECK(read_num(&eff, "elementwise", 0, &R_FRACTION, &v[1]));
+        PT_CHECK(read_num(&eff, "comm", 0, &R_FRACTION, &v[2]));
         if (v[0] > 0) c->efficiency.matmul = v[0];
         if (v[1] > 0) c->efficiency.elementwise = v[1];
         if (v[2] > 0) c->efficiency.comm = v[2];
@@ -517,8 +611,7 @@ static void add_fields(cJSON *o, const field *f, int n, const void *src, int *ok
         case F_INT_OPT:
             if (*(const int *)at > 0) add_num(o, f[i].key, *(const int *)at, ok);
             break;
-        case F_POS:
-        case F_NONNEG:
+        case F_NUM:
             add_num(o, f[i].key, *(const double *)at, ok);
             break;
         case F_STR:
@@ -587,5 +680,17 @@ char *pt_cluster_to_json(const pt_cluster *c) {
     if (c->profile && ok) add_profile(root, c->profile, &ok);
     char *s = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
+    if (!s) {
+        pt_error_set(PT_ERR_NOMEM, "cluster: out of memory writing its JSON");
+        return NULL;
+    }
+    /* what is written loads: a number out of its range or not finite
+     * (cJSON writes null) is refused here, with the loader's line */
+    pt_cluster *back = NULL;
+    if (pt_cluster_load_string(&back, s, "the cluster's JSON") != PT_OK) {
+        free(s);
+        return NULL;
+    }
+    pt_cluster_free(back);
     return s;
 }

@@ -14,9 +14,10 @@
  *        the micro-batches the schedule holds.
  *
  * The search's calls go through a pt_plan_memory_cache (plan_memory_impl.h)
- * that keeps what layouts share: stage cuts, pass list counts, tables.
+ * that keeps what layouts share: stage cuts, pass list counts, tables
+ * (memory_stage.c builds a stage).
  *
- * Not here: whether it fits (pt_plan_mem_overflow, the search), time. */
+ * Not here: whether it fits (memory_fit.c, the search), time. */
 #include "partrain/plan.h"
 
 #include "partrain/comm.h"
@@ -35,361 +36,39 @@
  * fragmentation. */
 #define GPU_SLACK_BYTES (2.0 * 1073741824.0)
 
-/* What the memory model reads of a rank's pass list (pt_schedule). */
-typedef struct {
-    int virtual_stages, split, in_flight, pending_w;
-    int chunk_in_flight[PT_SCHEDULE_MAX_VIRTUAL];
-    int vstage[PT_SCHEDULE_MAX_VIRTUAL]; /* pt_schedule_virtual_stage per chunk */
-    size_t bytes;                        /* pt_schedule_bytes */
-} sched_sum;
-
-/* A rank's list, summed up; then freed. */
-static void sched_sum_of(sched_sum *u, pt_schedule *sc, int p) {
-    memset(u, 0, sizeof *u);
-    u->virtual_stages = sc->virtual_stages;
-    u->split = sc->split;
-    u->in_flight = sc->in_flight;
-    u->pending_w = pt_schedule_pending_w(sc);
-    for (int ch = 0; ch < PT_SCHEDULE_MAX_VIRTUAL; ch++)
-        u->chunk_in_flight[ch] = sc->chunk_in_flight[ch];
-    for (int ch = 0; ch < sc->virtual_stages && p > 1; ch++)
-        u->vstage[ch] = pt_schedule_virtual_stage(sc, ch);
-    u->bytes = pt_schedule_bytes(sc);
-    pt_schedule_free(sc);
-}
-
-/* Every pipeline rank's list (p > 1) or the whole model's (p 1), summed
- * up into u[0..p-1]. */
-static pt_status sched_sums(sched_sum *u, const char *name, int m, int p, int v) {
-    pt_schedule *sc = calloc((size_t)p, sizeof *sc);
-    if (!sc) return pt_error_set(PT_ERR_NOMEM, "plan: %d pass lists", p);
-    pt_status st =
-        p > 1 ? pt_schedule_build_all(sc, name, m, p, v) : pt_schedule_build(sc, name, m);
-    for (int r = 0; st == PT_OK && r < p; r++) sched_sum_of(&u[r], &sc[r], p);
-    free(sc);
-    return st;
-}
-
-/* What the bf16 regime reads of a stage's table-only model: a few
- * hundred bytes where the model is tens of kB (a search keeps thousands). */
-typedef struct {
-    size_t params_bytes; /* pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS) */
-    size_t n;            /* pt_model_num_params */
-    size_t cnt[];        /* L + 2: pt_model_module_region's counts */
-} model_sum;
-
-static model_sum *model_sum_new(const pt_model *m, int L) {
-    model_sum *u = malloc(sizeof *u + sizeof u->cnt[0] * ((size_t)L + 2));
-    if (!u) return NULL;
-    u->params_bytes = pt_model_buffer_bytes(m, 0, PT_MEM_PARAMS);
-    u->n = pt_model_num_params(m);
-    for (int i = 0; i < L + 2; i++) {
-        size_t off;
-        pt_model_module_region(m, i, &off, &u->cnt[i]);
-    }
-    return u;
-}
-
-/* One pipeline stage's layout, shared by both regimes. */
-typedef struct {
-    sched_sum sched;
-    pt_model *m;        /* fp32: table only (max_B 0), this stage's tp slice */
-    const model_sum *u; /* bf16: the same model summed up */
-    int own;            /* m or u is this stage's (else the cache's, lent) */
-    int first[PT_SCHEDULE_MAX_VIRTUAL], last[PT_SCHEDULE_MAX_VIRTUAL];
-    int emb_here, head_here, tied_peer;
-    int blocks[PT_SCHEDULE_MAX_VIRTUAL]; /* blocks of each chunk */
-    int most_modules;                    /* modules of the rank's largest chunk */
-    int head_chunk;                      /* the chunk holding the head (head_here) */
-} stage_info;
-
-static void stage_free(stage_info *s) {
-    if (!s->own) return;
-    pt_model_free(s->m);
-    free((model_sum *)s->u);
-}
-
 static pt_recompute recompute_of(int rc) {
     return rc == 2 ? PT_RECOMPUTE_FULL : rc == 1 ? PT_RECOMPUTE_SELECTIVE : PT_RECOMPUTE_NONE;
 }
 
-/* ---- the cache (plan_memory_impl.h) ----
- * Open addressing on byte keys, the table doubled at half full. */
-typedef struct {
-    uint64_t h;
-    size_t klen;
-    unsigned char *key; /* NULL: empty */
-    void *val;
-} slot;
-typedef struct {
-    slot *s;
-    size_t cap, n;
-} table;
-
-#ifndef MODEL_CACHE_MAX
-#define MODEL_CACHE_MAX 1024
-#endif
-
-struct pt_plan_memory_cache {
-    pt_model_config model; /* what every entry was computed for */
-    int have_model;
-    long hits;    /* lookups answered (pt_plan_memory_cache_hits) */
-    table cuts;   /* "schedule/p/v/stage_layers" -> p x v pt_stage */
-    table scheds; /* "schedule/m/p/v" -> p sched_sum */
-    table models; /* fp32: (tp, sp, recompute, whole, owned[L + 2]) -> pt_model */
-    table sums;   /* bf16: the same key -> model_sum */
-};
-
-static uint64_t bytes_hash(const void *key, size_t n) {
-    const unsigned char *b = key;
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static void *table_get(const table *t, const void *key, size_t klen, uint64_t h) {
-    for (size_t i = t->cap ? h & (t->cap - 1) : 0; t->cap; i = (i + 1) & (t->cap - 1)) {
-        const slot *e = &t->s[i];
-        if (!e->key) return NULL;
-        if (e->h == h && e->klen == klen && !memcmp(e->key, key, klen)) return e->val;
-    }
-    return NULL;
-}
-
-/* Takes val (freed with the table) unless it fails. */
-static pt_status table_put(table *t, const void *key, size_t klen, uint64_t h, void *val) {
-    if (2 * (t->n + 1) > t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 64;
-        slot *s = calloc(cap, sizeof *s);
-        if (!s) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-        for (size_t i = 0; i < t->cap; i++) {
-            if (!t->s[i].key) continue;
-            size_t j = t->s[i].h & (cap - 1);
-            while (s[j].key) j = (j + 1) & (cap - 1);
-            s[j] = t->s[i];
-        }
-        free(t->s);
-        t->s = s, t->cap = cap;
-    }
-    unsigned char *k = malloc(klen);
-    if (!k) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-    memcpy(k, key, klen);
-    size_t j = h & (t->cap - 1);
-    while (t->s[j].key) j = (j + 1) & (t->cap - 1);
-    t->s[j] = (slot){.h = h, .klen = klen, .key = k, .val = val};
-    t->n++;
-    return PT_OK;
-}
-
-static void table_clear(table *t, int models) {
-    for (size_t i = 0; i < t->cap; i++) {
-        if (!t->s[i].key) continue;
-        free(t->s[i].key);
-        if (models)
-            pt_model_free(t->s[i].val);
-        else
-            free(t->s[i].val);
-    }
-    free(t->s);
-    memset(t, 0, sizeof *t);
-}
-
-pt_status pt_plan_memory_cache_new(pt_plan_memory_cache **out) {
-    *out = calloc(1, sizeof **out);
-    return *out ? PT_OK : pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-}
-
-long pt_plan_memory_cache_hits(const pt_plan_memory_cache *k) {
-    return k ? k->hits : 0;
-}
-
-void pt_plan_memory_cache_free(pt_plan_memory_cache *k) {
-    if (!k) return;
-    table_clear(&k->cuts, 0);
-    table_clear(&k->scheds, 0);
-    table_clear(&k->models, 1);
-    table_clear(&k->sums, 0);
-    free(k);
-}
-
-/* The stage cut of c (p x v entries) into *cut: k's, or computed into buf. */
-static pt_status cut_of(pt_plan_memory_cache *k, const pt_config *c, pt_stage *buf,
-                        const pt_stage **cut) {
-    int p = c->parallel.pp, v = pt_config_virtual_stages(c), m = c->parallel.microbatches;
-    const char *name = pt_config_schedule(c);
-    char key[sizeof c->parallel.stage_layers + 64];
-    size_t n = 0;
-    if (k) {
-        /* the micro-batches weigh only a cut of several chunks a rank */
-        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d/%s", name, p, v, v > 1 ? m : 0,
-                             c->parallel.stage_layers);
-        if (n >= sizeof key) n = sizeof key - 1;
-        const pt_stage *hit = table_get(&k->cuts, key, n, bytes_hash(key, n));
-        if (hit) {
-            k->hits++;
-            *cut = hit;
-            return PT_OK;
-        }
-    }
-    PT_CHECK(pt_stage_split_for(&c->model, name, p, v, m, c->parallel.stage_layers, buf));
-    *cut = buf;
-    if (!k) return PT_OK;
-    pt_stage *own = malloc(sizeof *own * (size_t)p * (size_t)v);
-    if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-    memcpy(own, buf, sizeof *own * (size_t)p * (size_t)v);
-    pt_status st = table_put(&k->cuts, key, n, bytes_hash(key, n), own);
-    if (st != PT_OK) free(own);
-    *cut = st == PT_OK ? own : buf;
-    return st;
-}
-
-/* The p ranks' pass list summaries of c: k's, or computed into buf. */
-static pt_status scheds_of(pt_plan_memory_cache *k, const pt_config *c, sched_sum *buf,
-                           const sched_sum **out) {
-    int p = c->parallel.pp, v = pt_config_virtual_stages(c), m = c->parallel.microbatches;
-    const char *name = pt_config_schedule(c);
-    char key[96];
-    size_t n = 0;
-    if (k) {
-        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d", name, m, p, v);
-        if (n >= sizeof key) n = sizeof key - 1;
-        const sched_sum *hit = table_get(&k->scheds, key, n, bytes_hash(key, n));
-        if (hit) {
-            k->hits++;
-            *out = hit;
-            return PT_OK;
-        }
-    }
-    PT_CHECK(sched_sums(buf, name, m, p, v));
-    *out = buf;
-    if (!k) return PT_OK;
-    sched_sum *own = malloc(sizeof *own * (size_t)p);
-    if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-    memcpy(own, buf, sizeof *own * (size_t)p);
-    pt_status st = table_put(&k->scheds, key, n, bytes_hash(key, n), own);
-    if (st != PT_OK) free(own);
-    *out = st == PT_OK ? own : buf;
-    return st;
-}
-
-/* The table-only model of o's slice of c's model into s: fp32 the model,
- * bf16 its summary; k's (lent) or new (s->own). */
-static pt_status model_of(pt_plan_memory_cache *k, const pt_config *c, const pt_model_options *o,
-                          int gpu, stage_info *s) {
-    int L = c->model.n_layer;
-    size_t n = 4 * sizeof(int) + (size_t)L + 2;
-    unsigned char *key = NULL;
-    uint64_t h = 0;
-    table *t = k ? gpu ? &k->sums : &k->models : NULL;
-    if (k) {
-        key = calloc(n, 1);
-        if (!key) return pt_error_set(PT_ERR_NOMEM, "plan: memory cache");
-        int head[4] = {o->tp, o->sp, (int)o->recompute, o->owned == NULL};
-        memcpy(key, head, sizeof head);
-        if (o->owned) memcpy(key + sizeof head, o->owned, (size_t)L + 2);
-        h = bytes_hash(key, n);
-        void *hit = table_get(t, key, n, h);
-        if (hit) {
-            k->hits++;
-            if (gpu)
-                s->u = hit;
-            else
-                s->m = hit;
-            free(key);
-            return PT_OK;
-        }
-    }
-    s->own = 1;
-    pt_model *m;
-    pt_status st = pt_model_new_opts(&m, &c->model, 0, o);
-    if (st != PT_OK) {
-        free(key);
-        return st;
-    }
-    void *val = m;
-    if (gpu) {
-        model_sum *u = model_sum_new(m, L);
-        pt_model_free(m);
-        if (!u) {
-            free(key);
-            return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
-        }
-        s->u = u, val = u;
-    } else {
-        s->m = m;
-    }
-    /* the fp32 models bounded: forgotten all at once (a model is lent for
-     * one stage only); a failed put leaves the stage its own */
-    if (k && !gpu && t->n >= MODEL_CACHE_MAX) table_clear(t, 1);
-    if (k && table_put(t, key, n, h, val) == PT_OK) s->own = 0;
-    free(key);
-    return PT_OK;
-}
-
-static pt_status stage_new(stage_info *s, const pt_config *c, const pt_stage *cut, int r,
-                           pt_recompute rc, const sched_sum *sum, int gpu,
-                           pt_plan_memory_cache *k) {
-    memset(s, 0, sizeof *s);
-    int p = c->parallel.pp, v = pt_config_virtual_stages(c), L = c->model.n_layer;
-    const char *name = pt_config_schedule(c);
-    s->sched = *sum;
-    unsigned char *own = NULL;
-    if (p > 1) {
-        own = calloc((size_t)L + 2, 1);
-        if (!own) return pt_error_set(PT_ERR_NOMEM, "plan: stage tables");
-        for (int ch = 0; ch < v; ch++) {
-            const pt_stage *g = &cut[s->sched.vstage[ch]];
-            s->first[ch] = g->first;
-            s->last[ch] = g->last;
-            for (int i = g->first; i <= g->last; i++) own[i] = 1;
-            int nb = g->last - g->first + 1, nm = nb;
-            nb -= (g->first == 0) + (g->last == L + 1);
-            s->blocks[ch] = nb;
-            if (nm > s->most_modules) s->most_modules = nm;
-            if (g->last == L + 1) s->head_chunk = ch;
-        }
-        int c0, cl;
-        int r_emb = pt_schedule_locate(name, p, v, 0, &c0);
-        int r_head = pt_schedule_locate(name, p, v, p * v - 1, &cl);
-        s->emb_here = r_emb == r;
-        s->head_here = r_head == r;
-        s->tied_peer = r_emb != r_head && (s->emb_here || s->head_here);
-    } else {
-        s->first[0] = 0;
-        s->last[0] = L + 1;
-        s->emb_here = s->head_here = 1;
-        s->blocks[0] = L;
-        s->most_modules = L + 2;
-    }
-    pt_model_options o = {.tp = c->parallel.tp,
-                          .sp = c->parallel.sequence_parallel,
-                          .owned = own,
-                          .recompute = rc,
-                          .no_slot = 1}; /* the trainer's executor holds the activations */
-    pt_status st = model_of(k, c, &o, gpu, s);
-    free(own);
-    return st;
-}
-
 /* ---- fp32: the runtime's allocations ---- */
 
-/* Whether module i is in the comma list `whole` ("embedding,head,h.0"). */
-static int kept_whole(const char *whole, int i, int L) {
-    char name[16];
-    if (i == 0)
-        snprintf(name, sizeof name, "embedding");
-    else if (i == L + 1)
-        snprintf(name, sizeof name, "head");
-    else
-        snprintf(name, sizeof name, "h.%d", i - 1);
-    size_t n = strlen(name);
+/* parallel.zero_whole ("embedding,head,h.0") as one flag per module
+ * (L + 2, malloc'd; NULL when the list is empty or out of memory: *st
+ * says which), parsed once a layout rather than once a module and rank. */
+static unsigned char *whole_flags(const char *whole, int L, pt_status *st) {
+    *st = PT_OK;
+    if (!whole[0]) return NULL;
+    unsigned char *f = calloc((size_t)L + 2, 1);
+    if (!f) {
+        *st = pt_error_set(PT_ERR_NOMEM, "plan: parallel.zero_whole");
+        return NULL;
+    }
     for (const char *p = whole; *p;) {
         const char *comma = strchr(p, ',');
         size_t k = comma ? (size_t)(comma - p) : strlen(p);
-        if (k == n && !strncmp(p, name, n)) return 1;
+        char name[16];
+        if (k == 9 && !strncmp(p, "embedding", 9)) f[0] = 1;
+        if (k == 4 && !strncmp(p, "head", 4)) f[L + 1] = 1;
+        if (k > 2 && k < sizeof name && !strncmp(p, "h.", 2)) {
+            /* "h.N" exactly as the runtime spells block N (no sign, no 0s ahead) */
+            long b = strtol(p + 2, NULL, 10);
+            if (b >= 0 && b < L && snprintf(name, sizeof name, "h.%ld", b) == (int)k &&
+                !strncmp(p, name, k))
+                f[b + 1] = 1;
+        }
         p += k + (comma ? 1 : 0);
     }
-    return 0;
+    return f;
 }
 
 /* The communicators a rank holds (each with its generic-collective piece,
@@ -418,7 +97,7 @@ static double max2(double a, double b) {
  * collectives of a step. */
 static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g) {
     const pt_model *m = s->m;
-    int dp = c->parallel.dp, tp = c->parallel.tp, L = c->model.n_layer;
+    int dp = c->parallel.dp, tp = c->parallel.tp, L = s->L;
     double total = 0;
     size_t n = pt_model_num_params(m), f = sizeof(float);
     size_t biggest = 0; /* the largest module region */
@@ -470,11 +149,12 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
     return total;
 }
 
-/* Rank (stage s, shard rank grank of g) of an fp32 run into cat[]. */
-static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole, int grank, int g,
+/* Rank (stage s, shard rank 0 of g: the largest) of an fp32 run into cat[];
+ * whole: parallel.zero_whole's flag per module (NULL: none). */
+static void cpu_rank(const pt_config *c, const stage_info *s, const unsigned char *whole, int g,
                      double *cat) {
     const pt_model *m = s->m;
-    int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
+    int L = s->L, dp = c->parallel.dp, M = c->parallel.microbatches;
     int mB = c->train.batch_size / dp / M;
     size_t T = (size_t)c->model.seq_len;
     size_t n = pt_model_num_params(m);
@@ -533,10 +213,10 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const char *whole,
         for (int i = 0; i < L + 2; i++) {
             size_t off, cnt, so, sn;
             pt_model_module_region(m, i, &off, &cnt);
-            pt_comm_shard(cnt, g, grank, &so, &sn);
+            pt_comm_shard(cnt, g, 0, &so, &sn);
             shard += (double)sn * sizeof(float);
             double b = (double)cnt * sizeof(float);
-            int w = zero >= 3 && cnt && whole[0] && kept_whole(whole, i, L);
+            int w = zero >= 3 && cnt && whole && whole[s->glob ? s->glob[i] : i];
             pshard += w ? b : (double)sn * sizeof(float);
             if (i == 0) {
                 emb = b;
@@ -612,10 +292,10 @@ static int stage_recompute(const pt_plan_layout *l, int r) {
                                          : l->recompute;
 }
 
-static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_info *s, int rc,
+static void gpu_rank(const pt_config *c, const unsigned char *whole_of, const stage_info *s, int rc,
                      double *cat) {
     const model_sum *u = s->u;
-    int L = c->model.n_layer, dp = c->parallel.dp, M = c->parallel.microbatches;
+    int L = s->L, dp = c->parallel.dp, M = c->parallel.microbatches;
     double b = (double)c->train.batch_size / dp / M, S = c->model.seq_len;
     double h = c->model.n_embd, a = c->model.n_head, t = c->parallel.tp;
     double V = c->model.vocab_size;
@@ -631,7 +311,7 @@ static void gpu_rank(const pt_config *c, const pt_plan_layout *l, const stage_in
     double whole = 0;
     for (int i = 0; zero >= 3 && i < L + 2; i++) {
         size_t cnt = u->cnt[i];
-        if (l->zero_whole[0] && kept_whole(l->zero_whole, i, L)) whole += (double)cnt;
+        if (whole_of && whole_of[s->glob ? s->glob[i] : i]) whole += (double)cnt;
     }
     double sharded = psi - whole;
     /* K: the fp32 master copy and the optimizer's states (Adam m, v: 12) */
@@ -738,129 +418,51 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         return pt_error_set(PT_ERR_INVALID,
                             "train.precision = bf16: the cluster's device.peak_flops.bf16 is 0 "
                             "(the device has no bf16)");
-    if (k && (!k->have_model || memcmp(&k->model, &c.model, sizeof c.model))) {
-        /* another model: nothing kept holds */
-        table_clear(&k->cuts, 0);
-        table_clear(&k->scheds, 0);
-        table_clear(&k->models, 1);
-        table_clear(&k->sums, 0);
-        k->model = c.model, k->have_model = 1;
-    }
+    pt_plan_memory_cache_model(k, &c.model);
     pt_stage cutbuf[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     const pt_stage *cut = cutbuf;
-    if (p > 1) PT_CHECK(cut_of(k, &c, cutbuf, &cut));
+    if (p > 1) PT_CHECK(pt_plan_stage_cut(k, &c, cutbuf, &cut));
     sched_sum sumbuf[PT_PLAN_MAX_STAGES];
     const sched_sum *sums;
-    PT_CHECK(scheds_of(k, &c, sumbuf, &sums));
+    PT_CHECK(pt_plan_stage_scheds(k, &c, sumbuf, &sums));
     double slack = gpu ? GPU_SLACK_BYTES : 0;
     int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
     int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
     out->n_stage = p;
     save_sizes zs[PT_PLAN_MAX_STAGES]; /* each stage's tables (its tp rank 0's) */
-    for (int r = 0; r < p; r++) {
+    pt_status err;
+    unsigned char *whole = whole_flags(l->zero_whole, c.model.n_layer, &err);
+    for (int r = 0; r < p && err == PT_OK; r++) {
         int rc = stage_recompute(l, r);
         stage_info s;
-        PT_CHECK(stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k));
+        err = pt_plan_stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k);
+        if (err != PT_OK) break;
         if (!gpu) zs[r] = save_sizes_of(s.m);
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
-        /* the shard ranks differ by a float or so (pt_comm_shard): each one */
-        int ng = !gpu && zero ? g : 1;
-        for (int gr = 0; gr < ng; gr++) {
-            double cat[PT_MEM_NCAT];
-            if (gpu)
-                gpu_rank(&c, l, &s, rc, cat);
-            else
-                cpu_rank(&c, &s, l->zero_whole, gr, g, cat);
-            double sum = slack;
-            for (int k = 0; k < PT_MEM_NCAT; k++) {
-                if (cat[k] > st->cat[k]) st->cat[k] = cat[k];
-                sum += cat[k];
-            }
-            if (sum > st->total) st->total = sum;
+        /* the shard ranks differ by a float or so: pt_comm_shard gives the
+         * first (count % g) ranks one more, so shard rank 0 holds the most
+         * of every module and its figures are the stage's largest in every
+         * category (what every rank's, evaluated one by one, gave) */
+        double cat[PT_MEM_NCAT];
+        if (gpu)
+            gpu_rank(&c, whole, &s, rc, cat);
+        else
+            cpu_rank(&c, &s, whole, g, cat);
+        double sum = slack;
+        for (int k = 0; k < PT_MEM_NCAT; k++) {
+            st->cat[k] = cat[k];
+            sum += cat[k];
         }
-        stage_free(&s);
+        st->total = sum;
+        pt_plan_stage_free(&s);
         for (int k = 0; k < PT_MEM_NCAT; k++)
             if (st->cat[k] > out->max.cat[k]) out->max.cat[k] = st->cat[k];
         if (st->total > out->max.total) out->max.total = st->total;
     }
+    free(whole);
+    PT_CHECK(err);
     out->max.slack = slack;
     if (!gpu) save_scratch(&c, zero, zs, out);
     return PT_OK;
-}
-
-/* "93.1 GB" (decimal units, as device datasheets give memory). */
-static void human(double b, char *buf, size_t n) {
-    if (b >= 1e9)
-        snprintf(buf, n, "%.1f GB", b / 1e9);
-    else if (b >= 1e6)
-        snprintf(buf, n, "%.1f MB", b / 1e6);
-    else
-        snprintf(buf, n, "%.1f kB", b / 1e3);
-}
-
-void pt_plan_rank_capacity(const pt_cluster *cl, int world, pt_plan_capacity *out) {
-    long devices = (long)cl->nodes * cl->devices_per_node;
-    double pool = cl->device.memory_bytes;
-    int k = devices > 0 && world > devices ? (int)((world + devices - 1) / devices) : 1;
-    const char *whose = "device";
-    if (cl->profile && cl->nodes > 0) { /* RAM, shared by the node's ranks */
-        k = (world + cl->nodes - 1) / cl->nodes;
-        if (k < 1) k = 1;
-        pool *= cl->devices_per_node, whose = "node";
-    }
-    out->bytes = pool / k, out->share = k;
-    char a[32], b[32];
-    human(out->bytes, a, sizeof a);
-    human(pool, b, sizeof b);
-    if (k == 1 && !cl->profile)
-        snprintf(out->what, sizeof out->what, "the device has %s", a);
-    else
-        snprintf(out->what, sizeof out->what, "a rank has %s (the %s's %s over %d rank%s)", a,
-                 whose, b, k, k == 1 ? "" : "s");
-}
-
-double pt_plan_mem_need(const pt_plan_mem_rank *m, const pt_plan_capacity *cap) {
-    return m->total + m->save / cap->share;
-}
-
-int pt_plan_mem_overflow(const pt_plan_mem_rank *m, const pt_plan_capacity *cap, char *reason,
-                         size_t n) {
-    if (pt_plan_mem_need(m, cap) <= cap->bytes) {
-        if (n) reason[0] = '\0';
-        return 0;
-    }
-    /* the categories, largest first */
-    int order[PT_MEM_NCAT];
-    for (int k = 0; k < PT_MEM_NCAT; k++) order[k] = k;
-    for (int i = 1; i < PT_MEM_NCAT; i++)
-        for (int j = i; j > 0 && m->cat[order[j]] > m->cat[order[j - 1]]; j--) {
-            int x = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = x;
-        }
-    char tot[32], part[64];
-    human(m->total, tot, sizeof tot);
-    size_t k = (size_t)snprintf(reason, n, "needs %s a rank (", tot);
-    int first = 1;
-    for (int i = 0; i < PT_MEM_NCAT; i++) {
-        double b = m->cat[order[i]];
-        if (b <= 0) continue;
-        human(b, part, sizeof part);
-        if (k < n)
-            k += (size_t)snprintf(reason + k, n - k, "%s%s %s", first ? "" : ", ",
-                                  pt_mem_cat_name((pt_mem_cat)order[i]), part);
-        first = 0;
-    }
-    if (m->slack > 0 && k < n) {
-        human(m->slack, part, sizeof part);
-        k += (size_t)snprintf(reason + k, n - k, "%sslack %s", first ? "" : ", ", part);
-    }
-    if (m->save > 0 && k < n) {
-        human(m->save, part, sizeof part);
-        k += (size_t)snprintf(reason + k, n - k, "; a checkpoint save %s more%s", part,
-                              cap->share > 1 ? ", on one of the ranks sharing it" : "");
-    }
-    if (k < n) snprintf(reason + k, n - k, "), %s", cap->what);
-    return 1;
 }

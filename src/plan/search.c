@@ -1,16 +1,10 @@
 /* The planner's search: every layout of `world` ranks that the config
- * validator and the schedule check accept, each with its memory
- * (pt_plan_memory) and, when it fits the device, its step time
+ * validator and the schedule check accept (the space, space.c), each with
+ * its memory (pt_plan_memory) and, when it fits the device, its step time
  * (pt_plan_time_predict's model), ranked by step time.
  *
- * The space: dp x tp x pp = world (tp divides the heads, pp at most the
- * modules), sequence parallelism at tp > 1, every schedule at pp > 1
- * (gpipe, 1f1b, interleaved with 2..8 chunks, zb1, zbv; none at pp 1),
- * micro-batches dividing the rank's share of the batch, the three
- * recompute modes, ZeRO 0-3 (at dp > 1) over the whole dp group or a
- * dividing HSDP group. Keys the caller fixes are held at the base config's
- * values. Per part: a pipeline whose only overflowing stages are some of
- * its ranks recomputes on those alone (the cheapest mode that fits each,
+ * Per part: a pipeline whose only overflowing stages are some of its
+ * ranks recomputes on those alone (the cheapest mode that fits each,
  * model.stage_recompute); ZeRO-3 keeps the embedding and the head whole
  * when they fit (parallel.zero_whole); the stage cut is the runtime's
  * balanced one, written out (parallel.stage_layers) when it is uneven.
@@ -22,67 +16,24 @@
  * layout (ZeRO moves no pass) and only when the layout could enter the
  * kept set (its busiest rank's compute alone beats the slowest kept);
  * only the PT_PLAN_KEEP fastest fitting layouts and the few smallest
- * rejected ones are kept.
+ * rejected ones are kept. A variant the memory model refuses (the
+ * runtime's validator, with its real schedule and per-part keys) is
+ * dropped with its reason; the search goes on.
  *
  * Not here: the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan_memory_impl.h"
+#include "plan_space_impl.h"
 #include "plan_time_impl.h"
 
 #define PT_PLAN_KEEP     256 /* fitting layouts kept, fastest first */
 #define PT_PLAN_REJECTED 8   /* rejected layouts kept, smallest memory first */
 
-enum {
-    F_DP,
-    F_TP,
-    F_PP,
-    F_ZERO,
-    F_ZG,
-    F_SP,
-    F_SCHED,
-    F_M,
-    F_V,
-    F_REC,
-    F_SREC,
-    F_WHOLE,
-    F_LAYERS,
-    F_THREADS,
-    F_N
-};
-/* The keys a caller may fix, in F_* order, and where their value lives
- * (kind: 'i' int, 'b' bool, 's' string) for the error line. */
-static const struct {
-    const char *name;
-    size_t off;
-    char kind;
-} fixed_keys[F_N] = {
-    {"parallel.dp", offsetof(pt_config, parallel.dp), 'i'},
-    {"parallel.tp", offsetof(pt_config, parallel.tp), 'i'},
-    {"parallel.pp", offsetof(pt_config, parallel.pp), 'i'},
-    {"parallel.zero", offsetof(pt_config, parallel.zero), 'i'},
-    {"parallel.zero_group", offsetof(pt_config, parallel.zero_group), 'i'},
-    {"parallel.sequence_parallel", offsetof(pt_config, parallel.sequence_parallel), 'b'},
-    {"parallel.schedule", offsetof(pt_config, parallel.schedule), 's'},
-    {"parallel.microbatches", offsetof(pt_config, parallel.microbatches), 'i'},
-    {"parallel.virtual_stages", offsetof(pt_config, parallel.virtual_stages), 'i'},
-    {"model.recompute", offsetof(pt_config, train.recompute), 's'},
-    {"model.stage_recompute", offsetof(pt_config, train.stage_recompute), 's'},
-    {"parallel.zero_whole", offsetof(pt_config, parallel.zero_whole), 's'},
-    {"parallel.stage_layers", offsetof(pt_config, parallel.stage_layers), 's'},
-    {"train.threads", offsetof(pt_config, train.threads), 'i'},
-};
-
-static int recompute_mode(const char *s) {
-    return !strcmp(s, "full")        ? PT_RECOMPUTE_FULL
-           : !strcmp(s, "selective") ? PT_RECOMPUTE_SELECTIVE
-                                     : PT_RECOMPUTE_NONE;
-}
 static const char *recompute_name(int r) {
     return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
@@ -143,9 +94,9 @@ typedef struct cut_node {
 
 typedef struct {
     const pt_config *base;
-    pt_config *scratch; /* base with the layout under test written in */
     const pt_cluster *cl;
-    int world, fix[F_N];
+    int world;
+    pt_plan_space sp;     /* the layouts, the fixed keys, the reasons dropped */
     pt_plan_capacity cap; /* what a rank may hold */
     pt_plan_entry *fit;   /* max-heap on step time, PT_PLAN_KEEP */
     int n_fit;
@@ -153,7 +104,6 @@ typedef struct {
     pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
     int n_rej;
     long n_valid, n_eval, n_sim;
-    char last_invalid[256]; /* the first reason a layout was invalid */
     /* the ranks' pass lists of the last few (schedule, m, pp, v): a
      * family's ZeRO variants and the kept layouts share them */
     struct {
@@ -252,7 +202,8 @@ static double need_all(const search *s, const pt_plan_mem *m) {
 /* "stage layers 7,8,8,7" into l when the runtime's balanced cut is uneven. */
 static void explain_layers(const pt_config *c, pt_plan_entry *e, const search *s) {
     pt_plan_layout *l = &e->layout;
-    if (l->pp < 2 || l->virtual_stages > 1 || s->fix[F_LAYERS] || l->stage_layers[0]) return;
+    if (l->pp < 2 || l->virtual_stages > 1 || s->sp.fix[PT_FIX_LAYERS] || l->stage_layers[0])
+        return;
     /* the cut is the pipeline's just simulated (s->pipe, one chunk a rank) */
     const pt_plan_pipe *pp = &s->pipe;
     int L = c->model.n_layer, uneven = 0;
@@ -380,19 +331,6 @@ static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
     return *st == PT_OK;
 }
 
-/* Whether l passes the config validator: l written into the scratch copy. */
-static int valid(search *s, const pt_plan_layout *l) {
-    pt_plan_layout_apply(l, s->scratch);
-    /* an fp32 plan runs on partrain's runtime: its own limits apply too; a
-     * bf16 plan is for a GPU run of the same keys */
-    pt_status st = pt_plan_bf16(s->base) ? pt_config_validate_layout(s->scratch)
-                                         : pt_config_validate(s->scratch);
-    if (st == PT_OK) return 1;
-    if (!s->last_invalid[0])
-        snprintf(s->last_invalid, sizeof s->last_invalid, "%s", pt_error_message());
-    return 0;
-}
-
 static void set_schedule(pt_plan_layout *l, const char *name, int v) {
     snprintf(l->schedule, sizeof l->schedule, "%s", name);
     l->virtual_stages = v;
@@ -420,7 +358,7 @@ static int is_dead(const search *s, const pt_plan_layout *l, int r) {
 static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *none,
                                char (*why)[256], int *n_why) {
     int p = l->pp, mode[PT_PLAN_MAX_STAGES];
-    if (p < 2 || s->fix[F_REC] || s->fix[F_SREC] || none->n_stage != p) return 0;
+    if (p < 2 || s->sp.fix[PT_FIX_REC] || s->sp.fix[PT_FIX_SREC] || none->n_stage != p) return 0;
     pt_plan_layout t = *l;
     pt_plan_mem *m = &s->mem2;
     int any_none = 0, any_other = 0;
@@ -465,7 +403,8 @@ static pt_status family_times(search *s, const pt_plan_layout *l) {
     const pt_stage *cut = NULL;
     PT_CHECK(stage_cut(s, l, &cut));
     PT_CHECK(pt_plan_pipe_times_split(s->base, l, s->cl, cut, &s->pipe));
-    if (l->recompute != PT_RECOMPUTE_NONE || s->fix[F_REC] || s->fix[F_SREC] || l->pp < 2)
+    if (l->recompute != PT_RECOMPUTE_NONE || s->sp.fix[PT_FIX_REC] || s->sp.fix[PT_FIX_SREC] ||
+        l->pp < 2)
         return PT_OK;
     pt_plan_layout f = *l;
     f.recompute = PT_RECOMPUTE_FULL;
@@ -479,7 +418,8 @@ static pt_status family_times(search *s, const pt_plan_layout *l) {
 static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
     pt_plan_pipe *pp = &s->pipe;
     double keep[PT_PLAN_MAX_STAGES];
-    int widen = t->recompute == PT_RECOMPUTE_NONE && !s->fix[F_REC] && !s->fix[F_SREC] && pp->p > 1;
+    int widen = t->recompute == PT_RECOMPUTE_NONE && !s->sp.fix[PT_FIX_REC] &&
+                !s->sp.fix[PT_FIX_SREC] && pp->p > 1;
     for (int r = 0; widen && r < pp->p; r++) {
         keep[r] = pp->last_bw[r];
         if (s->wide.last_bw[r] > pp->last_bw[r]) pp->last_bw[r] = s->wide.last_bw[r];
@@ -489,7 +429,7 @@ static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
     pt_plan_time tm;
     pt_plan_time_finish(s->base, t, s->cl, pp, &tm);
     double best = tm.step_s;
-    if (t->zero == 3 && !s->fix[F_WHOLE]) {
+    if (t->zero == 3 && !s->sp.fix[PT_FIX_WHOLE]) {
         pt_plan_layout w = *t;
         snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
         pt_plan_time_finish(s->base, &w, s->cl, pp, &tm);
@@ -516,6 +456,14 @@ static int bounds_lower_variants(const search *s, const pt_plan_mem *m) {
     return 0;
 }
 
+/* A candidate's own error: it is dropped with its reason, the search goes
+ * on (out of memory ends it). */
+static pt_status candidate_error(search *s, pt_status st) {
+    if (st == PT_OK || st == PT_ERR_NOMEM) return st;
+    pt_plan_space_drop(&s->sp, pt_error_message());
+    return PT_OK;
+}
+
 /* The ZeRO variants of one layout family (its pipeline shared), the most
  * sharded first (ZeRO-3 over the whole dp group, then smaller groups, then
  * lower stages): a variant sharded no more than one that did not fit is
@@ -527,12 +475,12 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
     int zs[4 * 64], gs[4 * 64];
     pt_status st = PT_OK;
     for (int z = 3; z >= 0; z--) {
-        if (s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) continue;
+        if (s->sp.fix[PT_FIX_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) continue;
         /* g = 0 (the whole dp group) first, then the groups largest first */
         for (int gi = 0; gi <= dp && nvar < 4 * 64; gi++) {
             int g = gi == 0 ? 0 : dp + 1 - gi;
             if (g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) continue;
-            if (s->fix[F_ZG] && g != s->base->parallel.zero_group) continue;
+            if (s->sp.fix[PT_FIX_ZG] && g != s->base->parallel.zero_group) continue;
             if (!zvalid[z * (dp + 1) + g]) continue;
             zs[nvar] = z, gs[nvar++] = g;
         }
@@ -553,19 +501,23 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         /* known not to fit from a sibling family's per-stage attempt; a
          * uniform mode has no per-stage rescue of its own but none */
         if (t.recompute != PT_RECOMPUTE_NONE && is_dead(s, &t, t.recompute)) continue;
-        if (!s->fix[F_WHOLE]) t.zero_whole[0] = 0;
+        if (!s->sp.fix[PT_FIX_WHOLE]) t.zero_whole[0] = 0;
         /* s->pipe is the family's until a pipeline is simulated */
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
         if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
         s->n_eval++;
-        PT_CHECK(mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem));
+        st = mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem);
+        if (st != PT_OK) { /* the runtime refuses this variant: its reason */
+            PT_CHECK(candidate_error(s, st));
+            continue;
+        }
         char why[4][256];
         int n_why = 0;
         /* ZeRO-3: the embedding and the head whole (no gathers) when they
          * fit; tried where the sharded layout does not fit too, since for
          * a small model the gathered units' pool can outweigh what
          * sharding those two saves */
-        if (t.zero == 3 && !s->fix[F_WHOLE]) {
+        if (t.zero == 3 && !s->sp.fix[PT_FIX_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
             if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) ==
@@ -620,48 +572,141 @@ static int cmp_family(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Validity of each ZeRO variant of l's (dp, tp, pp, sp, m) into
- * zvalid[z (dp + 1) + g]; the number valid. */
-static int valid_zero(search *s, pt_plan_layout *l, int *zvalid) {
-    int any = 0, dp = l->dp;
-    for (int z = 0; z <= 3; z++)
-        for (int g = 0; g <= dp; g++) {
-            int ok = 0;
-            if (!(g > 0 && (z == 0 || g == 1 || g == dp || dp % g)) &&
-                !(s->fix[F_ZERO] ? z != s->base->parallel.zero : (z > 0 && dp == 1)) &&
-                !(s->fix[F_ZG] && g != s->base->parallel.zero_group)) {
-                l->zero = z, l->zero_group = g;
-                ok = valid(s, l);
-            }
-            zvalid[z * (dp + 1) + g] = ok;
-            any += ok;
-        }
-    return any;
-}
-
-static const char *const pipe_schedules[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
-
 static int cmp_step(const void *a, const void *b) {
     double x = ((const pt_plan_entry *)a)->time.step_s, y = ((const pt_plan_entry *)b)->time.step_s;
     return x < y ? -1 : x > y;
 }
 
-/* "parallel.tp=3, parallel.pp=2": the fixed keys and their values */
-static void fixed_list(const search *s, char *buf, size_t n) {
-    size_t k = 0;
-    buf[0] = 0;
-    for (int f = 0; f < F_N && k < n; f++) {
-        if (!s->fix[f]) continue;
-        const char *at = (const char *)s->base + fixed_keys[f].off;
-        char v[160];
-        if (fixed_keys[f].kind == 's')
-            snprintf(v, sizeof v, "%s", at);
-        else if (fixed_keys[f].kind == 'b')
-            snprintf(v, sizeof v, "%s", *(const int *)at ? "true" : "false");
-        else
-            snprintf(v, sizeof v, "%d", *(const int *)at);
-        k += (size_t)snprintf(buf + k, n - k, "%s%s=%s", k ? ", " : "", fixed_keys[f].name, v);
+/* Phase 1 (the space's walk): every valid family with the lower bound on
+ * its step, and each group's ZeRO validity in a pool. */
+typedef struct {
+    search *s;
+    family *fam;
+    long nfam, capfam;
+    int *pool;
+    long npool, cappool, zv; /* zv: the group's offset in the pool */
+    int nz;                  /* its valid ZeRO variants */
+} walk;
+
+static pt_status on_group(void *ctx, const pt_plan_layout *l, const int *zvalid, int nvalid) {
+    walk *w = ctx;
+    long need = 4 * (long)(l->dp + 1);
+    if (w->npool + need > w->cappool) {
+        long nc = 2 * (w->npool + need);
+        int *g = realloc(w->pool, sizeof *g * (size_t)nc);
+        if (!g) return pt_error_set(PT_ERR_NOMEM, "plan: validity of %ld layouts", nc);
+        w->pool = g, w->cappool = nc;
     }
+    memcpy(w->pool + w->npool, zvalid, sizeof *w->pool * (size_t)need);
+    w->zv = w->npool, w->nz = nvalid;
+    w->npool += need;
+    return PT_OK;
+}
+
+static pt_status on_family(void *ctx, const pt_plan_layout *l0) {
+    walk *w = ctx;
+    search *s = w->s;
+    pt_plan_layout l = *l0;
+    pt_status st = family_times(s, &l);
+    if (st != PT_OK) return candidate_error(s, st);
+    /* the family's bound: its least variant's */
+    const int *zvalid = w->pool + w->zv;
+    double lb = pipe_bound(&s->pipe, &l), fb = INFINITY;
+    for (int z = 0; z <= 3; z++)
+        for (int g = 0; g <= l.dp; g++) {
+            if (!zvalid[z * (l.dp + 1) + g]) continue;
+            l.zero = z, l.zero_group = g;
+            double b = variant_bound(s, &l, lb);
+            if (b < fb) fb = b;
+        }
+    if (w->nfam == w->capfam) {
+        long nc = w->capfam ? 2 * w->capfam : 1024;
+        family *g = realloc(w->fam, sizeof *g * (size_t)nc);
+        if (!g) return pt_error_set(PT_ERR_NOMEM, "plan: %ld layouts", nc);
+        w->fam = g, w->capfam = nc;
+    }
+    int si = 0;
+    while (l.pp > 1 && si < 4 && strcmp(pt_plan_space_schedule(si), l.schedule)) si++;
+    family *f = &w->fam[w->nfam++];
+    f->bound = fb, f->tp = l.tp, f->pp = l.pp, f->sp = l.sequence_parallel;
+    f->m = l.microbatches, f->si = si, f->v = l.virtual_stages, f->rec = l.recompute;
+    f->zv = w->zv;
+    s->n_valid += w->nz;
+    return PT_OK;
+}
+
+/* Phase 2: the families best bound first, until none can beat the kept. */
+static pt_status evaluate(search *s, walk *w) {
+    pt_plan_layout l;
+    memset(&l, 0, sizeof l);
+    const pt_config *c = s->base;
+    l.threads = c->train.threads;
+    if (s->sp.fix[PT_FIX_SREC])
+        snprintf(l.stage_recompute, sizeof l.stage_recompute, "%s", c->train.stage_recompute);
+    if (s->sp.fix[PT_FIX_WHOLE])
+        snprintf(l.zero_whole, sizeof l.zero_whole, "%s", c->parallel.zero_whole);
+    if (s->sp.fix[PT_FIX_LAYERS])
+        snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    if (w->nfam > 0) qsort(w->fam, (size_t)w->nfam, sizeof *w->fam, cmp_family);
+    for (long i = 0; i < w->nfam; i++) {
+        const family *f = &w->fam[i];
+        if (f->bound >= keep_bound(s)) break;
+        l.tp = f->tp, l.pp = f->pp, l.dp = s->world / f->tp / f->pp, l.sequence_parallel = f->sp;
+        l.microbatches = f->m, l.recompute = f->rec;
+        set_schedule(&l, f->pp == 1 ? "none" : pt_plan_space_schedule(f->si), f->v);
+        PT_CHECK(zero_variants(s, &l, w->pool + f->zv, f->bound));
+    }
+    return PT_OK;
+}
+
+/* The result: the fitting by step time, each with its transfer split (the
+ * search simulated with transfers only), then the rejected by memory. */
+static pt_status result(search *s, pt_plan_result *out) {
+    out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
+    if (!out->entry) return pt_error_set(PT_ERR_NOMEM, "plan: %d results", s->n_fit + s->n_rej);
+    memcpy(out->entry, s->fit, sizeof *s->fit * (size_t)s->n_fit);
+    qsort(out->entry, (size_t)s->n_fit, sizeof *out->entry, cmp_step);
+    memcpy(out->entry + s->n_fit, s->rej, sizeof *s->rej * (size_t)s->n_rej);
+    out->n = s->n_fit + s->n_rej, out->n_fit = s->n_fit;
+    for (int i = s->n_fit; i < out->n; i++) PT_ASSERT(pt_plan_entry_finite(&out->entry[i]));
+    out->n_considered = s->n_valid;
+    out->n_evaluated = s->n_eval;
+    out->n_fitting = s->n_fitting;
+    for (int i = 0; i < out->n_fit; i++) {
+        pt_plan_entry *e = &out->entry[i];
+        if (e->layout.pp == 1) continue;
+        const pt_stage *cut = NULL;
+        PT_CHECK(stage_cut(s, &e->layout, &cut));
+        PT_CHECK(pt_plan_pipe_times_split(s->base, &e->layout, s->cl, cut, &s->pipe));
+        PT_CHECK(lend_lists(s, &e->layout));
+        PT_CHECK(pt_plan_pipe_run(&e->layout, &s->pipe));
+        pt_plan_time_finish(s->base, &e->layout, s->cl, &s->pipe, &e->time);
+    }
+    /* the cluster's ranges bound every rate: a non-finite figure is ours */
+    for (int i = 0; i < out->n_fit; i++) PT_ASSERT(pt_plan_entry_finite(&out->entry[i]));
+    return PT_OK;
+}
+
+static void search_free(search *s) {
+    if (!s) return;
+    for (int k = 0; k < 4; k++) {
+        for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
+            pt_schedule_free(&s->lists[k].lists[r]);
+        free(s->lists[k].lists);
+    }
+    for (int p = 0; p <= PT_PLAN_MAX_STAGES; p++)
+        for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
+            for (int k = 0; k < 2; k++)
+                for (cut_node *c = s->cut[p][v][k], *next; c; c = next) {
+                    next = c->next;
+                    free(c);
+                }
+    free(s->memo);
+    pt_plan_memory_cache_free(s->mcache);
+    free(s->dead_key);
+    free(s->dead_mode);
+    free(s->fit);
+    free(s);
 }
 
 pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_fixed,
@@ -671,261 +716,69 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
         return pt_error_set(PT_ERR_INVALID, "plan: --world must be >= 1 (got %d)", world);
     search *s = calloc(1, sizeof *s);
     pt_config *scratch = malloc(sizeof *scratch);
-    pt_plan_entry *fit = malloc(sizeof *fit * PT_PLAN_KEEP);
-    int *zvalid = NULL;
-    family *fam = NULL;
-    long nfam = 0, capfam = 0;
-    int *pool = NULL; /* ZeRO validity per (dp, tp, pp, sp, m) group */
-    long npool = 0, cappool = 0;
+    walk w = {0};
     pt_status st = PT_OK;
     if (s) {
+        s->fit = malloc(sizeof *s->fit * PT_PLAN_KEEP);
         s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
         s->dead_key = calloc(DEAD_SLOTS, sizeof *s->dead_key);
         s->dead_mode = calloc(DEAD_SLOTS, 1);
         if (pt_plan_memory_cache_new(&s->mcache) != PT_OK) s->mcache = NULL;
     }
-    if (!s || !scratch || !fit || !s->memo || !s->dead_key || !s->dead_mode || !s->mcache) {
+    if (!s || !scratch || !s->fit || !s->memo || !s->dead_key || !s->dead_mode || !s->mcache) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
         goto done;
     }
     *scratch = *base;
-    s->base = base, s->scratch = scratch, s->cl = cl, s->world = world, s->fit = fit;
+    s->base = base, s->cl = cl, s->world = world;
+    pt_plan_space_init(&s->sp, base, scratch, fixed, n_fixed, world);
     pt_plan_rank_capacity(cl, world, &s->cap);
-    for (int i = 0; i < n_fixed; i++) {
-        int f = 0;
-        while (f < F_N && strcmp(fixed[i], fixed_keys[f].name)) f++;
-        if (f < F_N) s->fix[f] = 1;
-    }
-    const pt_config *c = base;
-    int L = c->model.n_layer, B = c->train.batch_size;
-    if (!(zvalid = malloc(sizeof *zvalid * 4 * (size_t)(world + 1)))) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
-        goto done;
-    }
-    pt_plan_layout l;
-    memset(&l, 0, sizeof l);
-    l.threads = c->train.threads;
-    if (s->fix[F_SREC])
-        snprintf(l.stage_recompute, sizeof l.stage_recompute, "%s", c->train.stage_recompute);
-    if (s->fix[F_WHOLE]) snprintf(l.zero_whole, sizeof l.zero_whole, "%s", c->parallel.zero_whole);
-    if (s->fix[F_LAYERS])
-        snprintf(l.stage_layers, sizeof l.stage_layers, "%s", c->parallel.stage_layers);
+    w.s = s;
     uint64_t t_start = pt_time_ns();
-    /* phase 1: every valid family with the lower bound on its step */
-    for (int tp = 1; tp <= world; tp++) {
-        if (s->fix[F_TP] && tp != c->parallel.tp) continue;
-        if (world % tp) {
-            if (s->fix[F_TP] && !s->last_invalid[0])
-                snprintf(s->last_invalid, sizeof s->last_invalid,
-                         "parallel.tp (%d) does not divide the %d ranks", tp, world);
-            continue;
-        }
-        if (c->model.n_head % tp) {
-            if ((s->fix[F_TP] || tp == world) && !s->last_invalid[0])
-                snprintf(s->last_invalid, sizeof s->last_invalid,
-                         "model.n_head (%d) is not divisible by parallel.tp (%d)", c->model.n_head,
-                         tp);
-            continue;
-        }
-        for (int pp = 1; pp * tp <= world; pp++) {
-            if (s->fix[F_PP] && pp != c->parallel.pp) continue;
-            if ((world / tp) % pp) {
-                if (s->fix[F_PP])
-                    if (!s->last_invalid[0])
-                        snprintf(s->last_invalid, sizeof s->last_invalid,
-                                 "parallel.tp x parallel.pp (%d x %d) does not divide the %d ranks",
-                                 tp, pp, world);
-                continue;
-            }
-            if (pp > L + 2 || pp > PT_PLAN_MAX_STAGES) {
-                if (!s->last_invalid[0])
-                    snprintf(s->last_invalid, sizeof s->last_invalid,
-                             "parallel.pp (%d) exceeds the model's %d modules or the planner's %d "
-                             "stages",
-                             pp, L + 2, PT_PLAN_MAX_STAGES);
-                continue;
-            }
-            int dp = world / tp / pp;
-            if (s->fix[F_DP] && dp != c->parallel.dp) continue;
-            if (B % dp) {
-                if (!s->last_invalid[0])
-                    snprintf(s->last_invalid, sizeof s->last_invalid,
-                             "train.batch_size (%d) is not divisible by parallel.dp (%d)", B, dp);
-                continue;
-            }
-            for (int sp = 0; sp <= (tp > 1); sp++) {
-                if (s->fix[F_SP] && sp != c->parallel.sequence_parallel) continue;
-                if (s->fix[F_M] && (B / dp) % c->parallel.microbatches && !s->last_invalid[0])
-                    snprintf(s->last_invalid, sizeof s->last_invalid,
-                             "train.batch_size / parallel.dp (%d / %d) is not divisible by "
-                             "parallel.microbatches (%d)",
-                             B, dp, c->parallel.microbatches);
-                for (int m = 1; m <= B / dp && m <= PT_SCHEDULE_MAX_MICRO; m++) {
-                    if (s->fix[F_M] && m != c->parallel.microbatches) continue;
-                    if ((B / dp) % m) continue;
-                    l.dp = dp, l.tp = tp, l.pp = pp, l.sequence_parallel = sp, l.microbatches = m;
-                    l.recompute = PT_RECOMPUTE_NONE;
-                    set_schedule(&l, pp == 1 ? "none" : "1f1b", 1);
-                    int nz = valid_zero(s, &l, zvalid);
-                    if (!nz) continue;
-                    /* the group's validity, kept for phase 2 */
-                    long zv = npool, need = 4 * (long)(dp + 1);
-                    if (npool + need > cappool) {
-                        long nc = 2 * (npool + need);
-                        int *g = realloc(pool, sizeof *g * (size_t)nc);
-                        if (!g) {
-                            st = pt_error_set(PT_ERR_NOMEM, "plan: validity of %ld layouts", nc);
-                            goto done;
-                        }
-                        pool = g, cappool = nc;
-                    }
-                    memcpy(pool + zv, zvalid, sizeof *pool * (size_t)need);
-                    npool += need;
-                    int nsched = pp == 1 ? 1 : 5;
-                    if (pp == 1 && s->fix[F_SCHED] && strcmp(c->parallel.schedule, "none") &&
-                        !s->last_invalid[0])
-                        snprintf(s->last_invalid, sizeof s->last_invalid,
-                                 "parallel.schedule = %s needs parallel.pp > 1 (the planner runs "
-                                 "none at pp 1)",
-                                 c->parallel.schedule);
-                    for (int si = 0; si < nsched; si++) {
-                        const char *name = pp == 1 ? "none" : pipe_schedules[si];
-                        int v0 = 1, v1 = 1;
-                        if (!strcmp(name, "interleaved")) v0 = 2, v1 = PT_SCHEDULE_MAX_VIRTUAL;
-                        if (!strcmp(name, "zbv")) v0 = v1 = 2;
-                        if (s->fix[F_SCHED]) {
-                            const char *want = c->parallel.schedule;
-                            if (!strcmp(want, "none") && pp > 1) want = "1f1b";
-                            if (strcmp(want, name)) continue;
-                        }
-                        for (int v = v0; v <= v1; v++) {
-                            if (s->fix[F_V] && c->parallel.virtual_stages > 0 &&
-                                v != c->parallel.virtual_stages)
-                                continue;
-                            if (pt_schedule_check(name, m, pp, v, L + 2) != PT_OK) {
-                                if (!s->last_invalid[0])
-                                    snprintf(s->last_invalid, sizeof s->last_invalid, "%s",
-                                             pt_error_message());
-                                continue;
-                            }
-                            set_schedule(&l, name, v);
-                            for (int r = 0; r <= PT_RECOMPUTE_FULL; r++) {
-                                if (s->fix[F_REC] && r != recompute_mode(c->train.recompute))
-                                    continue;
-                                l.recompute = r;
-                                st = family_times(s, &l);
-                                if (st != PT_OK) goto done;
-                                /* the family's bound: its least variant's */
-                                double lb = pipe_bound(&s->pipe, &l), fb = INFINITY;
-                                for (int z = 0; z <= 3; z++)
-                                    for (int g = 0; g <= dp; g++) {
-                                        if (!zvalid[z * (dp + 1) + g]) continue;
-                                        l.zero = z, l.zero_group = g;
-                                        double b = variant_bound(s, &l, lb);
-                                        if (b < fb) fb = b;
-                                    }
-                                if (nfam == capfam) {
-                                    long nc = capfam ? 2 * capfam : 1024;
-                                    family *g = realloc(fam, sizeof *g * (size_t)nc);
-                                    if (!g) {
-                                        st = pt_error_set(PT_ERR_NOMEM, "plan: %ld layouts", nc);
-                                        goto done;
-                                    }
-                                    fam = g, capfam = nc;
-                                }
-                                fam[nfam++] = (family){fb, tp, pp, sp, m, si, v, r, zv};
-                                s->n_valid += nz;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    pt_plan_space_visitor vis = {&w, on_group, on_family};
+    st = pt_plan_space_walk(&s->sp, &vis);
     uint64_t t_phase1 = pt_time_ns();
-    /* phase 2: best bound first, until no family can beat the kept ones */
-    if (nfam > 0) qsort(fam, (size_t)nfam, sizeof *fam, cmp_family);
-    for (long i = 0; i < nfam; i++) {
-        const family *f = &fam[i];
-        if (f->bound >= keep_bound(s)) break;
-        l.tp = f->tp, l.pp = f->pp, l.dp = world / f->tp / f->pp, l.sequence_parallel = f->sp;
-        l.microbatches = f->m, l.recompute = f->rec;
-        set_schedule(&l, f->pp == 1 ? "none" : pipe_schedules[f->si], f->v);
-        st = zero_variants(s, &l, pool + f->zv, f->bound);
-        if (st != PT_OK) goto done;
-    }
+    if (st == PT_OK) st = evaluate(s, &w);
     uint64_t t_phase2 = pt_time_ns();
-    /* out: the fitting by step time, then the rejected by memory */
-    out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
-    if (!out->entry) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: %d results", s->n_fit + s->n_rej);
-        goto done;
-    }
-    memcpy(out->entry, s->fit, sizeof *s->fit * (size_t)s->n_fit);
-    qsort(out->entry, (size_t)s->n_fit, sizeof *out->entry, cmp_step);
-    memcpy(out->entry + s->n_fit, s->rej, sizeof *s->rej * (size_t)s->n_rej);
-    out->n = s->n_fit + s->n_rej, out->n_fit = s->n_fit;
-    out->n_considered = s->n_valid;
-    out->n_evaluated = s->n_eval;
-    out->n_fitting = s->n_fitting;
-    /* the transfer split of the kept ones (the search simulated with
-     * transfers only) */
-    for (int i = 0; i < out->n_fit; i++) {
-        pt_plan_entry *e = &out->entry[i];
-        if (e->layout.pp == 1) continue;
-        const pt_stage *cut = NULL;
-        st = stage_cut(s, &e->layout, &cut);
-        if (st == PT_OK) st = pt_plan_pipe_times_split(base, &e->layout, cl, cut, &s->pipe);
-        if (st == PT_OK) st = lend_lists(s, &e->layout);
-        if (st == PT_OK) st = pt_plan_pipe_run(&e->layout, &s->pipe);
-        if (st != PT_OK) goto done;
-        pt_plan_time_finish(base, &e->layout, cl, &s->pipe, &e->time);
-    }
+    if (st == PT_OK) st = result(s, out);
     if (pt_knob_int("PT_PLAN_STATS"))
         fprintf(stderr,
                 "plan: %ld families, %ld valid, %ld evaluated, %ld fit, %ld simulated, %ld "
                 "memory calls (%.2f s); families %.2f s, evaluation %.2f s, all %.2f s\n",
-                nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem, s->mem_s,
+                w.nfam, s->n_valid, s->n_eval, s->n_fitting, s->n_sim, s->n_mem, s->mem_s,
                 (double)(t_phase1 - t_start) / 1e9, (double)(t_phase2 - t_phase1) / 1e9,
                 (double)(pt_time_ns() - t_start) / 1e9);
-    if (nfam == 0) {
-        char fx[512];
-        fixed_list(s, fx, sizeof fx);
-        st = pt_error_set(PT_ERR_INVALID, "no layout of %d ranks is valid%s%s%s: %s", world,
-                          fx[0] ? " with " : "", fx, fx[0] ? " (fixed)" : "",
-                          s->last_invalid[0] ? s->last_invalid : "no dp x tp x pp factorization");
+    if (st != PT_OK) goto done;
+    if (w.nfam == 0 || (s->n_fit == 0 && s->n_rej == 0 && s->n_eval > 0)) {
+        st = pt_plan_space_error(&s->sp);
     } else if (s->n_fit == 0 && s->n_rej > 0) {
         char lname[PT_PLAN_NAME_MAX];
         pt_plan_layout_name(&s->rej[0].layout, lname, sizeof lname);
         st = pt_error_set(PT_ERR_INVALID, "fits on no layout of %d ranks: the smallest (%s) %s",
                           world, lname, s->rej[0].reason);
+    } else if (s->n_fit == 0) {
+        st = pt_error_set(PT_ERR_INVALID,
+                          "no layout of %d ranks has a finite predicted step (%ld valid)", world,
+                          s->n_valid);
     }
 done:
-    free(fam);
-    free(pool);
-    for (int k = 0; s && k < 4; k++) {
-        for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
-            pt_schedule_free(&s->lists[k].lists[r]);
-        free(s->lists[k].lists);
-    }
-    for (int p = 0; s && p <= PT_PLAN_MAX_STAGES; p++)
-        for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
-            for (int k = 0; k < 2; k++)
-                for (cut_node *c = s->cut[p][v][k], *next; c; c = next) {
-                    next = c->next;
-                    free(c);
-                }
-    free(zvalid);
-    if (s) {
-        free(s->memo);
-        pt_plan_memory_cache_free(s->mcache);
-        free(s->dead_key);
-        free(s->dead_mode);
-    }
-    free(fit);
+    free(w.fam);
+    free(w.pool);
+    search_free(s);
     free(scratch);
-    free(s);
     return st;
+}
+
+int pt_plan_entry_finite(const pt_plan_entry *e) {
+    const pt_plan_mem_rank *m = &e->mem;
+    const pt_plan_time *t = &e->time;
+    double v[] = {m->slack,     m->total,     m->save,      t->step_s,       t->compute_s,
+                  t->bubble_s,  t->optim_s,   t->bubble,    t->tokens_per_s, t->mfu,
+                  t->comm_s[0], t->comm_s[1], t->comm_s[2], t->comm_s[3]};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= isfinite(v[i]) != 0;
+    for (int k = 0; k < PT_MEM_NCAT; k++) ok &= isfinite(m->cat[k]) != 0;
+    return ok;
 }
 
 void pt_plan_result_free(pt_plan_result *r) {

@@ -45,7 +45,7 @@ cat >cpu.json <<'EOF'
  "device": {"name": "core", "peak_flops": {"fp32": 5e10}, "memory_bytes": 4e9, "memory_bw": 1e10},
  "links": {"intra_node": {"bw": 5e9, "latency": 2e-6}, "inter_node": {"bw": 5e9, "latency": 2e-6}}}
 EOF
-sed 's/"memory_bytes": 4e9/"memory_bytes": 1000/' cpu.json >tiny-mem.json
+sed 's/"memory_bytes": 4e9/"memory_bytes": 1e6/' cpu.json >tiny-mem.json
 
 # ---- the table ----
 if "$P" plan --config tiny.json --cluster cpu.json >table.txt 2>err &&
@@ -132,8 +132,24 @@ expect_fail "no cluster" 2 "--cluster" "$P" plan --config tiny.json
 expect_fail "missing cluster file" 1 "nope.json" "$P" plan --config tiny.json --cluster nope.json
 expect_fail "fixed tp that no layout takes" 1 "no layout of 2 ranks is valid with parallel.tp=3 (fixed)" \
     "$P" plan --config tiny.json --cluster cpu.json --set parallel.tp=3
+# a device of 1 MB (the least a cluster may say) and a 4 MB embedding
 expect_fail "nothing fits" 1 "fits on no layout of 2 ranks: the smallest" \
-    "$P" plan --config tiny.json --cluster tiny-mem.json
+    "$P" plan --config tiny.json --cluster tiny-mem.json --set model.vocab_size=65536
+# a cluster's quantities in their ranges: no inf step, no null in a plan file
+sed 's/"fp32": 5e10/"fp32": 1e-300/' cpu.json >slow.json
+expect_fail "peak_flops of 1e-300" 1 \
+    "slow.json: device.peak_flops.fp32 must be a number in [1e6, 1e18] flop/s (got 1e-300)" \
+    "$P" plan --config tiny.json --cluster slow.json --write never.json
+[ -e never.json ] && bad "no plan file" "never.json written" || ok "no plan file"
+sed 's/"nodes": 1,/"nodes": 1000000,/' cpu.json >huge.json
+expect_fail "a world beyond --world's cap" 1 \
+    "huge.json: nodes x devices_per_node (1000000 x 2 = 2000000 ranks) must be at most 1048576 ranks" \
+    "$P" plan --config tiny.json --cluster huge.json
+sed 's/"links"/"profile": {"version": 1, "cpu": "c", "binary": "b", "cores": 2, "memory_bw": 1e10, "elementwise_s": 1e-10, "adamw_s": 1e-9, "sgd_s": 1e-9, "gemm": [], "modules": []},\n "links"/' \
+    cpu.json >empty-profile.json
+expect_fail "a profile without measurements" 1 \
+    "empty-profile.json: profile.gemm and profile.modules are empty" \
+    "$P" plan --config tiny.json --cluster empty-profile.json
 expect_fail "train --plan with --config" 2 "not both" "$P" train --plan plan.json --config tiny.json
 expect_fail "train --plan missing" 1 "missing.json" "$P" train --plan missing.json
 grep -q -- "--plan FILE" <("$P" train --help) && ok "train --help" || bad "train --help" "no --plan"

@@ -1,11 +1,15 @@
 /* The cluster loader (src/plan/cluster.c): the shipped descriptions load
  * with their datasheet figures; each bad input is one error line naming
- * the file and the dotted field; the JSON written back loads to the same
- * values, profile included. And the layout helpers (layout.c): a layout
+ * the file, the dotted field and its range (every physical quantity has
+ * a plausible one, integers print as integers, the world is capped as
+ * --world is); a profile without products or modules is refused; the
+ * JSON written back loads to the same values, profile included, and a
+ * value the loader refuses is refused by the writer. And the layout helpers (layout.c): a layout
  * through the config keys and back is the same layout. */
 #include "partrain/plan.h"
 #include "pt_test.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,19 +125,19 @@ static void test_bad(void) {
     } cases[] = {
         {"\"nodes\": 2, ", "", "t.json: nodes is missing"},
         {"\"inter_node\": {\"bw\": 1e9", "\"inter_node\": {\"bw\": -1",
-         "t.json: links.inter_node.bw must be a positive number (got -1)"},
+         "t.json: links.inter_node.bw must be a number in [1e6, 1e15] bytes/s (got -1)"},
         {"\"memory_bw\": 1e10", "\"memory_bw\": \"fast\"",
-         "t.json: device.memory_bw must be a positive number (got a string)"},
-        {"\"nodes\": 2", "\"nodes\": 2.5", "t.json: nodes must be a positive integer (got 2.5)"},
+         "t.json: device.memory_bw must be a number in [1e6, 1e15] bytes/s (got a string)"},
+        {"\"nodes\": 2", "\"nodes\": 2.5",
+         "t.json: nodes must be an integer in [1, 1048576] (got 2.5)"},
         {"\"fp32\": 1e11", "\"fp32\": 1e999",
-         "t.json: device.peak_flops.fp32 must be a positive "
-         "number (got inf)"},
+         "t.json: device.peak_flops.fp32 must be a number in [1e6, 1e18] flop/s (got inf)"},
         {"\"name\": \"t\",", "\"name\": \"t\", \"gpus\": 3,", "t.json: unknown key 'gpus'"},
         {"\"name\": \"t\",", "\"name\": \"t\", \"nodes\": 3,", "t.json: duplicate key 'nodes'"},
         {"\"matmul\": 0.5", "\"matmul\": 1.5",
-         "t.json: efficiency.matmul must be a number in [0, 1] (got 1.5)"},
+         "t.json: efficiency.matmul must be 0 or a number in [0.01, 1] (got 1.5)"},
         {"\"latency\": 1e-6", "\"latency\": 0",
-         "t.json: links.intra_node.latency must be a positive number (got 0)"},
+         "t.json: links.intra_node.latency must be a number in [1e-9, 1] s (got 0)"},
         {"\"kind\": \"head\"", "\"kind\": \"tail\"",
          "t.json: profile.modules[0].kind must be one of embedding|block|head (got 'tail')"},
         {"\"threads\": 1, \"flops_s\"", "\"flops_s\"",
@@ -141,8 +145,8 @@ static void test_bad(void) {
         {"\"bytes\": 1048576", "\"bytes\": 1048576, \"extra\": 1",
          "t.json: unknown key 'profile.comm[0].extra'"},
         {"[0, 0.002, 0.011]", "[0, 0.002]",
-         "t.json: profile.modules[0].recompute_s must be an array of 3 numbers >= 0 (none, "
-         "selective, full)"},
+         "t.json: profile.modules[0].recompute_s must be an array of 3 numbers (none, selective, "
+         "full), each 0 or a number in [1e-12, 1e6] s"},
         {"\"gemm\": [", "\"gemm\": 7, \"x\": [", "t.json: unknown key 'profile.x'"},
         {"\"version\": 1", "\"version\": 2", "t.json: profile.version 2 is not supported (1)"},
         {"\"devices_per_node\": 4", "\"devices_per_node\": 4,", "t.json: invalid JSON near line 1"},
@@ -150,6 +154,57 @@ static void test_bad(void) {
         {"\"links\": {\"intra_node\"", "\"links\": 3, \"l\": {\"intra_node\"",
          "t.json: unknown key 'l'"},
         {"\"device\": {", "\"device\": [], \"d\": {", "t.json: unknown key 'd'"},
+        /* integers as integers, the limit named */
+        {"\"nodes\": 2", "\"nodes\": 2147483648",
+         "t.json: nodes must be an integer in [1, 1048576] (got 2147483648)"},
+        {"\"devices_per_node\": 4", "\"devices_per_node\": 1e30",
+         "t.json: devices_per_node must be an integer in [1, 1048576] (got 1e30)"},
+        {"\"cores\": 2", "\"cores\": 100000",
+         "t.json: profile.cores must be an integer in [1, 65536] (got 100000)"},
+        /* the world as --world's cap */
+        {"\"nodes\": 2, \"devices_per_node\": 4", "\"nodes\": 2048, \"devices_per_node\": 1024",
+         "t.json: nodes x devices_per_node (2048 x 1024 = 2097152 ranks) must be at most 1048576 "
+         "ranks (the planner's world, as --world's)"},
+        {"\"nodes\": 2, \"devices_per_node\": 4", "\"nodes\": 1000000, \"devices_per_node\": 8",
+         "t.json: nodes x devices_per_node (1000000 x 8 = 8000000 ranks) must be at most 1048576 "
+         "ranks (the planner's world, as --world's)"},
+        /* every physical quantity in a plausible range */
+        {"\"fp32\": 1e11", "\"fp32\": 1e-300",
+         "t.json: device.peak_flops.fp32 must be a number in [1e6, 1e18] flop/s (got 1e-300)"},
+        {"\"bf16\": 0", "\"bf16\": 1e-300",
+         "t.json: device.peak_flops.bf16 must be 0 or a number in [1e6, 1e18] flop/s (got "
+         "1e-300)"},
+        {"\"memory_bytes\": 1e9", "\"memory_bytes\": 1e-300",
+         "t.json: device.memory_bytes must be a number in [1e6, 1e15] bytes (got 1e-300)"},
+        {"\"memory_bw\": 1e10", "\"memory_bw\": 1e300",
+         "t.json: device.memory_bw must be a number in [1e6, 1e15] bytes/s (got 1e300)"},
+        {"\"inter_node\": {\"bw\": 1e9", "\"inter_node\": {\"bw\": 1e-300",
+         "t.json: links.inter_node.bw must be a number in [1e6, 1e15] bytes/s (got 1e-300)"},
+        {"\"latency\": 1e-5", "\"latency\": 3600",
+         "t.json: links.inter_node.latency must be a number in [1e-9, 1] s (got 3600)"},
+        {"\"matmul\": 0.5", "\"matmul\": 1e-300",
+         "t.json: efficiency.matmul must be 0 or a number in [0.01, 1] (got 1e-300)"},
+        {"\"memory_bw\": 1.2e10", "\"memory_bw\": 1e-300",
+         "t.json: profile.memory_bw must be a number in [1e6, 1e15] bytes/s (got 1e-300)"},
+        {"\"elementwise_s\": 1e-10", "\"elementwise_s\": 1e-300",
+         "t.json: profile.elementwise_s must be a number in [1e-15, 1] s (got 1e-300)"},
+        {"\"sgd_s\": 4e-10", "\"sgd_s\": 4e-10, \"probe_flops_s\": 1e-300",
+         "t.json: profile.probe_flops_s must be a number in [1e6, 1e18] flop/s (got 1e-300)"},
+        {"\"flops_s\": 9.1e10", "\"flops_s\": 1e-300",
+         "t.json: profile.gemm[0].flops_s must be a number in [1e6, 1e18] flop/s (got 1e-300)"},
+        {"\"fwd_s\": 0.011", "\"fwd_s\": 1e-300",
+         "t.json: profile.modules[0].fwd_s must be a number in [1e-12, 1e6] s (got 1e-300)"},
+        {"[0, 0.002, 0.011]", "[0, 1e300, 0.011]",
+         "t.json: profile.modules[0].recompute_s[1] must be 0 or a number in [1e-12, 1e6] s (got "
+         "1e300)"},
+        {"\"seconds\": 2.1e-4", "\"seconds\": 1e-300",
+         "t.json: profile.comm[0].seconds must be a number in [1e-12, 1e6] s (got 1e-300)"},
+        /* a profile without what calibrate measures */
+        {"\"gemm\": [{\"m\": 256, \"n\": 768, \"k\": 768, \"threads\": 1, \"flops_s\": 9.1e10}]",
+         "\"gemm\": []",
+         "t.json: profile.gemm is empty: a calibrate profile holds the measured matrix products "
+         "and module passes (partrain calibrate writes them); without a profile the plan is "
+         "modelled from the datasheet figures"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *s = patch(cases[i].from, cases[i].to);
@@ -173,6 +228,40 @@ static void test_bad(void) {
     s = patch("\"device\": {", "\"device\": 3, \"x\": {");
     CHECK(pt_cluster_load_string(&c, s, "t.json") != PT_OK);
     free(s);
+}
+
+/* a profile whose tables calibrate always fills: both empty is refused,
+ * naming both */
+static void test_empty_profile(void) {
+    const char *gemm = strstr(base, "\"gemm\": ["), *comm = strstr(base, "\"comm\": [");
+    size_t n = strlen(base) + 64;
+    char *s = malloc(n);
+    snprintf(s, n, "%.*s\"gemm\": [], \"modules\": [],\n   %s", (int)(gemm - base), base, comm);
+    pt_cluster *c = NULL;
+    CHECK(pt_cluster_load_string(&c, s, "t.json") != PT_OK);
+    CHECK(c == NULL);
+    CHECK(strstr(pt_error_message(), "t.json: profile.gemm and profile.modules are empty") != NULL);
+    free(s);
+}
+
+/* what is written loads: a value the loader would refuse is refused by
+ * the writer, named (cJSON would write a non-finite one as null) */
+static void test_write_refuses(void) {
+    pt_cluster *c = NULL;
+    CHECK_OK(pt_cluster_load_string(&c, base, "t.json"));
+    if (!c) return;
+    c->device.peak_flops_fp32 = INFINITY;
+    CHECK(pt_cluster_to_json(c) == NULL);
+    CHECK(strstr(pt_error_message(), "device.peak_flops.fp32") != NULL);
+    c->device.peak_flops_fp32 = 1e11;
+    c->profile->gemm[0].flops_s = 1e-300;
+    CHECK(pt_cluster_to_json(c) == NULL);
+    CHECK(strstr(pt_error_message(), "profile.gemm[0].flops_s") != NULL);
+    c->profile->gemm[0].flops_s = 9.1e10;
+    char *j = pt_cluster_to_json(c);
+    CHECK(j != NULL);
+    free(j);
+    pt_cluster_free(c);
 }
 
 static void test_files(void) {
@@ -226,6 +315,8 @@ int main(void) {
     RUN(test_profile);
     RUN(test_round_trip);
     RUN(test_bad);
+    RUN(test_empty_profile);
+    RUN(test_write_refuses);
     RUN(test_files);
     RUN(test_layout);
     return TEST_DONE();

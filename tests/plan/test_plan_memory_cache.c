@@ -2,7 +2,8 @@
  * public uncached one (pt_plan_memory): on a sweep of every layout shape of
  * 8 ranks (dp x tp x pp, sp, schedule, v, m, ZeRO stage and group,
  * recompute, per-stage recompute, ZeRO-3 whole modules, uneven stage
- * layers), both precisions, two models through one cache in turn, the
+ * layers), both precisions, two models through one cache in turn, and
+ * the pipelines of a deeper model (the cached stages shortened), the
  * same status, the same error text and bitwise the same numbers. */
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,49 @@ static void sweep(layouts *s, int world) {
         }
 }
 
+/* Pipelines of a deeper model, where a stage holds a few of many blocks
+ * and the cached model shortens the runs of blocks it does not hold
+ * (memory.c, shorten()): every schedule, interleaved at 2-4 chunks, cuts
+ * uneven and balanced, ZeRO-3 with whole modules on either side of the
+ * runs, over 8 ranks. */
+static void sweep_deep(layouts *s) {
+    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+    static const int pps[] = {2, 4, 8}, ms[] = {1, 8};
+    for (int pi = 0; pi < 3; pi++)
+        for (int dp = 1; dp * pps[pi] <= 8; dp *= 2)
+            for (int si = 0; si < 5; si++)
+                for (int v = 1; v <= 4; v++) {
+                    int virt = si == 2 || si == 4;
+                    if (virt ? v < 2 || (si == 4 && v != 2) : v > 1) continue;
+                    for (int mi = 0; mi < 2; mi++)
+                        for (int z = 0; z <= (dp > 1 ? 3 : 0); z += 3)
+                            for (int rc = 0; rc < 3; rc++) {
+                                pt_plan_layout l;
+                                memset(&l, 0, sizeof l);
+                                l.dp = dp, l.tp = 8 / dp / pps[pi], l.pp = pps[pi], l.zero = z;
+                                l.microbatches = ms[mi], l.virtual_stages = v;
+                                snprintf(l.schedule, sizeof l.schedule, "%s", scheds[si]);
+                                l.recompute = rc, l.threads = 1;
+                                add(s, &l);
+                                pt_plan_layout w = l;
+                                if (z == 3) {
+                                    snprintf(w.zero_whole, sizeof w.zero_whole,
+                                             "embedding,h.0,h.6,h.19,h.20,head");
+                                    add(s, &w);
+                                }
+                                /* uneven: runs of 1, 9 and 10 blocks apart */
+                                const char *cut = l.pp * v == 2   ? "1,20"
+                                                  : l.pp * v == 4 ? "9,1,1,10"
+                                                  : l.pp * v == 8 ? "1,9,1,1,1,1,1,6"
+                                                                  : NULL;
+                                if (cut) {
+                                    snprintf(w.stage_layers, sizeof w.stage_layers, "%s", cut);
+                                    add(s, &w);
+                                }
+                            }
+                }
+}
+
 /* Every layout of s through k (in order, or reversed) against the uncached
  * model; *ok counts those with numbers. */
 static void compare(pt_plan_memory_cache *k, const pt_config *c, const pt_cluster *cl,
@@ -124,6 +168,18 @@ static void test_sweep(void) {
     CHECK(ok > 6 * s.n / 4);
     CHECK(piped > ok / 2);
     CHECK(pt_plan_memory_cache_hits(k) > ok);
+    /* c: 21 blocks over up to 32 virtual stages */
+    layouts d = {0};
+    sweep_deep(&d);
+    pt_config c = plan_test_model(21, 64, 4, 256, 32, 64);
+    long dok = 0, dpiped = 0;
+    for (int prec = 0; prec < 2; prec++) {
+        snprintf(c.train.precision, sizeof c.train.precision, "%s", prec ? "bf16" : "fp32");
+        compare(k, &c, &cl, &d, 0, &dok, &dpiped);
+    }
+    fprintf(stderr, "deep: %d layouts, %ld computed\n", d.n, dok);
+    CHECK(dok > d.n);
+    free(d.l);
     pt_plan_memory_cache_free(k);
     pt_plan_memory_cache_free(NULL);
     /* no cache: pt_plan_memory itself */
