@@ -1198,7 +1198,14 @@ pt_status pt_calibrate_check_out(const char *path) {
 }
 
 pt_status pt_calibrate_write(const pt_calibration *c, const char *path) {
+    /* the path before the text: a directory or a missing folder is the
+     * path's error, whatever the profile holds */
+    pt_status st = pt_file_check_output(path, 0);
+    if (st != PT_OK) return prefix_error(st, "calibrate: ");
+    pt_error_clear();
     char *text = pt_calibration_to_json(c);
+    if (!text && pt_error_message()[0]) /* the writer's refusal names the number */
+        return prefix_error(PT_ERR_INVALID, "calibrate: the profile would not load back: ");
     if (!text) return pt_error_set(PT_ERR_NOMEM, "calibrate: the profile's JSON");
     size_t len = strlen(text);
     char *line = realloc(text, len + 2);
@@ -1208,7 +1215,7 @@ pt_status pt_calibrate_write(const pt_calibration *c, const char *path) {
     }
     line[len] = '\n';
     /* whole or not at all: a failure leaves path as it was and no temporary */
-    pt_status st = pt_file_write_atomic(path, line, len + 1);
+    st = pt_file_write_atomic(path, line, len + 1);
     free(line);
     return st == PT_OK ? PT_OK : prefix_error(st, "calibrate: ");
 }
