@@ -268,6 +268,15 @@ _Static_assert((int)MR <= (int)PT_BF16_MR_MAX, "tile rows");
 PT_TGT_AVX512BF16 static inline __attribute__((always_inline)) void
 kernel_tile(int kc, const pt_bf16 *restrict a, long rs, long ks, const pt_bf16 *restrict bp,
             float *restrict c, long ldc, int acc) {
+    /* rows through 4 pointers of 3 rows each (at 0, rs, 2 rs): left to
+     * itself GCC keeps 12 row addresses, spills some and reloads them in
+     * the loop; the empty asm hides how the pointers relate */
+    const pt_bf16 *ar[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        ar[q] = a + 3 * q * rs;
+        __asm__("" : "+r"(ar[q]));
+    }
     __m512 cv[MR][2];
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) cv[r][0] = cv[r][1] = _mm512_setzero_ps();
@@ -287,18 +296,19 @@ kernel_tile(int kc, const pt_bf16 *restrict a, long rs, long ks, const pt_bf16 *
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
             uint32_t w;
-            memcpy(&w, a + r * rs, sizeof w);
+            memcpy(&w, ar[r / 3] + r % 3 * rs, sizeof w);
             __m512bh av = (__m512bh)_mm512_set1_epi32((int)w);
             cv[r][0] = _mm512_dpbf16_ps(cv[r][0], av, b0);
             cv[r][1] = _mm512_dpbf16_ps(cv[r][1], av, b1);
         }
-        a += ks;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) ar[q] += ks;
         bp += 2 * NR;
     }
     if (kc & 1) {
         __m512bh b0 = (__m512bh)_mm512_load_si512(bp), b1 = (__m512bh)_mm512_load_si512(bp + NR);
         for (int r = 0; r < MR; r++) {
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * rs]);
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ar[r / 3][r % 3 * rs]);
             cv[r][0] = _mm512_dpbf16_ps(cv[r][0], av, b0);
             cv[r][1] = _mm512_dpbf16_ps(cv[r][1], av, b1);
         }

@@ -4,9 +4,10 @@
  * exactly what pt_sgemm gives on the converted operands, chunk by chunk.
  *
  *   colsum += B's column sums, once, from the bf16 values (rows in order)
- *   for each K chunk (FK = 256):
- *     for each N chunk (FN = 384): convert B's chunk
- *       for each M chunk (FM = 192): convert A's chunk
+ *   for each K chunk (<= 256):
+ *     for each N chunk (<= 384): convert B's chunk
+ *       for each M chunk (what the scratch holds, >= 192 rows): convert
+ *         A's chunk
  *         pt_sgemm on the chunk: res + bias (and beta) on the first K
  *         chunk, GELU or its derivative on the last
  *
@@ -24,8 +25,21 @@
 
 #include "bf16_impl.h"
 
-enum { FK = 256, FM = 192, FN = 384 };
-_Static_assert((FM * FK + FK * FN) * sizeof(float) <= PT_BF16_SCRATCH_BYTES, "fallback chunks");
+enum { FK = 256, FN = 384, SCRATCH_FLOATS = PT_BF16_SCRATCH_BYTES / sizeof(float) };
+_Static_assert((long)FK *FN + 192L * FK <= (long)SCRATCH_FLOATS, "fallback chunks");
+
+/* One product's chunks: K in balanced chunks of at most FK, N in chunks of
+ * at most FN, and as many rows of A as the rest of the scratch holds: few,
+ * large chunks, since each is a pt_sgemm call with its own pool runs and
+ * B packing (at 2 threads a 256-row product in 192-row chunks spent more
+ * time at the pool's barriers than converting). */
+static void chunk_sizes(int M, int N, int K, int *kb, int *nb, int *mb) {
+    int nk = (K + FK - 1) / FK;
+    *kb = (K + nk - 1) / nk;
+    *nb = N < FN ? N : FN;
+    long rows = ((long)SCRATCH_FLOATS - (long)*kb * *nb) / *kb;
+    *mb = rows >= M ? M : (int)(rows / 12 * 12); /* whole tiles of the fp32 GEMM */
+}
 
 /* ---- column sums ------------------------------------------------------------ */
 
@@ -80,7 +94,7 @@ static void chunk_part(void *p, int index, int count) {
 
 static void convert_chunk(float *dst, const pt_bf16 *src, long lds, int rows, int cols) {
     chunk_ctx c = {.dst = dst, .src = src, .lds = lds, .rows = rows, .cols = cols};
-    pt_pool_run(chunk_part, &c, (long)rows * cols < 16384 ? 1 : pt_kernels_threads());
+    pt_pool_run(chunk_part, &c, (long)rows * cols < 65536 ? 1 : pt_kernels_threads());
 }
 
 /* ---- the product ------------------------------------------------------------ */
@@ -89,18 +103,20 @@ static void convert_chunk(float *dst, const pt_bf16 *src, long lds, int rows, in
 static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda,
                     const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
                     const pt_gemm_epilogue *e) {
-    float *fa = pt_bf16_scratch(), *fb = fa + FM * FK;
-    for (int pc = 0; pc < K; pc += FK) {
-        int kc = K - pc < FK ? K - pc : FK, first = pc == 0, last = pc + kc == K;
-        for (int jc = 0; jc < N; jc += FN) {
-            int nc = N - jc < FN ? N - jc : FN;
+    int kb, nb, mb;
+    chunk_sizes(M, N, K, &kb, &nb, &mb);
+    float *fb = pt_bf16_scratch(), *fa = fb + (long)kb * nb;
+    for (int pc = 0; pc < K; pc += kb) {
+        int kc = K - pc < kb ? K - pc : kb, first = pc == 0, last = pc + kc == K;
+        for (int jc = 0; jc < N; jc += nb) {
+            int nc = N - jc < nb ? N - jc : nb;
             /* op(B)[pc .. pc+kc, jc .. jc+nc], in B's storage order */
             if (tb)
                 convert_chunk(fb, B + (long)jc * ldb + pc, ldb, nc, kc);
             else
                 convert_chunk(fb, B + (long)pc * ldb + jc, ldb, kc, nc);
-            for (int ic = 0; ic < M; ic += FM) {
-                int mc = M - ic < FM ? M - ic : FM;
+            for (int ic = 0; ic < M; ic += mb) {
+                int mc = M - ic < mb ? M - ic : mb;
                 if (ta)
                     convert_chunk(fa, A + (long)pc * lda + ic, lda, kc, mc);
                 else

@@ -30,7 +30,8 @@
  *
  * Sizes: M, N, K off every blocking (12-row and 32-row tiles, 32-column
  * panels, K pairs and 32-deep AMX steps, K and N blocks of 768 and 384, the
- * fallback's chunks of 192, 384 and 256), padded strides, res aliasing C. */
+ * fallback's chunks: 192 rows, 384 columns, 256 of K), padded strides, res
+ * aliasing C. */
 #include <math.h>
 #include <string.h>
 
@@ -351,11 +352,11 @@ static void gemm_case(int M, int N, int K, int ta, int tb, double scale) {
 
 static void test_gemm(void) {
     static const int SHAPES[][3] = {
-        {1, 1, 1},      {13, 31, 17},  {37, 45, 29}, {70, 64, 96},
-        {33, 64, 64},   {50, 400, 67}, /* 2 N blocks, partial panels, few tiles: panels split */
-        {97, 70, 801},                 /* 2 K blocks, the second odd */
-        {200, 97, 300},                /* 2 of the fallback's M chunks, 2 of its K chunks */
-        {5, 7, 0},                     /* no product: C = res + bias (+ C) */
+        {1, 1, 1},       {13, 31, 17},  {37, 45, 29}, {70, 64, 96},
+        {33, 64, 64},    {50, 400, 67}, /* 2 N blocks, partial panels, few tiles: panels split */
+        {97, 70, 801},                  /* 2 K blocks, the second odd */
+        {200, 400, 512},                /* the fallback's chunks: 2 in M (192 rows), N and K */
+        {5, 7, 0},                      /* no product: C = res + bias (+ C) */
     };
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
         for (int t = 0; t < 4; t++)
