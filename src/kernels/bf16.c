@@ -224,8 +224,13 @@ int pt_bf16_cvt_set_path(int path) {
 
 static cvt_code cvt(void) {
     int p = g_cvt_path;
-    for (int q = PT_BF16_CVT_AVX512BF16; p == PT_BF16_CVT_AUTO; q--)
-        if (pt_bf16_cvt_has_path(q)) p = q; /* the best one; SCALAR always is */
+    if (p == PT_BF16_CVT_AUTO) {
+        const pt_bf16_cpu *c = pt_bf16_cpu_get();
+        p = c->avx512bf16 ? PT_BF16_CVT_AVX512BF16
+            : c->avx512   ? PT_BF16_CVT_AVX512
+            : c->avx2     ? PT_BF16_CVT_AVX2
+                          : PT_BF16_CVT_SCALAR;
+    }
     return code_of(p);
 }
 

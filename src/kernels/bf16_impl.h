@@ -20,6 +20,14 @@
 #else
 #define PT_BF16_X86 0
 #endif
+/* AMX's intrinsics need GCC 11 or clang 12: an older compiler builds
+ * everything else, and the AMX path is then never offered. */
+#if PT_BF16_X86 && ((defined(__clang__) && __clang_major__ >= 12) ||                               \
+                    (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define PT_BF16_AMX_BUILD 1
+#else
+#define PT_BF16_AMX_BUILD 0
+#endif
 
 /* ---- the CPU (bf16.c) ---------------------------------------------------
  * Each flag is 1 when the CPU has the instructions and the OS saves their
@@ -52,7 +60,9 @@ typedef struct {
     pt_bf16 *bp; /* the packed B block */
     const pt_gemm_epilogue *e;
     const pt_bf16_ukernel *uk;
-    int M, N, pc, kc, kcp, jc, nc, acc, first, last; /* kcp: kc rounded up to uk->kalign */
+    int M, N, K, beta1;                        /* beta1: beta is 1 (C accumulates) */
+    int kcb;                                   /* K block size (the last may be smaller) */
+    int pc, kc, kcp, jc, nc, acc, first, last; /* kcp: kc rounded up to uk->kalign */
 } pt_bf16_gemm_ctx;
 
 struct pt_bf16_ukernel {
@@ -81,15 +91,22 @@ struct pt_bf16_ukernel {
 enum { PT_BF16_SCRATCH_BYTES = 768 * 384 * 2 };
 void *pt_bf16_scratch(void);
 
-/* AMX (gemm_bf16_amx.c): the micro-kernel, and whether Linux lets this
- * process use the tiles (asks once; 0 where the CPU has no AMX). */
+/* AMX (gemm_bf16_amx.c): the micro-kernel (where PT_BF16_AMX_BUILD), and
+ * whether Linux lets this process use the tiles (asks once; 0 where the
+ * CPU has no AMX or the build has no AMX path). */
+#if PT_BF16_AMX_BUILD
 extern const pt_bf16_ukernel pt_bf16_ukernel_amx;
+#endif
 int pt_bf16_amx_permitted(void);
 
 /* The fallback (gemm_bf16_fallback.c): pt_gemm_bf16's contract on any CPU. */
 void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda,
                            const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
                            const pt_gemm_epilogue *e);
+/* Tests: use at most this many floats of the fallback's chunk buffer
+ * (clamped to [16384, 4 Mi / 4]), so that small products take several
+ * chunks in every dimension; returns the old limit. */
+long pt_gemm_bf16_fallback_set_chunk(long floats);
 /* colsum (N) += B (K,N)'s rows as float32, in order; columns split over
  * the pool. */
 void pt_bf16_colsum_add(float *colsum, const pt_bf16 *B, long ldb, int K, int N);

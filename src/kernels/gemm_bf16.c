@@ -196,8 +196,8 @@ PT_TGT_AVX512 static void pack_panel_n(pt_bf16 *restrict dst, const pt_bf16_gemm
     if (cs) _mm512_mask_storeu_ps(cs, m0, c0), _mm512_mask_storeu_ps(cs + 16, m1, c1);
 }
 
-/* d[x] = s[x][0..16) read as 16 dwords, transposed: dst row x (stride ldd
- * dwords) holds dword x of each of the 16 source rows (stride lds bf16). */
+/* 16 rows of 16 dwords (row i at src + i * lds bf16) transposed: dst row x
+ * (stride ldd dwords) holds dword x of every source row. */
 PT_TGT_AVX512 static void transpose16_dw(uint32_t *dst, long ldd, const pt_bf16 *src, long lds) {
     __m512i r[16], t[16];
     for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + i * lds);
@@ -241,14 +241,10 @@ PT_TGT_AVX512 static void pack_panel_t(pt_bf16 *restrict dst, const pt_bf16_gemm
         }
 }
 
-/* B's block [pc, pc + kc) x [jc, jc + nc) as panels, split over the pool:
- * each worker owns whole panels, hence whole columns of colsum. */
-static void pack_b_part(void *p, int index, int count) {
-    const pt_bf16_gemm_ctx *g = p;
+/* Panels [plo, phi) of B's block [pc, pc + kc) x [jc, jc + nc) into g->bp. */
+static void pack_panels(const pt_bf16_gemm_ctx *g, long plo, long phi) {
     float *colsum = g->e ? g->e->colsum : NULL;
-    long lo, hi;
-    pt_split_range((g->nc + NR - 1) / NR, index, count, &lo, &hi);
-    for (int j0 = (int)lo * NR; j0 < hi * NR; j0 += NR) {
+    for (int j0 = (int)plo * NR; j0 < phi * NR; j0 += NR) {
         int w = g->nc - j0 < NR ? g->nc - j0 : NR;
         pt_bf16 *dst = g->bp + (long)j0 * g->kcp;
         if (g->tb)
@@ -256,6 +252,15 @@ static void pack_b_part(void *p, int index, int count) {
         else
             pack_panel_n(dst, g, j0, w, colsum ? colsum + g->jc + j0 : NULL);
     }
+}
+
+/* The block's panels split over the pool: each worker owns whole panels,
+ * hence whole columns of colsum. */
+static void pack_b_part(void *p, int index, int count) {
+    const pt_bf16_gemm_ctx *g = p;
+    long lo, hi;
+    pt_split_range((g->nc + NR - 1) / NR, index, count, &lo, &hi);
+    pack_panels(g, lo, hi);
 }
 
 /* ---- the AVX512_BF16 micro-kernel ----------------------------------------- */
@@ -380,24 +385,15 @@ static const pt_bf16_ukernel ukernel_avx512 = {
 
 /* Tiles [lo, hi) of A times panels [plo, phi) of the B block: each C
  * tile's sum is the same whichever worker takes it. */
-static void compute_part(void *p, int index, int count) {
-    const pt_bf16_gemm_ctx *g = p;
+static void compute_block(const pt_bf16_gemm_ctx *g, long lo, long hi, long plo, long phi) {
     const pt_bf16_ukernel *uk = g->uk;
-    int mr = uk->mr;
-    long tiles = (g->M + mr - 1) / mr, panels = (g->nc + NR - 1) / NR, lo = 0, hi = tiles, plo = 0,
-         phi = panels;
-    if (tiles < MIN_TILES)
-        pt_split_range(panels, index, count, &plo, &phi);
-    else
-        pt_split_range(tiles, index, count, &lo, &hi);
-    if (lo >= hi || plo >= phi) return;
     const pt_gemm_epilogue *e = g->e;
+    int mr = uk->mr;
     /* res + bias go in before the product (the tile may alias res), the
      * activation after the last K block */
     int pro = g->first && e && (e->bias || e->res), epi = g->last && e && (e->act || e->pre);
     int acc = g->acc || pro;
     float edge[PT_BF16_MR_MAX * NR] __attribute__((aligned(64)));
-    if (uk->begin) uk->begin();
     for (long t = lo; t < hi; t++) {
         int i0 = (int)(t * mr), h = g->M - i0 < mr ? g->M - i0 : mr;
         int direct = !g->ta && h == mr && g->kc % uk->direct_k == 0;
@@ -420,7 +416,61 @@ static void compute_part(void *p, int index, int count) {
             if (epi) tile_last(e, c, g->ldc, i0, g->jc + j0, h, w);
         }
     }
-    if (uk->end) uk->end();
+}
+
+/* The block split over the pool by tiles of A, or by panels when there
+ * are fewer than 8 tiles. */
+static void compute_part(void *p, int index, int count) {
+    const pt_bf16_gemm_ctx *g = p;
+    long tiles = (g->M + g->uk->mr - 1) / g->uk->mr, panels = (g->nc + NR - 1) / NR, lo = 0,
+         hi = tiles, plo = 0, phi = panels;
+    if (tiles < MIN_TILES)
+        pt_split_range(panels, index, count, &plo, &phi);
+    else
+        pt_split_range(tiles, index, count, &lo, &hi);
+    if (lo >= hi || plo >= phi) return;
+    if (g->uk->begin) g->uk->begin();
+    compute_block(g, lo, hi, plo, phi);
+    if (g->uk->end) g->uk->end();
+}
+
+static int block_size(int n, int max, int unit);
+
+/* g's K block at pc: its size, packed size and epilogue flags. */
+static void set_k_block(pt_bf16_gemm_ctx *g, int pc, int K) {
+    g->pc = pc;
+    g->kc = K - pc < g->kcb ? K - pc : g->kcb;
+    g->kcp = (g->kc + g->uk->kalign - 1) / g->uk->kalign * g->uk->kalign;
+    g->acc = pc > 0 || g->beta1;
+    g->first = pc == 0;
+    g->last = pc + g->kc == K;
+}
+
+/* The whole product on worker index's own columns (whole panels of N):
+ * every K block in turn, its columns in N blocks packed into its own
+ * scratch, all of A's tiles against them. One pool run for the product
+ * instead of two per block: at 2 threads on the shared development host
+ * the barriers between packing and computing cost 256-row products a
+ * third of their time. The same sums as the other split. */
+static void columns_part(void *p, int index, int count) {
+    pt_bf16_gemm_ctx g = *(const pt_bf16_gemm_ctx *)p;
+    long lo, hi, tiles = (g.M + g.uk->mr - 1) / g.uk->mr;
+    pt_split_range((g.N + NR - 1) / NR, index, count, &lo, &hi);
+    int j_end = hi * NR < g.N ? (int)hi * NR : g.N;
+    if (lo >= hi) return;
+    g.bp = pt_bf16_scratch();
+    int ncb = block_size(j_end - (int)lo * NR, NC_MAX, NR);
+    if (g.uk->begin) g.uk->begin();
+    for (int pc = 0; pc < g.K; pc += g.kcb) {
+        set_k_block(&g, pc, g.K);
+        for (g.jc = (int)lo * NR; g.jc < j_end; g.jc += ncb) {
+            g.nc = j_end - g.jc < ncb ? j_end - g.jc : ncb;
+            long panels = (g.nc + NR - 1) / NR;
+            pack_panels(&g, 0, panels);
+            compute_block(&g, 0, tiles, 0, panels);
+        }
+    }
+    if (g.uk->end) g.uk->end();
 }
 
 /* Split n into the fewest blocks of at most max, rounded up to a multiple of
@@ -446,19 +496,25 @@ static void gemm_own(const pt_bf16_ukernel *uk, int ta, int tb, int M, int N, in
                           .e = e,
                           .uk = uk,
                           .M = M,
-                          .N = N};
-    int kcb = block_size(K, KC_MAX, uk->kalign), ncb = block_size(N, NC_MAX, NR);
-    long tiles = (M + uk->mr - 1) / uk->mr;
+                          .N = N,
+                          .K = K,
+                          .beta1 = beta != 0.0f};
+    g.kcb = block_size(K, KC_MAX, uk->kalign);
+    long tiles = (M + uk->mr - 1) / uk->mr, panels = (N + NR - 1) / NR;
     /* as gemm.c: few tiles split the panels; under a million multiply-adds
      * the product stays on one thread (a pool run costs microseconds) */
     int workers = tiles >= MIN_TILES || (long)M * N * K >= 1L << 20 ? pt_kernels_threads() : 1;
-    for (int pc = 0; pc < K; pc += kcb) {
-        g.pc = pc;
-        g.kc = K - pc < kcb ? K - pc : kcb;
-        g.kcp = (g.kc + uk->kalign - 1) / uk->kalign * uk->kalign;
-        g.acc = pc > 0 || beta != 0.0f;
-        g.first = pc == 0;
-        g.last = pc + g.kc == K;
+    /* Columns per worker where they split fairly (the busiest worker has
+     * at most 1/8 more panels than the average); otherwise each block is
+     * packed, then computed, by all workers. */
+    long most = (panels + workers - 1) / workers;
+    if (workers == 1 || (tiles >= MIN_TILES && 8 * most * workers <= 9 * panels)) {
+        pt_pool_run(columns_part, &g, workers);
+        return;
+    }
+    int ncb = block_size(N, NC_MAX, NR);
+    for (int pc = 0; pc < K; pc += g.kcb) {
+        set_k_block(&g, pc, K);
         for (int jc = 0; jc < N; jc += ncb) {
             g.jc = jc;
             g.nc = N - jc < ncb ? N - jc : ncb;
@@ -476,8 +532,11 @@ void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda
     int path = path_now();
 #if PT_BF16_X86
     if (K > 0 && path != PT_BF16_FALLBACK) {
-        gemm_own(path == PT_BF16_AMX ? &pt_bf16_ukernel_amx : &ukernel_avx512, ta, tb, M, N, K, A,
-                 lda, B, ldb, beta, C, ldc, e);
+        const pt_bf16_ukernel *uk = &ukernel_avx512;
+#if PT_BF16_AMX_BUILD
+        if (path == PT_BF16_AMX) uk = &pt_bf16_ukernel_amx;
+#endif
+        gemm_own(uk, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
         return;
     }
 #endif

@@ -39,7 +39,7 @@ static int g_permitted;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void ask(void) {
-#if PT_BF16_X86 && defined(SYS_arch_prctl)
+#if PT_BF16_AMX_BUILD && defined(SYS_arch_prctl)
     if (!pt_bf16_cpu_get()->amx) return;
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return;
     unsigned long mask = 0;
@@ -54,7 +54,7 @@ int pt_bf16_amx_permitted(void) {
     return g_permitted;
 }
 
-#if PT_BF16_X86
+#if PT_BF16_AMX_BUILD
 enum { MR = 32, NR = PT_BF16_NR, KT = 32 };
 _Static_assert((int)MR <= (int)PT_BF16_MR_MAX, "tile rows");
 

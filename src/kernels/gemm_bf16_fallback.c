@@ -4,41 +4,59 @@
  * exactly what pt_sgemm gives on the converted operands, chunk by chunk.
  *
  *   colsum += B's column sums, once, from the bf16 values (rows in order)
- *   for each K chunk (<= 256):
- *     for each N chunk (<= 384): convert B's chunk
- *       for each M chunk (what the scratch holds, >= 192 rows): convert
+ *   for each K chunk (<= 512):
+ *     for each N chunk (<= 1024): convert B's chunk
+ *       for each M chunk (what the buffer holds, >= 1024 rows): convert
  *         A's chunk
  *         pt_sgemm on the chunk: res + bias (and beta) on the first K
  *         chunk, GELU or its derivative on the last
  *
- * The chunks (576 KiB of fp32 together) live in the calling thread's
- * bf16 scratch; no whole matrix is converted up front. Each B element is
- * converted once and each A element once per N chunk: about MNK / 384
- * conversions against 2 MNK flops, a few per cent of a product
- * (bench/bench_bf16.c measures the fallback against fp32 on the same
- * shapes). Sums: each element of C adds the K chunks in turn, inside a
- * chunk in pt_sgemm's order: with the own fp32 GEMM, the same bits at any
- * thread count; with OpenBLAS, its float32-rounding guarantee.
+ * The chunks live in one static 4 MiB buffer (no whole matrix is
+ * converted up front). Large chunks because each is a pt_sgemm call with
+ * its own pool runs: in chunks of 192 rows x 384 columns (what a
+ * thread's 576 KiB scratch held) gpt2's fc product was 264 calls, and at
+ * 2 threads on the shared development host the pool's worker spent 38% of
+ * its samples waiting at barriers (perf; fp32 on the same product: 2%);
+ * the model's linears are now 1 to 12 calls. One static buffer follows
+ * kernels.h's rule (the kernels are called from one thread at a time);
+ * a call from a second thread at once is caught by an assert. Each B
+ * element is converted once and each A element once per N chunk: at most
+ * MNK / 1024 + MK + NK conversions against 2 MNK flops. Sums: each element of
+ * C adds the K chunks in turn, inside a chunk in pt_sgemm's order: with
+ * the own fp32 GEMM, the same bits at any thread count; with OpenBLAS,
+ * its float32-rounding guarantee.
  *
  * Not here: the own bf16 paths (gemm_bf16.c). */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "bf16_impl.h"
 
-enum { FK = 256, FN = 384, SCRATCH_FLOATS = PT_BF16_SCRATCH_BYTES / sizeof(float) };
-_Static_assert((long)FK *FN + 192L * FK <= (long)SCRATCH_FLOATS, "fallback chunks");
+enum { FK = 512, FN = 1536, CHUNK_FLOATS = 1 << 20 };
+static float g_chunks[CHUNK_FLOATS] __attribute__((aligned(64))); /* 4 MiB, BSS */
+static atomic_flag g_busy = ATOMIC_FLAG_INIT;
+static long g_limit = CHUNK_FLOATS; /* how much of it to use: tests shrink it */
 
-/* One product's chunks: K in balanced chunks of at most FK, N in chunks of
- * at most FN, and as many rows of A as the rest of the scratch holds: few,
- * large chunks, since each is a pt_sgemm call with its own pool runs and
- * B packing (at 2 threads a 256-row product in 192-row chunks spent more
- * time at the pool's barriers than converting). */
+long pt_gemm_bf16_fallback_set_chunk(long floats) {
+    long old = g_limit;
+    g_limit = floats < 16384 ? 16384 : floats > CHUNK_FLOATS ? CHUNK_FLOATS : floats;
+    return old;
+}
+
+/* One product's chunks: K in balanced chunks of at most FK (the size of
+ * gemm.c's K blocks: C is loaded and stored once per chunk, as often as
+ * pt_sgemm on the whole product would), N in balanced chunks of at most
+ * FN and at most half the buffer, and as many rows of A as the rest of the
+ * buffer holds, in whole 12-row tiles. */
 static void chunk_sizes(int M, int N, int K, int *kb, int *nb, int *mb) {
     int nk = (K + FK - 1) / FK;
     *kb = (K + nk - 1) / nk;
-    *nb = N < FN ? N : FN;
-    long rows = ((long)SCRATCH_FLOATS - (long)*kb * *nb) / *kb;
-    *mb = rows >= M ? M : (int)(rows / 12 * 12); /* whole tiles of the fp32 GEMM */
+    long cols = g_limit / 2 / *kb;
+    cols = cols < FN ? cols : FN;
+    long nn = (N + cols - 1) / cols;
+    *nb = (int)((N + nn - 1) / nn);
+    long rows = (g_limit - (long)*kb * *nb) / *kb;
+    *mb = rows >= M ? M : (int)(rows / 12 * 12);
 }
 
 /* ---- column sums ------------------------------------------------------------ */
@@ -94,7 +112,7 @@ static void chunk_part(void *p, int index, int count) {
 
 static void convert_chunk(float *dst, const pt_bf16 *src, long lds, int rows, int cols) {
     chunk_ctx c = {.dst = dst, .src = src, .lds = lds, .rows = rows, .cols = cols};
-    pt_pool_run(chunk_part, &c, (long)rows * cols < 65536 ? 1 : pt_kernels_threads());
+    pt_pool_run(chunk_part, &c, (long)rows * cols < 8192 ? 1 : pt_kernels_threads());
 }
 
 /* ---- the product ------------------------------------------------------------ */
@@ -105,7 +123,7 @@ static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int l
                     const pt_gemm_epilogue *e) {
     int kb, nb, mb;
     chunk_sizes(M, N, K, &kb, &nb, &mb);
-    float *fb = pt_bf16_scratch(), *fa = fb + (long)kb * nb;
+    float *fb = g_chunks, *fa = fb + (long)kb * nb;
     for (int pc = 0; pc < K; pc += kb) {
         int kc = K - pc < kb ? K - pc : kb, first = pc == 0, last = pc + kc == K;
         for (int jc = 0; jc < N; jc += nb) {
@@ -144,7 +162,9 @@ void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A
     if (M <= 0 || N <= 0) return;
     if (e && e->colsum) pt_bf16_colsum_add(e->colsum, B, ldb, K, N);
     if (K > 0) {
+        PT_ASSERT(!atomic_flag_test_and_set(&g_busy)); /* one thread at a time (kernels.h) */
         chunked(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+        atomic_flag_clear(&g_busy);
         return;
     }
     /* K = 0: C = res + bias (+ C), then the activation; pt_sgemm does that

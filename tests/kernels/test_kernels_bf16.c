@@ -30,13 +30,13 @@
  *
  * Sizes: M, N, K off every blocking (12-row and 32-row tiles, 32-column
  * panels, K pairs and 32-deep AMX steps, K and N blocks of 768 and 384, the
- * fallback's chunks: 192 rows, 384 columns, 256 of K), padded strides, res
- * aliasing C. */
+ * fallback's chunks of up to 512 of K, and of tens of rows and columns
+ * when it is told to use a small buffer), padded strides, res aliasing C. */
 #include <math.h>
 #include <string.h>
 
 #include "partrain/kernels.h"
-#include "../../src/kernels/kernels_impl.h"
+#include "../../src/kernels/bf16_impl.h"
 #include "pt_test.h"
 #define KT_SEED 4040
 #include "kernel_test.h"
@@ -292,17 +292,23 @@ static int check_case(const gcase *g, int ek, float beta, const float *C, const 
 typedef struct {
     int path, sgemm, bitwise;
     const char *name;
+    long chunk; /* the fallback's buffer limit, floats */
 } run_path;
 
 static int paths(run_path *out) {
     int n = 0;
+    const long big = 1L << 20, small = 32768; /* small: e.g. 24 x 32 x 512 chunks */
     if (pt_gemm_bf16_has_path(PT_BF16_AMX))
-        out[n++] = (run_path){PT_BF16_AMX, PT_GEMM_AUTO, 1, "amx_bf16"};
+        out[n++] = (run_path){PT_BF16_AMX, PT_GEMM_AUTO, 1, "amx_bf16", big};
     if (pt_gemm_bf16_has_path(PT_BF16_AVX512))
-        out[n++] = (run_path){PT_BF16_AVX512, PT_GEMM_AUTO, 1, "avx512_bf16"};
-    if (pt_sgemm_has_own())
-        out[n++] = (run_path){PT_BF16_FALLBACK, PT_GEMM_OWN, 1, "fallback over the own GEMM"};
-    out[n++] = (run_path){PT_BF16_FALLBACK, PT_GEMM_BLAS, 0, "fallback over OpenBLAS"};
+        out[n++] = (run_path){PT_BF16_AVX512, PT_GEMM_AUTO, 1, "avx512_bf16", big};
+    /* the chunking once, over the own GEMM where there is one (bitwise) */
+    int own = pt_sgemm_has_own();
+    if (own)
+        out[n++] = (run_path){PT_BF16_FALLBACK, PT_GEMM_OWN, 1, "fallback over the own GEMM", big};
+    out[n++] = (run_path){PT_BF16_FALLBACK, own ? PT_GEMM_OWN : PT_GEMM_BLAS, own,
+                          "fallback in small chunks", small};
+    out[n++] = (run_path){PT_BF16_FALLBACK, PT_GEMM_BLAS, 0, "fallback over OpenBLAS", big};
     return n;
 }
 
@@ -312,10 +318,11 @@ static void gemm_case(int M, int N, int K, int ta, int tb, double scale) {
     long nc = (long)M * g.ldc;
     float *C = malloc(sizeof(float) * nc), *act = malloc(sizeof(float) * nc);
     float *cs = malloc(sizeof(float) * N), *C1 = NULL, *act1 = NULL, *cs1 = NULL;
-    run_path rp[4];
+    run_path rp[6];
     int np = paths(rp);
     for (int p = 0; p < np; p++) {
         int old = pt_gemm_bf16_set_path(rp[p].path), olds = pt_sgemm_set_path(rp[p].sgemm);
+        long oldc = pt_gemm_bf16_fallback_set_chunk(rp[p].chunk);
         for (int ek = 0; ek < E_N; ek++)
             for (int b = 0; b < (ek == E_ALIAS ? 1 : 2); b++) {
                 if (ek == E_COLSUM && tb) continue; /* column sums of B as stored only */
@@ -344,6 +351,7 @@ static void gemm_case(int M, int N, int K, int ta, int tb, double scale) {
             }
         pt_gemm_bf16_set_path(old);
         pt_sgemm_set_path(olds);
+        pt_gemm_bf16_fallback_set_chunk(oldc);
     }
     pt_kernels_set_threads(1);
     free(C), free(act), free(cs), free(C1), free(act1), free(cs1);
@@ -352,11 +360,12 @@ static void gemm_case(int M, int N, int K, int ta, int tb, double scale) {
 
 static void test_gemm(void) {
     static const int SHAPES[][3] = {
-        {1, 1, 1},       {13, 31, 17},  {37, 45, 29}, {70, 64, 96},
-        {33, 64, 64},    {50, 400, 67}, /* 2 N blocks, partial panels, few tiles: panels split */
-        {97, 70, 801},                  /* 2 K blocks, the second odd */
-        {200, 400, 512},                /* the fallback's chunks: 2 in M (192 rows), N and K */
-        {5, 7, 0},                      /* no product: C = res + bias (+ C) */
+        {1, 1, 1},      {13, 31, 17},  {37, 45, 29}, {70, 64, 96},
+        {33, 64, 64},   {50, 400, 67}, /* 2 N blocks, partial panels, few tiles: panels split */
+        {97, 70, 801},                 /* 2 K blocks, the second odd */
+        {97, 800, 67},                 /* columns per worker at 2 and 3 threads, 2 N blocks at 1 */
+        {100, 70, 600},                /* small chunks: 2 of the fallback's in M, N and K */
+        {5, 7, 0},                     /* no product: C = res + bias (+ C) */
     };
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
         for (int t = 0; t < 4; t++)
