@@ -153,22 +153,6 @@ static void test_convert(void) {
  * asserted with a factor 5 of room. */
 #define GELU_GRAD_ERR 1e-5
 
-static double gelu_d(double x) {
-    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return x / (1.0 + exp(-2.0 * u));
-}
-static double gelu_grad_d(double x) {
-    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    double s = 1.0 / (1.0 + exp(-2.0 * u));
-    double du = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
-    return s + 2.0 * x * s * (1.0 - s) * du;
-}
-/* gelu.h's float GELU against the exact function (test_kernels.c derives it). */
-static double gelu_rel_err(double x) {
-    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return 1e-6 + 2e-7 * fabs(2.0 * u);
-}
-
 /* n bf16 values drawn uniformly from [-scale, scale) and rounded. */
 static pt_bf16 *rnd_bf16(long n, double scale) {
     pt_bf16 *x = malloc(sizeof(pt_bf16) * (n > 0 ? n : 1));
@@ -266,13 +250,13 @@ static int check_case(const gcase *g, int ek, float beta, const float *C, const 
             for (int t = 0; t < 3; t++) base += add[t], sa += fabs(add[t]);
             double want = base, tol = gam * sa;
             if (ek == E_PRE) {
-                double d = gelu_grad_d(g->pre[o]);
+                double d = gelu_grad_double(g->pre[o]);
                 want = d * base;
                 tol = fabs(d) * tol + fabs(base) * GELU_GRAD_ERR + u * fabs(want);
             }
             int ok = fabs(C[o] - want) <= tol + 1e-30;
             if (ek == E_BIAS_RES_ACT) {
-                double a = gelu_d(C[o]);
+                double a = gelu_double(C[o]);
                 ok = ok && fabs(act[o] - a) <= gelu_rel_err(C[o]) * fabs(a) + 1e-30;
             }
             if (!ok && bad++ < 3)

@@ -45,16 +45,6 @@ typedef struct {
     double x[N * C], w1[C * H], b1[H], w2[H * OC], b2[OC], g[N * OC];
 } mlp;
 
-static double gelu_d(double v) {
-    double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-    return v / (1.0 + exp(-2.0 * u));
-}
-static double gelu_grad_d(double v) {
-    double u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-    double s = 1.0 / (1.0 + exp(-2.0 * u));
-    return s + 2.0 * v * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * v * v);
-}
-
 /* L = sum G * (gelu(x W1 + b1) W2 + b2), in double. */
 static double loss(void *ctx) {
     const mlp *m = ctx;
@@ -64,7 +54,7 @@ static double loss(void *ctx) {
         for (int j = 0; j < H; j++) {
             double p = m->b1[j];
             for (int c = 0; c < C; c++) p += m->x[n * C + c] * m->w1[c * H + j];
-            h[j] = gelu_d(p);
+            h[j] = gelu_double(p);
         }
         for (int o = 0; o < OC; o++) {
             double y = m->b2[o];
@@ -127,8 +117,8 @@ static void abs_terms(const mlp *m, bounds *t) {
             double p = m->b1[j], s = 0.0;
             for (int c = 0; c < C; c++) p += m->x[n * C + c] * m->w1[c * H + j];
             for (int o = 0; o < OC; o++) s += fabs(m->g[n * OC + o] * m->w2[j * OC + o]);
-            h[n * H + j] = fabs(gelu_d(p));
-            tp[n * H + j] = (fabs(gelu_grad_d(p)) + 1e-5) * s;
+            h[n * H + j] = fabs(gelu_double(p));
+            tp[n * H + j] = (fabs(gelu_grad_double(p)) + 1e-5) * s;
         }
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) t->db2[o] += fabs(m->g[n * OC + o]);
