@@ -86,8 +86,8 @@ struct pt_bf16_ukernel {
 };
 
 /* The calling thread's scratch block (gemm_bf16.c), 64-byte aligned: the
- * own paths' packed B block, or the fallback's fp32 chunks (a thread runs
- * one product at a time). Fixed size: no kernel allocates. */
+ * own paths' packed B block (each worker's own when it takes whole
+ * columns). Fixed size: no kernel allocates. */
 enum { PT_BF16_SCRATCH_BYTES = 768 * 384 * 2 };
 void *pt_bf16_scratch(void);
 
@@ -107,8 +107,5 @@ void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A
  * (clamped to [16384, 4 Mi / 4]), so that small products take several
  * chunks in every dimension; returns the old limit. */
 long pt_gemm_bf16_fallback_set_chunk(long floats);
-/* colsum (N) += B (K,N)'s rows as float32, in order; columns split over
- * the pool. */
-void pt_bf16_colsum_add(float *colsum, const pt_bf16 *B, long ldb, int K, int N);
 
 #endif

@@ -87,7 +87,9 @@ static void colsum_part(void *p, int index, int count) {
     }
 }
 
-void pt_bf16_colsum_add(float *colsum, const pt_bf16 *B, long ldb, int K, int N) {
+/* colsum (N) += B (K,N)'s rows as float32, in order; columns split over
+ * the pool. */
+static void colsum_add(float *colsum, const pt_bf16 *B, long ldb, int K, int N) {
     colsum_ctx c = {.colsum = colsum, .B = B, .ldb = ldb, .K = K, .N = N};
     pt_pool_run(colsum_part, &c, (long)K * N < 65536 || N < 64 ? 1 : pt_kernels_threads());
 }
@@ -160,7 +162,7 @@ void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A
                            const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
                            const pt_gemm_epilogue *e) {
     if (M <= 0 || N <= 0) return;
-    if (e && e->colsum) pt_bf16_colsum_add(e->colsum, B, ldb, K, N);
+    if (e && e->colsum) colsum_add(e->colsum, B, ldb, K, N);
     if (K > 0) {
         PT_ASSERT(!atomic_flag_test_and_set(&g_busy)); /* one thread at a time (kernels.h) */
         chunked(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);

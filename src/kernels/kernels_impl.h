@@ -63,8 +63,8 @@ int pt_sgemm_has_own(void);
  * transposes and epilogue. Column sums (colsum, B not transposed) add B's
  * bf16 values as float32, rows in order: the same bits on every path. The
  * paths, chosen at run time (pt_gemm_bf16_kind names the one in use):
- *   AMX       tiles of 16 x 32 pairs, TDPBF16PS (Sapphire Rapids and later,
- *             with Linux's permission); UNTESTED on the development machine
+ *   AMX       32 x 32 C tiles of TDPBF16PS (Sapphire Rapids and later, with
+ *             Linux's permission); UNTESTED: no AMX on the development machine
  *   AVX512    a 12 x 32 vdpbf16ps micro-kernel on K-pair-packed panels
  *   FALLBACK  blocks of A and B converted to fp32, then pt_sgemm: any CPU
  * AMX and AVX512 give the same bits at any thread count (fixed order per
@@ -74,7 +74,7 @@ int pt_sgemm_has_own(void);
  * (pt_gemm_bf16_has_path). */
 void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda, const pt_bf16 *B,
                   int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e);
-enum { PT_BF16_AUTO, PT_BF16_AMX, PT_BF16_AVX512, PT_BF16_FALLBACK, PT_BF16_NPATHS };
+enum { PT_BF16_AUTO, PT_BF16_AMX, PT_BF16_AVX512, PT_BF16_FALLBACK };
 int pt_gemm_bf16_set_path(int path);
 int pt_gemm_bf16_has_path(int path);
 /* The conversions' code, forced the same way (AUTO: the best available);
