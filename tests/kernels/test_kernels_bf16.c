@@ -305,6 +305,7 @@ static void gemm_case(int M, int N, int K, int ta, int tb, double scale) {
     run_path rp[6];
     int np = paths(rp);
     for (int p = 0; p < np; p++) {
+        if (rp[p].chunk < (1L << 20) && M * N < 2048 && K <= 512) continue; /* one chunk anyway */
         int old = pt_gemm_bf16_set_path(rp[p].path), olds = pt_sgemm_set_path(rp[p].sgemm);
         long oldc = pt_gemm_bf16_fallback_set_chunk(rp[p].chunk);
         for (int ek = 0; ek < E_N; ek++)
@@ -346,9 +347,9 @@ static void test_gemm(void) {
     static const int SHAPES[][3] = {
         {1, 1, 1},      {13, 31, 17},  {37, 45, 29}, {70, 64, 96},
         {33, 64, 64},   {50, 400, 67}, /* 2 N blocks, partial panels, few tiles: panels split */
-        {97, 70, 801},                 /* 2 K blocks, the second odd */
-        {97, 800, 67},                 /* columns per worker at 2 and 3 threads, 2 N blocks at 1 */
-        {100, 70, 600},                /* small chunks: 2 of the fallback's in M, N and K */
+        {30, 40, 801},                 /* 2 K blocks, the second odd */
+        {97, 800, 20},                 /* columns per worker at 2 and 3 threads, 3 N blocks at 1 */
+        {100, 70, 520},                /* small chunks: 2 of the fallback's in M, N and K */
         {5, 7, 0},                     /* no product: C = res + bias (+ C) */
     };
     for (size_t s = 0; s < sizeof SHAPES / sizeof SHAPES[0]; s++)
