@@ -1,6 +1,8 @@
-/* Private to the model layer: the model and module-context structs shared by
- * model.c (tensor table, allocation, init, whole-model passes) and
- * modules.c (each module's forward and backward). */
+/* Private to the model layer: the model's structs and what its files
+ * share: model.c (config, tensor table, parameter and gradient buffers,
+ * init, whole-model passes), modules.c and modules_tp.c (each module's
+ * forward and backward), activations.c (contexts, scratch, slots and their
+ * sizes), shard.c (which slice of each tensor a tp rank holds). */
 #ifndef PT_MODEL_IMPL_H
 #define PT_MODEL_IMPL_H
 
@@ -157,8 +159,16 @@ enum {
 };
 enum { HEAD_LNF_W, HEAD_LNF_B, HEAD_NTENSORS };
 
-/* Index of module i's first tensor in the tensor table. */
-int pt_model_first_tensor(const pt_model *m, int i);
+/* Module i's kind (pt_model_module_kind). */
+static inline pt_module_kind pt_kind_of(const pt_model *m, int i) {
+    return i == 0 ? PT_MODULE_EMBEDDING : i <= m->cfg.n_layer ? PT_MODULE_BLOCK : PT_MODULE_HEAD;
+}
+
+/* Index of module i's first tensor in the tensor table (module i held). */
+static inline int pt_model_first_tensor(const pt_model *m, int i) {
+    PT_ASSERT(m->mod_first[i] >= 0);
+    return m->mod_first[i];
+}
 
 /* Tensor k of module i, through the module's (possibly redirected) region. */
 #define TOFF(m, i, k)                                                                              \
@@ -168,6 +178,16 @@ int pt_model_first_tensor(const pt_model *m, int i);
 /* The LM head's wte: the embedding's, or a stage's tied copy. */
 #define HEAD_WTE(m)  ((m)->tied_p ? (m)->tied_p : W(m, 0, EMB_WTE))
 #define HEAD_DWTE(m) ((m)->tied_g ? (m)->tied_g : DW(m, 0, EMB_WTE))
+
+/* ---- activations.c ---- */
+
+/* The model's own activation buffers for its max_B: the backward scratch,
+ * the gradient ping-pong and, for a whole model, its slot; and their
+ * bytes for batches of max_B (what pt_model_buffer_bytes counts as ACTS).
+ * _free releases them (those allocated, after a failure too). */
+pt_status pt_model_acts_alloc(pt_model *m);
+void pt_model_acts_free(pt_model *m);
+size_t pt_model_acts_bytes(const pt_model *m, int max_B);
 
 /* The tensor-parallel passes (modules_tp.c), m->tp > 1: the same contracts
  * as modules.c's, on this rank's slices, with the group's collectives. */
