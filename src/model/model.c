@@ -1,12 +1,12 @@
 /* The GPT-2 model as a list of modules: config validation, the tensor table
  * (GPT-2 names and shapes, flat layout module by module), the parameter and
- * gradient buffers, allocated up front, layout-independent init, and the
- * whole-model forward/backward that chains the modules. A model can hold
- * one tensor-parallel rank's slices (pt_model_new_slice, split as shard.c
- * describes); its passes are then modules_tp.c's.
+ * gradient buffers, allocated up front, and layout-independent init. A
+ * model can hold one tensor-parallel rank's slices (pt_model_new_slice,
+ * split as shard.c describes).
  *
  * Not here: the modules' own math (modules.c), their activations
- * (activations.c), the optimizer, files. */
+ * (activations.c), the passes over them (passes.c), the optimizer,
+ * files. */
 #include "model_impl.h"
 
 #include <math.h>
@@ -269,12 +269,6 @@ void pt_model_set_tp_comm(pt_model *m, pt_comm *tp) {
 void pt_model_test_skip_f(pt_model *m, int on) {
     m->skip_f = on;
 }
-pt_status pt_model_take_error(pt_model *m) {
-    pt_status st = m->tp_err;
-    if (st == PT_OK) return PT_OK;
-    m->tp_err = PT_OK;
-    return pt_error_set(st, "%s", m->tp_errmsg);
-}
 const pt_model_config *pt_model_config_of(const pt_model *m) {
     return &m->cfg;
 }
@@ -395,105 +389,4 @@ void pt_model_draw_weights(pt_model *m, uint64_t seed) {
         PT_ASSERT(st == PT_OK);
         draw_normal(m->tied_p, &w, pt_rng_key(seed, "wte.weight"), 0.02f);
     }
-}
-
-/* ---- whole model ---- */
-
-void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h) {
-    if (h)
-        m->hooks = *h;
-    else
-        memset(&m->hooks, 0, sizeof m->hooks);
-}
-
-void pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss) {
-    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
-    int L = m->cfg.n_layer;
-    s->last = *b;
-    s->have_targets = b->targets != NULL;
-    pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
-    for (int l = 0; l < L; l++)
-        pt_module_forward(m, 1 + l, s->ctx[1 + l], b, s->resid[l], s->resid[l + 1]);
-    pt_module_forward(m, L + 1, s->ctx[L + 1], b, s->resid[L], b->targets ? s->losses : NULL);
-    if (b->targets && loss) {
-        size_t N = (size_t)b->B * (size_t)b->T;
-        double sum = 0;
-        for (size_t i = 0; i < N; i++) sum += s->losses[i];
-        *loss = (float)(sum / (double)N);
-    }
-}
-
-void pt_model_backward_in(pt_model *m, pt_model_slot *s) {
-    PT_ASSERT(s->have_targets);
-    int L = m->cfg.n_layer;
-    const pt_batch *b = &s->last;
-    float *d = m->dstream[0], *dnext = m->dstream[1];
-    pt_module_backward(m, L + 1, s->ctx[L + 1], b, NULL, d);
-    for (int l = L - 1; l >= 0; l--) {
-        pt_module_backward(m, 1 + l, s->ctx[1 + l], b, d, dnext);
-        float *t = d;
-        d = dnext;
-        dnext = t;
-    }
-    pt_module_backward(m, 0, s->ctx[0], b, d, NULL);
-}
-
-void pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first, int last,
-                            float *loss) {
-    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
-    int L = m->cfg.n_layer;
-    s->last = *b;
-    s->have_targets = b->targets != NULL;
-    for (int i = first; i <= last; i++) {
-        if (i == 0)
-            pt_module_forward(m, 0, s->ctx[0], b, NULL, s->resid[0]);
-        else if (i <= L)
-            pt_module_forward(m, i, s->ctx[i], b, s->resid[i - 1], s->resid[i]);
-        else
-            pt_module_forward(m, i, s->ctx[i], b, s->resid[L], b->targets ? s->losses : NULL);
-    }
-    if (last == L + 1 && b->targets && loss) {
-        size_t N = (size_t)b->B * (size_t)b->T;
-        double sum = 0;
-        for (size_t i = 0; i < N; i++) sum += s->losses[i];
-        *loss = (float)(sum / (double)N);
-    }
-}
-
-void pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last, const float *dy,
-                             float *dx, int split) {
-    PT_ASSERT(s->have_targets);
-    int L = m->cfg.n_layer;
-    const pt_batch *b = &s->last;
-    const float *d = dy;
-    int k = 0;
-    for (int i = last; i >= first; i--) {
-        float *din = i == 0 ? NULL : i == first ? dx : m->dstream[k];
-        if (split)
-            pt_module_backward_input(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
-        else
-            pt_module_backward(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
-        d = din;
-        k ^= 1;
-    }
-}
-
-void pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last) {
-    for (int i = last; i >= first; i--) pt_module_backward_weight(m, i, s->ctx[i], &s->last);
-}
-
-void pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last) {
-    for (int i = last; i >= first; i--) pt_module_recompute(m, i, s->ctx[i], &s->last);
-}
-
-void pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
-    pt_model_forward_in(m, m->own, b, loss);
-}
-
-void pt_model_backward(pt_model *m) {
-    pt_model_backward_in(m, m->own);
-}
-
-const float *pt_model_logits(const pt_model *m) {
-    return m->own->ctx[m->cfg.n_layer + 1]->logits;
 }

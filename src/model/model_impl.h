@@ -1,6 +1,7 @@
 /* Private to the model layer: the model's structs and what its files
- * share: model.c (config, tensor table, parameter and gradient buffers,
- * init, whole-model passes), modules.c (the three kinds of module: forward,
+ * share: passes.c (passes over ranges of modules, with the plug points;
+ * the whole-model passes), model.c (config, tensor table, parameter and
+ * gradient buffers, init), modules.c (the three kinds of module: forward,
  * B and W), tp_group.c (the tensor-parallel group they are written over, a
  * group of one at tp = 1), activations.c (contexts, scratch, slots and
  * their sizes), shard.c (which slice of each tensor a tp rank holds). */
@@ -118,13 +119,9 @@ struct pt_model {
      * allocation. */
     float *dstream_buf;
     float *dstream[2];
-    pt_model_hooks hooks; /* strategies' plug points (all NULL: none) */
-    /* tensor parallelism (tp > 1): the group's communicator, and the first
-     * error of its collectives, kept for pt_model_take_error (a pass goes on
-     * without them, so that the step ends and reports it) */
-    pt_comm *tp_comm;
-    pt_status tp_err;
-    char tp_errmsg[256];
+    pt_model_hook hook; /* the strategies' plug points (NULL: none), called by passes.c */
+    void *hook_arg;
+    pt_comm *tp_comm;  /* the tp group's (tp > 1; a group of one needs none) */
     int v0, vl, vreal; /* wte: first vocabulary row held, rows held (padding included), real */
     int skip_f;        /* test hook: pt_model_test_skip_f */
     int sp;            /* sequence parallelism: the LayerNorm and residual regions hold rows

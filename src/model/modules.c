@@ -24,7 +24,6 @@
  * (passes.c), the collectives (tp_group.c). */
 #include "model_impl.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "partrain/kernels.h"
@@ -391,68 +390,47 @@ static pt_status module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, 
     return PT_OK;
 }
 
-/* ---- the public passes (model.h) ---- */
-
-/* A failed collective is kept (pt_model_take_error) and the pass runs on:
- * the step ends and reports it, rather than every caller checking. */
-static void keep(pt_model *m, pt_status st) {
-    if (st == PT_OK || m->tp_err != PT_OK) return;
-    m->tp_err = st;
-    snprintf(m->tp_errmsg, sizeof m->tp_errmsg, "%s", pt_error_message());
-}
+/* ---- the public passes (model.h): pure compute, no plug points ---- */
 
 static void check_pass(const pt_model *m, int i, const pt_module_ctx *ctx, const pt_batch *b) {
     PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
     PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
 }
 
-void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
-                       float *out) {
+pt_status pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                            const float *in, float *out) {
     PT_ASSERT(ctx && ctx->module == i);
     PT_ASSERT(m->tp == 1 || m->tp_comm);
     PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
     PT_ASSERT(!m->sp || (b->B * b->T) % m->tp == 0);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    /* before the buffers are checked: ZeRO-3's hook gathers them */
-    if (m->hooks.before_forward) m->hooks.before_forward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
-    keep(m, module_forward(m, i, ctx, b, in, out));
-    if (m->hooks.after_forward) m->hooks.after_forward(m->hooks.arg, &hp);
+    return module_forward(m, i, ctx, b, in, out);
 }
 
-void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                        const float *dout, float *din) {
+pt_status pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                             const float *dout, float *din) {
     check_pass(m, i, ctx, b);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
               (ctx->kind != PT_MODULE_HEAD || m->tied_p || (m->mod_p[0] && m->mod_g[0])));
-    keep(m, module_backward(m, i, ctx, b, dout, din));
-    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
+    return module_backward(m, i, ctx, b, dout, din);
 }
 
-void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                              const float *dout, float *din) {
+pt_status pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                   const float *dout, float *din) {
     check_pass(m, i, ctx, b);
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_backward) m->hooks.before_backward(m->hooks.arg, &hp);
     PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
-    keep(m, module_backward_input(m, i, ctx, b, dout, din));
-    if (m->hooks.after_backward) m->hooks.after_backward(m->hooks.arg, &hp);
+    return module_backward_input(m, i, ctx, b, dout, din);
 }
 
-void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+pt_status pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
     check_pass(m, i, ctx, b);
-    if (ctx->kind != PT_MODULE_BLOCK) return;
+    if (ctx->kind != PT_MODULE_BLOCK) return PT_OK;
     pt_module_ctx v;
-    keep(m, recomputed_view(m, i, ctx, scratch_of(m, ctx), b, &v)); /* as B's */
+    return recomputed_view(m, i, ctx, scratch_of(m, ctx), b, &v); /* as B's */
 }
 
-void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+pt_status pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
     check_pass(m, i, ctx, b);
     PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
-    pt_hook_point hp = {i, b->micro, b->last, ctx};
-    if (m->hooks.before_weight_grad) m->hooks.before_weight_grad(m->hooks.arg, &hp);
-    keep(m, module_backward_weight(m, i, ctx, b));
-    if (m->hooks.after_weight_grad) m->hooks.after_weight_grad(m->hooks.arg, &hp);
+    return module_backward_weight(m, i, ctx, b);
 }

@@ -78,16 +78,18 @@ static void hook_before(pt_trainer *t) {
 }
 /* ZeRO-3 gathers a module's parameters before it runs (not timed as the
  * module's compute), releases them after */
-static void hook_before_forward(void *arg, const pt_hook_point *p) {
+static pt_status hook_before_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->zero) pt_zero_before_forward(t->zero, p->module);
     if (t->pipe) pt_pipe_before_forward(t->pipe, t->model, p->module); /* the tied wte */
     hook_before(t);
+    return PT_OK;
 }
-static void hook_before_backward(void *arg, const pt_hook_point *p) {
+static pt_status hook_before_backward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->zero) pt_zero_before_backward(t->zero, p->module);
     hook_before(t);
+    return PT_OK;
 }
 static void trace_pass(pt_trainer *t, const char *pass, const char *cat, const pt_hook_point *p) {
     char name[40];
@@ -97,11 +99,12 @@ static void trace_pass(pt_trainer *t, const char *pass, const char *cat, const p
         snprintf(name, sizeof name, "%s %s", pass, t->mod_name[p->module]);
     pt_trace_add(t->trace, name, cat, PT_TRACE_MAIN, t->hook_t0, pt_time_ns(), t->step + 1);
 }
-static void hook_after_forward(void *arg, const pt_hook_point *p) {
+static pt_status hook_after_forward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->pipe) pt_pipe_after_forward(t->pipe, p->module); /* before ZeRO-3 releases wte */
     if (t->zero) pt_zero_after_forward(t->zero, p->module);
     if (t->trace) trace_pass(t, "fwd", "forward", p);
+    return PT_OK;
 }
 /* Module p->module's gradients of this micro-batch are complete: after its
  * backward, or after its weight-gradient pass when the backward is split. */
@@ -113,19 +116,40 @@ static void grads_done(pt_trainer *t, const pt_hook_point *p) {
     if (t->ddp && p->last) pt_ddp_module_done(t->ddp, p->module);
     if (t->zero) pt_zero_module_done(t->zero, p->module, p->last);
 }
-static void hook_after_backward(void *arg, const pt_hook_point *p) {
+static pt_status hook_after_backward(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->trace) trace_pass(t, t->sched.split ? "B" : "bwd", "backward", p);
     if (!t->sched.split) grads_done(t, p);
+    return PT_OK;
 }
-static void hook_before_weight_grad(void *arg, const pt_hook_point *p) {
+static pt_status hook_before_weight_grad(void *arg, const pt_hook_point *p) {
     (void)p;
     hook_before(arg);
+    return PT_OK;
 }
-static void hook_after_weight_grad(void *arg, const pt_hook_point *p) {
+static pt_status hook_after_weight_grad(void *arg, const pt_hook_point *p) {
     pt_trainer *t = arg;
     if (t->trace) trace_pass(t, "W", "backward", p);
     grads_done(t, p);
+    return PT_OK;
+}
+/* The model's one plug point (pt_model_set_hook): each kind's hook above. */
+static pt_status trainer_hook(void *arg, pt_hook_kind k, const pt_hook_point *p) {
+    switch (k) {
+    case PT_HOOK_BEFORE_FORWARD:
+        return hook_before_forward(arg, p);
+    case PT_HOOK_AFTER_FORWARD:
+        return hook_after_forward(arg, p);
+    case PT_HOOK_BEFORE_BACKWARD:
+        return hook_before_backward(arg, p);
+    case PT_HOOK_AFTER_BACKWARD:
+        return hook_after_backward(arg, p);
+    case PT_HOOK_BEFORE_WEIGHT:
+        return hook_before_weight_grad(arg, p);
+    case PT_HOOK_AFTER_WEIGHT:
+        return hook_after_weight_grad(arg, p);
+    }
+    return PT_OK;
 }
 
 /* The test hook PT_TEST_PLANT (parallel.h, pt_plant): a bug planted on
@@ -396,10 +420,7 @@ pt_status pt_trainer_new_dist(pt_trainer **out, const pt_config *cfg, pt_comm *w
         if (t->ddp) pt_ddp_set_trace(t->ddp, t->trace);
         if (t->zero) pt_zero_set_trace(t->zero, t->trace);
     }
-    pt_model_hooks hooks = {hook_before_forward,    hook_after_forward,     hook_before_backward,
-                            hook_after_backward,    hook_after_weight_grad, t,
-                            hook_before_weight_grad};
-    pt_model_set_hooks(t->model, &hooks);
+    pt_model_set_hook(t->model, trainer_hook, t);
     if ((t->plant == PT_PLANT_TP_SKIP_F || t->plant == PT_PLANT_TP_NORM) && !t->tp) {
         st = pt_error_set(PT_ERR_INVALID, "PT_TEST_PLANT: this layout has no tensor parallelism");
         goto fail;

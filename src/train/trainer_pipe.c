@@ -423,7 +423,7 @@ static void forward(pt_pipe *q, pt_model *m, chunk *h, const pt_batch *b, double
     }
     float loss = 0;
     q->compute_ns = pt_time_ns(); /* the pass's work starts: after its wait */
-    pt_model_forward_range(m, s, b, h->first, h->last, &loss);
+    keep(q, pt_model_forward_range(m, s, b, h->first, h->last, &loss), "forward");
     if (grads && h->last <= q->L)
         keep(q,
              pt_comm_irecv(comm_to(q, K_GRAD, h->chunk), h->dy[k], bytes, h->next,
@@ -462,8 +462,10 @@ static void backward(pt_pipe *q, pt_model *m, chunk *h, int mb, int split) {
     size_t bytes = q->nfl[k] * sizeof(float);
     if (h->last <= q->L) wait_neighbour(q, &q->recv_grad[k], "receive of gradients");
     q->compute_ns = pt_time_ns();
-    pt_model_backward_range(m, s, h->first, h->last, h->last <= q->L ? h->dy[k] : NULL,
-                            h->first > 0 ? h->dx[k] : NULL, split);
+    keep(q,
+         pt_model_backward_range(m, s, h->first, h->last, h->last <= q->L ? h->dy[k] : NULL,
+                                 h->first > 0 ? h->dx[k] : NULL, split),
+         "backward");
     if (h->first > 0)
         keep(q,
              pt_comm_isend(comm_to(q, K_GRAD, h->prev_chunk), h->dx[k], bytes, h->prev,
@@ -476,7 +478,7 @@ static void weight(pt_pipe *q, pt_model *m, chunk *h, int mb) {
     int k = h->slot_of[mb];
     PT_ASSERT(k >= 0);
     q->compute_ns = pt_time_ns();
-    pt_model_backward_weight_range(m, h->slot[k], h->first, h->last);
+    keep(q, pt_model_backward_weight_range(m, h->slot[k], h->first, h->last), "weight gradients");
     lend_set(q, h, k, 0);
     release_slot(q, h, mb);
 }

@@ -63,11 +63,10 @@ pt_status pt_trainer_validate(pt_trainer *t, float *val_loss) {
         if (t->pipe)
             PT_CHECK(pt_pipe_forward(t->pipe, t, &batch, w == 0, &loss));
         else
-            pt_model_forward(t->model, &batch, &loss);
+            PT_CHECK(pt_model_forward(t->model, &batch, &loss));
         if (w < mine) sum += (double)loss;
     }
     if (t->zero) pt_zero_release_params(t->zero);
-    PT_CHECK(pt_model_take_error(t->model));
     if (t->aux) {
         /* two floats' room per rank for its double's bytes (pt_comm_shard of
          * 2 x ranks floats: rank r's are [2r, 2r + 2)) */

@@ -136,17 +136,15 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
             size_t off = base + (size_t)mb * (size_t)mB * (size_t)T;
             pt_batch b = {inputs + off, targets + off, dloss, mB, T, mb, mb == sc->last_micro};
             float loss = 0;
-            pt_model_forward_in(t->model, s, &b, &loss);
+            PT_CHECK(pt_model_forward_in(t->model, s, &b, &loss));
             loss_sum += loss;
         } else {
             /* only the last backward completes gradients: arm the buckets */
             if (t->ddp && mb == sc->last_micro)
                 pt_ddp_begin(t->ddp, slot, c->parallel.overlap, t->step + 1);
-            pt_model_backward_in(t->model, s);
+            PT_CHECK(pt_model_backward_in(t->model, s));
         }
     }
-    st = pt_model_take_error(t->model); /* a tensor-parallel collective's */
-    if (st != PT_OK) return st;
     float loss = (float)(loss_sum / M);
     /* the pipeline's bubble: the part of the step's passes' span S (the
      * longest rank's) in which a rank is not working, 1 - busy / S, mean
