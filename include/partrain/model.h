@@ -13,8 +13,9 @@
  * Lifecycle: pt_model_new (allocates params, grads and every activation
  * buffer for batches up to max_B x seq_len, up front, by category) ->
  * pt_model_draw_weights (GPT-2 init from (seed, name, element index)) -> repeatedly
- * pt_model_zero_grads, pt_model_forward, pt_model_backward -> pt_model_free.
- * Forward/backward allocate nothing.
+ * pt_model_zero_grads, pt_model_forward_range, pt_model_backward_range
+ * (over a slot's modules, the model's own slot for the whole model) ->
+ * pt_model_free. The passes allocate nothing.
  *
  * Module-level access (for pipeline stages and FSDP): pt_module_forward /
  * pt_module_backward run one module with an explicit activation context
@@ -178,17 +179,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
  * a checkpoint reader or writer needs. */
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank);
-/* pt_model_new_slice's model under SEQUENCE PARALLELISM (Korthikanti et
- * al. 2022), tp > 1 and seq_len % tp == 0: the LayerNorm and residual
- * regions are split by rows, tp rank r holding rows [r N/tp, (r+1) N/tp)
- * of a micro-batch's N = B*T (all-gather before each column-parallel
- * linear, reduce-scatter after each row-parallel one). The residual stream
- * between modules is then this rank's rows: a block's in and out and the
- * head's in are (N/tp, C), the embedding's out too; the head's losses stay
- * (N). A t-th of those activations per rank; the LayerNorms' weight
- * gradients are all-reduced over the group in each backward. */
-pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                          int tp_rank);
 /* Activation recomputation (model.recompute): what a block's forward keeps
  * for its backward. NONE keeps every intermediate; SELECTIVE drops the
  * attention probabilities att (B,NH,T,T) and the GELU output gelu(fch)
@@ -228,7 +218,16 @@ typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL 
  * means the whole model on one worker (tp 0 reads as 1). */
 typedef struct {
     int tp, tp_rank; /* the tensor-parallel slice (pt_model_new_slice) */
-    int sp;          /* sequence parallelism (pt_model_new_sp) */
+    /* SEQUENCE PARALLELISM (Korthikanti et al. 2022), tp > 1 and seq_len
+     * % tp == 0: the LayerNorm and residual regions are split by rows, tp
+     * rank r holding rows [r N/tp, (r+1) N/tp) of a micro-batch's N = B*T
+     * (all-gather before each column-parallel linear, reduce-scatter after
+     * each row-parallel one). The residual stream between modules is then
+     * this rank's rows: a block's in and out and the head's in are
+     * (N/tp, C), the embedding's out too; the head's losses stay (N). A
+     * t-th of those activations per rank; the LayerNorms' weight gradients
+     * are all-reduced over the group in each backward. */
+    int sp;
     /* A PIPELINE STAGE's modules: n_layer + 2 flags, module i held when
      * owned[i] (NULL: every module). The tensor table, the flat buffers
      * and every slot then hold only the owned modules (pt_model_num_tensors
@@ -241,25 +240,21 @@ typedef struct {
     pt_recompute recompute;
 } pt_model_options;
 
-/* The general constructor: pt_model_new_slice and pt_model_new_sp are
- * this with tp, tp_rank (and sp) set. */
+/* The general constructor: pt_model_new_slice is this with tp and tp_rank
+ * set. */
 pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_B,
                             const pt_model_options *o);
 void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
 void pt_model_tp(const pt_model *m, int *size, int *rank);
-/* Whether the model runs sequence parallelism (pt_model_new_sp). */
+/* Whether the model runs sequence parallelism (pt_model_options.sp). */
 int pt_model_sequence_parallel(const pt_model *m);
 /* The tp group's communicator (lent; its size and this rank's index must be
  * the model's tp and tp_rank). A model with tp > 1 runs its passes only
  * with one: they are Megatron's tensor-parallel passes (modules_tp.c), every
  * rank of the group running the same passes in the same order. */
 void pt_model_set_tp_comm(pt_model *m, pt_comm *tp);
-/* TEST HOOK (parallel.h, PT_PLANT_TP_SKIP_F), never for training: on, the
- * tensor-parallel block backward skips the all-reduce of c_attn's input
- * gradient, so that the parity tests can show they catch it. */
-void pt_model_test_skip_f(pt_model *m, int on);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);
@@ -339,8 +334,8 @@ void pt_model_set_hook(pt_model *m, pt_model_hook fn, void *arg);
 /* ---- micro-batches in flight ----
  * A SLOT holds what one micro-batch needs between its forward and its
  * backward: an activation context per module and the residual stream
- * between modules. The model owns one, which pt_model_forward /
- * pt_model_backward use; a schedule that runs several forwards before their
+ * between modules. The model owns one (pt_model_own_slot), which
+ * pt_model_forward uses; a schedule that runs several forwards before their
  * backwards (gpipe) makes one slot per micro-batch in flight.
  *
  * Backward SCRATCH (the intermediate gradients of a block: d_qkv, d_fch,
@@ -431,9 +426,12 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n);
  * losses and *loss (last is the head, with b->targets). The backward takes
  * the output gradient dy (NULL when last is the head) and overwrites dx
  * with module first's input gradient (NULL when first is the embedding);
- * dy and dx are the caller's, (rows, C) as the stream's. split: the
- * input-gradient passes only (pt_module_backward_input), the weight
- * gradients then by pt_model_backward_weight_range. */
+ * dy and dx are the caller's, (rows, C) as the stream's; between modules
+ * the gradient goes through the model's ping-pong buffers (backwards run
+ * one at a time). split: the input-gradient passes only
+ * (pt_module_backward_input), the weight gradients then by
+ * pt_model_backward_weight_range. Plug points around each module (the
+ * hook); the first error stops the range and is returned. */
 pt_status pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first,
                                  int last, float *loss);
 pt_status pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
@@ -448,13 +446,13 @@ pt_status pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int
 pt_status pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss);
 pt_status pt_model_backward_in(pt_model *m, pt_model_slot *s);
 
-/* Whole model. With b->targets, returns the mean loss over B*T positions in
- * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
- * without, computes logits (see pt_model_logits). B <= max_B, T <= seq_len;
- * token ids must be in [0, V) (the data loader checks). */
+/* The whole model's forward in its own slot (the range of every module).
+ * With b->targets, returns the mean loss over B*T positions in *loss and
+ * prepares the backward pass (dlogits, weighted by b->dloss; the backward:
+ * pt_model_backward_range over the own slot); without, computes logits
+ * (see pt_model_logits). B <= max_B, T <= seq_len; token ids must be in
+ * [0, V) (the data loader checks). */
 pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
-/* After a forward with targets: ACCUMULATES gradients into pt_model_grads. */
-pt_status pt_model_backward(pt_model *m);
 /* Logits (B,T,V) of the last forward without targets in the model's own
  * slot (lent). */
 const float *pt_model_logits(const pt_model *m);

@@ -8,6 +8,7 @@
  * (activations.c), the passes over them (passes.c), the optimizer,
  * files. */
 #include "model_impl.h"
+#include "model_test.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -150,12 +151,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank) {
     pt_model_options o = {.tp = tp, .tp_rank = tp_rank};
-    return pt_model_new_opts(out, cfg, max_B, &o);
-}
-
-pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                          int tp_rank) {
-    pt_model_options o = {.tp = tp, .tp_rank = tp_rank, .sp = 1};
     return pt_model_new_opts(out, cfg, max_B, &o);
 }
 

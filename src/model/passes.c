@@ -91,10 +91,6 @@ pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
     return pt_model_forward_in(m, m->own, b, loss);
 }
 
-pt_status pt_model_backward(pt_model *m) {
-    return pt_model_backward_in(m, m->own);
-}
-
 const float *pt_model_logits(const pt_model *m) {
     return m->own->ctx[m->cfg.n_layer + 1]->logits;
 }

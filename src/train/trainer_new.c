@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../model/model_test.h" /* pt_model_test_skip_f: PT_TEST_PLANT's tp_skip_f */
 #include "partrain/kernels.h"
 #include "partrain/parallel.h"
 

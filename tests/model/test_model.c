@@ -13,6 +13,12 @@
 
 static const pt_model_config tiny = {2, 16, 4, 11, 6}; /* L, C, NH, V, T */
 
+/* The whole model's backward: the range of every module in its own slot. */
+static pt_status backward(pt_model *m) {
+    int L = pt_model_config_of(m)->n_layer;
+    return pt_model_backward_range(m, pt_model_own_slot(m), 0, L + 1, NULL, NULL, 0);
+}
+
 static void fill_tokens(int *x, int n, int V, uint64_t seed) {
     pt_rng r;
     pt_rng_init(&r, seed, "tokens");
@@ -121,7 +127,7 @@ static void test_init_loss(void) {
     fill_tokens(y, 64, 256, 2);
     pt_batch b = {x, y, 1.0f / 64, 4, 16, 0, 0};
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
     CHECK_NEAR(loss, log(256.0), 0.05, 0);
     pt_model_free(m);
 }
@@ -140,7 +146,7 @@ static void randomize(pt_model *m, float scale) {
 
 static double loss_at(pt_model *m, const pt_batch *b) {
     float loss = 0;
-    pt_model_forward(m, b, &loss);
+    CHECK_OK(pt_model_forward(m, b, &loss));
     return loss;
 }
 
@@ -155,8 +161,8 @@ static void test_gradcheck(void) {
     pt_batch b = {x, y, 1.0f / (float)(B * T), B, T, 0, 0};
     pt_model_zero_grads(m);
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     float *w = pt_model_params(m);
     const float *g = pt_model_grads(m);
     const float h = 1e-2f;
@@ -208,8 +214,8 @@ static void test_modules(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 
     int nmod = pt_model_num_modules(m);
@@ -261,8 +267,8 @@ static void test_module_buffers(void) {
     memcpy(p0, pt_model_params(m), n * sizeof(float));
     pt_model_zero_grads(m);
     float l0 = 0, l1 = 0;
-    pt_model_forward(m, &b, &l0);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &l0));
+    CHECK_OK(backward(m));
     memcpy(g0, pt_model_grads(m), n * sizeof(float));
     memcpy(pu, p0, n * sizeof(float));
     memset(gu, 0, sizeof gu);
@@ -275,8 +281,8 @@ static void test_module_buffers(void) {
     pt_model_drop_flat(m, 1, 1);
     CHECK(pt_model_params(m) == NULL && pt_model_grads(m) == NULL);
     pt_model_zero_grads(m); /* no flat buffer: nothing */
-    pt_model_forward(m, &b, &l1);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &l1));
+    CHECK_OK(backward(m));
     CHECK(l0 == l1);
     CHECK(memcmp(g0, gu, n * sizeof(float)) == 0);
     pt_model_free(m);
@@ -295,8 +301,8 @@ static void test_no_alloc(void) {
     size_t before = pt_mem_current_total();
     pt_mem_reset_peak();
     float loss;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     CHECK_EQ(pt_mem_peak_total(), before);
     CHECK_EQ(pt_mem_current_total(), before);
     pt_model_free(m);
@@ -368,8 +374,8 @@ static void test_hooks_and_slots(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) {
-        pt_model_forward(m, &b[k], NULL);
-        pt_model_backward(m);
+        CHECK_OK(pt_model_forward(m, &b[k], NULL));
+        CHECK_OK(backward(m));
     }
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 
@@ -469,8 +475,8 @@ static void split_modules_path(void) {
     static float gw[20000], gf[20000];
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
-    pt_model_forward(m, &b, NULL);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, NULL));
+    CHECK_OK(backward(m));
     memcpy(gw, pt_model_grads(m), n * sizeof(float));
     CHECK(all_nonzero_somewhere(gw, n));
 
@@ -543,8 +549,8 @@ static void test_split_micro_batches(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) {
-        pt_model_forward(m, &b[k], NULL);
-        pt_model_backward(m);
+        CHECK_OK(pt_model_forward(m, &b[k], NULL));
+        CHECK_OK(backward(m));
     }
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 

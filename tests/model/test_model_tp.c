@@ -31,9 +31,8 @@ static int chain(pt_model *m, pt_module_ctx **ctx, const pt_batch *b, chain_bufs
 static int check_layout(pt_comm *tp, int sp) {
     int r = pt_comm_rank(tp), fail = 0;
     pt_model *m = NULL;
-    pt_status st =
-        sp ? pt_model_new_sp(&m, &cfg, 2, TP, r) : pt_model_new_slice(&m, &cfg, 2, TP, r);
-    if (st != PT_OK) return 1;
+    pt_model_options o = {.tp = TP, .tp_rank = r, .sp = sp};
+    if (pt_model_new_opts(&m, &cfg, 2, &o) != PT_OK) return 1;
     pt_model_set_tp_comm(m, tp);
     pt_model_draw_weights(m, 5);
     /* LayerNorm weights away from 1 and biases away from 0: every term
