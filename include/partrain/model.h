@@ -252,8 +252,8 @@ void pt_model_tp(const pt_model *m, int *size, int *rank);
 int pt_model_sequence_parallel(const pt_model *m);
 /* The tp group's communicator (lent; its size and this rank's index must be
  * the model's tp and tp_rank). A model with tp > 1 runs its passes only
- * with one: they are Megatron's tensor-parallel passes (modules_tp.c), every
- * rank of the group running the same passes in the same order. */
+ * with one, every rank of the group running the same passes in the same
+ * order; tp = 1 needs none (a group of one: no collective). */
 void pt_model_set_tp_comm(pt_model *m, pt_comm *tp);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);

@@ -54,7 +54,8 @@ struct pt_module_scratch {
     int deferred;
     float *rem; /* deferred: (N,C) for the embedding or head, a block's stash overflow */
     float *d_res2, *d_ln, *d_atty; /* (N,C), (N,C), (N,C/tp) */
-    float *d_out, *d_ln1;          /* (N,C): the split backward only */
+    float *d_out, *d_ln1;          /* (N,C); d_out: the whole output gradient when gathered
+                                      (sequence parallelism) or kept for a later W */
     float *d_qkv;                  /* (N,3C) */
     float *d_fch;                  /* (N,4C) */
     float *att;                    /* pt_attention_scratch_floats */
@@ -123,7 +124,7 @@ struct pt_model {
     void *hook_arg;
     pt_comm *tp_comm;  /* the tp group's (tp > 1; a group of one needs none) */
     int v0, vl, vreal; /* wte: first vocabulary row held, rows held (padding included), real */
-    int skip_f;        /* test hook: pt_model_test_skip_f */
+    int skip_f;        /* test seam: pt_model_test_skip_f (model_test.h) */
     int sp;            /* sequence parallelism: the LayerNorm and residual regions hold rows
                           [tp_rank, tp_rank + 1) x N/tp of a micro-batch's N */
     pt_recompute recompute;

@@ -460,7 +460,7 @@ static int all_nonzero_somewhere(const float *g, size_t n) {
  * gradients BIT FOR BIT, for every module kind, on both GEMM paths: the
  * split kernels are the fused ones' halves (the same products; LayerNorm's
  * row and column passes are the fused kernel's). So does the whole-model
- * split (every B, then every W), equal to pt_model_backward. */
+ * split (every B, then every W), equal to the whole-model backward. */
 static void split_modules_path(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 2));
