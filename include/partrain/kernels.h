@@ -137,23 +137,20 @@ void pt_layernorm_backward_params(float *dweight, float *dbias, const float *dou
  * with bias, residual, GELU and the bias gradient fused into the product. */
 void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC);
-/* dinp (N,C) += dout @ weight^T; dweight (C,OC) += inp^T @ dout; dbias (OC) +=
- * column sums of dout. dinp or dbias may be NULL (not needed). */
-void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, int N, int C, int OC);
 /* Linear + residual: out (N,OC) = res (N,OC) + inp @ weight + bias, res and
  * bias added to each output tile as it is written: no separate residual
  * pass and no temporary for the branch. bias may be NULL; out must not alias
  * inp (it may alias res). */
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC);
-/* As pt_matmul_backward, but dinp (N,C) = dout @ weight^T is OVERWRITTEN
- * (no separate clear); dinp must not be NULL. */
+/* The linear's backward: dinp (N,C) = dout @ weight^T, OVERWRITTEN (no
+ * separate clear; not NULL); dweight (C,OC) += inp^T @ dout; dbias (OC) +=
+ * column sums of dout (dbias may be NULL). */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
 /* The MLP's c_proj backward through the GELU before it: inp = gelu(pre),
  * dpre (N,C) = gelu'(pre) * (dout @ weight^T), OVERWRITTEN; dweight, dbias
- * as pt_matmul_backward. Equal to pt_matmul_backward_set into a temporary
+ * as pt_matmul_backward_set. Equal to pt_matmul_backward_set into a temporary
  * followed by GELU's backward, without the temporary's two passes. */
 void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, const float *pre, int N,
@@ -210,10 +207,8 @@ void pt_matmul_backward_wt_weight(float *dweight, float *dbias, const float *dou
  * att (B,NH,T,T) is saved for backward: the softmax probabilities (row t holds
  * entries 0..t; entries past t are never read). Scale 1/sqrt(hs). */
 void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) +=. scratch must hold pt_attention_scratch_floats(...) floats. */
-void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH);
-/* As pt_attention_backward, but dqkv (B,T,3C) is OVERWRITTEN. */
+/* dqkv (B,T,3C) OVERWRITTEN. scratch must hold pt_attention_scratch_floats(...)
+ * floats. */
 void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 size_t pt_attention_scratch_floats(int B, int T, int C, int NH);

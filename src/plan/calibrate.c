@@ -649,31 +649,38 @@ typedef struct {
     float *dy, *dx;
 } module_arg;
 
+/* The first failed pass's status (a tensor-parallel collective's), for
+ * the rank's exit; after it, passes do nothing (the timings are dropped). */
+static pt_status pass_err;
+
 static void pass_module(void *arg) {
     module_arg *a = arg;
     int i = a->i;
     const float *dy = i == a->last ? NULL : a->dy;
     float *dx = i == 0 ? NULL : a->dx;
+    pt_status st = PT_OK;
+    if (pass_err != PT_OK) return;
     switch (a->pass) {
     case P_FWD: {
         float loss;
-        pt_model_forward_range(a->m, a->s, a->b, i, i, i == a->last ? &loss : NULL);
+        st = pt_model_forward_range(a->m, a->s, a->b, i, i, i == a->last ? &loss : NULL);
         break;
     }
     case P_BGRAD:
-        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
+        st = pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
         break;
     case P_WGRAD:
-        pt_model_backward_weight_range(a->m, a->s, i, i);
+        st = pt_model_backward_weight_range(a->m, a->s, i, i);
         break;
     case P_BW:
-        pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
-        pt_model_backward_weight_range(a->m, a->s, i, i);
+        st = pt_model_backward_range(a->m, a->s, i, i, dy, dx, 1);
+        if (st == PT_OK) st = pt_model_backward_weight_range(a->m, a->s, i, i);
         break;
     default: /* what B recomputes first, alone */
-        pt_model_recompute_range(a->m, a->s, i, i);
+        st = pt_model_recompute_range(a->m, a->s, i, i);
         break;
     }
+    pass_err = st;
 }
 
 /* Block + head forward flops of a micro-batch of N rows (the cost cap). */
@@ -832,7 +839,7 @@ static pt_status measure_model(calib *k, const pt_model_config *shape) {
             double pm;
             time_modules(k->e, time_min, &mm, &mc, B, k->threads[t], 1, 1,
                          k->e->quick ? NULL : k->probe_buf, e, &pm);
-            st = push_modules(k, e, (double[3]){pm, pm, pm});
+            st = pass_err != PT_OK ? pass_err : push_modules(k, e, (double[3]){pm, pm, pm});
         }
     }
     module_models_free(&mm);
@@ -950,7 +957,7 @@ static int tp_rank_main(void *arg) {
         pt_profile_module e[3];
         double pm;
         time_modules(j->e, timer, &mm, &j->mc, B, 1, j->t, j->ranks, probe_buf, e, &pm);
-        for (int m = 0; m < 3; m++) s = s == PT_OK ? pt_model_take_error(mm.m[m]) : s;
+        if (s == PT_OK) s = pass_err;
         if (s == PT_OK && rank == 0 && j->n_out + 3 <= TP_MAX_OUT) {
             for (int m = 0; m < 3; m++) j->probe[j->n_out + m] = pm;
             memcpy(&j->out[j->n_out], e, sizeof e);
@@ -966,7 +973,7 @@ static int tp_rank_main(void *arg) {
         pt_profile_module e[3];
         double pm;
         time_modules(j->e, timer, &mm, &j->mc, B, 1, j->t, j->ranks, probe_buf, e, &pm);
-        for (int m = 0; m < 3; m++) s = s == PT_OK ? pt_model_take_error(mm.m[m]) : s;
+        if (s == PT_OK) s = pass_err;
         for (int m = 0; s == PT_OK && rank == 0 && m < 3; m++)
             if (3 * b + m < j->n_out &&
                 module_cost(&e[m], pm) < module_cost(&j->out[3 * b + m], j->probe[3 * b + m]))

@@ -182,8 +182,7 @@ static pt_status build_stack(pt_trainer *t) {
         PT_CHECK(STACK[i](t, &e));
         PT_CHECK(pt_stack_push(&t->stack, e));
     }
-    pt_model_hooks hooks = {on_hook, t};
-    pt_model_set_hooks(t->model, &hooks);
+    pt_model_set_hook(t->model, on_hook, t);
     return PT_OK;
 }
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../src/model/model_test.h"
 #include "../../src/train/trainer_test.h"
 #include "partrain/parallel.h"
 
