@@ -81,13 +81,56 @@ typedef struct {
     int micro;
     int chunk; /* 0..virtual_stages-1 (0 when positional {kind, micro}) */
 } pt_pass;
+
+/* A schedule's descriptor: all that a caller asks of a schedule by its
+ * name (parallel.schedule), one entry of schedule.c's one static table.
+ * Config validation, the stage cut, the executor, the planner's space and
+ * bench schedule read these fields rather than compare names; the
+ * functions are the schedule's own (the builders and pt_schedule_locate
+ * call them after pt_schedule_check). */
+typedef struct {
+    const char *name;
+    int split;               /* 1: backwards are B + W passes */
+    int whole;               /* 1: runs with the whole model on one rank (pp 1): none, gpipe */
+    int pipeline;            /* 1: runs a pipeline (pp > 1): all but none */
+    const char *as_pipeline; /* what parallel.schedule = name runs at pp > 1 (none: 1f1b) */
+    int v_min, v_max;        /* chunks a rank it runs with (parallel.virtual_stages) */
+    int v_default;           /* and the one parallel.virtual_stages = 0 gives: the fewest */
+    int m_per_p;             /* 1: micro-batches a multiple of pp (interleaved's groups of p) */
+    /* Rank r's list into out (room for 3 m v): its count, -1 when out of
+     * memory (pipeline/, one file per schedule). */
+    int (*list)(pt_pass *out, int m, int p, int r, int v);
+    /* Every rank's list from one run where that is cheaper than one each
+     * (zbv's list scheduler): out[r] (NULL: not kept), counts into n;
+     * 0, or -1 when out of memory. NULL: list, rank by rank. */
+    int (*lists)(pt_pass *const *out, int *n, int m, int p, int v);
+    /* The stage map: the virtual stage of chunk c of rank r, and the rank
+     * holding virtual stage g in [0, p v) (its chunk into *c). */
+    int (*stage)(int p, int r, int c);
+    int (*rank)(int p, int g, int *c);
+    /* The step's bubble in closed form (pt_schedule_bubble), or < 0 where
+     * only the simulator knows it at these times. */
+    double (*bubble)(int m, int p, int v, double tf, double tb, double tw);
+    /* Micro-batch activations rank r holds at once, its chunks together:
+     * the schedule's formula, which its lists meet (pt_schedule.in_flight;
+     * test_schedule.c). */
+    int (*in_flight)(int m, int p, int r, int v);
+} pt_sched;
+
+/* The descriptor of schedule `name`; NULL for an unknown one (NULL too). */
+const pt_sched *pt_sched_find(const char *name);
+/* The table in order (none, gpipe, 1f1b, interleaved, zb1, zbv): entry i,
+ * NULL past the last. */
+const pt_sched *pt_sched_at(int i);
+
 typedef struct {
     char name[16];
-    int microbatches;   /* m */
-    int stages;         /* p */
-    int stage;          /* r, this rank */
-    int virtual_stages; /* v, chunks per rank */
-    int split;          /* 1: backwards are B + W passes */
+    const pt_sched *sched; /* the descriptor */
+    int microbatches;      /* m */
+    int stages;            /* p */
+    int stage;             /* r, this rank */
+    int virtual_stages;    /* v, chunks per rank */
+    int split;             /* 1: backwards are B + W passes */
     int npass;
     pt_pass *pass; /* owned: pt_schedule_free */
     int in_flight; /* max over time of (mb, chunk) activations held, all chunks */
@@ -138,7 +181,8 @@ pt_status pt_schedule_check(const char *name, int microbatches, int stages, int 
 /* The virtual stage g of chunk `chunk` on s's rank. */
 int pt_schedule_virtual_stage(const pt_schedule *s, int chunk);
 /* The rank holding virtual stage g under `name`'s mapping, its chunk there
- * in *chunk (may be NULL); -1 for g outside [0, stages * virtual_stages). */
+ * in *chunk (may be NULL); -1 for g outside [0, stages * virtual_stages)
+ * or an unknown name. */
 int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, int *chunk);
 /* The bubble of the whole step, idle / (idle + busy) averaged over the
  * ranks, with F, B and W passes taking tf, tb and tw (BW = tb + tw). Closed
@@ -158,6 +202,61 @@ double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, doub
  * on a deadlock or a pass missing or duplicated. */
 pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
                                double tw, double *makespan, double *busy);
+
+/* ---- the schedule simulator (pipeline/simulate.c) ---------------------------
+ * The one simulator of a step's passes, for the schedules' own checks and
+ * the stage cut (pt_schedule_simulate), and for the planner's time model,
+ * which hands it every pass's time on its cluster: each virtual stage's F,
+ * B and W (BW = B + W), the transfer between neighbouring stages on two
+ * ranks, the tied embedding's wte between its two ranks, and a machine
+ * whose devices the pipeline ranks share (the planner's ranks beyond the
+ * cluster's devices, or a measured machine's cores). */
+typedef struct {
+    /* Per virtual stage g (p x v entries): F, B, W of one micro-batch with
+     * every pipeline rank computing. */
+    const double *f, *b, *w;
+    /* A shared machine (NULL: a pass takes f, b, w whatever the others
+     * do): the same passes with their rank alone computing, and with the
+     * devices just full, none shared. With n of the p ranks computing the
+     * devices' load is x = n load / p; a pass runs at its alone time at
+     * x = load / p, its just-full time at x = 1 and its f, b, w at
+     * x = load, linearly between (where load / p >= 1: from the alone
+     * time at x = load / p to f, b, w at x = load). Its length is
+     * re-read whenever a rank starts or ends a pass. */
+    const double *f_alone, *b_alone, *w_alone;
+    const double *f_full, *b_full, *w_full;
+    double load; /* the devices' load with every rank computing (>= 1) */
+    /* hop[g]: an activation's (or its gradient's) transfer between virtual
+     * stages g and g + 1 (p v - 1 entries; NULL: instant). */
+    const double *hop;
+    /* The tied wte where the embedding's and the head's ranks differ
+     * (trainer_pipe.c), else 0: the embedding's rank's first forward
+     * takes tied_send longer (its send to the head's); its last weight
+     * pass ends no earlier than the head's gradient lands (tied_send after
+     * the head's last weight pass), then adds it (tied_add > 0). */
+    double tied_send, tied_add;
+} pt_sched_times;
+
+/* A pass as the simulator placed it. */
+typedef struct {
+    int rank, kind, micro, chunk; /* kind: pt_pass_kind */
+    double start, end;
+} pt_sched_slot;
+
+typedef struct {
+    double makespan;      /* out: the last pass's end */
+    double *busy;         /* in: NULL, or p entries for each rank's seconds in passes */
+    pt_sched_slot *slots; /* in: NULL, or room for every rank's passes */
+    int nslots;           /* out: the passes placed into slots */
+} pt_sched_result;
+
+/* Runs s[0..p-1] (every rank's list of one schedule, as pt_schedule_build_all
+ * gives them; lent) at the times t (lent) into out: each rank runs its
+ * list in order, a pass starting when the rank is free and the passes it
+ * depends on have ended and their transfers landed. PT_ERR_INTERNAL with
+ * one line naming the stuck ranks' passes on a deadlock, or a pass missing,
+ * duplicated or of a kind the schedule does not run. */
+pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sched_result *out);
 
 /* ---- pipeline stages (stages.c) ----------------------------------------------- */
 /* Stage k of a p-stage pipeline holds modules [first, last] (0 the

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "partrain/parallel.h"
-#include "pipeline/pipeline_impl.h"
 
 /* Forward + backward work of module i, in flops per sequence. */
 static double module_cost(const pt_model_config *c, int i) {
@@ -118,7 +117,6 @@ static int least_cut(const double *a, const double *pre, int from, int j, int *c
     while (i > from && pre[j] - pre[i - 1] <= left) i--;
     return i;
 }
-
 
 /* pt_stage_split, p = pp x v stages (v names them in messages). */
 static pt_status split(const pt_model_config *c, int p, int v, const char *layers, pt_stage *out) {
@@ -294,7 +292,8 @@ static int by_stage_cmp(const void *pa, const void *pb) {
 static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     int G = x->G, n = x->n_cand;
     pt_schedule lists[CUT_MAX_RANKS];
-    double scale[PT_SCHEDULE_MAX_VIRTUAL * 64];
+    double t[3][PT_SCHEDULE_MAX_VIRTUAL * 64]; /* F, B, W by virtual stage */
+    pt_sched_times times = {.f = t[0], .b = t[1], .w = t[2]};
     by_stage *order = malloc((size_t)n * sizeof *order);
     if (!order) return pt_error_set(PT_ERR_NOMEM, "stage split");
     for (int i = 0; i < n; i++) order[i] = (by_stage){x->cand_stage[i], i};
@@ -305,12 +304,12 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
         for (int g = 0; g < G; g++) {
             int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
-            scale[g] = (x->pre[b] - x->pre[a]) / x->pre[x->nmod];
+            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod]);
         }
-        double end = 0;
-        st = pt_pipe_simulate(lists, 1.0 / 3, 1.0 / 3, 1.0 / 3, scale, &end, NULL);
-        if (st == PT_OK && (best_end < 0 || below(end, best_end))) {
-            best_end = end;
+        pt_sched_result res = {0};
+        st = pt_sched_simulate(lists, &times, &res);
+        if (st == PT_OK && (best_end < 0 || below(res.makespan, best_end))) {
+            best_end = res.makespan;
             memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
         }
     }
