@@ -20,7 +20,7 @@ typedef struct {
     double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* weight gradient */
     double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
     /* f, b, w while the other pipeline ranks wait (= f, b, w unless
-     * `alone`; time.c's run_shared) */
+     * `alone`: pt_sched_times.f_alone) */
     double fa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
@@ -51,7 +51,7 @@ typedef struct {
     double slow;              /* oversubscription factor (>= 1) */
     /* p > 1 and a pass's time depends on how many ranks compute: ranks
      * share the devices (slow > 1), or a measured machine (its cores share
-     * caches and memory bandwidth); run_shared simulates it */
+     * caches and memory bandwidth); the simulator's shared run */
     int alone;
 } pt_plan_pipe;
 
@@ -73,16 +73,13 @@ pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, cons
 void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                          const pt_plan_pipe *pp, pt_plan_time *out);
 
-/* One pass as the simulator placed it (for the trace). */
-typedef struct {
-    int rank, kind, micro, chunk; /* kind: pt_pass_kind */
-    double start, end;
-} pt_plan_slot;
 /* Simulate l's schedule with pp's times (transfers instant unless
- * with_p2p) into *makespan and pp->busy; when slots is not NULL, every
- * pass placed into *slots (malloc'd, *nslots of them; the caller frees). */
+ * with_p2p) into *makespan and pp->busy: the schedules' own simulator
+ * (pt_sched_simulate) over pp->lists, or lists built here; when slots is
+ * not NULL, every pass placed into *slots (malloc'd, *nslots of them; the
+ * caller frees). */
 pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
-                                double *makespan, pt_plan_slot **slots, int *nslots);
+                                double *makespan, pt_sched_slot **slots, int *nslots);
 
 /* Ring collective seconds over n ranks of `bytes` (the whole buffer), on a
  * link with bandwidth bw (already times the comm efficiency) and latency. */

@@ -51,7 +51,7 @@
  * bytes a parameter over memory_bw. Ranks
  * beyond the cluster's devices share them: compute slows by world /
  * devices while every rank computes, less while a pipeline's stages wait
- * in a bubble (run_shared; on a measured machine a pass also runs at its
+ * in a bubble (the simulator's shared run; on a measured machine a pass also runs at its
  * lone rank's time there when no core is shared, its cores' caches and
  * memory bandwidth its own), and BLAS threads per rank are max(1, cores /
  * world) unless train.threads is set.
@@ -425,7 +425,7 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
                cl->profile && cl->profile->cores > 0 ? cl->profile->cores : 1};
 
     /* and a pipeline rank's passes while the others wait (one pipeline
-     * rank's dp x tp ranks on the devices): run_shared's other end */
+     * rank's dp x tp ranks on the devices): the shared run's other end */
     double slow_a = l->dp * l->tp > dev ? (double)l->dp * l->tp / dev : 1.0;
     rates ra = r;
     ra.flops_s *= pp->slow / slow_a, ra.bytes_s *= pp->slow / slow_a, ra.slow = slow_a;
@@ -532,271 +532,54 @@ static double p2p_between(const pt_plan_pipe *pp, int ra, int rb) {
     return same_node(pp, ra, rb) ? pp->p2p_intra : pp->p2p_inter;
 }
 
-/* A simulation's state: each rank's place in its pass list, and when each
- * (virtual stage, micro-batch)'s forward and input gradient ended (-1: not
- * yet). */
-typedef struct {
-    pt_plan_pipe *pp;
-    const pt_schedule *sc;
-    int with_p2p;
-    double *fdone, *bdone;
-    int *idx;
-    pt_plan_slot *sl;
-    int ns;
-    /* the tied wte: whether the embedding's first forward ran, the weight
-     * passes done of the embedding's and the head's virtual stages, and
-     * when the head's last ended (-1: not yet) */
-    int sent, wemb, whead;
-    double head_final;
-    int defer_tied; /* run_shared: next_pass leaves the tied wait to it */
-} sim;
-
-/* Whether rank r's next pass is the embedding's last weight pass, which
- * waits for the head's tied wte gradient (pp->tied_add > 0). */
-static int tied_last(const sim *s, int r) {
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
-    return wpass && pt_schedule_virtual_stage(&s->sc[r], ps->chunk) == 0 &&
-           s->wemb == s->pp->m - 1 && s->pp->tied_add > 0;
-}
-
-/* Rank r's next pass: 0 while an input it needs is not done; else 1, with
- * the time its inputs are all there (*ready) and its length with every
- * pipeline rank computing (len[0]), with every core just busy (len[1]) and
- * alone (len[2]). */
-static int next_pass(const sim *s, int r, double *ready, double len[3]) {
-    const pt_plan_pipe *pp = s->pp;
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), mb = ps->micro, m = pp->m;
-    *ready = 0;
-    if (ps->kind == PT_PASS_FORWARD) {
-        if (g > 0) {
-            double d = s->fdone[(size_t)(g - 1) * m + mb];
-            if (d < 0) return 0;
-            *ready = d + (s->with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
-        }
-        len[0] = pp->f[g], len[1] = pp->fc[g], len[2] = pp->fa[g];
-        /* the step's first forward waits for the tied wte's send */
-        double t = g == 0 && !s->sent && s->with_p2p ? pp->tied_s : 0;
-        for (int k = 0; k < 3; k++) len[k] += t;
-    } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
-        double d = s->bdone[(size_t)g * m + mb];
-        if (d < 0) return 0;
-        *ready = d;
-        len[0] = pp->w[g], len[1] = pp->wc[g], len[2] = pp->wa[g];
-    } else {
-        double d = s->fdone[(size_t)g * m + mb];
-        if (d < 0) return 0;
-        *ready = d;
-        if (g + 1 < pp->G) {
-            double e = s->bdone[(size_t)(g + 1) * m + mb];
-            if (e < 0) return 0;
-            e += s->with_p2p ? p2p_between(pp, pp->rank_of[g + 1], r) : 0;
-            if (e > *ready) *ready = e;
-        }
-        int bw = ps->kind == PT_PASS_BACKWARD;
-        len[0] = pp->b[g] + (bw ? pp->w[g] : 0), len[1] = pp->bc[g] + (bw ? pp->wc[g] : 0);
-        len[2] = pp->ba[g] + (bw ? pp->wa[g] : 0);
-    }
-    /* The embedding's last weight pass ends once the head's wte gradient
-     * is in (sent after the head's last), then adds it: it ends at
-     * max(start + dur, arrival) + add, which a start no earlier than
-     * arrival - dur gives (run_shared, which cannot look ahead to the
-     * arrival, waits for it at the pass's end instead). */
-    if (tied_last(s, r) && !s->defer_tied) {
-        if (s->head_final < 0) return 0;
-        double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - len[0];
-        if (t > *ready) *ready = t;
-        for (int k = 0; k < 3; k++) len[k] += pp->tied_add;
-    }
-    return 1;
-}
-
-/* Rank r's next pass ran from start to end. */
-static void end_pass(sim *s, int r, double start, double end) {
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), m = s->pp->m;
-    if (ps->kind == PT_PASS_FORWARD)
-        s->fdone[(size_t)g * m + ps->micro] = end;
-    else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
-        s->bdone[(size_t)g * m + ps->micro] = end;
-    if (ps->kind == PT_PASS_FORWARD && g == 0) s->sent = 1;
-    if (ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT) {
-        if (g == 0) s->wemb++;
-        if (g == s->pp->G - 1 && ++s->whead == m) s->head_final = end;
-    }
-    if (s->sl) s->sl[s->ns++] = (pt_plan_slot){r, ps->kind, ps->micro, ps->chunk, start, end};
-    s->pp->busy[r] += end - start;
-    s->idx[r]++;
-}
-
-/* Each rank runs its passes in order, each as soon as its inputs are there
- * and the rank is free. */
-static pt_status run_dedicated(sim *s, int total, double *free_at) {
-    int p = s->pp->p;
-    for (int left = total; left > 0;) {
-        int progress = 0;
-        for (int r = 0; r < p; r++) {
-            double ready, len[3];
-            while (s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, len)) {
-                double start = ready > free_at[r] ? ready : free_at[r];
-                free_at[r] = start + len[0];
-                end_pass(s, r, start, free_at[r]);
-                left--, progress = 1;
-            }
-        }
-        if (!progress) return PT_ERR_INTERNAL;
-    }
-    return PT_OK;
-}
-
-/* At load x, a pass runs at len[*from] + (len[*to] - len[*from]) x the
- * return value (len: next_pass's three times). */
-static double shared_at(double x, double xa, double slow, int *from, int *to) {
-    if (x >= 1 || xa >= 1) {
-        double lo = fmax(1, xa);
-        *from = xa >= 1 ? 2 : 1, *to = 0;
-        return slow > lo ? (fmax(lo, x) - lo) / (slow - lo) : 1;
-    }
-    *from = 2, *to = 1;
-    return (x - xa) / (1 - xa);
-}
-
-/* A pass's time depends on how many pipeline ranks compute (pp->alone:
- * ranks beyond the devices share them, pp->slow > 1; or a measured
- * machine, whose cores share caches and memory bandwidth). It is pp->f /
- * b / w with every pipeline rank computing, and fa / ba / wa with its own
- * rank's alone (the others waiting in a bubble, asleep: shm_wait.c);
- * with n of the p computing, the devices' load x = n x slow / p (ranks a
- * device) falls between one rank's, x_a = slow / p, and slow:
- * from where the devices are just full (x = 1: fc / bc / wc) it grows as
- * the sharing does, linearly to slow; below, from the one rank's figure
- * to the full devices' (a core of its own each, but caches and memory
- * shared with busy neighbours: small's block ran 15-28% longer with the
- * other core busy). Simulated by events: the next pass to end, or the
- * next transfer to land. On 2 cores, gpt2's dp 1 x tp 2 x pp 2 (zb1, m 2,
- * full recompute): a block's backward took 12 ms while the other stage
- * waited, 24 while it computed; every pass at the latter, the model said
- * 1026 ms a step, measured 817. */
-static pt_status run_shared(sim *s, int total, double *free_at) {
-    pt_plan_pipe *pp = s->pp;
-    int p = pp->p;
-    double now = 0, left[PT_PLAN_MAX_STAGES], start[PT_PLAN_MAX_STAGES];
-    double lens[PT_PLAN_MAX_STAGES][3];
-    int running[PT_PLAN_MAX_STAGES] = {0};
-    /* the embedding's last weight pass (tied_last): its compute, then a
-     * wait for the head's gradient (the rank idle), then the add */
-    enum { TIED_NO, TIED_COMPUTE, TIED_WAIT, TIED_ADD };
-    int tied[PT_PLAN_MAX_STAGES] = {0};
-    double wait_from[PT_PLAN_MAX_STAGES];
-    double xa = pp->slow / p; /* one pipeline rank's load of the devices */
-    s->defer_tied = 1;
-    for (int todo = total; todo > 0;) {
-        double wake = INFINITY;
-        int n = 0;
-        for (int r = 0; r < p; r++) {
-            double ready, *l3 = lens[r]; /* kept while the pass runs */
-            if (tied[r] == TIED_WAIT && s->head_final >= 0) {
-                double in = s->head_final + (s->with_p2p ? pp->tied_s : 0);
-                if (in > now) {
-                    wake = fmin(wake, in);
-                } else {
-                    tied[r] = TIED_ADD, running[r] = 1, left[r] = 1;
-                    start[r] += now - wait_from[r]; /* its slot: compute and add */
-                    l3[0] = l3[1] = l3[2] = pp->tied_add;
-                }
-            }
-            while (!running[r] && tied[r] != TIED_WAIT && s->idx[r] < s->sc[r].npass &&
-                   next_pass(s, r, &ready, l3)) {
-                if (ready > now) {
-                    wake = fmin(wake, ready);
-                    break;
-                }
-                if (tied_last(s, r)) tied[r] = TIED_COMPUTE;
-                if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0 || tied[r]) {
-                    running[r] = 1, left[r] = 1, start[r] = now;
-                } else { /* an empty pass ends as it starts */
-                    end_pass(s, r, now, now);
-                    free_at[r] = now, todo--;
-                }
-            }
-            n += running[r];
-        }
-        if (todo == 0) break;
-        if (n == 0 && wake == INFINITY) return PT_ERR_INTERNAL;
-        double len[PT_PLAN_MAX_STAGES], dt = wake - now;
-        int from, to;
-        double at = shared_at(n * xa, xa, pp->slow, &from, &to);
-        for (int r = 0; r < p; r++) {
-            if (!running[r]) continue;
-            len[r] = lens[r][from] + (lens[r][to] - lens[r][from]) * at;
-            if (left[r] * len[r] < dt) dt = left[r] * len[r];
-        }
-        now += dt;
-        for (int r = 0; r < p; r++) {
-            if (!running[r]) continue;
-            left[r] -= len[r] > 0 ? dt / len[r] : 1;
-            if (left[r] > 1e-12) continue;
-            running[r] = 0;
-            if (tied[r] == TIED_COMPUTE) {
-                tied[r] = TIED_WAIT, wait_from[r] = now;
-                continue;
-            }
-            end_pass(s, r, start[r], now);
-            tied[r] = TIED_NO;
-            free_at[r] = now, todo--;
-        }
-    }
-    return PT_OK;
-}
-
 pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
-                                double *makespan, pt_plan_slot **slots, int *nslots) {
-    int p = pp->p, m = pp->m, G = pp->G;
+                                double *makespan, pt_sched_slot **slots, int *nslots) {
+    int p = pp->p, G = pp->G, total = 0;
     pt_status st = PT_OK;
-    pt_schedule *built = calloc((size_t)p, sizeof *built);
-    sim s = {.pp = pp, .sc = pp->lists, .with_p2p = with_p2p, .head_final = -1};
-    s.fdone = malloc(sizeof(double) * (size_t)G * m * 2);
-    s.idx = calloc((size_t)p, sizeof *s.idx);
-    double *free_at = calloc((size_t)p, sizeof *free_at);
-    int total = 0;
+    pt_schedule *built = NULL;
+    const pt_schedule *lists = pp->lists;
+    pt_sched_result out = {.busy = pp->busy};
     if (slots) *slots = NULL;
-    if (!built || !s.fdone || !s.idx || !free_at) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
-        goto done;
+    if (!lists) {
+        built = calloc((size_t)p, sizeof *built);
+        if (!built) return pt_error_set(PT_ERR_NOMEM, "plan: %d pass lists", p);
+        PT_CHECK_GOTO(st, pt_schedule_build_all(built, l->schedule, pp->m, p, pp->v), done);
+        lists = built;
     }
-    s.bdone = s.fdone + (size_t)G * m;
-    for (size_t i = 0; i < (size_t)G * m * 2; i++) s.fdone[i] = -1;
-    if (!pp->lists && (st = pt_schedule_build_all(built, l->schedule, m, p, pp->v)) != PT_OK)
-        goto done;
-    for (int r = 0; r < p; r++) {
-        total += (pp->lists ? pp->lists : built)[r].npass;
-        pp->busy[r] = 0;
-    }
-    if (!s.sc) s.sc = built;
-    if (slots && !(s.sl = malloc(sizeof *s.sl * (size_t)total))) {
+    for (int r = 0; r < p; r++) total += lists[r].npass;
+    if (slots && !(out.slots = malloc(sizeof *out.slots * (size_t)total))) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
         goto done;
     }
-    if ((pp->alone ? run_shared : run_dedicated)(&s, total, free_at) != PT_OK) {
-        st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
-                          l->schedule, p, m, pp->v);
-        goto done;
-    }
-    *makespan = 0;
-    for (int r = 0; r < p; r++)
-        if (free_at[r] > *makespan) *makespan = free_at[r];
+    /* transfers between virtual stages on two ranks, over their nodes' link */
+    double hop[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    for (int g = 0; g + 1 < G; g++) hop[g] = p2p_between(pp, pp->rank_of[g], pp->rank_of[g + 1]);
+    /* ranks that share devices, or a measured machine's cores: a pass's
+     * time depends on how many of them compute (pt_sched_times) */
+    int sh = pp->alone;
+    pt_sched_times t = {pp->f,
+                        pp->b,
+                        pp->w,
+                        sh ? pp->fa : NULL,
+                        sh ? pp->ba : NULL,
+                        sh ? pp->wa : NULL,
+                        sh ? pp->fc : NULL,
+                        sh ? pp->bc : NULL,
+                        sh ? pp->wc : NULL,
+                        pp->slow,
+                        with_p2p ? hop : NULL,
+                        with_p2p ? pp->tied_s : 0,
+                        pp->tied_add};
+    PT_CHECK_GOTO(st, pt_sched_simulate(lists, &t, &out), done);
+    *makespan = out.makespan;
     if (slots) {
-        *slots = s.sl, *nslots = s.ns;
-        s.sl = NULL;
+        *slots = out.slots, *nslots = out.nslots;
+        out.slots = NULL;
     }
 done:
     for (int r = 0; built && r < p; r++) pt_schedule_free(&built[r]);
     free(built);
-    free(s.fdone);
-    free(s.idx);
-    free(free_at);
-    free(s.sl);
+    free(out.slots);
     return st;
 }
 

@@ -44,7 +44,7 @@ static double between(const pt_plan_pipe *pp, int ra, int rb) {
 pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_plan_layout *l,
                               const pt_cluster *cl) {
     pt_plan_pipe *pp = malloc(sizeof *pp);
-    pt_plan_slot *slots = NULL;
+    pt_sched_slot *slots = NULL;
     int ns = 0;
     pt_status st = pp ? pt_plan_pipe_times(c, l, cl, pp)
                       : pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
@@ -63,7 +63,8 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
         for (int i = 0; i < ns; i++) {
             int fwd = gp ? i < m : i % 2 == 0, mb = gp ? i % m : i / 2;
             double d = fwd ? pp->f[0] : pp->b[0] + pp->w[0];
-            slots[i] = (pt_plan_slot){0, fwd ? PT_PASS_FORWARD : PT_PASS_BACKWARD, mb, 0, t, t + d};
+            slots[i] =
+                (pt_sched_slot){0, fwd ? PT_PASS_FORWARD : PT_PASS_BACKWARD, mb, 0, t, t + d};
             t += d;
         }
     }
@@ -86,7 +87,7 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
     }
     static const char *const kind[] = {"F", "BW", "B", "W"};
     for (int i = 0; i < ns; i++) {
-        const pt_plan_slot *s = &slots[i];
+        const pt_sched_slot *s = &slots[i];
         /* the chunk's virtual stage: the chunk-th on this rank in model order
          * (interleaved c p + r, zbv r then 2p - 1 - r) */
         int g = 0;
