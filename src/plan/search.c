@@ -87,7 +87,11 @@ static pt_status mem_of(memo *tab, pt_plan_memory_cache *k, long *calls, double 
 
 /* One stage cut of the search's cache (p x v entries in st). */
 typedef struct cut_node {
-    int m; /* its micro-batches (0 at v = 1, where the cut does not depend on them) */
+    /* its micro-batches and schedule (0 and NULL at v = 1, where the cut
+     * depends on neither: pt_stage_split_for simulates the schedule at
+     * v > 1) */
+    int m;
+    const pt_sched *sched;
     struct cut_node *next;
     pt_stage st[];
 } cut_node;
@@ -113,13 +117,13 @@ typedef struct {
     } lists[4];
     int lists_next;
     pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
-    /* the stage cut per (pp, virtual stages, V-shaped or not), a list by
+    /* the stage cut per (pp, virtual stages), a list by schedule and
      * micro-batches at v > 1 (the cut simulates the schedule there):
      * computed once (pt_stage_split_for tries up to 2e6 cuts at v > 1).
      * The key suffices: parallel.stage_layers is the same in every layout
      * of a search (the fixed key, or empty until explain_layers writes out
      * the cut that the cache already holds) */
-    cut_node *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
+    cut_node *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1];
     pt_plan_mem mem, mem2;
     memo *memo;
     pt_plan_memory_cache *mcache; /* what layouts share of their memory */
@@ -252,7 +256,7 @@ static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_ra
  * devices). */
 static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
     if (pp->p == 1) return pp->busy[0];
-    int split = !strcmp(l->schedule, "zb1") || !strcmp(l->schedule, "zbv");
+    int split = pt_sched_find(l->schedule)->split;
     double best = 0, head = 0, tail = 0;
     for (int r = 0; r < pp->p; r++) {
         double b = pp->busy_lo[r];
@@ -269,10 +273,10 @@ static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
  * busiest rank's passes (no bubble, no data-parallel traffic) lose to
  * every kept layout, or on an error (*st). */
 static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **out) {
-    int v = l->virtual_stages > 0 ? l->virtual_stages : 1, zbv = !strcmp(l->schedule, "zbv");
-    int m = v > 1 ? l->microbatches : 0;
-    cut_node **head = &s->cut[l->pp][v][zbv], *c = *head;
-    while (c && c->m != m) c = c->next;
+    int v = l->virtual_stages > 0 ? l->virtual_stages : 1, m = v > 1 ? l->microbatches : 0;
+    const pt_sched *d = v > 1 ? pt_sched_find(l->schedule) : NULL;
+    cut_node **head = &s->cut[l->pp][v], *c = *head;
+    while (c && (c->m != m || c->sched != d)) c = c->next;
     if (!c) {
         c = malloc(sizeof *c + sizeof c->st[0] * (size_t)l->pp * (size_t)v);
         if (!c) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
@@ -282,7 +286,7 @@ static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **
             free(c);
             return e;
         }
-        c->m = m;
+        c->m = m, c->sched = d;
         c->next = *head;
         *head = c;
     }
@@ -563,7 +567,8 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
 /* A layout family: everything but ZeRO, and the lower bound on its step. */
 typedef struct {
     double bound;
-    int tp, pp, sp, m, si, v, rec;
+    int tp, pp, sp, m, v, rec;
+    const pt_sched *sched;
     long zv; /* offset in the pool of the group's ZeRO validity (4 (dp + 1) ints) */
 } family;
 
@@ -625,11 +630,10 @@ static pt_status on_family(void *ctx, const pt_plan_layout *l0) {
         if (!g) return pt_error_set(PT_ERR_NOMEM, "plan: %ld layouts", nc);
         w->fam = g, w->capfam = nc;
     }
-    int si = 0;
-    while (l.pp > 1 && si < 4 && strcmp(pt_plan_space_schedule(si), l.schedule)) si++;
     family *f = &w->fam[w->nfam++];
     f->bound = fb, f->tp = l.tp, f->pp = l.pp, f->sp = l.sequence_parallel;
-    f->m = l.microbatches, f->si = si, f->v = l.virtual_stages, f->rec = l.recompute;
+    f->m = l.microbatches, f->sched = pt_sched_find(l.schedule), f->v = l.virtual_stages;
+    f->rec = l.recompute;
     f->zv = w->zv;
     s->n_valid += w->nz;
     return PT_OK;
@@ -653,7 +657,7 @@ static pt_status evaluate(search *s, walk *w) {
         if (f->bound >= keep_bound(s)) break;
         l.tp = f->tp, l.pp = f->pp, l.dp = s->world / f->tp / f->pp, l.sequence_parallel = f->sp;
         l.microbatches = f->m, l.recompute = f->rec;
-        set_schedule(&l, f->pp == 1 ? "none" : pt_plan_space_schedule(f->si), f->v);
+        set_schedule(&l, f->sched->name, f->v);
         PT_CHECK(zero_variants(s, &l, w->pool + f->zv, f->bound));
     }
     return PT_OK;
@@ -696,11 +700,10 @@ static void search_free(search *s) {
     }
     for (int p = 0; p <= PT_PLAN_MAX_STAGES; p++)
         for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
-            for (int k = 0; k < 2; k++)
-                for (cut_node *c = s->cut[p][v][k], *next; c; c = next) {
-                    next = c->next;
-                    free(c);
-                }
+            for (cut_node *c = s->cut[p][v], *next; c; c = next) {
+                next = c->next;
+                free(c);
+            }
     free(s->memo);
     pt_plan_memory_cache_free(s->mcache);
     free(s->dead_key);
