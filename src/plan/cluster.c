@@ -12,8 +12,6 @@
  * Not here: what the numbers mean to the models (memory.c, time.c). */
 #include "partrain/plan.h"
 
-#include "parse_impl.h" /* pt_json_first_nul_escape: the config loader's check */
-
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
