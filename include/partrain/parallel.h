@@ -290,6 +290,10 @@ pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, 
  * chunks when v > 1, and pt_schedule_build_stage's for the m given. */
 pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
                              const char *layers, pt_stage *out);
+/* Parameters (floats) of module i of cfg (0 the embedding, 1..L the
+ * blocks, L + 1 the head; the tied wte not in the head's, which a stage
+ * of its own adds: pt_stage.params). */
+size_t pt_stage_module_params(const pt_model_config *cfg, int i);
 /* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */
 void pt_stage_describe(const pt_model_config *cfg, int p, const pt_stage *s, char *buf, size_t n);
 

@@ -26,8 +26,7 @@ static double module_cost(const pt_model_config *c, int i) {
     return 3.0 * 2.0 * T * C * V;
 }
 
-/* Parameters (floats) of module i. */
-static size_t module_params(const pt_model_config *c, int i) {
+size_t pt_stage_module_params(const pt_model_config *c, int i) {
     size_t C = (size_t)c->n_embd;
     if (i == 0) return (size_t)c->vocab_size * C + (size_t)c->seq_len * C;
     if (i <= c->n_layer) return 12 * C * C + 13 * C;
@@ -41,7 +40,7 @@ static void fill(const pt_model_config *c, pt_stage *s, int first, int last, int
     s->params = 0;
     for (int i = first; i <= last; i++) {
         s->cost += module_cost(c, i);
-        s->params += module_params(c, i);
+        s->params += pt_stage_module_params(c, i);
     }
     /* the tied LM head reads wte: the last stage keeps a copy */
     if (is_last && first > 0) s->params += (size_t)c->vocab_size * (size_t)c->n_embd;

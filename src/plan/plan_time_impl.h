@@ -81,6 +81,33 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
 pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
                                 double *makespan, pt_sched_slot **slots, int *nslots);
 
+/* ---- one micro-batch's passes (time_passes.c) ---- */
+
+/* What a rank computes and moves at, for pt_plan_module_times. */
+typedef struct {
+    double flops_s, bytes_s; /* the rank's matrix and elementwise rates */
+    double el;               /* bytes an element */
+    double tp_bw, tp_lat;    /* the tp group's link */
+    double slow;             /* ranks beyond the devices: they share them */
+    int cores;               /* a measured machine's (the profile's), else 1 */
+} pt_plan_rates;
+
+/* Module `kind`'s (pt_module_kind) F, B, W seconds of one micro-batch (N
+ * rows) under recompute mode rec in layout l, measured (cl's profile) or
+ * modelled at rates r, and the tp collectives among them (*tpc). */
+void pt_plan_module_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                          const pt_plan_rates *r, int kind, double N, int rec, double *f, double *b,
+                          double *w, double *tpc);
+/* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
+ * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k, or a
+ * point-to-point (PT_PROFILE_P2P, n 2): the profile's own table on a
+ * measured machine, scaled to the layout's oversubscription `slow`; else
+ * the ring over the link. */
+double pt_plan_coll_s(const pt_cluster *cl, double slow, int op, int n, double bytes,
+                      const pt_link *k);
+/* A link's bandwidth at the cluster's comm efficiency. */
+double pt_plan_link_bw(const pt_cluster *cl, const pt_link *k);
+
 /* Ring collective seconds over n ranks of `bytes` (the whole buffer), on a
  * link with bandwidth bw (already times the comm efficiency) and latency. */
 double pt_plan_allreduce_s(int n, double bytes, double bw, double lat);
