@@ -59,26 +59,21 @@ static const pt_model_config builtin_models[] = {
 };
 #define N_BUILTIN (int)(sizeof builtin_models / sizeof builtin_models[0])
 
-static const effort effort_full = {.target_s = 0.10,
-                                   .min_reps = 3,
-                                   .gemm_max_flop = 10e9,
-                                   .fwd_max_flop = 40e9,
-                                   .max_mult = 8,
-                                   .comm_max_bytes = 16u << 20,
-                                   .comm_step = 4,
-                                   .p2p_max_bytes = 256u << 20,
-                                   .comm_rounds = 3,
-                                   .stream_floats = 64u << 20};
-static const effort effort_quick = {.quick = 1,
-                                    .target_s = 0.005,
-                                    .gemm_max_flop = 0.3e9,
-                                    .fwd_max_flop = 0.5e9,
-                                    .max_mult = 2,
-                                    .comm_max_bytes = 1u << 20,
-                                    .comm_step = 16,
-                                    .p2p_max_bytes = 1u << 20,
-                                    .comm_rounds = 1,
-                                    .stream_floats = 1u << 20};
+/* A run's effort, each knob's quick and full value side by side: quick
+ * for the tests (a few seconds), full under two minutes on 2 cores. */
+static effort effort_of(int quick) {
+    return (effort){.quick = quick,
+                    .target_s = quick ? 0.005 : 0.10,
+                    .min_reps = quick ? 0 : 3,
+                    .gemm_max_flop = quick ? 0.3e9 : 10e9,
+                    .fwd_max_flop = quick ? 0.5e9 : 40e9,
+                    .max_mult = quick ? 2 : 8,
+                    .comm_max_bytes = quick ? 1u << 20 : 16u << 20,
+                    .comm_step = quick ? 16 : 4,
+                    .p2p_max_bytes = quick ? 1u << 20 : 256u << 20,
+                    .comm_rounds = quick ? 1 : 3,
+                    .stream_floats = quick ? 1u << 20 : 64u << 20};
+}
 
 static int count_cores(void) {
     cpu_set_t set;
@@ -175,7 +170,8 @@ pt_status pt_calibrate(const pt_calibrate_options *o, pt_calibration *out) {
     PT_CHECK(check_options(o));
     double t_start = pt_time_s();
     int threads_before = pt_kernels_threads();
-    calib k = {.e = o->quick ? &effort_quick : &effort_full, .p = &out->profile, .c = out};
+    effort ef = effort_of(o->quick); /* the forked ranks' copies of this stack read it too */
+    calib k = {.e = &ef, .p = &out->profile, .c = out};
     pt_profile *p = &out->profile;
     pt_calibrate_identity(p->cpu, p->binary);
     p->cores = count_cores();
@@ -244,7 +240,8 @@ pt_status pt_calibrate_probe(double seconds, double *median, double *lo, double 
                             seconds);
     pt_profile p = {0};
     pt_calibration c = {0};
-    calib k = {.e = &effort_full, .p = &p, .c = &c};
+    effort ef = effort_of(0);
+    calib k = {.e = &ef, .p = &p, .c = &c};
     pt_status st = pt_calib_probe_init(&k);
     double start = pt_time_s(), r;
     while (st == PT_OK && (k.n_probes < 5 || pt_time_s() - start < seconds))

@@ -18,7 +18,7 @@
 #include "partrain/comm.h"
 
 /* The effort of one run: quick (tests, a few seconds) or full (< 2 min on
- * 2 cores). */
+ * 2 cores; calibrate.c's effort_of). */
 typedef struct {
     int quick;
     double target_s;                  /* repeat a measurement until this much time has passed */

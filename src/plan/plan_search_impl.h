@@ -24,8 +24,13 @@ typedef struct {
     pt_plan_mem mem;
 } memo;
 
-/* uniform recompute modes known not to fit, by family and ZeRO variant */
+/* uniform recompute modes known not to fit, by family and ZeRO variant:
+ * the highest mode + 1 (0: none known) */
 #define DEAD_SLOTS 16384
+typedef struct {
+    uint64_t key;
+    unsigned char mode;
+} dead;
 
 /* One stage cut of the search's cache (p x v entries in st). */
 typedef struct cut_node {
@@ -72,8 +77,7 @@ typedef struct {
     pt_plan_memory_cache *mcache; /* what layouts share of their memory */
     /* (family without recompute, ZeRO, group) -> the highest recompute mode
      * + 1 known not to fit, uniform (0: none known); DEAD_SLOTS, overwritten */
-    uint64_t *dead_key;
-    unsigned char *dead_mode;
+    dead *dead;
     long n_mem;
     double mem_s;
 } plan_search;

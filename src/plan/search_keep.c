@@ -16,24 +16,11 @@
 
 #include "plan_search_impl.h"
 
-plan_search *pt_plan_search_new(const pt_config *base, const pt_cluster *cl, int world) {
-    plan_search *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->base = base, s->cl = cl, s->world = world;
-    s->fit = malloc(sizeof *s->fit * PT_PLAN_KEEP);
-    s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
-    s->dead_key = calloc(DEAD_SLOTS, sizeof *s->dead_key);
-    s->dead_mode = calloc(DEAD_SLOTS, 1);
-    if (pt_plan_memory_cache_new(&s->mcache) != PT_OK) s->mcache = NULL;
-    if (!s->fit || !s->memo || !s->dead_key || !s->dead_mode || !s->mcache) {
-        pt_plan_search_free(s);
-        return NULL;
-    }
-    return s;
-}
-
 void pt_plan_search_free(plan_search *s) {
     if (!s) return;
+    pt_plan_memory_cache_free(s->mcache);
+    free(s->memo);
+    free(s->dead);
     for (int k = 0; k < 4; k++) {
         for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
             pt_schedule_free(&s->lists[k].lists[r]);
@@ -45,12 +32,23 @@ void pt_plan_search_free(plan_search *s) {
                 next = c->next;
                 free(c);
             }
-    free(s->memo);
-    pt_plan_memory_cache_free(s->mcache);
-    free(s->dead_key);
-    free(s->dead_mode);
     free(s->fit);
     free(s);
+}
+
+plan_search *pt_plan_search_new(const pt_config *base, const pt_cluster *cl, int world) {
+    plan_search *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->base = base, s->cl = cl, s->world = world;
+    s->fit = malloc(sizeof *s->fit * PT_PLAN_KEEP);
+    s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
+    s->dead = calloc(DEAD_SLOTS, sizeof *s->dead);
+    if (pt_plan_memory_cache_new(&s->mcache) != PT_OK) s->mcache = NULL;
+    if (!s->fit || !s->memo || !s->dead || !s->mcache) {
+        pt_plan_search_free(s);
+        return NULL;
+    }
+    return s;
 }
 
 /* ---- the kept sets ---- */
@@ -141,14 +139,15 @@ pt_status pt_plan_search_mem(plan_search *s, const pt_plan_layout *l, pt_plan_me
 void pt_plan_mark_dead(plan_search *s, const pt_plan_layout *l, int r) {
     uint64_t h = dead_hash(l);
     size_t i = h % DEAD_SLOTS;
-    if (s->dead_key[i] != h) s->dead_key[i] = h, s->dead_mode[i] = 0;
-    if (s->dead_mode[i] < r + 1) s->dead_mode[i] = (unsigned char)(r + 1);
+    dead *e = &s->dead[i];
+    if (e->key != h) e->key = h, e->mode = 0;
+    if (e->mode < r + 1) e->mode = (unsigned char)(r + 1);
 }
 
 int pt_plan_is_dead(const plan_search *s, const pt_plan_layout *l, int r) {
     uint64_t h = dead_hash(l);
     size_t i = h % DEAD_SLOTS;
-    return s->dead_key[i] == h && s->dead_mode[i] >= r + 1;
+    return s->dead[i].key == h && s->dead[i].mode >= r + 1;
 }
 
 /* ---- stage cuts and pass lists ---- */
