@@ -38,6 +38,11 @@ typedef enum {
 } pt_status;
 
 /* "PT_ERR_IO" for PT_ERR_IO; "PT_ERR_UNKNOWN" for values not in the list. */
+/* "0.5.0 (commit 1a2b3c4d5e6f)": the library's version and the commit it
+ * was built from ("-dirty" after it when the checkout had changes,
+ * "unknown" outside git). */
+const char *pt_version(void);
+
 const char *pt_status_name(pt_status s);
 /* The generic message of a status ("input/output error"). */
 const char *pt_status_str(pt_status s);

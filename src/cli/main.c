@@ -30,6 +30,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: partrain <command> [options]   (partrain <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n  --version  the version and the commit it was built from\n");
 }
 
 /* Set by the re-executed process's parent: the value it chose. */
@@ -81,6 +82,10 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("partrain %s\n", pt_version());
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -33,11 +33,14 @@ pt_status pt_calibrate_check_out(const char *path) {
 }
 
 pt_status pt_calibrate_write(const pt_calibration *c, const char *path) {
-    /* the path first, as every writer checks it before any work: an
-     * unwritable one is named even where the JSON would be refused */
+    /* the path before the text: a directory or a missing folder is the
+     * path's error, whatever the profile holds */
     pt_status st = pt_file_check_output(path, 0);
     if (st != PT_OK) return prefix_error(st, "calibrate: ");
+    pt_error_clear();
     char *text = pt_calibration_to_json(c);
+    if (!text && pt_error_message()[0]) /* the writer's refusal names the number */
+        return prefix_error(PT_ERR_INVALID, "calibrate: the profile would not load back: ");
     if (!text) return pt_error_set(PT_ERR_NOMEM, "calibrate: the profile's JSON");
     size_t len = strlen(text);
     char *line = realloc(text, len + 2);
