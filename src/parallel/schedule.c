@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "partrain/parallel.h"
+#include "partrain/pipeline.h"
 #include "pipeline/pipeline_impl.h"
 
 /* ---- the descriptors ---- */

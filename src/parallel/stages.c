@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "partrain/parallel.h"
+#include "partrain/pipeline.h"
 
 /* Forward + backward work of module i, in flops per sequence. */
 static double module_cost(const pt_model_config *c, int i) {

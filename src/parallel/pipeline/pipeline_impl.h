@@ -11,7 +11,7 @@
 #ifndef PARTRAIN_PIPELINE_IMPL_H
 #define PARTRAIN_PIPELINE_IMPL_H
 
-#include "partrain/parallel.h"
+#include "partrain/pipeline.h"
 
 int pt_sched_none(pt_pass *out, int m, int p, int r, int v);
 int pt_sched_gpipe(pt_pass *out, int m, int p, int r, int v);
@@ -23,7 +23,7 @@ int pt_sched_zbv(pt_pass *out, int m, int p, int r, int v);
  * NULL: not kept) and its count n[k]; 0, or -1 when out of memory. */
 int pt_sched_zbv_all(pt_pass *const *out, int *n, int m, int p, int v);
 
-/* The stage maps (parallel.h, pt_sched.stage and .rank): chunk c of rank r
+/* The stage maps (pipeline.h, pt_sched.stage and .rank): chunk c of rank r
  * is virtual stage c p + r in order (interleaved.c; c = 0 at one chunk a
  * rank), or r then 2p-1-r in a V (zbv.c). */
 int pt_sched_stage_seq(int p, int r, int c);

@@ -1,4 +1,4 @@
-/* The schedule simulator (parallel.h, pt_sched_simulate): every rank's
+/* The schedule simulator (pipeline.h, pt_sched_simulate): every rank's
  * pass list run against the dependencies, each pass starting when its
  * rank is free and the passes it waits on have ended and their transfers
  * landed. The one simulator of the project: it proves the generators'
