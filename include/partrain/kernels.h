@@ -72,6 +72,29 @@ size_t pt_speed_probe_floats(void);
 double pt_speed_probe(float *buf);
 double pt_speed_probe_cores(float *buf, int n);
 
+/* ---- bfloat16 (bf16.c, gemm_bf16*.c) ----------------------------------------
+ * bf16 is the top half of an IEEE float32: sign, the same 8 exponent bits,
+ * 7 mantissa bits. Every bf16 is a float32 exactly; a float32 rounds to
+ * the nearest bf16. train.precision = bf16 keeps fp32 master weights,
+ * optimizer state and reductions, and multiplies bf16 copies, accumulating
+ * in fp32 (the private pt_gemm_bf16, kernels_impl.h). */
+typedef uint16_t pt_bf16;
+/* dst (n) = src (n) rounded to the nearest bf16, ties to even: overflow
+ * gives +-inf, float32 subnormals round like every other value (to bf16
+ * subnormals or a signed zero: no flush), a NaN stays a NaN with its sign
+ * and top payload bits and the quiet bit set. Vectorized by what the CPU has
+ * (AVX512_BF16's vcvtneps2bf16, AVX-512 or AVX2 integer rounding), split
+ * over the kernels' threads when large: the same bits on every CPU and at
+ * any thread count. dst and src must not overlap. */
+void pt_bf16_from_f32(pt_bf16 *dst, const float *src, size_t n);
+/* dst (n) = src (n), exact (a shift; NaN payloads kept). */
+void pt_bf16_to_f32(float *dst, const pt_bf16 *src, size_t n);
+/* Which bf16 matrix product this CPU runs, chosen once from CPUID (and, for
+ * AMX, Linux's permission to use its tiles): "amx_bf16" (tiles, TDPBF16PS),
+ * "avx512_bf16" (vdpbf16ps), or "fallback (fp32 products on converted
+ * operands)". Static storage; for logs. */
+const char *pt_gemm_bf16_kind(void);
+
 /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
  * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */
 void pt_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,

@@ -126,14 +126,6 @@ static double *abs_terms(const float *x, int M, int N, int rows) {
     return t;
 }
 
-/* gelu(x) in float (gelu.h) against the exact function: relative error
- * ~1e-6 plus ~1.2e-7 |2u| from exp's amplification of its argument's
- * rounding (test_gelu checks exactly this bound). */
-static double gelu_rel_err(double x) {
-    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return 1e-6 + 2e-7 * fabs(2.0 * u);
-}
-
 static void test_encoder(void) {
     const int B = 3, T = 7, C = 37, V = 11;
     int inp[21];
