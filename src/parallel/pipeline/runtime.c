@@ -1,4 +1,4 @@
-/* The executor (parallel.h, pt_pipeline): every step, at every layout, is
+/* The executor (pipeline.h, pt_pipeline): every step, at every layout, is
  * a schedule run here -- this rank's list of F, BW, or B and W passes of
  * each micro-batch and chunk (pt_schedule), over its chunks' modules in
  * activation blocks of its own. With one stage (pp = 1) the model is one
