@@ -1,38 +1,32 @@
-/* partrain parallel: the data-parallel strategies that sit between the model,
- * the optimizer and the communicator, and that the trainer drives at the
- * model's plug points (model.h, pt_model_hooks):
+/* partrain parallel: the strategies, as tables on one ordered stack that the
+ * trainer's executor calls at its points (docs/architecture.md, "A step"):
  *
+ *   pt_stack     the ordered array of strategy tables (pt_strategy_ops):
+ *                BEFORE points in order, AFTER points in reverse; every
+ *                entry returns pt_status.
+ *   entries      "ddp" / "stale" (pt_dp_sync over pt_ddp's buckets), "zero"
+ *                (pt_zero), "optimizer", "local_sgd" (pt_local_sgd), "tied"
+ *                (the tied embedding across a pipeline), "tp_norm" and
+ *                "pp_norm" (the global norm's reductions), "trace".
  *   pt_ddp       gradient synchronization in BUCKETS: slices of the flat
  *                gradient buffer, in reverse module order, each all-reduced
- *                (non-blocking) the moment the modules it covers have
- *                finished backward. Several in-flight SLOTS, each with its own
- *                buffer, give bounded-stale synchronization (step t's
- *                all-reduce runs while step t+1 computes).
+ *                (non-blocking) the moment the modules it covers have final
+ *                gradients. Several in-flight SLOTS, each with its own
+ *                buffer, give bounded-stale synchronization.
  *   pt_local_sgd parameter averaging every few steps, with an optional outer
  *                Nesterov optimizer on the averaged delta (DiLoCo).
  *   pt_zero      sharded data parallel (ZeRO 1, 2, 3 / FSDP; HSDP): optimizer
  *                state, gradients and parameters split per module over the
  *                ranks, reduce-scatter and all-gather per module.
- *   pt_trace     a recorder of timed events (Chrome trace), filled by the
- *                trainer's hooks and by pt_ddp's and pt_zero's waits.
+ *   pt_trace     a recorder of timed events (Chrome trace).
  *   pt_mesh      the device mesh dp x tp x pp over the world: this rank's
  *                coordinates and the communicator of every group it belongs
- *                to (tp, dp, pp, model-parallel), each made once by split.
- *                The strategies above run on the dp group, never the world.
+ *                to, each made once by split. The strategies run on the
+ *                mesh's groups, never the world.
  * and, through pipeline.h (included here), the schedules, their simulator,
  * the stage cut and the executor.
  *
- * Lifecycle of a synchronous data-parallel step (one slot, in place):
- *   pt_ddp_new(&d, model, comm, {bucket_bytes, 1 slot, in_place = 1})
- *   per step: zero grads; micro-batches 1..M-1 forward/backward (no launch);
- *             pt_ddp_begin(d, 0, overlap); last micro-batch forward/backward
- *             (the hook calls pt_ddp_module_done(d, i) after module i);
- *             pt_ddp_wait(d, 0)  (launches what is left, waits for all)
- *             clip + optimizer step on pt_ddp_slot_grads(d, 0).
- * ZeRO stage 1 uses these buckets for its all-reduce; stages 2 and 3 shard
- * per module instead (a module is an FSDP unit), see pt_zero below.
- *
- * Not here: data sharding, loss reduction, metrics files (train). */
+ * Not here: data sharding, the loss weight's choice, metrics files (train). */
 #ifndef PARTRAIN_PARALLEL_H
 #define PARTRAIN_PARALLEL_H
 
