@@ -67,8 +67,9 @@ pt_status pt_metrics_flush(pt_trainer *t);
 /* Rank 0: open log.metrics (its folder made; appended to on resume) and
  * write the run record. Nothing elsewhere or without log.metrics. */
 pt_status pt_metrics_open(pt_trainer *t);
-/* One step's line; a validation's (its time val_ms); a save's. */
-pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info);
+/* One step's line (elapsed_s: since the loop began); a validation's (its
+ * time val_ms); a save's. */
+pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info, double elapsed_s);
 pt_status pt_metrics_val(pt_trainer *t, float val_loss, double elapsed_s, double val_ms);
 pt_status pt_metrics_save(pt_trainer *t, double elapsed_s, double save_ms);
 /* Close log.metrics; returns st, or the close's failure when st is PT_OK. */

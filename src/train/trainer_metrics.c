@@ -207,7 +207,7 @@ static void write_times(pt_trainer *t, const pt_step_info *info) {
     pt_metrics_printf(t, "}");
 }
 
-pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info) {
+pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info, double elapsed_s) {
     if (!t->metrics) return PT_OK;
     pt_metrics_printf(
         t,
@@ -241,7 +241,7 @@ pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info) {
     if (info->probe_flops_s > 0)
         pt_metrics_printf(t, ",\"probe_flops_s\":%.6g", info->probe_flops_s);
     write_times(t, info);
-    pt_metrics_printf(t, "}\n");
+    pt_metrics_printf(t, ",\"elapsed_s\":%.3f}\n", elapsed_s);
     return pt_metrics_flush(t);
 }
 

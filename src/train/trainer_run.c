@@ -325,7 +325,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
         pt_step_info info;
         PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
         if (probe_buf) info.probe_flops_s = pt_speed_probe(probe_buf); /* outside step_ms */
-        PT_CHECK_GOTO(st, pt_metrics_step(t, &info), done);
+        PT_CHECK_GOTO(st, pt_metrics_step(t, &info, pt_time_s() - L.t_start), done);
         if (L.step_ms) L.step_ms[L.nsteps++] = info.step_ms;
         if (t->mem_peak_total > L.peak) L.peak = t->mem_peak_total;
         if (t->rank == 0 &&
