@@ -292,8 +292,10 @@ typedef struct {
     pt_spread wall, part[PT_NPARTS], overlap[PT_STEP_GROUPS];
     uint64_t group_bytes[PT_STEP_GROUPS];
     double group_comm_ms[PT_STEP_GROUPS];
-    /* the first min(nranks, PT_STEP_MAX_RANKS) ranks one by one: parts and
-     * memory peaks (PT_MEM_NCAT categories, then the total) */
+    /* the first min(nranks, PT_STEP_MAX_RANKS) ranks one by one: step time
+     * (each rank's own clock, from the step's start to its update's end),
+     * parts and memory peaks (PT_MEM_NCAT categories, then the total) */
+    double rank_wall_ms[PT_STEP_MAX_RANKS];
     double rank_part_ms[PT_STEP_MAX_RANKS][PT_NPARTS];
     uint64_t rank_mem[PT_STEP_MAX_RANKS][PT_MEM_NCAT + 1];
 } pt_step_info;

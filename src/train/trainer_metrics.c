@@ -147,9 +147,7 @@ static void write_spread(pt_trainer *t, const char *name, const pt_spread *s,
     if (part >= 0 && info->nranks <= PT_STEP_MAX_RANKS) {
         pt_metrics_printf(t, ",\"ranks\":[");
         for (int r = 0; r < info->nranks; r++) {
-            double v = part < PT_NPARTS ? info->rank_part_ms[r][part] : 0;
-            if (part == PT_NPARTS) /* the rank's step time: its parts' sum */
-                for (int k = 0; k < PT_NPARTS; k++) v += info->rank_part_ms[r][k];
+            double v = part < PT_NPARTS ? info->rank_part_ms[r][part] : info->rank_wall_ms[r];
             pt_metrics_printf(t, "%s%.4f", r ? "," : "", v);
         }
         pt_metrics_printf(t, "]");

@@ -38,7 +38,7 @@ typedef struct {
     uint64_t stage_acts[PT_STEP_MAX_STAGES];
     pt_spread wall, part[PT_NPARTS], overlap[PT_NGROUPS];
     double sent[PT_NGROUPS], comm_ns[PT_NGROUPS];
-    double rank_part_ms[PT_STEP_MAX_RANKS][PT_NPARTS];
+    double rank_wall_ms[PT_STEP_MAX_RANKS], rank_part_ms[PT_STEP_MAX_RANKS][PT_NPARTS];
     uint64_t rank_mem[PT_STEP_MAX_RANKS][PT_MEM_NCAT + 1];
 } step_stats;
 
@@ -58,6 +58,7 @@ static void spread_add(pt_spread *s, double v, int rank, int first) {
 /* rank r's times and counts into m (r: the order merged, its world rank) */
 static void merge_times(step_stats *m, const rank_stats *o, int r) {
     spread_add(&m->wall, o->wall_ns / 1e6, r, r == 0);
+    if (r < PT_STEP_MAX_RANKS) m->rank_wall_ms[r] = o->wall_ns / 1e6;
     for (int k = 0; k < PT_NPARTS; k++) {
         spread_add(&m->part[k], o->part_ns[k] / 1e6, r, r == 0);
         if (r < PT_STEP_MAX_RANKS) m->rank_part_ms[r][k] = o->part_ns[k] / 1e6;
@@ -235,6 +236,7 @@ static void fill_times(pt_step_info *info, const rank_stats *mine, const step_st
         info->group_bytes[g] = (uint64_t)m->sent[g];
         info->group_comm_ms[g] = m->comm_ns[g] / 1e6;
     }
+    memcpy(info->rank_wall_ms, m->rank_wall_ms, (size_t)kept * sizeof m->rank_wall_ms[0]);
     memcpy(info->rank_part_ms, m->rank_part_ms, (size_t)kept * sizeof m->rank_part_ms[0]);
     memcpy(info->rank_mem, m->rank_mem, (size_t)kept * sizeof m->rank_mem[0]);
 }
