@@ -105,9 +105,18 @@
     }
   }
 
+  /* a tick label: three significant digits, exponents outside [0.01, 1e5) */
+  function tick(v) {
+    if (v === 0) return "0";
+    var a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-2) return v.toExponential(1);
+    return String(+v.toPrecision(3));
+  }
+  function ticks(u, splits) { return splits.map(tick); }
+
   function axes(xlabel, ylabel, yvalues, xvalues) {
-    var ax = [{ label: xlabel, stroke: "#333", grid: { stroke: "#eee" } },
-              { label: ylabel, stroke: "#333", grid: { stroke: "#eee" }, size: 60 }];
+    var ax = [{ label: xlabel, stroke: "#333", grid: { stroke: "#eee" }, values: ticks },
+              { label: ylabel, stroke: "#333", grid: { stroke: "#eee" }, size: 60, values: ticks }];
     if (yvalues) ax[1].values = yvalues;
     if (xvalues) { ax[0].values = xvalues.values; ax[0].splits = xvalues.splits; }
     return ax;
@@ -277,7 +286,7 @@
     rows.push(["step", fmt(p.step.min, 2), fmt(p.step.mean, 2), fmt(p.step.max, 2)]);
     var t = table(parent, ["part (ms, mean over " + p.steps + " steps)", "min over ranks", "mean", "max over ranks"], rows);
     t.className = "parts";
-    if (p.slowest && p.slowest.some(function (v) { return v > 0; })) {
+    if (p.ranks && p.ranks.length > 1 && p.slowest && p.slowest.some(function (v) { return v > 0; })) {
       var most = 0;
       p.slowest.forEach(function (v, q) { if (v > p.slowest[most]) most = q; });
       add(parent, el("p", "note", "Slowest rank most often: rank " + most + " (" + p.slowest[most] + " of " + p.steps + " steps)."));
