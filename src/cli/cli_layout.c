@@ -3,7 +3,7 @@
  * for the config's model shape, measured on first use and cached (by CPU,
  * binary and shape), or a cluster file given with --cluster. The layout
  * keys given by --set stay fixed; those of the config file are what the
- * plan replaces (configs/default.json spells out a one-worker layout). */
+ * plan replaces. */
 #include "cli_impl.h"
 
 #include <cjson/cJSON.h>
