@@ -107,8 +107,8 @@ static void on_sigint(int sig) {
 }
 
 /* The loop's own figures: its start, how long the last validation and
- * save took (a start line when the last one took a second or more), and
- * rank 0's step times (for the closing summary). */
+ * save took (a start line when the last one took a second or more, or
+ * there was none yet), and rank 0's step times (for the closing summary). */
 typedef struct {
     double t_start, val_s, save_s;
     double *step_ms; /* train.steps of them (rank 0; NULL: no summary) */
@@ -298,7 +298,7 @@ pt_status pt_trainer_run(pt_trainer *t) {
     if (!t->train) return pt_error_set(PT_ERR_INVALID, "data.train is not set");
     PT_CHECK(pt_metrics_open(t));
     pt_status st = PT_OK;
-    loop_state L = {0};
+    loop_state L = {.val_s = 1, .save_s = 1}; /* the first of each: not known to be quick */
     /* log.probe: rank 0's buffer for the speed probe after each step
      * (malloc, not pt_mem: instrumentation stays out of the categories) */
     float *probe_buf = NULL;
