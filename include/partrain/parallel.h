@@ -148,6 +148,24 @@ typedef struct {
     uint64_t pp_bytes; /* bytes this rank sent to other stages beyond the activations */
 } pt_sync_stats;
 
+/* The groups whose communication a step's time is told apart by (the
+ * metrics' parts, docs/report.md): data parallel's buckets and local SGD's
+ * averaging, tensor parallel's collectives, the pipeline's neighbours and
+ * the tied embedding, ZeRO's gathers and reduce-scatters. */
+typedef enum { PT_GROUP_DP, PT_GROUP_TP, PT_GROUP_PP, PT_GROUP_ZERO, PT_NGROUPS } pt_group;
+/* "dp", "tp", "pp", "zero" */
+const char *pt_group_name(pt_group g);
+
+/* Cumulative counters of communicators, summed by group (pt_comm_stats):
+ * a step's figures are the difference of two readings. */
+typedef struct {
+    uint64_t blocked_ns[PT_NGROUPS]; /* calling threads blocked in their calls and waits */
+    uint64_t comm_ns[PT_NGROUPS];    /* their operations, start to completion (lanes too) */
+    uint64_t sent[PT_NGROUPS];       /* bytes sent (pt_comm_sent_bytes) */
+} pt_comm_counts;
+/* Add c's counters (NULL: nothing) to group g of k. */
+void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c);
+
 /* The points. p: the module pass (model.h's pt_hook_point). */
 typedef struct pt_strategy_ops {
     const char *name; /* "ddp", "zero", "tied", ... (tests find entries by it) */
@@ -173,6 +191,9 @@ typedef struct pt_strategy_ops {
     /* the optimizer's step, parameter averaging, ... */
     pt_status (*update)(void *self, pt_update *u);
     void (*stats)(void *self, pt_sync_stats *s); /* add the step's figures, reset */
+    /* add the cumulative counters of the communicators the entry made for
+     * itself (NULL: it runs on the trainer's groups only) */
+    void (*counts)(void *self, pt_comm_counts *k);
     void (*free)(void *self);
 } pt_strategy_ops;
 
@@ -214,6 +235,8 @@ pt_status pt_stack_end(pt_stack *s, const pt_step_begin *b);
  * norm entries when any has one. */
 pt_status pt_stack_update(pt_stack *s, pt_update *u);
 void pt_stack_stats(pt_stack *s, pt_sync_stats *out);
+/* Every entry's counts, added to k. */
+void pt_stack_counts(pt_stack *s, pt_comm_counts *k);
 
 /* The entries that are not a synchronizer's own (strategies.c):
  *   optimizer  AdamW or SGD over the whole flat buffer (one worker, sync
@@ -400,6 +423,8 @@ uint64_t pt_zero_take_bytes(pt_zero *z);
 /* Time the hooks spent blocked on all-gathers / reduce-scatters since the
  * last call (exposed communication of stages 2 and 3). */
 uint64_t pt_zero_take_wait_ns(pt_zero *z);
+/* Add the zero communicators' counters to k's PT_GROUP_ZERO. */
+void pt_zero_counts(const pt_zero *z, pt_comm_counts *k);
 /* Collective over the group: a full-length buffer (n floats, the
  * caller's) receives the full parameters on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);

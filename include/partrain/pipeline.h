@@ -333,6 +333,7 @@ typedef struct {
     uint64_t span_ns;    /* its first pass to the end of its last send */
     uint64_t wait_ns;    /* waiting for neighbours inside it */
     uint64_t sent_bytes; /* to other stages since the pipeline was made */
+    uint64_t comm_ns;    /* its transfers' time, start to completion, since it was made */
 } pt_pipeline_stats;
 void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s);
 /* Whether this rank holds the head; the pp rank that does. */

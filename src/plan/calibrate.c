@@ -86,21 +86,7 @@ static int count_cores(void) {
 }
 
 void pt_calibrate_identity(char cpu[PT_PLAN_NAME_MAX], char binary[PT_PLAN_NAME_MAX]) {
-    snprintf(cpu, PT_PLAN_NAME_MAX, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            char *colon = strchr(line, ':');
-            if (strncmp(line, "model name", 10) != 0 || !colon) continue;
-            char *v = colon + 1;
-            while (*v == ' ' || *v == '\t') v++;
-            v[strcspn(v, "\n")] = 0;
-            if (*v) snprintf(cpu, PT_PLAN_NAME_MAX, "%s", v);
-            break;
-        }
-        fclose(f);
-    }
+    pt_cpu_model_name(cpu, PT_PLAN_NAME_MAX);
     struct stat st;
     if (stat("/proc/self/exe", &st) == 0)
         snprintf(binary, PT_PLAN_NAME_MAX, "size %lld mtime %lld.%09ld", (long long)st.st_size,

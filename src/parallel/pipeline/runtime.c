@@ -486,9 +486,11 @@ void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s) {
     s->busy_ns = q->busy_ns;
     s->span_ns = q->span1 > q->span0 ? q->span1 - q->span0 : 0;
     s->wait_ns = q->wait_ns;
-    s->sent_bytes = 0;
-    for (int k = 0; k < K_NKIND; k++)
-        for (int d = 0; d < q->v; d++) s->sent_bytes += pt_comm_sent_bytes(q->c[k][d]);
+    pt_comm_counts k = {0};
+    for (int kind = 0; kind < K_NKIND; kind++)
+        for (int d = 0; d < q->v; d++) pt_comm_counts_add(&k, PT_GROUP_PP, q->c[kind][d]);
+    s->sent_bytes = k.sent[PT_GROUP_PP];
+    s->comm_ns = k.comm_ns[PT_GROUP_PP];
 }
 
 int pt_pipeline_has_head(const pt_pipeline *q) {
