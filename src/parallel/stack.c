@@ -110,6 +110,12 @@ pt_status pt_stack_update(pt_stack *s, pt_update *u) {
     return PT_OK;
 }
 
+pt_status pt_stack_state(pt_stack *s, int load) {
+    for (int i = 0; i < s->n; i++)
+        if (s->at[i].ops->state) PT_CHECK(s->at[i].ops->state(s->at[i].self, load));
+    return PT_OK;
+}
+
 void pt_stack_stats(pt_stack *s, pt_sync_stats *out) {
     memset(out, 0, sizeof *out);
     for (int i = 0; i < s->n; i++)

@@ -254,7 +254,10 @@ static pt_status save(pt_trainer *t) {
     const float *own[CK_N] = {pt_model_params(t->model), t->opt ? pt_adamw_m(t->opt) : NULL,
                               t->opt ? pt_adamw_v(t->opt) : NULL};
     int nstate = optim_state_count(&t->cfg); /* sgd: m = momentum or none, no v */
-    pt_status st = finish_inflight(t);
+    /* state the entries keep apart (the tied wte's split update) into the
+     * buffers written below */
+    pt_status st = pt_stack_state(&t->stack, 0);
+    if (st == PT_OK) st = finish_inflight(t);
     char tmp[PT_CONFIG_STR_MAX + 64];
     int have_tmp = 0;
     if (st == PT_OK && t->rank == 0) {
@@ -443,7 +446,9 @@ static pt_status resume_local(pt_trainer *t) {
 /* Every rank loads (its own rank file too), then all agree: a rank that
  * failed makes every rank fail with its one-line message. */
 static pt_status resume(pt_trainer *t) {
-    return pt_ckpt_agree(t->aux, resume_local(t));
+    PT_CHECK(pt_ckpt_agree(t->aux, resume_local(t)));
+    /* then, every rank loaded, the entries' own state from the buffers */
+    return pt_ckpt_agree(t->aux, pt_stack_state(&t->stack, 1));
 }
 
 /* While rank 0 writes (or a slow disk reads) a checkpoint the other ranks

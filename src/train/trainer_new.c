@@ -154,7 +154,10 @@ static pt_status tied_entry(pt_trainer *t, pt_strategy *out) {
     int emb = pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, 0, &c);
     int head =
         pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, G - 1, &c);
-    return pt_tied_strategy(out, t->model, t->pp, emb, head);
+    /* the update split between the two stages where each stage's
+     * optimizer is its own whole buffer (tied_split.c) */
+    pt_adamw_hparams hp = hparams(&t->cfg);
+    return pt_tied_strategy(out, t->model, t->pp, emb, head, t->dp ? NULL : t->opt, &hp);
 }
 
 static pt_status tp_norm_entry(pt_trainer *t, pt_strategy *out) {
