@@ -268,7 +268,7 @@ pt_status pt_tied_split_new(pt_strategy *out, pt_model *m, pt_comm *c, int emb_h
                       .hi = n - h,
                       .wte_off = w ? w->offset : 0};
     pt_status st = PT_OK;
-    t->recv = pt_mem_alloc(PT_MEM_COMM, (emb_here ? h : n - h) * sizeof(float) + 1);
+    t->recv = pt_mem_alloc(PT_MEM_COMM, (emb_here ? h : n - h) * sizeof(float));
     if (!t->recv) st = pt_error_set(PT_ERR_NOMEM, "pipeline: the tied wte's gradient");
     if (st == PT_OK && emb_here) pt_adamw_set_skip(opt, w->offset + h, n - h);
     if (st == PT_OK && !emb_here) {
