@@ -272,6 +272,24 @@ pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, 
  * chunks when v > 1, and pt_schedule_build_stage's for the m given. */
 pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
                              const char *layers, pt_stage *out);
+/* A pipeline rank's step beside its passes, for the cut that balances the
+ * whole step: update, the flops per sequence (the passes' units) that
+ * updating one parameter costs; tied_split, whether the first and the last
+ * stage update half of the tied wte each (tied_split.c), else the first
+ * all of it. */
+typedef struct {
+    double update;
+    int tied_split;
+} pt_stage_step;
+/* The step over `sequences` a step per pipeline (a dp rank's batch), for
+ * AdamW (sgd 0) or SGD, at dp ranks (the wte update is split at dp 1). */
+pt_stage_step pt_stage_step_of(int sgd, double sequences, int dp);
+/* pt_stage_split_for with each module's cost its whole step's: its passes
+ * and its share of the update (step NULL: the passes only, as
+ * pt_stage_split_for). The cut the trainer runs and the planner weighs. */
+pt_status pt_stage_split_step(const pt_model_config *cfg, const pt_stage_step *step,
+                              const char *name, int p, int v, int m, const char *layers,
+                              pt_stage *out);
 /* Parameters (floats) of module i of cfg (0 the embedding, 1..L the
  * blocks, L + 1 the head; the tied wte not in the head's, which a stage
  * of its own adds: pt_stage.params). */

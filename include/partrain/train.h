@@ -36,6 +36,7 @@
 #include "partrain/core.h"
 #include "partrain/model.h"
 #include "partrain/optim.h"
+#include "partrain/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,6 +115,10 @@ void pt_config_print_help(FILE *f);
  * schedule's own: 2 for interleaved and zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
+/* What a pipeline rank's step holds beside its passes, for the stage cut
+ * (pt_stage_split_step) at dp ranks: train.batch_size / dp sequences a
+ * step, train.optimizer's update. */
+pt_stage_step pt_config_stage_step(const pt_config *c, int dp);
 /* The recompute mode of pipeline rank pp_rank: its entry of
  * model.stage_recompute, or model.recompute when that is empty. c valid. */
 pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank);

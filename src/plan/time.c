@@ -124,8 +124,9 @@ pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const 
                             "is beyond the planner's %d x %d stages",
                             l->pp, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
     pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    PT_CHECK(
-        pt_stage_split_for(&c->model, l->schedule, l->pp, v, l->microbatches, l->stage_layers, st));
+    pt_stage_step step = pt_config_stage_step(c, l->dp); /* the trainer's cut */
+    PT_CHECK(pt_stage_split_step(&c->model, &step, l->schedule, l->pp, v, l->microbatches,
+                                 l->stage_layers, st));
     return pt_plan_pipe_times_split(c, l, cl, st, pp);
 }
 
