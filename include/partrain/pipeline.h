@@ -217,6 +217,12 @@ typedef struct {
      * pass ends no earlier than the head's gradient lands (tied_send after
      * the head's last weight pass), then adds it (tied_add > 0). */
     double tied_send, tied_add;
+    /* Per rank (p entries; NULL: none): its optimizer update after the
+     * step's passes. The gradient norm's all-reduce over the pipeline joins
+     * the ranks first, so the step ends at the passes' end plus the
+     * longest update (pt_sched_step_end): a stage's whole step is its
+     * passes and its update, the tied wte's share included. */
+    const double *update;
 } pt_sched_times;
 
 /* A pass as the simulator placed it. */
@@ -227,6 +233,7 @@ typedef struct {
 
 typedef struct {
     double makespan;      /* out: the last pass's end */
+    double step;          /* out: the step's end, updates included (pt_sched_step_end) */
     double *busy;         /* in: NULL, or p entries for each rank's seconds in passes */
     pt_sched_slot *slots; /* in: NULL, or room for every rank's passes */
     int nslots;           /* out: the passes placed into slots */
@@ -239,6 +246,9 @@ typedef struct {
  * one line naming the stuck ranks' passes on a deadlock, or a pass missing,
  * duplicated or of a kind the schedule does not run. */
 pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sched_result *out);
+/* The step's end from the passes' end and each of p ranks' update (NULL:
+ * none): makespan + the longest update (pt_sched_times.update). */
+double pt_sched_step_end(double makespan, const double *update, int p);
 
 /* ---- pipeline stages (stages.c) ----------------------------------------------- */
 /* Stage k of a p-stage pipeline holds modules [first, last] (0 the
@@ -247,7 +257,8 @@ pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sc
  * held, the last stage's copy of the tied wte included. */
 typedef struct {
     int first, last;
-    double cost;
+    double cost;   /* passes, plus the update where the cut weighs the step */
+    double update; /* of which the update (pt_stage_split_step; else 0) */
     size_t params;
 } pt_stage;
 

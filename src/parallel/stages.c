@@ -76,9 +76,11 @@ static void fill(const pt_model_config *c, const pt_stage_step *step, pt_stage *
     s->first = first;
     s->last = last;
     s->cost = 0;
+    s->update = 0;
     s->params = 0;
     for (int i = first; i <= last; i++) {
         s->cost += module_cost(c, step, i);
+        if (step) s->update += step->update * module_updated(c, step, i);
         s->params += pt_stage_module_params(c, i);
     }
     /* the tied LM head reads wte: the last stage keeps a copy */
@@ -245,6 +247,7 @@ typedef struct {
     int G, p, nmod;
     const int *rank_of; /* virtual stage -> rank */
     const double *pre;  /* prefix sums of the modules' costs */
+    const double *upre; /* and of their updates' (part of pre) */
     int *cur, *best;    /* starts of virtual stages 1..G-1 */
     double best_rank, best_stage;
     double *part;       /* per rank: the cost of its stages closed so far */
@@ -341,14 +344,18 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     double best_end = -1;
     for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
+        double upd[CUT_MAX_RANKS] = {0};
         for (int g = 0; g < G; g++) {
             int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
-            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod]);
+            double u = (x->upre[b] - x->upre[a]) / x->pre[x->nmod];
+            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod] - u);
+            upd[x->rank_of[g]] += u;
         }
+        times.update = upd;
         pt_sched_result res = {0};
         st = pt_sched_simulate(lists, &times, &res);
-        if (st == PT_OK && (best_end < 0 || below(res.makespan, best_end))) {
-            best_end = res.makespan;
+        if (st == PT_OK && (best_end < 0 || below(res.step, best_end))) {
+            best_end = res.step;
             memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
         }
     }
@@ -384,7 +391,7 @@ pt_status pt_stage_split_step(const pt_model_config *c, const pt_stage_step *ste
     if (total > 2000000) return PT_OK;
     int rank_of[PT_SCHEDULE_MAX_VIRTUAL * 64];
     for (int g = 0; g < G; g++) rank_of[g] = pt_schedule_locate(schedule, p, v, g, NULL);
-    double *pre = malloc((size_t)(nmod + 1) * sizeof *pre);
+    double *pre = malloc(2 * (size_t)(nmod + 1) * sizeof *pre), *upre = pre + nmod + 1;
     int *cur = malloc((size_t)G * sizeof *cur), *best = malloc((size_t)G * sizeof *best);
     int *cand = malloc((size_t)CUT_CANDIDATES * (size_t)G * sizeof *cand);
     double *cand_stage = malloc((size_t)CUT_CANDIDATES * sizeof *cand_stage);
@@ -394,9 +401,12 @@ pt_status pt_stage_split_step(const pt_model_config *c, const pt_stage_step *ste
         st = pt_error_set(PT_ERR_NOMEM, "stage split");
         goto done;
     }
-    pre[0] = 0;
-    for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, step, i);
-    search x = {G, p, nmod, rank_of, pre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
+    pre[0] = upre[0] = 0;
+    for (int i = 0; i < nmod; i++) {
+        pre[i + 1] = pre[i] + module_cost(c, step, i);
+        upre[i + 1] = upre[i] + (step ? step->update * module_updated(c, step, i) : 0);
+    }
+    search x = {G, p, nmod, rank_of, pre, upre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
     /* the per-stage cut is the one to beat */
     for (int k = 1; k < G; k++) best[k - 1] = cur[k - 1] = out[k].first;
     score(&x, best, &x.best_rank, &x.best_stage);

@@ -584,12 +584,25 @@ static void test_tied_embedding(void) {
     free(pp);
 
     /* from the model: the vocabulary shard over the link (no profile), and
-     * nothing where one rank holds both (zbv's V puts the head on rank 0) */
+     * nothing where one rank holds both (zbv's V puts the head on rank 0).
+     * At dp 1 the two stages split wte's update (tied_split.c): nothing at
+     * the first forward or the last backward; after the passes each way a
+     * half of the gradient and of the rows, and the half's add */
     pt_cluster cl = hand_cluster(1, 8);
     pt_config c = small_model();
     pt_plan_pipe *q = calloc(1, sizeof *q);
-    pt_plan_layout t = layout(1, 2, 2, "1f1b", 1, 2);
+    pt_plan_layout h = layout(1, 2, 2, "1f1b", 1, 2);
+    CHECK_OK(pt_plan_pipe_times(&c, &h, &cl, q));
+    double V = c.model.vocab_size;
+    double hb = (V - (double)pt_tied_split_rows((int)V)) * c.model.n_embd / 2 * 4;
+    double one = hb / (cl.intra_node.bw * cl.efficiency.comm) + cl.intra_node.latency;
+    CHECK(q->tied_split && q->tied_s == 0 && q->tied_add == 0);
+    CHECK_NEAR(q->tied_x, 2 * one + 3 * hb / (cl.device.memory_bw * cl.efficiency.elementwise),
+               1e-12, 0);
+    /* with data parallelism the embedding's stage updates all of it (tied.c) */
+    pt_plan_layout t = layout(2, 2, 2, "1f1b", 1, 2);
     CHECK_OK(pt_plan_pipe_times(&c, &t, &cl, q));
+    CHECK(!q->tied_split && q->tied_x == 0);
     double wb = (double)c.model.vocab_size * c.model.n_embd / 2 * 4;
     CHECK_NEAR(q->tied_s, wb / (cl.intra_node.bw * cl.efficiency.comm) + cl.intra_node.latency,
                1e-12, 0);
@@ -608,9 +621,8 @@ static void test_tied_embedding(void) {
     prof.comm = pc, prof.n_comm = 2;
     pt_cluster two = hand_cluster(1, 2);
     two.profile = &prof;
-    pt_plan_layout pair = layout(1, 1, 2, "1f1b", 1, 2), shared = layout(2, 1, 2, "1f1b", 1, 2);
-    CHECK_OK(pt_plan_pipe_times(&c, &pair, &two, q));
-    double lone = q->tied_s;
+    pt_plan_layout shared = layout(2, 1, 2, "1f1b", 1, 2);
+    double lone = pt_plan_coll_s(&two, 1, PT_PROFILE_P2P, 2, wb * 2, &two.intra_node);
     CHECK(lone > 1e-5 && lone < 0.1);
     CHECK_OK(pt_plan_pipe_times(&c, &shared, &two, q));
     CHECK_NEAR(q->tied_s, 2 * lone, 1e-12, 0);
