@@ -358,9 +358,12 @@ pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *b, double *l
 pt_status pt_pipeline_forward(pt_pipeline *q, const pt_batch *b, float *loss);
 
 typedef struct {
-    uint64_t busy_ns;    /* the last step's passes' work (their waits excluded) */
-    uint64_t span_ns;    /* its first pass to the end of its last send */
-    uint64_t wait_ns;    /* waiting for neighbours inside it */
+    uint64_t busy_ns; /* the last step's passes' work (their waits excluded) */
+    uint64_t span_ns; /* its first pass to the end of its last send */
+    uint64_t wait_ns; /* waiting for neighbours inside it */
+    /* of the span, before its first pass's work began (its input) and
+     * after its last pass's work ended (its sends completing) */
+    uint64_t lead_ns, tail_ns;
     uint64_t sent_bytes; /* to other stages since the pipeline was made */
     uint64_t comm_ns;    /* its transfers' time, start to completion, since it was made */
 } pt_pipeline_stats;

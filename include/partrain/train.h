@@ -287,6 +287,11 @@ typedef struct {
     uint64_t pp_comm_bytes; /* bytes this rank sent to its neighbour stages this step */
     uint64_t stage_acts[PT_STEP_MAX_STAGES]; /* per stage: the largest PT_MEM_ACTS peak of
                                                 its ranks this step (rank 0 only) */
+    /* per stage: the most any of its ranks idled outside its passes this
+     * step, ms (rank 0 only): waiting for its first pass's input, for its
+     * last sends, and blocked before and after the passes (the tied wte's
+     * exchange, the norm over the stages while another stage works) */
+    double stage_idle_ms[PT_STEP_MAX_STAGES];
     /* Where the step's time went: this rank's parts (they add up to step_ms) */
     double part_ms[PT_NPARTS];
     /* Rank 0 only, over every rank of the world (nranks of them): each
