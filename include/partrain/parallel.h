@@ -102,7 +102,8 @@ pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t
  * happens (the entries after it are not called) and is the step's error.
  * A NULL slot is skipped. Lifecycle: pt_stack_push each entry in order ->
  * per step: begin, the passes' points, end, sync, norm (inside an
- * update), update, stats -> pt_stack_free (frees the entries in reverse). */
+ * update), update, stats; around a checkpoint: state -> pt_stack_free
+ * (frees the entries in reverse). */
 
 /* The stack's view of a step, set before its first pass. */
 typedef struct {
