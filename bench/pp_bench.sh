@@ -68,6 +68,9 @@ done
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 BIN=${PARTRAIN:-$ROOT/build-bench/src/cli/partrain}
 BIN_B=${PARTRAIN_B:-}
+# a stage waits for its neighbour's pass through the pass's length: gpt2_256's
+# passes on a loaded 2-core machine outlast comm.timeout's default 10 s
+TIMEOUT=${PP_BENCH_TIMEOUT:-600}
 if [ -z "${PARTRAIN:-}" ]; then
     cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$ROOT/build-bench" --target partrain -j2 >/dev/null
@@ -117,7 +120,7 @@ run() {
     if ! "$bin" train $par --set model.n_layer=$1 --set model.n_embd=$2 --set model.n_head=$3 \
         --set model.vocab_size=$4 --set model.seq_len=$5 --set train.batch_size=$6 \
         --set train.steps=$((WARMUP + STEPS)) --set train.warmup_steps=0 --set train.lr=3e-4 \
-        --set train.threads=1 --set data.train="$DATA" \
+        --set train.threads=1 --set data.train="$DATA" --set comm.timeout=$TIMEOUT \
         --set log.metrics="$TMP/$tag.jsonl" >"$TMP/$tag.log" 2>&1; then
         echo "pp_bench.sh: run $tag failed; its last lines:" >&2
         tail -3 "$TMP/$tag.log" >&2
