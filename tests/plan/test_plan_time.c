@@ -428,6 +428,24 @@ static void test_profile_optimizer(void) {
     prof.adamw_s = 1e-9; /* 2 threads, faster than their bytes: 28 / 2e10 */
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
     CHECK_NEAR(t.optim_s, P * 32 / 2e10 + reset, 0, 1e-9);
+    /* pp 2: each rank updates what it holds, the tied wte's rows split
+     * between the two at dp 1 (tied_split.c) with their exchange; the step
+     * waits for the longer update. The embedding's rank holds wte, wpe and
+     * its blocks, the head's its blocks, ln_f and wte's copy (not updated:
+     * its rows are) */
+    pt_plan_layout q = layout(1, 1, 2, "1f1b", 1, 2);
+    q.threads = 1;
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    CHECK_OK(pt_plan_pipe_predict(&c, &q, &cl, pp));
+    double V = c.model.vocab_size, wte = V * C, hi = (V - (double)pt_tied_split_rows((int)V)) * C;
+    CHECK(pp->tied_split && pp->first[1] > 0);
+    double upd0 = pp->stage_params[0] - hi, upd1 = pp->stage_params[1] - wte + hi;
+    double u0 = upd0 * 32 / 1e10 + pp->stage_params[0] * 4 / 1e10 + pp->tied_x;
+    double u1 = upd1 * 32 / 1e10 + pp->stage_params[1] * 4 / 1e10 + pp->tied_x;
+    pt_plan_time_finish(&c, &q, &cl, pp, &t);
+    CHECK_NEAR(t.optim_s, u0 > u1 ? u0 : u1, 0, 1e-9);
+    CHECK_NEAR(t.step_s, pp->makespan + t.optim_s, 1e-12, 0);
+    free(pp);
 }
 
 /* On a measured machine whose cores the ranks' threads fill, ZeRO-3's
