@@ -1,5 +1,5 @@
 /* Train-layer tests: the config table (parse, --set, types, unknown keys,
- * ranges, round trip), data files (text, .bin, bad files), safetensors
+ * ranges, round trip), safetensors
  * (round trip, truncated, corrupt, another shape, GPT-2 buffers ignored), and
  * the trainer (loss goes down, determinism, micro-batches, bitwise resume,
  * no allocation per step) and the checkpoint directory protocol (a kill at
@@ -294,8 +294,6 @@ static void test_config(void) {
     free(json);
 }
 
-/* ---- data ---- */
-
 static long file_size(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
@@ -303,123 +301,6 @@ static long file_size(const char *path) {
     long n = ftell(f);
     fclose(f);
     return n;
-}
-
-static void write_bin(const char *path, const uint16_t *tok, int n, int magic, int version,
-                      int count) {
-    int32_t header[256] = {0};
-    header[0] = magic;
-    header[1] = version;
-    header[2] = count;
-    FILE *f = fopen(path, "wb");
-    fwrite(header, 4, 256, f);
-    fwrite(tok, 2, (size_t)n, f);
-    fclose(f);
-}
-
-static void test_data(void) {
-    pt_data *d = NULL;
-    write_text(tmp_path("t.txt"), 100);
-    CHECK_OK(pt_data_open(&d, tmp_path("t.txt"), 256));
-    CHECK_EQ(pt_data_num_tokens(d), 100);
-    CHECK_EQ(pt_data_num_windows(d, 9), 10);
-    int x[9], y[9];
-    pt_data_window(d, 1, 9, x, y);
-    CHECK_EQ(x[0], 'b'); /* token 10 of the pattern */
-    CHECK_EQ(y[0], 'r');
-    pt_rng r;
-    pt_rng_init(&r, 1, "d");
-    int xs[18], ys[18];
-    pt_data_sample(d, &r, 2, 9, xs, ys);
-    CHECK_EQ(r.counter > 0, 1);
-    CHECK_EQ(xs[1], ys[0]);
-    pt_data_free(d);
-
-    uint16_t tok[5] = {1, 2, 3, 4, 5};
-    write_bin(tmp_path("ok.bin"), tok, 5, 20240520, 1, 5);
-    CHECK_OK(pt_data_open(&d, tmp_path("ok.bin"), 6));
-    CHECK_EQ(pt_data_num_tokens(d), 5);
-    pt_data_free(d);
-    d = NULL;
-    CHECK(pt_data_open(&d, tmp_path("ok.bin"), 5) == PT_ERR_FORMAT && d == NULL);
-    CHECK(msg_has("ok.bin") && msg_has("offset 4") && msg_has("vocab_size"));
-    write_bin(tmp_path("short.bin"), tok, 3, 20240520, 1, 5);
-    CHECK(pt_data_open(&d, tmp_path("short.bin"), 256) == PT_ERR_FORMAT && msg_has("short.bin"));
-    write_bin(tmp_path("v2.bin"), tok, 5, 20240520, 2, 5);
-    CHECK(pt_data_open(&d, tmp_path("v2.bin"), 256) == PT_ERR_FORMAT && msg_has("version"));
-    write_bytes(tmp_path("empty.txt"), "", 0);
-    CHECK(pt_data_open(&d, tmp_path("empty.txt"), 256) == PT_ERR_FORMAT && msg_has("empty.txt") &&
-          msg_has("empty"));
-    CHECK(pt_data_open(&d, tmp_path("missing.txt"), 256) == PT_ERR_IO && msg_has("missing.txt"));
-    CHECK(pt_data_open(&d, tmpdir, 256) != PT_OK && d == NULL);
-    CHECK_EQ(pt_mem_current(PT_MEM_SCRATCH), 0);
-}
-
-static int same_bytes(const char *p, const char *q) {
-    FILE *a = fopen(p, "rb"), *b = fopen(q, "rb");
-    int same = a && b;
-    while (same) {
-        int ca = fgetc(a), cb = fgetc(b);
-        same = ca == cb;
-        if (ca == EOF) break;
-    }
-    if (a) fclose(a);
-    if (b) fclose(b);
-    return same;
-}
-
-/* llm.c's uint32 variant (magic 20240801, version 7): ids above 65,535
- * read back whole, are checked against the vocabulary, and the writer
- * picks the narrow file whenever the tokens fit it. */
-static void test_data_wide(void) {
-    pt_data *d = NULL;
-    int tok[6] = {70000, 128255, 3, 65535, 65536, 1};
-    CHECK_OK(pt_data_write(tmp_path("wide.bin"), tok, 6));
-    CHECK_EQ(file_size(tmp_path("wide.bin")), 1024 + 4 * 6);
-    CHECK_OK(pt_data_open(&d, tmp_path("wide.bin"), 128256));
-    if (d) {
-        CHECK_EQ(pt_data_num_tokens(d), 6);
-        int x[5], y[5];
-        pt_data_window(d, 0, 5, x, y);
-        for (int i = 0; i < 5; i++) {
-            CHECK_EQ(x[i], tok[i]);
-            CHECK_EQ(y[i], tok[i + 1]);
-        }
-        pt_data_free(d);
-        d = NULL;
-    }
-    CHECK(pt_data_open(&d, tmp_path("wide.bin"), 128255) == PT_ERR_FORMAT && d == NULL);
-    CHECK(msg_has("wide.bin") && msg_has("token 128255") && msg_has("offset 1") &&
-          msg_has("byte 1028"));
-    /* all below 65,536: the uint16 file, bitwise what llm.c's GPT-2 files are */
-    int narrow[5] = {1, 2, 3, 4, 65535};
-    CHECK_OK(pt_data_write(tmp_path("narrow.bin"), narrow, 5));
-    CHECK_EQ(file_size(tmp_path("narrow.bin")), 1024 + 2 * 5);
-    uint16_t n16[5] = {1, 2, 3, 4, 65535};
-    write_bin(tmp_path("narrow-ref.bin"), n16, 5, 20240520, 1, 5);
-    CHECK(same_bytes(tmp_path("narrow.bin"), tmp_path("narrow-ref.bin")));
-    /* the writer refuses what no .bin can hold */
-    int neg[2] = {1, -1};
-    CHECK(pt_data_write(tmp_path("neg.bin"), neg, 2) == PT_ERR_INVALID && msg_has("negative"));
-    CHECK(pt_data_write(tmp_path("none.bin"), neg, 0) == PT_ERR_INVALID && msg_has("none.bin"));
-    /* each magic takes its own version and width only */
-    int32_t hdr[256] = {20240801, 1, 2};
-    FILE *f = fopen(tmp_path("mixed.bin"), "wb");
-    fwrite(hdr, 4, 256, f);
-    fwrite(n16, 2, 4, f); /* 2 uint32 tokens' bytes */
-    fclose(f);
-    CHECK(pt_data_open(&d, tmp_path("mixed.bin"), 256) == PT_ERR_FORMAT && msg_has("version 1") &&
-          msg_has("20240801"));
-    hdr[1] = 7;
-    f = fopen(tmp_path("short32.bin"), "wb");
-    fwrite(hdr, 4, 256, f);
-    fwrite(n16, 2, 2, f); /* one uint32 token's bytes, two promised */
-    fclose(f);
-    CHECK(pt_data_open(&d, tmp_path("short32.bin"), 256) == PT_ERR_FORMAT &&
-          msg_has("short32.bin") && msg_has("4 bytes"));
-    write_bin(tmp_path("v7.bin"), n16, 4, 20240520, 7, 2);
-    CHECK(pt_data_open(&d, tmp_path("v7.bin"), 65536) == PT_ERR_FORMAT && msg_has("version 7"));
-    CHECK_EQ(pt_mem_current(PT_MEM_SCRATCH), 0);
 }
 
 /* ---- trainer ---- */
@@ -965,8 +846,6 @@ int main(void) {
     write_text(tmp_path("train.txt"), 20000);
     write_text(tmp_path("val.txt"), 3000);
     RUN(test_config);
-    RUN(test_data);
-    RUN(test_data_wide);
     RUN(test_safetensors);
     RUN(test_train_learns);
     RUN(test_no_alloc_per_step);
