@@ -76,7 +76,9 @@ typedef struct {
     struct {
         char dir[PT_CONFIG_STR_MAX];
         int every;
-        int keep; /* newest step directories kept (0: all) */
+        int keep;            /* newest step directories kept (0: all) */
+        int async;           /* a writer thread saves while training goes on */
+        int drop_rank_state; /* resume: restart per-rank state that cannot carry over */
     } checkpoint;
     struct {
         double timeout; /* comm.timeout: seconds before a silent or stalled rank ends the job */
@@ -305,9 +307,16 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss);
 
 /* Save a checkpoint of the current state to checkpoint.dir. Collective
- * under data parallelism (every rank calls it; rank 0 writes; stale rounds
- * in flight are completed first); every rank gets rank 0's status. */
+ * (every rank calls it and writes its own slices; stale rounds in flight
+ * are completed first); every rank gets the same status, the first failing
+ * rank's. With checkpoint.async it returns once this rank's slices are
+ * copied aside (after waiting for the previous save, whose status it
+ * returns), and a writer thread saves them. */
 pt_status pt_trainer_save(pt_trainer *t);
+/* Wait for the asynchronous save in flight: its status, the same on every
+ * rank (PT_OK when none). pt_trainer_run waits at its end, and
+ * pt_trainer_free waits too (a failure is then only logged). */
+pt_status pt_trainer_save_wait(pt_trainer *t);
 /* Load checkpoint.dir/latest (model, optimizer, step, data position, and
  * this rank's rank<r>.safetensors when the layout is the saved one).
  * Collective under data parallelism: when any rank fails, every rank

@@ -115,3 +115,9 @@ void pt_stack_stats(pt_stack *s, pt_sync_stats *out) {
     for (int i = 0; i < s->n; i++)
         if (s->at[i].ops->stats) s->at[i].ops->stats(s->at[i].self, out);
 }
+
+pt_status pt_stack_state(pt_stack *s, pt_state_visit *v) {
+    for (int i = 0; i < s->n; i++)
+        if (s->at[i].ops->state) PT_CHECK(s->at[i].ops->state(s->at[i].self, v));
+    return PT_OK;
+}

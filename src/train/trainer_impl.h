@@ -55,7 +55,15 @@ struct pt_trainer {
     int rank, nranks;      /* in the world */
     pt_trace *trace;
     uint64_t trace_t0;
+    struct pt_ckpt_async *ckpt_async; /* checkpoint.async: the writer thread (ckpt_async.c) */
+    uint64_t ckpt_written;            /* bytes this rank wrote in its last save */
 };
+
+/* checkpoint.async: the writers' lane (a split of the world, collective)
+ * and the writer; nothing otherwise (trainer_ckpt.c). */
+pt_status pt_trainer_ckpt_open(pt_trainer *t);
+/* Wait for the save in flight and free the writer (pt_ckpt_async_free). */
+void pt_trainer_ckpt_close(pt_trainer *t);
 
 /* Full tensors on the model-parallel group's rank 0 (full: laid out like
  * the whole tp = 1 model's flat buffer) from every member's buffer local

@@ -344,11 +344,11 @@ pt_status pt_trainer_run(pt_trainer *t) {
         }
     }
     if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, t_start), done);
-    if (c->checkpoint.dir[0] && last_save != t->step) {
-        PT_CHECK_GOTO(st, pt_trainer_save(t), done);
-        if (t->rank == 0)
-            fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
-    }
+    if (c->checkpoint.dir[0] && last_save != t->step) PT_CHECK_GOTO(st, pt_trainer_save(t), done);
+    /* the run's end waits for the last save (checkpoint.async) */
+    PT_CHECK_GOTO(st, pt_trainer_save_wait(t), done);
+    if (c->checkpoint.dir[0] && t->rank == 0)
+        fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
     if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
 done:

@@ -5,10 +5,11 @@
  * The oracle is the straight run: every step's loss, and every rank's
  * parameters and AdamW moments (dumped by each rank, compared with memcmp)
  * one step before the end, where local_sgd's ranks differ, and at the end.
- * Also the resumes that cannot continue exactly: another dp or mode (rank
- * 0's model, pipeline restarted), a checkpoint without per-rank state, and
- * damaged, missing or swapped rank files (one line naming the file, every
- * rank fails).
+ * Also the resumes that cannot continue exactly: another dp or mode
+ * (refused in one line before step 1; with checkpoint.drop_rank_state,
+ * dp index 0's model with the pipeline restarted), a checkpoint without
+ * per-rank state, and damaged, missing, swapped or stale rank-state files
+ * (one line naming the file, every rank fails).
  *
  * Tiny model (2 blocks, C 32, T 16, V 256 on a text file), 12 steps. */
 #include <cjson/cJSON.h>
@@ -217,7 +218,7 @@ static void expect_bad(const job *base, int save, const char *dir, const char *w
     snprintf(b.cfg.checkpoint.dir, sizeof b.cfg.checkpoint.dir, "%s", dir);
     int code = -1;
     pt_comm_options o = {"shm", 20};
-    CHECK_OK(pt_launch(2, rank_bad_resume, &b, &o, &code));
+    CHECK_OK(pt_launch(job_world(base), rank_bad_resume, &b, &o, &code));
     CHECK_EQ(code, 0);
 }
 
@@ -228,25 +229,36 @@ static void test_resume_fallback_and_errors(void) {
     mode_config(&j, dga, 2); /* its checkpoint at SAVE_AT is left by test_resume_bitwise */
     char src[PT_CONFIG_STR_MAX];
     snprintf(src, sizeof src, "%s", j.cfg.checkpoint.dir);
-    CHECK_OK(run_dp(&j, &straight)); /* rewrites step 12 only */
+    CHECK_OK(run_dp(&j, &straight)); /* saves nothing (no stop_at) */
 
-    /* another dp: rank 0's model continues under one worker, and under
-     * four ranks with the pipeline restarted */
+    /* another dp: one worker has no per-rank state and continues from dp
+     * index 0's model; four ranks cannot use two ranks' own state: refused
+     * before step 1 in one line naming it, and with
+     * checkpoint.drop_rank_state they restart it */
     for (int dp = 1; dp <= 4; dp += 3) {
         mode_config(&j, dga, dp);
         copy_dir(src, tmp_path("other-dp"));
         snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("other-dp"));
+        if (dp == 4) {
+            expect_bad(&j, 0, j.cfg.checkpoint.dir, "does not carry over to this run's dp4 stale",
+                       "step_00000006 holds the per-rank state of dp2 stale dga k=1");
+            j.cfg.checkpoint.drop_rank_state = 1;
+        }
         j.resume = 1;
         CHECK_OK(run_dp(&j, &r));
         CHECK_EQ(r.nsteps, N_STEPS);
         result_free(&r);
     }
 
-    /* another stale kind at the same dp: the pipeline restarts, so delayed
-     * applies nothing in the first step after the resume */
+    /* another stale kind at the same dp: refused, or (dropped) the
+     * pipeline restarts, so delayed applies nothing in the first step
+     * after the resume */
     mode_config(&j, &modes[2], 2);
     copy_dir(src, tmp_path("other-mode"));
     snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path("other-mode"));
+    expect_bad(&j, 0, j.cfg.checkpoint.dir, "does not carry over to this run's dp2 stale delayed",
+               "checkpoint.drop_rank_state");
+    j.cfg.checkpoint.drop_rank_state = 1;
     j.resume = 1;
     CHECK_OK(run_dp(&j, &r));
     CHECK(r.applied[SAVE_AT] == 0 && r.applied[SAVE_AT + 1] == 1);
@@ -266,17 +278,29 @@ static void test_resume_fallback_and_errors(void) {
     printf("  dga checkpoint without rank files: resumes, final params differ by %.2e\n", d);
     result_free(&r);
 
-    /* damaged, missing or swapped rank files: every rank fails with the line
-     * naming the file */
+    /* damaged, missing or swapped rank-state files: every rank fails with
+     * the line naming the file (dp index 1's own state, then the rounds'
+     * sums every rank reads) */
     mode_config(&j, dga, 2);
     copy_dir(src, tmp_path("bad"));
-    const char *f1 = tmp_path("bad/step_00000006/rank1.safetensors");
+    const char *f1 = tmp_path("bad/step_00000006/replica1.safetensors");
     CHECK(truncate(f1, 200) == 0);
-    expect_bad(&j, 0, tmp_path("bad"), "truncated", "rank1.safetensors");
+    expect_bad(&j, 0, tmp_path("bad"), "truncated", "replica1.safetensors");
     CHECK(remove(f1) == 0);
-    expect_bad(&j, 0, tmp_path("bad"), "No such file", "rank1.safetensors");
-    copy_dir(tmp_path("bad/step_00000006/rank0.safetensors"), f1);
-    expect_bad(&j, 0, tmp_path("bad"), "metadata rank is 0, expected 1", "rank1.safetensors");
+    expect_bad(&j, 0, tmp_path("bad"), "No such file", "replica1.safetensors");
+    copy_dir(tmp_path("bad/step_00000006/replica0.safetensors"), f1);
+    expect_bad(&j, 0, tmp_path("bad"), "metadata file is replica0, expected replica1",
+               "replica1.safetensors");
+    copy_dir(src, tmp_path("bad"));
+    job early; /* the same run saved at step 4 */
+    mode_config(&early, dga, 2);
+    snprintf(early.cfg.checkpoint.dir, sizeof early.cfg.checkpoint.dir, "%s", tmp_path("early"));
+    early.stop_at = 4;
+    CHECK_OK(run_dp(&early, &r));
+    result_free(&r);
+    copy_dir(tmp_path("early/step_00000004/sync.safetensors"),
+             tmp_path("bad/step_00000006/sync.safetensors"));
+    expect_bad(&j, 0, tmp_path("bad"), "metadata step is 4, expected 6", "sync.safetensors");
 
     /* a checkpoint.dir under a file: every rank fails before step 1 with
      * rank 0's line */

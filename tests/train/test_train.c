@@ -197,13 +197,11 @@ static void test_config(void) {
     CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
     CHECK_OK(pt_config_set(&c, "parallel.sync=local_sgd"));
     CHECK_OK(pt_config_validate(&c));
-    /* the asynchronous modes under a pipeline: no checkpoints yet */
+    /* the asynchronous modes under a pipeline checkpoint too (their
+     * per-rank state in full-tensor terms) */
     CHECK_OK(pt_config_set(&c, "train.batch_size=8"));
     CHECK_OK(pt_config_set(&c, "parallel.dp=2"));
     CHECK_OK(pt_config_set(&c, "checkpoint.dir=/tmp/x"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("checkpoint.dir") &&
-          msg_has("parallel.sync = local_sgd"));
-    CHECK_OK(pt_config_set(&c, "parallel.dp=1")); /* nothing asynchronous at dp 1 */
     CHECK_OK(pt_config_validate(&c));
     pt_config_defaults(&c);
     c.train.batch_size = 6;
