@@ -20,6 +20,7 @@
 #include "ckpt_impl.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,8 @@ pt_comm *pt_ckpt_async_comm(pt_ckpt_async *a) {
 static void *writer(void *arg) {
     pt_ckpt_async *a = arg;
     pt_error_clear();
+    if (a->job.entry != PT_OK) /* the step's failure, in this thread's words */
+        pt_error_set(a->job.entry, "%s", a->msg);
     a->st = pt_ckpt_write(&a->job);
     snprintf(a->msg, sizeof a->msg, "%s", a->st == PT_OK ? "" : pt_error_message());
     a->shared = a->st != PT_OK && pt_error_is_shared();
@@ -69,6 +72,7 @@ pt_status pt_ckpt_async_start(pt_ckpt_async *a, const pt_ckpt_write_job *j,
     a->job_free = job_free;
     a->job_arg = job_arg;
     a->st = PT_OK;
+    snprintf(a->msg, sizeof a->msg, "%s", j->entry != PT_OK ? pt_error_message() : "");
     if (pthread_create(&a->thread, NULL, writer, a) != 0) {
         if (job_free) job_free(job_arg);
         return pt_error_set(PT_ERR_NOMEM, "checkpoint.async: cannot start the writer thread");

@@ -23,13 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The tables below are small (a region per module and tensor set at
- * most) but counted, PT_MEM_SCRATCH, so that a test's failing allocation
- * reaches a save. */
+/* The tables below are metadata (a region per module and tensor set at
+ * most, a few KiB) on the C heap, like the header text: a synchronous save
+ * allocates nothing the categories count, and the planner says so. */
 static void *grow(void *old, size_t old_bytes, size_t new_bytes) {
-    void *p = pt_mem_alloc(PT_MEM_SCRATCH, new_bytes);
+    void *p = malloc(new_bytes);
     if (p && old) memcpy(p, old, old_bytes);
-    if (p) pt_mem_free(old);
+    if (p) free(old);
     return p;
 }
 
@@ -43,7 +43,7 @@ pt_status pt_ckpt_set_init(pt_ckpt_set *c, const pt_model *local, const pt_model
     *c = (pt_ckpt_set){
         .local = local, .full = full, .tp = tp, .tp_rank = tp_rank, .per_replica = per_replica};
     int n = pt_model_num_tensors(local);
-    c->full_of = pt_mem_alloc(PT_MEM_SCRATCH, (size_t)(n ? n : 1) * sizeof *c->full_of);
+    c->full_of = malloc((size_t)(n ? n : 1) * sizeof *c->full_of);
     if (!c->full_of) return pt_error_set(PT_ERR_NOMEM, "checkpoint: tensor table");
     for (int k = 0; k < n; k++) {
         const pt_param_info *p = pt_model_tensor(local, k);
@@ -56,9 +56,9 @@ pt_status pt_ckpt_set_init(pt_ckpt_set *c, const pt_model *local, const pt_model
 }
 
 void pt_ckpt_set_deinit(pt_ckpt_set *c) {
-    pt_mem_free(c->full_of);
-    pt_mem_free(c->r);
-    pt_mem_free(c->s);
+    free(c->full_of);
+    free(c->r);
+    free(c->s);
     memset(c, 0, sizeof *c);
 }
 
