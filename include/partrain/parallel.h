@@ -576,8 +576,10 @@ void pt_ddp_take_stats(pt_ddp *d, pt_sync_stats *out);
  *                s + k (the first k steps apply nothing), or with dga the
  *                correction of delayed gradient averaging (the local
  *                gradient corrected by the average of k steps ago).
- * *handle (may be NULL) is lent for checkpoints: the stale rounds in
- * flight and dga's local gradients are per-rank state. */
+ * *handle (may be NULL) is lent (the buckets, for the trainer's log). Its
+ * checkpoint state (the state slot): the rounds in flight, each one's
+ * all-reduced sum (alike on every rank) and dga's local gradient of it
+ * (each rank's own), and the step its pipeline started at. */
 typedef struct pt_dp_sync pt_dp_sync;
 typedef struct {
     size_t bucket_bytes;
@@ -589,12 +591,6 @@ typedef struct {
 pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
                               const pt_dp_sync_options *o, pt_trace *trace);
 pt_ddp *pt_dp_sync_ddp(pt_dp_sync *s);
-/* dga: this rank's own gradient of the step in slot `slot` (NULL without dga). */
-float *pt_dp_sync_dga_local(pt_dp_sync *s, int slot);
-/* The step the stale pipeline (re)started at (0, or a resume that could
- * not continue it): step s's round is applied at s + k when s >= it. */
-int pt_dp_sync_start(const pt_dp_sync *s);
-void pt_dp_sync_set_start(pt_dp_sync *s, int step);
 
 /* ---- sharded data parallel (ZeRO stages 1, 2, 3 / FSDP; HSDP) ------------------------
  * Sharding unit: each MODULE's region of the flat buffers is split over the
@@ -686,8 +682,9 @@ pt_status pt_zero_gather_params(pt_zero *z, float *full);
 pt_status pt_zero_state(pt_zero *z, pt_state_visit *v);
 /* ZeRO as a stack entry "zero" over the dp group (zero_strategy.c): its
  * points gather, release and reduce-scatter; its update is the sharded
- * optimizer step (in place of the optimizer entry). *handle (may be NULL)
- * is lent for checkpoints. */
+ * optimizer step (in place of the optimizer entry); its state slot is
+ * pt_zero_state's. *handle (may be NULL) is lent (the test seam's gather
+ * of the parameters). */
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,
                            const pt_zero_options *o, const pt_adamw_hparams *hp, pt_trace *trace);
 /* Bytes of AdamW state this rank holds. */
@@ -761,7 +758,9 @@ pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params);
 /* Local SGD as a stack entry "local_sgd" over the dp group, after the
  * optimizer entry: each rank weighs its loss by its own tokens and steps on
  * its own; every sync_every steps (and at the last) the parameters are
- * averaged. *handle (may be NULL) is lent for checkpoints. */
+ * averaged. Its checkpoint state (the state slot): the outer anchor and
+ * momentum (nesterov), alike on every rank. *handle (may be NULL) is
+ * lent. */
 typedef struct {
     int sync_every;
     int nesterov;
@@ -769,10 +768,6 @@ typedef struct {
 } pt_local_sgd_options;
 pt_status pt_local_sgd_strategy(pt_strategy *out, pt_local_sgd **handle, pt_model *m, pt_comm *dp,
                                 const pt_local_sgd_options *o, pt_trace *trace);
-/* Outer state (lent) for checkpoints: anchor and momentum, n floats each
- * (NULL without nesterov); a checkpoint saves and reloads them in place. */
-float *pt_local_sgd_anchor(pt_local_sgd *l);
-float *pt_local_sgd_momentum(pt_local_sgd *l);
 
 #ifdef __cplusplus
 }

@@ -115,6 +115,11 @@ static void sync_stats(void *self, pt_sync_stats *out) {
     out->end_ns = d.end_ns;
 }
 
+/* dga: this rank's own gradient of the step in slot `slot`. */
+static float *dga_local(pt_dp_sync *s, int slot) {
+    return s->dga_local + (size_t)slot * pt_model_num_params(s->m);
+}
+
 /* stale's checkpoint state: the rounds in flight, steps [first, step)
  * (0-based), first = max(step - k, start): each one's all-reduced sum,
  * alike on every rank, and under dga this rank's own gradient of it.
@@ -140,7 +145,7 @@ static pt_status stale_state(void *self, pt_state_visit *v) {
         PT_CHECK(v->region(v, &r));
         if (!s->dga) continue;
         snprintf(name, sizeof name, "stale.step_%ld.local", st);
-        r = (pt_state_region){name, s->dp_rank, 0, n, pt_dp_sync_dga_local(s, slot), 0, 1};
+        r = (pt_state_region){name, s->dp_rank, 0, n, dga_local(s, slot), 0, 1};
         PT_CHECK(v->region(v, &r));
     }
     return PT_OK;
@@ -204,16 +209,4 @@ pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m
 
 pt_ddp *pt_dp_sync_ddp(pt_dp_sync *s) {
     return s->ddp;
-}
-
-float *pt_dp_sync_dga_local(pt_dp_sync *s, int slot) {
-    return s->dga_local ? s->dga_local + (size_t)slot * pt_model_num_params(s->m) : NULL;
-}
-
-int pt_dp_sync_start(const pt_dp_sync *s) {
-    return s->start;
-}
-
-void pt_dp_sync_set_start(pt_dp_sync *s, int step) {
-    s->start = step;
 }

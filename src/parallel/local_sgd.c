@@ -50,13 +50,6 @@ void pt_local_sgd_free(pt_local_sgd *l) {
     free(l);
 }
 
-float *pt_local_sgd_anchor(pt_local_sgd *l) {
-    return l->anchor;
-}
-float *pt_local_sgd_momentum(pt_local_sgd *l) {
-    return l->u;
-}
-
 pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params) {
     PT_CHECK(pt_comm_allreduce(c, params, l->n, PT_REDUCE_AVG));
     if (!l->nesterov) return PT_OK;

@@ -149,7 +149,7 @@ static pt_status local_entry(pt_trainer *t, pt_strategy *out) {
     if (!t->dp || t->mode != MODE_LOCAL) return PT_OK;
     pt_local_sgd_options o = {c->parallel.sync_every, !strcmp(c->parallel.outer, "nesterov"),
                               (float)c->parallel.outer_lr, (float)c->parallel.outer_momentum};
-    return pt_local_sgd_strategy(out, &t->lsgd, t->model, t->dp, &o, t->trace);
+    return pt_local_sgd_strategy(out, NULL, t->model, t->dp, &o, t->trace);
 }
 
 static pt_status tied_entry(pt_trainer *t, pt_strategy *out) {
