@@ -421,7 +421,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         stage_info s;
         err = pt_plan_stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k);
         if (err != PT_OK) break;
-        zs[r] = (double)pt_model_num_params(s.m);
+        if (!gpu) zs[r] = (double)pt_model_num_params(s.m);
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so: pt_comm_shard gives the
