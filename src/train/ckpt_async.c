@@ -71,23 +71,25 @@ pt_status pt_ckpt_async_start(pt_ckpt_async *a, const pt_ckpt_write_job *j,
     a->job.comm = a->comm;
     a->job_free = job_free;
     a->job_arg = job_arg;
-    a->st = PT_OK;
     snprintf(a->msg, sizeof a->msg, "%s", j->entry != PT_OK ? pt_error_message() : "");
     if (pthread_create(&a->thread, NULL, writer, a) != 0) {
-        if (job_free) job_free(job_arg);
-        return pt_error_set(PT_ERR_NOMEM, "checkpoint.async: cannot start the writer thread");
+        /* the other ranks' writers wait for this rank's: it saves here */
+        PT_WARN("checkpoint.async: no writer thread; saving step %d in the step", j->step);
+        writer(a);
+        return pt_ckpt_async_wait(a);
     }
     a->running = 1;
     return PT_OK;
 }
 
 pt_status pt_ckpt_async_wait(pt_ckpt_async *a) {
-    if (!a || !a->running) return PT_OK;
-    pthread_join(a->thread, NULL);
+    if (!a) return PT_OK;
+    if (a->running) pthread_join(a->thread, NULL);
     a->running = 0;
     if (a->st == PT_OK) return PT_OK;
     pt_status st = pt_error_set(a->st, "%s", a->msg);
     if (a->shared) pt_error_mark_shared();
+    a->st = PT_OK; /* reported once */
     return st;
 }
 
