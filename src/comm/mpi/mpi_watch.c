@@ -141,7 +141,7 @@ pt_status pt_mpi_wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
             if (pt_mpi_hb.on && who >= 0) {
                 char reason[HB_REASON];
                 pt_mpi_stall_reason(reason, who, pt_time_ns(), c->timeout_s);
-                pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason);
+                pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason, 0);
                 return pt_mpi_verdict_error(c, op);
             }
             if (peer >= 0)
@@ -253,6 +253,8 @@ void pt_mpi_watch_end(int i) {
 static _Noreturn void watch_end_job(void) {
     fflush(stdout);
     fflush(stderr);
+    comm_flight_dump(pt_mpi_hb_has_verdict() ? pt_mpi_hb.reason
+                                             : "a blocking collective timed out");
     pt_mpi_g.failed = 1;
     pt_mpi_hb.final_sent = 1; /* no more rounds: this is the last message */
     pt_mpi_hb_send_verdict();
@@ -283,7 +285,7 @@ static int watch_slot_check(watch_slot *w, uint64_t now) {
     char reason[HB_REASON];
     if (who >= 0) {
         pt_mpi_stall_reason(reason, who, now, c->timeout_s);
-        pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason);
+        pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason, 0);
     } else {
         fprintf(stderr,
                 "partrain: mpi %s of %zu bytes timed out after %.1f s on rank %d of %d (a rank "
