@@ -16,6 +16,7 @@ int pt_cli_sample(int argc, char **argv);
 int pt_cli_bench(int argc, char **argv);
 int pt_cli_plan(int argc, char **argv);
 int pt_cli_calibrate(int argc, char **argv);
+int pt_cli_flight(int argc, char **argv);
 
 /* ---- shared helpers (cli_common.c) ---- */
 

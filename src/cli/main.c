@@ -24,6 +24,7 @@ static const struct {
     {"plan", pt_cli_plan,
      "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
     {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
+    {"flight", pt_cli_flight, "the first mismatch in a dead job's flight recorder dumps (DIR)"},
 };
 
 static void usage(FILE *f) {

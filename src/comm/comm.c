@@ -235,7 +235,10 @@ static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int ar
     }
     comm_drain(c, comm_drain_mask(c, op));
     pt_status st = comm_run_op(c, op, buf, n, arg, tag, k);
-    comm_fault_after();
+    if (st == PT_OK)
+        comm_fault_after();
+    else
+        comm_fault_drop_for(NULL); /* the job failed before the held one's turn */
     return st;
 }
 
@@ -399,8 +402,8 @@ pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out) {
 
 void pt_comm_free(pt_comm *c) {
     if (!c) return;
-    comm_fault_release_for(c, NULL); /* a held operation of c runs (or fails) first */
-    comm_lanes_deinit(c);            /* waits for the queued operations */
+    comm_fault_drop_for(c); /* a held operation of c never runs */
+    comm_lanes_deinit(c);   /* waits for the queued operations */
     comm_flight_deinit(c);
     c->be->free(c->ctx);
     pthread_cond_destroy(&c->idle);

@@ -145,3 +145,8 @@ void comm_fault_release_for(pt_comm *c, pt_comm_req *req) {
     pt_comm_req *r = take(c, req);
     if (r) comm_release(r);
 }
+
+void comm_fault_drop_for(pt_comm *c) {
+    pt_comm_req *r = take(c, NULL);
+    if (r) comm_drop(r);
+}

@@ -19,6 +19,7 @@
 #include "communicator_impl.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,18 +31,19 @@ static struct {
     char path[1024]; /* "" none */
     int world_rank, world_size;
     atomic_int dumped;
-    void (*on_term)(void); /* the backend's word at SIGTERM */
+    pthread_mutex_t dump_mu;     /* a dump in progress: the process waits for it to end */
+    int (*on_term)(int at_term); /* the backend's say before a dump; 0: no dump */
     int installed;
     int pipe[2];
     pthread_t thread;
     struct sigaction old;
-} fd = {.world_rank = -1};
+} fd = {.world_rank = -1, .dump_mu = PTHREAD_MUTEX_INITIALIZER};
 
 int comm_flight_world_rank(void) {
     return fd.world_rank;
 }
 
-void comm_flight_on_term(void (*fn)(void)) {
+void comm_flight_on_term(int (*fn)(int at_term)) {
     fd.on_term = fn;
 }
 
@@ -155,8 +157,31 @@ static void file_name(char *out, size_t len) {
     }
 }
 
+static void dump_now(const char *reason);
+
+/* One dump per process, and none cut short: a second caller (SIGTERM's
+ * thread and a failed operation at once, seen under mpirun: the main
+ * thread exited the process halfway through the other's dump) waits for
+ * the first to end, and so does exit (atexit). */
 void comm_flight_dump(const char *reason) {
-    if (!fd.path[0] || atomic_exchange(&fd.dumped, 1)) return;
+    if (!fd.path[0] || atomic_load(&fd.dumped)) {
+        if (fd.path[0]) { /* wait for one in progress */
+            pthread_mutex_lock(&fd.dump_mu);
+            pthread_mutex_unlock(&fd.dump_mu);
+        }
+        return;
+    }
+    if (fd.on_term && !fd.on_term(0)) return; /* a stopped rank, thawed: no survivor */
+    pthread_mutex_lock(&fd.dump_mu);
+    if (atomic_exchange(&fd.dumped, 1)) {
+        pthread_mutex_unlock(&fd.dump_mu);
+        return;
+    }
+    dump_now(reason);
+    pthread_mutex_unlock(&fd.dump_mu);
+}
+
+static void dump_now(const char *reason) {
     char path[1200], analysis[1024] = "";
     file_name(path, sizeof path);
     any_comm a = {NULL};
@@ -207,10 +232,16 @@ static void *term_main(void *arg) {
     char b = 0;
     while (read(fd.pipe[0], &b, 1) < 0 && errno == EINTR) {
     }
-    if (fd.on_term) fd.on_term();
-    comm_flight_dump("SIGTERM: the job was stopped from outside (a rank died, or the launcher "
-                     "ended the job)");
+    if (!fd.on_term || fd.on_term(1))
+        comm_flight_dump("SIGTERM: the job was stopped from outside (a rank died, or the launcher "
+                         "ended the job)");
     fflush(NULL);
+    /* Not at once: under mpirun a rank that dies of it right away makes
+     * the daemon SIGKILL the others at once, some halfway through their
+     * own dump (seen: 1 dump of 3 lost in 3 runs). Its SIGKILL comes a
+     * second after the SIGTERM anyway. */
+    struct timespec pause = {0, 300000000};
+    nanosleep(&pause, NULL);
     sigaction(SIGTERM, &fd.old, NULL);
     if (fd.old.sa_handler == SIG_IGN) return NULL;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
@@ -227,6 +258,12 @@ static void term_after_fork(void) {
     close(fd.pipe[0]);
     close(fd.pipe[1]);
     fd.installed = 0;
+}
+
+/* exit waits for a dump in progress (another thread's). */
+static void dump_wait(void) {
+    pthread_mutex_lock(&fd.dump_mu);
+    pthread_mutex_unlock(&fd.dump_mu);
 }
 
 static void term_install(void) {
@@ -252,8 +289,10 @@ static void term_install(void) {
 }
 
 void comm_flight_configure(const char *path, int world_rank, int world_size) {
+    static int atexit_set;
     if (world_rank >= 0) fd.world_rank = world_rank, fd.world_size = world_size;
     if (path) snprintf(fd.path, sizeof fd.path, "%s", path);
+    if (fd.path[0] && !atexit_set) atexit_set = atexit(dump_wait) == 0;
     if (fd.path[0] || (fd.on_term && fd.world_size > 1)) term_install();
 }
 

@@ -84,8 +84,27 @@ static int gather(pt_flight_get get, void *arg, int nranks, cand *c) {
     return nc;
 }
 
-/* "rank 5 last completed tp group 0 allreduce #9921, waits in aux allreduce #12" */
-static void whereabouts(pt_flight_get get, void *arg, int w, char *out, size_t len, size_t *k) {
+/* The members of collective (id, seq) that never entered it, as
+ * "ranks 2, 3" into out; how many. */
+static int missing(pt_flight_get get, void *arg, int nranks, uint64_t id, uint64_t seq, char *out,
+                   size_t len) {
+    int n = 0;
+    size_t k = 0;
+    out[0] = '\0';
+    for (int w = 0; w < nranks; w++) {
+        pt_flight_snap s = {0};
+        if (!find_slot(get, arg, w, id, &s) || s.started >= seq) continue;
+        if (n < 16) put(out, len, &k, "%s%d", n ? ", " : "", w);
+        n++;
+    }
+    if (n > 16) put(out, len, &k, ", ... (%d ranks)", n);
+    return n;
+}
+
+/* "; rank 5 last completed tp group 0 allreduce #9921, then entered aux
+ * allreduce #12, where rank 7 never arrived" */
+static void whereabouts(pt_flight_get get, void *arg, int nranks, int w, char *out, size_t len,
+                        size_t *k) {
     const pt_flight_table *t = get(arg, w);
     pt_flight_snap last = {0}, wait = {0}, s;
     int have_last = 0, wait_p2p = 0, have_wait = 0;
@@ -110,13 +129,17 @@ static void whereabouts(pt_flight_get get, void *arg, int w, char *out, size_t l
     }
     if (!have_wait) return;
     snap_name(&wait, name, sizeof name);
-    if (wait_p2p)
+    if (wait_p2p) {
         put(out, len, k, ", then entered %s %s #%llu %s rank %d", name,
             pt_flight_op_name(wait.p2p_op), (unsigned long long)wait.p2p_seq,
             wait.p2p_op == PT_OP_SEND ? "to" : "from", wait.p2p_peer);
-    else
-        put(out, len, k, ", then entered %s %s #%llu", name, pt_flight_op_name(wait.cur_op),
-            (unsigned long long)wait.started);
+        return;
+    }
+    put(out, len, k, ", then entered %s %s #%llu", name, pt_flight_op_name(wait.cur_op),
+        (unsigned long long)wait.started);
+    char who[160];
+    int n = missing(get, arg, nranks, wait.id, wait.started, who, sizeof who);
+    if (n) put(out, len, k, ", where rank%s %s never arrived", n > 1 ? "s" : "", who);
 }
 
 /* World rank w's point-to-point in flight (1), into *s. */
@@ -148,21 +171,39 @@ static int describe_p2p(pt_flight_get get, void *arg, int nranks, char *out, siz
             put(out, len, &k, ", which waits for rank %d", n.p2p_peer);
             end = n.p2p_peer;
         }
-        if (end >= 0 && end < nranks) whereabouts(get, arg, end, out, len, &k);
+        if (end >= 0 && end < nranks) whereabouts(get, arg, nranks, end, out, len, &k);
         return 1;
     }
     return 0;
+}
+
+/* The collective most ranks wait in (the earliest begun of equals); -1:
+ * none in flight. */
+static int best_of(const cand *c, int nc) {
+    int best = -1;
+    for (int j = 0; j < nc; j++)
+        if (best < 0 || c[j].waiters > c[best].waiters ||
+            (c[j].waiters == c[best].waiters && c[j].t < c[best].t))
+            best = j;
+    return best;
+}
+
+int pt_flight_culprit(pt_flight_get get, void *arg, int nranks) {
+    cand c[MAX_CAND];
+    int nc = gather(get, arg, nranks, c), best = best_of(c, nc);
+    if (best < 0) return -1;
+    for (int w = 0; w < nranks; w++) {
+        pt_flight_snap s = {0};
+        if (find_slot(get, arg, w, c[best].id, &s) && s.started < c[best].seq) return w;
+    }
+    return -1;
 }
 
 int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, char *out,
                        size_t len) {
     out[0] = '\0';
     cand c[MAX_CAND];
-    int nc = gather(get, arg, nranks, c), best = -1;
-    for (int j = 0; j < nc; j++)
-        if (best < 0 || c[j].waiters > c[best].waiters ||
-            (c[j].waiters == c[best].waiters && c[j].t < c[best].t))
-            best = j;
+    int nc = gather(get, arg, nranks, c), best = best_of(c, nc);
     if (best < 0) return describe_p2p(get, arg, nranks, out, len);
     const cand *b = &c[best];
     char name[64], bytes[32];
@@ -192,7 +233,8 @@ int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, ch
         for (int i = 0; i < nlag && i < 16; i++) put(out, len, &k, "%s%d", i ? ", " : "", lag[i]);
         if (nlag > 16) put(out, len, &k, ", ... (%d ranks)", nlag);
         put(out, len, &k, " never arrived");
-        for (int i = 0; i < nlag && i < MAX_LAG; i++) whereabouts(get, arg, lag[i], out, len, &k);
+        for (int i = 0; i < nlag && i < MAX_LAG; i++)
+            whereabouts(get, arg, nranks, lag[i], out, len, &k);
     } else if (odd >= 0) {
         pt_flight_bytes(odd_s.cur_bytes, bytes, sizeof bytes);
         put(out, len, &k, ": operations out of order: rank %d's #%llu is %s (%s)", odd,

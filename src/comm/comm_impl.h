@@ -81,9 +81,11 @@ typedef struct pt_comm_backend {
     /* Optional (NULL: the caller's own error only). Make `reason` (about
      * world rank culprit) the job's verdict, unless a fault was decided
      * first, so that every rank stops with one line naming the culprit;
-     * returns this rank's error (the job's verdict). The core's own
-     * findings (comm.check_order) use it. */
-    pt_status (*verdict)(void *ctx, int culprit, pt_status st, const char *reason);
+     * returns this rank's error (the job's verdict). noticer: the world
+     * rank that says it (every member of a group may decide alike at once:
+     * one of them speaks). The core's own findings (comm.check_order) use
+     * it. */
+    pt_status (*verdict)(void *ctx, int culprit, int noticer, pt_status st, const char *reason);
 
     /* 1: recv may run on a context while another thread runs send or a
      * collective on it (shm: separate rings per direction). The wrappers

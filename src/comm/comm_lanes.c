@@ -212,16 +212,9 @@ pt_status comm_enqueue_held(pt_comm *c, pt_comm_op op, void *buf, size_t n, int 
     return PT_OK;
 }
 
-void comm_release(pt_comm_req *r) {
-    pt_comm *c = r->c;
-    pthread_mutex_lock(&c->mu);
-    int was = r->held;
-    r->held = 0;
-    pt_status st = was ? req_queue(r) : PT_OK;
-    pthread_mutex_unlock(&c->mu);
-    if (st == PT_OK) return;
-    /* no lane: the operation fails, as it would have on one */
-    snprintf(r->msg, sizeof r->msg, "%s", pt_error_message());
+/* r completes with st and msg without running. */
+static void req_fail(pt_comm_req *r, pt_status st, const char *msg) {
+    snprintf(r->msg, sizeof r->msg, "%s", msg);
     r->st = st;
     if (r->detached) {
         req_put(r);
@@ -231,6 +224,24 @@ void comm_release(pt_comm_req *r) {
     r->state = REQ_DONE;
     pthread_cond_broadcast(&req_done);
     pthread_mutex_unlock(&req_mu);
+}
+
+void comm_release(pt_comm_req *r) {
+    pt_comm *c = r->c;
+    pthread_mutex_lock(&c->mu);
+    int was = r->held;
+    r->held = 0;
+    pt_status st = was ? req_queue(r) : PT_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (st != PT_OK) req_fail(r, st, pt_error_message()); /* no lane: as it would on one */
+}
+
+void comm_drop(pt_comm_req *r) {
+    r->held = 0;
+    char msg[128]; /* the caller's last error stays: this is teardown */
+    snprintf(msg, sizeof msg, "%s: its communicator was freed while PT_FAULT held it",
+             pt_comm_op_name(r->op));
+    req_fail(r, PT_ERR_COMM, msg);
 }
 
 pt_status comm_req_done(pt_comm *c, pt_comm_op op, pt_comm_req **req) {

@@ -1,6 +1,7 @@
 /* comm.check_order (pt_comm_options.check_order): a debug mode in which,
  * before every collective (split included), the members of the group
- * exchange what they are about to run, (op, bytes, root, #N, world rank),
+ * exchange what they are about to run, (op, bytes, root, #N, world rank,
+ * how many collectives they ran on it before),
  * with one small all-gather through the backend, and stop the job at the
  * first mismatch, naming both ranks and both operations:
  *
@@ -26,12 +27,20 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { O_OP, O_WR, O_SEQ = O_WR + 2, O_BYTES = O_SEQ + 4, O_ARG = O_BYTES + 4, O_END };
+enum {
+    O_OP,
+    O_WR,
+    O_SEQ = O_WR + 2,
+    O_POS = O_SEQ + 4,
+    O_BYTES = O_POS + 4,
+    O_ARG = O_BYTES + 4,
+    O_END
+};
 _Static_assert(O_END <= ORDER_FLOATS, "check_order record");
 
 typedef struct {
     int op, wrank, arg;
-    uint64_t seq, bytes;
+    uint64_t seq, pos, bytes; /* pos: the collectives this rank ran on c, this one included */
 } order_rec;
 
 static void put16(float *f, uint64_t v, int pieces) {
@@ -49,6 +58,7 @@ static order_rec decode(const float *f) {
     r.op = (int)get16(f + O_OP, 1);
     r.wrank = (int)get16(f + O_WR, 2);
     r.seq = get16(f + O_SEQ, 4);
+    r.pos = get16(f + O_POS, 4);
     r.bytes = get16(f + O_BYTES, 4);
     r.arg = (int)get16(f + O_ARG, 1) - 1;
     return r;
@@ -78,6 +88,7 @@ pt_status comm_order_check(pt_comm *c, uint64_t k, int op, uint64_t bytes, int a
     put16(mine + O_OP, (uint64_t)op, 1);
     put16(mine + O_WR, (uint64_t)comm_flight_world_rank(), 2);
     put16(mine + O_SEQ, comm_flight_seq(c, k, NULL, NULL), 4);
+    put16(mine + O_POS, ++c->fl.ran, 4);
     put16(mine + O_BYTES, bytes, 4);
     put16(mine + O_ARG, (uint64_t)(arg + 1), 1);
     size_t count = (size_t)n * ORDER_FLOATS; /* shards of ORDER_FLOATS each */
@@ -85,10 +96,18 @@ pt_status comm_order_check(pt_comm *c, uint64_t k, int op, uint64_t bytes, int a
     pt_status st = be->allgather ? be->allgather(c->ctx, buf, count)
                                  : pt_comm_generic_allgather(be, c->ctx, c->rank, n, buf, count);
     if (st != PT_OK) return st;
-    /* the expected record: the most common one (the lowest member's of equals) */
-    int ref = 0, ref_n = 0, odd = -1;
+    /* The expected record: the most common one (the lowest member's of
+     * equals) among the members that run their operations in the order
+     * they issued them (#N is their N-th here); a rank that runs #6 as its
+     * 5th (a swap) is the odd one, even in a group of two. */
+    int ref = 0, ref_n = 0, odd = -1, in_order = 0;
     for (int m = 0; m < n; m++) {
         order_rec a = decode(buf + (size_t)m * ORDER_FLOATS);
+        in_order += a.seq == a.pos;
+    }
+    for (int m = 0; m < n; m++) {
+        order_rec a = decode(buf + (size_t)m * ORDER_FLOATS);
+        if (in_order && a.seq != a.pos) continue;
         int cnt = 0;
         for (int j = 0; j < n; j++) {
             order_rec b = decode(buf + (size_t)j * ORDER_FLOATS);
@@ -111,6 +130,11 @@ pt_status comm_order_check(pt_comm *c, uint64_t k, int op, uint64_t bytes, int a
              "rank %d issued %s %s where rank %d issued %s: operations out of order "
              "(comm.check_order)",
              got.wrank, name, a, want.wrank, b);
-    if (c->be->verdict) return c->be->verdict(c->ctx, got.wrank, PT_ERR_COMM, reason);
+    int noticer = got.wrank; /* every member decides alike: the lowest one speaks */
+    for (int m = 0; m < n; m++) {
+        order_rec r = decode(buf + (size_t)m * ORDER_FLOATS);
+        if (r.wrank < noticer) noticer = r.wrank;
+    }
+    if (c->be->verdict) return c->be->verdict(c->ctx, got.wrank, noticer, PT_ERR_COMM, reason);
     return pt_error_set(PT_ERR_COMM, "%s", reason);
 }

@@ -57,6 +57,7 @@ typedef struct {
     _Atomic uint64_t issued;    /* operations issued (the ring's position) */
     _Atomic uint64_t coll, p2p; /* collectives and point-to-point operations issued */
     uint64_t splits;            /* communicators split from this one */
+    uint64_t ran;               /* collectives run (check_order's position) */
     pt_flight_slot *slot;       /* this communicator's slot in the rank's table; NULL: none */
     fl_rec ring[FL_RING];
     pt_comm *prev, *next; /* the process's live communicators (dumps) */
@@ -130,7 +131,7 @@ const pt_flight_table *comm_flight_own_table(void);
 /* ---- comm_order.c: comm.check_order ---- */
 
 /* Floats of check_order's exchange per member. */
-#define ORDER_FLOATS 12
+#define ORDER_FLOATS 16
 /* Before collective k of c: compare (group, op, bytes, #) across the
  * members; on a mismatch the job's verdict naming both ranks and both
  * operations. */
@@ -150,8 +151,11 @@ void comm_fault_hold(pt_comm_req *req);
  * held request issued before it. */
 void comm_fault_after(void);
 /* Release the held request if it is req or belongs to c (either may be
- * NULL): before a wait on it, or before c is freed. */
+ * NULL): before a wait on it. */
 void comm_fault_release_for(pt_comm *c, pt_comm_req *req);
+/* c is freed (NULL: the job failed): its (any) held request fails
+ * without running (it never ran, as the recorder says). */
+void comm_fault_drop_for(pt_comm *c);
 
 /* ---- comm_lanes.c ---- */
 
@@ -170,6 +174,8 @@ pt_status comm_enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, 
 pt_status comm_enqueue_held(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
                             uint64_t k, int detached, pt_comm_req **req);
 void comm_release(pt_comm_req *req);
+/* A held request completes with PT_ERR_COMM, never run. */
+void comm_drop(pt_comm_req *req);
 /* A request of op on c that is complete (PT_OK) already: an operation the
  * fault knob skipped. */
 pt_status comm_req_done(pt_comm *c, pt_comm_op op, pt_comm_req **req);

@@ -117,14 +117,22 @@ typedef const pt_flight_table *(*pt_flight_get)(void *arg, int w);
 int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, char *out,
                        size_t len);
 
+/* The first laggard of the operation pt_flight_describe would name: the
+ * lowest world rank that never entered the collective the most ranks wait
+ * in; -1 when none (nothing in flight, or every member arrived). */
+int pt_flight_culprit(pt_flight_get get, void *arg, int nranks);
+
 /* ---- dumps (comm_flight_dump.c) ---- */
 
 /* The process's world (the registry, at the world's creation), and where
  * dumps go (path: pt_comm_set_flight's, copied; NULL: as it was). */
 void comm_flight_configure(const char *path, int world_rank, int world_size);
-/* A backend's word at SIGTERM (mpi: the job's line when no rank said one),
- * before the dump; set before the world is made (its descriptor's world). */
-void comm_flight_on_term(void (*fn)(void));
+/* A backend's say before every dump: fn(at_term) returns whether to dump
+ * (0: this process was stopped until just now, its rings moved on after
+ * the others gave up: no survivor's); at SIGTERM (at_term 1) it may also
+ * print the job's line (mpi, when no rank said one). Set before the world
+ * is made (its descriptor's world). */
+void comm_flight_on_term(int (*fn)(int at_term));
 /* This process's world rank (-1 before a world exists). */
 int comm_flight_world_rank(void);
 /* Write every live communicator's ring to the flight path (one JSON file

@@ -203,9 +203,10 @@ static int mpi_world_rank(void *ctx, int m) {
     return m >= 0 && m < c->size ? c->world[m] : -1;
 }
 
-static pt_status mpi_verdict(void *ctx, int culprit, pt_status st, const char *reason) {
+static pt_status mpi_verdict(void *ctx, int culprit, int noticer, pt_status st,
+                             const char *reason) {
     mpi_ctx *c = ctx;
-    pt_mpi_hb_set_verdict(culprit, pt_mpi_g.world_rank, st, reason, 1);
+    pt_mpi_hb_set_verdict(culprit, noticer, st, reason, 1); /* the noticer prints it */
     if (!pt_mpi_hb.on) { /* no heartbeat to carry it: this rank's own line */
         c->failed = 1;
         return pt_error_set(st, "%s", reason);

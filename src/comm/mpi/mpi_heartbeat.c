@@ -74,9 +74,13 @@ void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char
     pt_ticker_kick(&pt_mpi_hb.tick); /* send it now, not at the next beat */
 }
 
-void pt_mpi_hb_on_term(void) {
-    if (!pt_mpi_hb.on || pt_mpi_hb_has_verdict()) return;
-    uint64_t now = pt_time_ns();
+int pt_mpi_hb_on_term(int at_term) {
+    if (!pt_mpi_hb.on) return 1;
+    uint64_t now = pt_time_ns(), quiet_ns = (uint64_t)(pt_mpi_hb.live_s / 4 * 1e9);
+    uint64_t thaw = atomic_load(&pt_mpi_hb.thawed_at);
+    if (now - atomic_load(&pt_mpi_hb.last_round) > quiet_ns || (thaw && now - thaw < 4 * quiet_ns))
+        return 0; /* stopped until just now: no survivor */
+    if (!at_term || pt_mpi_hb_has_verdict()) return 1;
     double quiet = 3.0 * (double)pt_mpi_hb.period_ns * 1e-9, longest = 0;
     int gone = -1, lowest = -1;
     for (int p = 0; p < pt_mpi_hb.size; p++) {
@@ -90,7 +94,7 @@ void pt_mpi_hb_on_term(void) {
     /* mpirun ends a job whose rank died (or that exited with an error of
      * its own, which said so): only a silent peer is news, and the lowest
      * rank that still beats says it */
-    if (gone < 0 || lowest != pt_mpi_hb.rank) return;
+    if (gone < 0 || lowest != pt_mpi_hb.rank) return 1;
     char lag[1100];
     laggards(gone, lag, sizeof lag);
     fprintf(stderr,
@@ -98,6 +102,7 @@ void pt_mpi_hb_on_term(void) {
             "(noticed by rank %d)%s; job stopped\n",
             gone, longest, pt_mpi_hb.rank, lag);
     fflush(stderr);
+    return 1;
 }
 
 int pt_mpi_hb_has_verdict(void) {

@@ -118,7 +118,9 @@ static int shm_world_rank(void *ctx, int m) {
     return m >= 0 && m < x->n ? x->reg->world_rank[m] : -1;
 }
 
-static pt_status shm_core_verdict(void *ctx, int culprit, pt_status st, const char *reason) {
+static pt_status shm_core_verdict(void *ctx, int culprit, int noticer, pt_status st,
+                                  const char *reason) {
+    (void)noticer; /* the arena's lock makes the first the one */
     return shm_verdict(ctx, culprit, st, -1, reason, 1);
 }
 

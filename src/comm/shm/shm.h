@@ -62,6 +62,9 @@ void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *las
  * noticed (a rank stalled, silent, or gone): *culprit is the world rank at
  * fault, *reason one sentence naming it. 0 otherwise. */
 int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason);
+/* Launcher: seconds since world rank w's last heartbeat (0: none yet, or
+ * it stopped beating on purpose). */
+double pt_shm_job_silence(const pt_shm_job *job, int w);
 /* Launcher: world rank w's flight recorder progress table (NULL outside
  * the job). */
 const pt_flight_table *pt_shm_job_flight(const pt_shm_job *job, int w);

@@ -72,7 +72,8 @@ static void where(const pt_shm_job *job, int r, char *out, size_t len) {
         k = (size_t)snprintf(out, len, " after %s",
                              last == PT_OP_COUNT ? "split" : pt_comm_op_name((pt_comm_op)last));
     if (step >= 0 && k < len) k += (size_t)snprintf(out + k, len - k, " at step %ld", step);
-    if (err[0] && k < len) snprintf(out + k, len - k, " (%s)", err);
+    /* its own error, unless it is the job's verdict or abort echoed back */
+    if (err[0] && !strstr(err, "job stopped") && k < len) snprintf(out + k, len - k, " (%s)", err);
 }
 
 /* Block SIGCHLD, SIGINT and SIGTERM (*set; the mask before: *old), taken
@@ -134,6 +135,7 @@ typedef struct {
     int culprit, noticed_by, culprit_killed;
     char verdict[400], culprit_where[512];
     double stop_at, term_at;
+    double timeout_s; /* the job's (0: the ranks decide) */
 } supervisor;
 
 /* Reap the ranks that exited. */
@@ -160,7 +162,11 @@ static void reap(supervisor *v) {
     }
 }
 
-/* A verdict published by a rank: its culprit is killed at once. */
+/* A verdict published by a rank: a silent culprit (stopped: it ignores
+ * SIGTERM, and would never end) is killed at once; a live one (it waits
+ * for the others in a deadlock, or is busy outside the communicator)
+ * takes the verdict, writes its flight recorder and exits like the
+ * others, or gets SIGTERM after the grace. */
 static void take_verdict(supervisor *v) {
     const char *reason = NULL;
     if (v->culprit >= 0 || v->interrupted || v->st != PT_OK ||
@@ -169,7 +175,9 @@ static void take_verdict(supervisor *v) {
     snprintf(v->verdict, sizeof v->verdict, "%s", reason);
     if (v->culprit >= 0 && v->culprit < v->nproc) {
         where(v->job, v->culprit, v->culprit_where, sizeof v->culprit_where);
-        if (v->pids[v->culprit] > 0 && v->first_fail != v->culprit) {
+        double quiet = v->timeout_s > 0 ? v->timeout_s / 4 : 0.5;
+        if (v->pids[v->culprit] > 0 && v->first_fail != v->culprit &&
+            pt_shm_job_silence(v->job, v->culprit) > quiet) {
             kill(v->pids[v->culprit], SIGKILL);
             v->culprit_killed = 1;
         }
@@ -225,10 +233,12 @@ static void summarize(const supervisor *v, int error_line, int named, const char
         fprintf(stderr, "partrain: interrupted by SIG%s; stopped %d ranks\n", abbr ? abbr : "?",
                 v->nproc);
         res->exit_code = 128 + v->interrupted;
-    } else if (v->culprit >= 0 && v->first_fail != v->culprit) {
-        /* The culprit, not whichever rank noticed first and exited. */
+    } else if (v->culprit >= 0 && !(v->first_fail == v->culprit && WIFSIGNALED(v->fail_ws))) {
+        /* The culprit, not whichever rank noticed first and exited (the
+         * culprit itself, when it took the verdict and exited: the verdict
+         * says more; killed by a signal of its own, that says more). */
         fprintf(stderr, "partrain: %s%s (noticed by rank %d)%s; job stopped\n", v->verdict,
-                v->culprit_where, v->noticed_by, named ? "" : lag);
+                named ? "" : v->culprit_where, v->noticed_by, named ? "" : lag);
         res->exit_code = v->first_fail >= 0 ? exit_code_of(v->fail_ws) : 1;
         res->fault = !named; /* a stall or a silence, not operations out of order */
         res->culprit = v->culprit;
@@ -268,6 +278,7 @@ pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_option
     memset(&v, 0, sizeof v);
     v.job = job;
     v.nproc = nproc;
+    v.timeout_s = timeout_of(opt);
     v.first_fail = v.early_exit = v.culprit = v.noticed_by = -1;
     v.st = fork_ranks(nproc, fn, arg, job, &old, v.pids, &v.alive);
     if (v.st != PT_OK) { /* could not start them all: stop the ones we have */
