@@ -79,10 +79,12 @@ typedef struct {
         int keep; /* newest step directories kept (0: all) */
     } checkpoint;
     struct {
-        double timeout; /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        double timeout;  /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        int check_order; /* comm.check_order: every collective's (op, bytes, #) compared first */
     } comm;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
+        char flight[PT_CONFIG_STR_MAX]; /* log.flight: flight recorder dumps (dir/ or prefix) */
         int every;
         int probe; /* the speed probe after each step, in the metrics (kernels.h) */
     } log;
