@@ -133,6 +133,13 @@ const char *pt_comm_backend_name(const pt_comm *c);
  * caller then prints nothing of its own, so that the job shows one line.
  * 0: print the error as usual. */
 int pt_comm_fault_reported(const pt_comm *c, pt_status st);
+/* 1 when st, which an operation of this process returned (its message
+ * the thread's last error), is a job fault that a restart may get past: a
+ * rank died, stalled or did not take part. 0 for operations out of order
+ * (comm.check_order: a restart meets them again), Ctrl-C, and any other
+ * error. `partrain train` exits 3 for them under mpirun
+ * (scripts/mpirun-restart.sh restarts on it). */
+int pt_comm_fault_restartable(pt_status st);
 /* Whether this process prints the job's error line: 1 for the first rank
  * of a launched shm job to ask (later ones get 0 and print nothing, so
  * that the job shows one line however many ranks hit the same error), and

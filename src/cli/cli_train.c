@@ -49,10 +49,18 @@ static void usage(FILE *f) {
         "                   mpirun -np N, each process a rank)\n\n"
         "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
         "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
-        "checkpoint.dir a directory or not exist yet; a FIFO, device, socket, or a\n"
-        "directory where a file goes (a file where a directory goes), is refused.\n"
-        "log.trace and checkpoint files are replaced whole or not at all; log.metrics\n"
-        "is written line by line, each write checked.\n\n");
+        "checkpoint.dir a directory or not exist yet, log.flight a directory (DIR/) or a\n"
+        "prefix in an existing folder; a FIFO, device, socket, or a directory where a\n"
+        "file goes (a file where a directory goes), is refused. log.trace, flight dumps\n"
+        "and checkpoint files are replaced whole or not at all; log.metrics is written\n"
+        "line by line, each write checked.\n\n"
+        "A rank that dies, stalls or stops taking part ends the job with one line that\n"
+        "names it and, from the flight recorder, the group, the operation and its number\n"
+        "the others wait in and who never arrived (docs/comm.md); with log.flight every\n"
+        "surviving rank writes its recorder, `partrain flight DIR` merges them.\n"
+        "Exit status: 0 done, 1 an error, 2 a bad command line, 3 (a rank under mpirun)\n"
+        "the job failed because a rank died, stalled or did not take part: a restart\n"
+        "may help (scripts/mpirun-restart.sh restarts on it, docs/mpi.md).\n\n");
     pt_config_print_help(f);
 }
 
@@ -116,7 +124,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
                 fprintf(stderr, "partrain: %s\n", pt_error_message());
         }
         pt_cli_error_trail();
-        rc = 1;
+        rc = pt_comm_fault_restartable(st) ? 3 : 1; /* 3: a restart may help (mpirun) */
     }
     pt_trainer_free(t);
     return rc;

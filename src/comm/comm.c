@@ -92,6 +92,8 @@ static void count(pt_comm *c, pt_comm_op op, size_t bytes, int root, uint64_t ns
     pthread_mutex_unlock(&c->mu);
 }
 
+static pt_status check_comm(const pt_comm *c, pt_comm_op op);
+
 /* ---- dispatch: backend slot or generic fallback ---------------------------- */
 
 int comm_job_fault(pt_status st) {
@@ -137,6 +139,13 @@ pt_status comm_run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, i
                       uint64_t k) {
     uint64_t t0 = pt_time_ns();
     size_t bytes = op_bytes(op, n);
+    if (atomic_load(&c->broken)) {
+        /* queued before the communicator failed: it never runs (and the
+         * recorder says so: the others must read the operation that
+         * failed, not the ones queued behind it) */
+        comm_flight_end(c, k, t0, PT_ERR_COMM);
+        return check_comm(c, op);
+    }
     comm_flight_start(c, k, t0);
     pt_status st = PT_OK;
     if (c->check_order && op != PT_OP_SEND && op != PT_OP_RECV)
@@ -436,6 +445,11 @@ void pt_comm_note_step(pt_comm *c, long step) {
 int pt_comm_fault_reported(const pt_comm *c, pt_status st) {
     if (!c || st == PT_OK || !c->be->fault_reported) return 0;
     return c->be->fault_reported(c->ctx, st);
+}
+
+int pt_comm_fault_restartable(pt_status st) {
+    if (st != PT_ERR_COMM && st != PT_ERR_TIMEOUT) return 0;
+    return !strstr(pt_error_message(), COMM_ORDER_MARK); /* every rank's words say so */
 }
 
 int pt_comm_claim_error_line(pt_comm *c) {

@@ -272,10 +272,11 @@ void comm_flight_end(pt_comm *c, uint64_t k, uint64_t t, pt_status st) {
     fl_rec *r = &c->fl.ring[k & (FL_RING - 1)];
     if (atomic_load_explicit(&r->n, memory_order_acquire) != k) return;
     int state = st == PT_OK ? FL_DONE : FL_FAILED;
+    int ran = atomic_load_explicit(&r->state, memory_order_relaxed) == FL_RUNNING;
     atomic_store_explicit(&r->t_end, t, memory_order_relaxed);
     atomic_store_explicit(&r->state, state, memory_order_release);
     pt_flight_slot *s = c->fl.slot;
-    if (!s) return;
+    if (!s || !ran) return; /* never started: the table is not about it */
     if (is_p2p(r->op))
         atomic_store_explicit(&s->p2p_state, state, memory_order_relaxed);
     else

@@ -213,7 +213,7 @@ int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, ch
     put(out, len, &k, "%s: %s #%llu (%s)", name, pt_flight_op_name(b->op),
         (unsigned long long)b->seq, bytes);
     /* members: the ranks with a slot of this communicator */
-    int lag[64], nlag = 0, odd = -1, members = 0, culprit_member = 0;
+    int lag[64], nlag = 0, odd = -1, members = 0, culprit_member = 0, culprit_lags = 0;
     pt_flight_snap odd_s = {0};
     for (int w = 0; w < nranks; w++) {
         pt_flight_snap s = {0};
@@ -221,12 +221,19 @@ int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, ch
         members++;
         if (w == culprit) culprit_member = 1;
         if (s.started < b->seq) {
+            if (w == culprit) culprit_lags = 1;
             if (nlag < 64) lag[nlag] = w;
             nlag++;
         } else if (s.started == b->seq && odd < 0 &&
                    (s.cur_op != b->op || s.cur_bytes != b->bytes)) {
             odd = w, odd_s = s;
         }
+    }
+    if (culprit_lags && lag[0] != culprit) { /* the rank at fault first */
+        int i = 1;
+        while (i < nlag && i < 64 && lag[i] != culprit) i++;
+        for (; i > 0 && i < 64; i--) lag[i] = lag[i - 1];
+        lag[0] = culprit;
     }
     if (nlag > 0) {
         put(out, len, &k, ": rank%s ", nlag > 1 ? "s" : "");

@@ -126,10 +126,10 @@ pt_status comm_order_check(pt_comm *c, uint64_t k, int op, uint64_t bytes, int a
     comm_flight_name(c, name, sizeof name);
     describe(&got, a, sizeof a);
     describe(&want, b, sizeof b);
-    snprintf(reason, sizeof reason,
-             "rank %d issued %s %s where rank %d issued %s: operations out of order "
-             "(comm.check_order)",
-             got.wrank, name, a, want.wrank, b);
+    snprintf(
+        reason, sizeof reason,
+        "rank %d issued %s %s where rank %d issued %s: operations out of order " COMM_ORDER_MARK,
+        got.wrank, name, a, want.wrank, b);
     int noticer = got.wrank; /* every member decides alike: the lowest one speaks */
     for (int m = 0; m < n; m++) {
         order_rec r = decode(buf + (size_t)m * ORDER_FLOATS);

@@ -130,6 +130,9 @@ const pt_flight_table *comm_flight_own_table(void);
 
 /* ---- comm_order.c: comm.check_order ---- */
 
+/* The words that end every check_order verdict (pt_comm_fault_restartable
+ * tells operations out of order from other faults by them). */
+#define COMM_ORDER_MARK "(comm.check_order)"
 /* Floats of check_order's exchange per member. */
 #define ORDER_FLOATS 16
 /* Before collective k of c: compare (group, op, bytes, #) across the
