@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { F_NONE, F_SKIP, F_SWAP, F_KILL, F_STOP };
 
@@ -106,12 +107,15 @@ int comm_fault_at(pt_comm *c, pt_comm_op op) {
     if (!atomic_compare_exchange_strong(&fl.armed, &expected, 0)) return FAULT_NONE;
     char name[64];
     comm_flight_name(c, name, sizeof name);
-    PT_INFO("PT_FAULT: rank %d %s %s %s #%llu", fl.rank,
+    struct timespec rt; /* wall time: tests measure how long the job takes to end from here */
+    clock_gettime(CLOCK_REALTIME, &rt);
+    PT_WARN("PT_FAULT: rank %d %s %s %s #%llu at %.3f", fl.rank,
             fl.kind == F_SKIP   ? "skips"
             : fl.kind == F_SWAP ? "defers"
             : fl.kind == F_KILL ? "is killed at"
                                 : "is stopped at",
-            name, pt_comm_op_name(op), (unsigned long long)fl.seq);
+            name, pt_comm_op_name(op), (unsigned long long)fl.seq,
+            (double)rt.tv_sec + 1e-9 * (double)rt.tv_nsec);
     if (fl.kind == F_KILL) raise(SIGKILL);
     if (fl.kind == F_STOP) raise(SIGSTOP);
     return fl.kind == F_SKIP ? FAULT_SKIP : fl.kind == F_SWAP ? FAULT_HOLD : FAULT_NONE;

@@ -19,6 +19,7 @@
 #include "communicator_impl.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,8 +32,13 @@ static struct {
     char path[1024]; /* "" none */
     int world_rank, world_size;
     atomic_int dumped;
-    pthread_mutex_t dump_mu;     /* a dump in progress: the process waits for it to end */
-    int (*on_term)(int at_term); /* the backend's say before a dump; 0: no dump */
+    pthread_mutex_t dump_mu; /* a dump in progress: the process waits for it to end */
+    void (*on_term)(void);   /* the backend's word at SIGTERM */
+    /* Was this process stopped until just now? The SIGTERM thread stamps
+     * alive_at every 50 ms; a gap over FROZEN_NS (SIGSTOP, then mpirun's
+     * SIGCONT) sets thawed_at. A thread of its own, with no MPI call that
+     * a dead peer could block (the heartbeat's could, seen across hosts). */
+    _Atomic uint64_t alive_at, thawed_at;
     int installed;
     int pipe[2];
     pthread_t thread;
@@ -43,7 +49,7 @@ int comm_flight_world_rank(void) {
     return fd.world_rank;
 }
 
-void comm_flight_on_term(int (*fn)(int at_term)) {
+void comm_flight_on_term(void (*fn)(void)) {
     fd.on_term = fn;
 }
 
@@ -159,6 +165,16 @@ static void file_name(char *out, size_t len) {
 
 static void dump_now(const char *reason);
 
+/* Back from SIGSTOP a moment ago (or not running for a second): its rings
+ * moved on after the others gave up on it; it is no survivor. */
+#define FROZEN_NS 1000000000ull
+static int thawed(void) {
+    uint64_t now = pt_time_ns(), alive = atomic_load(&fd.alive_at),
+             thaw = atomic_load(&fd.thawed_at);
+    if (!alive) return 0; /* no stamping thread */
+    return now - alive > FROZEN_NS || (thaw && now - thaw < 5 * FROZEN_NS);
+}
+
 /* One dump per process, and none cut short: a second caller (SIGTERM's
  * thread and a failed operation at once, seen under mpirun: the main
  * thread exited the process halfway through the other's dump) waits for
@@ -171,7 +187,7 @@ void comm_flight_dump(const char *reason) {
         }
         return;
     }
-    if (fd.on_term && !fd.on_term(0)) return; /* a stopped rank, thawed: no survivor */
+    if (thawed()) return; /* a stopped rank, thawed: no survivor */
     pthread_mutex_lock(&fd.dump_mu);
     if (atomic_exchange(&fd.dumped, 1)) {
         pthread_mutex_unlock(&fd.dump_mu);
@@ -229,12 +245,22 @@ static void on_sigterm(int sig) {
 
 static void *term_main(void *arg) {
     (void)arg;
+    for (;;) { /* stamp, until SIGTERM's byte comes */
+        struct pollfd p = {.fd = fd.pipe[0], .events = POLLIN};
+        int r = poll(&p, 1, 50);
+        uint64_t now = pt_time_ns(), last = atomic_load(&fd.alive_at);
+        if (last && now - last > FROZEN_NS) atomic_store(&fd.thawed_at, now);
+        atomic_store(&fd.alive_at, now);
+        if (r > 0 || (r < 0 && errno != EINTR)) break;
+    }
     char b = 0;
     while (read(fd.pipe[0], &b, 1) < 0 && errno == EINTR) {
     }
-    if (!fd.on_term || fd.on_term(1))
+    if (!thawed()) {
+        if (fd.on_term) fd.on_term();
         comm_flight_dump("SIGTERM: the job was stopped from outside (a rank died, or the launcher "
                          "ended the job)");
+    }
     fflush(NULL);
     /* Not at once: under mpirun a rank that dies of it right away makes
      * the daemon SIGKILL the others at once, some halfway through their

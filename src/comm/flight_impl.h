@@ -127,12 +127,11 @@ int pt_flight_culprit(pt_flight_get get, void *arg, int nranks);
 /* The process's world (the registry, at the world's creation), and where
  * dumps go (path: pt_comm_set_flight's, copied; NULL: as it was). */
 void comm_flight_configure(const char *path, int world_rank, int world_size);
-/* A backend's say before every dump: fn(at_term) returns whether to dump
- * (0: this process was stopped until just now, its rings moved on after
- * the others gave up: no survivor's); at SIGTERM (at_term 1) it may also
- * print the job's line (mpi, when no rank said one). Set before the world
- * is made (its descriptor's world). */
-void comm_flight_on_term(int (*fn)(int at_term));
+/* A backend's word at SIGTERM, before the dump (mpi: the job's line when
+ * no rank said one). Not called in a process that was stopped until just
+ * now (it is no survivor: no word, no dump). Set before the world is made
+ * (its descriptor's world). */
+void comm_flight_on_term(void (*fn)(void));
 /* This process's world rank (-1 before a world exists). */
 int comm_flight_world_rank(void);
 /* Write every live communicator's ring to the flight path (one JSON file

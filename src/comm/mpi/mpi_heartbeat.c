@@ -74,27 +74,28 @@ void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char
     pt_ticker_kick(&pt_mpi_hb.tick); /* send it now, not at the next beat */
 }
 
-int pt_mpi_hb_on_term(int at_term) {
-    if (!pt_mpi_hb.on) return 1;
-    uint64_t now = pt_time_ns(), quiet_ns = (uint64_t)(pt_mpi_hb.live_s / 4 * 1e9);
-    uint64_t thaw = atomic_load(&pt_mpi_hb.thawed_at);
-    if (now - atomic_load(&pt_mpi_hb.last_round) > quiet_ns || (thaw && now - thaw < 4 * quiet_ns))
-        return 0; /* stopped until just now: no survivor */
-    if (!at_term || pt_mpi_hb_has_verdict()) return 1;
+void pt_mpi_hb_on_term(void) {
+    if (!pt_mpi_hb.on || pt_mpi_hb_has_verdict()) return;
+    uint64_t now = pt_time_ns();
     double quiet = 3.0 * (double)pt_mpi_hb.period_ns * 1e-9, longest = 0;
-    int gone = -1, lowest = -1;
+    int gone = -1, lowest = -1, fresh = 0, silent = 0;
     for (int p = 0; p < pt_mpi_hb.size; p++) {
         double s = p == pt_mpi_hb.rank ? 0 : pt_mpi_hb_silence(p, now);
         if (s > quiet) {
+            silent++;
             if (s > longest) longest = s, gone = p;
-        } else if (lowest < 0) {
-            lowest = p;
+        } else {
+            if (lowest < 0) lowest = p;
+            fresh += p != pt_mpi_hb.rank;
         }
     }
     /* mpirun ends a job whose rank died (or that exited with an error of
      * its own, which said so): only a silent peer is news, and the lowest
-     * rank that still beats says it */
-    if (gone < 0 || lowest != pt_mpi_hb.rank) return 1;
+     * rank that still beats says it. Not when no peer is heard (the
+     * heartbeat itself is stuck: across hosts Open MPI's sends to the dead
+     * rank's broken connection held it up, and every rank named another),
+     * nor when several went silent (mpirun's own line names the rank). */
+    if (gone < 0 || lowest != pt_mpi_hb.rank || !fresh || silent > 1) return;
     char lag[1100];
     laggards(gone, lag, sizeof lag);
     fprintf(stderr,
@@ -102,7 +103,6 @@ int pt_mpi_hb_on_term(int at_term) {
             "(noticed by rank %d)%s; job stopped\n",
             gone, longest, pt_mpi_hb.rank, lag);
     fflush(stderr);
-    return 1;
 }
 
 int pt_mpi_hb_has_verdict(void) {
@@ -232,8 +232,14 @@ static void hb_round(void) {
         for (int k = 0; k < 64 && pt_mpi_hb.rreq[p] != MPI_REQUEST_NULL; k++) {
             int flag = 0;
             pt_mpi_lock();
-            MPI_Test(&pt_mpi_hb.rreq[p], &flag, MPI_STATUS_IGNORE);
+            int rc = MPI_Test(&pt_mpi_hb.rreq[p], &flag, MPI_STATUS_IGNORE);
             pt_mpi_unlock();
+            if (rc != MPI_SUCCESS) {
+                /* the peer's connection broke (it died, its host went): no
+                 * message came, and its silence must show */
+                pt_mpi_hb.rreq[p] = MPI_REQUEST_NULL;
+                break;
+            }
             if (!flag) break;
             const hb_msg *m = &pt_mpi_hb.rbuf[p];
             if (m->nflight >= 0 && m->nflight <= PT_FLIGHT_SLOTS)

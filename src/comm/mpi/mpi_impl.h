@@ -157,10 +157,8 @@ void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char
 pt_flight_table *pt_mpi_hb_table(int w);
 /* At SIGTERM (comm_flight_on_term): when a peer went silent (mpirun ends
  * the job because a rank died) and no verdict was printed, the lowest
- * rank still beating prints the job's line with the laggards. 0 when this
- * process was itself stopped until just now (mpirun sends SIGCONT, then
- * SIGTERM): its rings moved on after the others gave up, no dump. */
-int pt_mpi_hb_on_term(int at_term);
+ * rank still beating prints the job's line with the laggards. */
+void pt_mpi_hb_on_term(void);
 int pt_mpi_hb_has_verdict(void);
 /* Seconds since world rank p's last beat (0 when it left). */
 double pt_mpi_hb_silence(int p, uint64_t now);
