@@ -326,7 +326,8 @@ static pt_status wrap(const pt_comm_backend *be, void *ctx, int rank, int size, 
                       const char *role, int index, int sub, int check_order, pt_comm **out) {
     PT_ASSERT(be && out && rank >= 0 && rank < size);
     *out = NULL;
-    pt_comm *c = calloc(1, sizeof *c);
+    pt_comm *c = aligned_alloc(64, sizeof *c); /* the flight ring's records are cache lines */
+    if (c) memset(c, 0, sizeof *c);
     float *scratch = pt_mem_alloc(PT_MEM_COMM, pt_comm_scratch_bytes());
     float *order = check_order && size > 1
                        ? pt_mem_alloc(PT_MEM_COMM, (size_t)size * ORDER_FLOATS * sizeof(float))

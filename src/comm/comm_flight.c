@@ -227,9 +227,7 @@ uint64_t comm_flight_issue(pt_comm *c, int op, uint64_t bytes, int peer, int tag
     atomic_store_explicit(&r->n, 0, memory_order_relaxed);
     r->seq = seq;
     r->bytes = bytes;
-    r->t_queued = t_queued;
-    atomic_store_explicit(&r->t_start, 0, memory_order_relaxed);
-    atomic_store_explicit(&r->t_end, 0, memory_order_relaxed);
+    r->t_queued = t_queued; /* t_start and t_end mean something from their state on */
     r->op = op;
     r->peer = peer;
     r->tag = tag;

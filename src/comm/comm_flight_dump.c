@@ -106,15 +106,16 @@ static void dump_comm(const pt_comm *c, void *arg) {
     for (uint64_t k = first; k <= last; k++) {
         fl_rec *r = (fl_rec *)&fl->ring[k & (FL_RING - 1)];
         if (atomic_load_explicit(&r->n, memory_order_acquire) != k) continue;
+        int state = atomic_load(&r->state);
         fprintf(f,
                 "%s\n    {\"n\": %llu, \"seq\": %llu, \"op\": \"%s\", \"bytes\": %llu, \"peer\": "
                 "%d, \"tag\": %d, \"state\": \"%s\", \"queued_ns\": %llu, \"start_ns\": %llu, "
                 "\"end_ns\": %llu}",
                 any ? "," : "", (unsigned long long)k, (unsigned long long)r->seq,
                 pt_flight_op_name(r->op), (unsigned long long)r->bytes, r->peer, r->tag,
-                state_name(atomic_load(&r->state)), (unsigned long long)r->t_queued,
-                (unsigned long long)atomic_load(&r->t_start),
-                (unsigned long long)atomic_load(&r->t_end));
+                state_name(state), (unsigned long long)r->t_queued,
+                (unsigned long long)(state >= FL_RUNNING ? atomic_load(&r->t_start) : 0),
+                (unsigned long long)(state >= FL_DONE ? atomic_load(&r->t_end) : 0));
         any = 1;
     }
     fprintf(f, "]}");

@@ -59,7 +59,7 @@ typedef struct {
     uint64_t splits;            /* communicators split from this one */
     uint64_t ran;               /* collectives run (check_order's position) */
     pt_flight_slot *slot;       /* this communicator's slot in the rank's table; NULL: none */
-    fl_rec ring[FL_RING];
+    _Alignas(64) fl_rec ring[FL_RING]; /* a record a cache line */
     pt_comm *prev, *next; /* the process's live communicators (dumps) */
     pid_t pid;            /* the process that made it (a forked child skips its parent's) */
 } comm_flight;
