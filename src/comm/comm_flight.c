@@ -24,7 +24,6 @@
 /* The process's own table, where no backend keeps one (a world of one
  * without a table slot). */
 static pt_flight_table own_table;
-static const pt_flight_table *table_in_use = &own_table;
 static pthread_mutex_t fl_mu = PTHREAD_MUTEX_INITIALIZER; /* slots and the list */
 static pt_comm *fl_list;
 
@@ -79,10 +78,6 @@ void pt_flight_unpack(pt_flight_table *t, const pt_flight_snap *in, int n) {
         else
             atomic_store_explicit(&t->slot[i].id, 0, memory_order_release);
     }
-}
-
-const pt_flight_table *comm_flight_own_table(void) {
-    return table_in_use;
 }
 
 /* ---- names ------------------------------------------------------------------- */
@@ -153,7 +148,6 @@ void comm_flight_init(pt_comm *c, uint64_t id, const char *role, int index, int 
     pt_flight_table *t = c->be->flight_table ? c->be->flight_table(c->ctx, -1) : NULL;
     if (!t) t = &own_table;
     pthread_mutex_lock(&fl_mu);
-    table_in_use = t;
     /* a slot never used, else a freed one (its history goes): the freed
      * slot of the same id first, so that an id is in one slot */
     pt_flight_slot *pick = NULL;

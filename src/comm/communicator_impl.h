@@ -125,8 +125,6 @@ void comm_flight_name(const pt_comm *c, char *out, size_t len);
 /* Call fn(c, arg) for every live communicator of this process, under the
  * list's lock (dumps). */
 void comm_flight_each(void (*fn)(const pt_comm *c, void *arg), void *arg);
-/* This rank's progress table (the backend's, else the process's own). */
-const pt_flight_table *comm_flight_own_table(void);
 
 /* ---- comm_order.c: comm.check_order ---- */
 
