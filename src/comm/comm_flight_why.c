@@ -177,6 +177,25 @@ static int describe_p2p(pt_flight_get get, void *arg, int nranks, char *out, siz
     return 0;
 }
 
+/* Members of b's group whose table has no slot of it (under mpi: their last
+ * heartbeat came before they made the group): named when the group is the
+ * world's size (every rank a member), else counted. */
+static void unheard(pt_flight_get get, void *arg, int nranks, const cand *b, int members, char *out,
+                    size_t len, size_t *k) {
+    int missing = b->s.size - members;
+    if (b->s.size != nranks) {
+        put(out, len, k, " (%d of its %d ranks not heard from)", missing, b->s.size);
+        return;
+    }
+    put(out, len, k, "; rank%s ", missing > 1 ? "s" : "");
+    for (int w = 0, n = 0; w < nranks && n < 16; w++) {
+        pt_flight_snap s;
+        if (find_slot(get, arg, w, b->id, &s)) continue;
+        put(out, len, k, "%s%d", n++ ? ", " : "", w);
+    }
+    put(out, len, k, " not heard from in the group");
+}
+
 /* The collective most ranks wait in (the earliest begun of equals); -1:
  * none in flight. */
 static int best_of(const cand *c, int nc) {
@@ -247,11 +266,11 @@ int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, ch
         put(out, len, &k, ": operations out of order: rank %d's #%llu is %s (%s)", odd,
             (unsigned long long)b->seq, pt_flight_op_name(odd_s.cur_op), bytes);
     } else {
-        put(out, len, &k, ": every rank arrived");
+        put(out, len, &k,
+            members < b->s.size ? ": every rank heard from arrived" : ": every rank arrived");
         if (culprit >= 0 && culprit_member)
             put(out, len, &k, "; rank %d never finished it", culprit);
     }
-    if (members < b->s.size)
-        put(out, len, &k, " (%d of its %d ranks unknown)", b->s.size - members, b->s.size);
+    if (members < b->s.size) unheard(get, arg, nranks, b, members, out, len, &k);
     return 1;
 }
