@@ -57,6 +57,14 @@ const char *pt_blas_corename(void);
  * the CPU has neither. Pure: no environment, no CPUID. */
 const char *pt_blas_coretype_advice(const char *corename, const pt_cpu_features *f);
 
+/* The CPU's model name (/proc/cpuinfo's "model name"; "unknown CPU" where
+ * there is none) into buf (n bytes). */
+void pt_cpu_model_name(char *buf, size_t n);
+/* Which code runs the linears' products: "own AVX-512 GEMM (OpenBLAS below
+ * 48x64x64)", "own AVX-512 GEMM (PT_GEMM=own)", "OpenBLAS (PT_GEMM=blas)" or
+ * "OpenBLAS (built without AVX-512)". */
+const char *pt_gemm_path_name(void);
+
 /* Number of threads the kernels (and BLAS) use; n >= 1. Default 1. */
 void pt_kernels_set_threads(int n);
 int pt_kernels_threads(void);
@@ -71,6 +79,29 @@ int pt_kernels_threads(void);
 size_t pt_speed_probe_floats(void);
 double pt_speed_probe(float *buf);
 double pt_speed_probe_cores(float *buf, int n);
+
+/* ---- bfloat16 (bf16.c, gemm_bf16*.c) ----------------------------------------
+ * bf16 is the top half of an IEEE float32: sign, the same 8 exponent bits,
+ * 7 mantissa bits. Every bf16 is a float32 exactly; a float32 rounds to
+ * the nearest bf16. train.precision = bf16 keeps fp32 master weights,
+ * optimizer state and reductions, and multiplies bf16 copies, accumulating
+ * in fp32 (the private pt_gemm_bf16, kernels_impl.h). */
+typedef uint16_t pt_bf16;
+/* dst (n) = src (n) rounded to the nearest bf16, ties to even: overflow
+ * gives +-inf, float32 subnormals round like every other value (to bf16
+ * subnormals or a signed zero: no flush), a NaN stays a NaN with its sign
+ * and top payload bits and the quiet bit set. Vectorized by what the CPU has
+ * (AVX512_BF16's vcvtneps2bf16, AVX-512 or AVX2 integer rounding), split
+ * over the kernels' threads when large: the same bits on every CPU and at
+ * any thread count. dst and src must not overlap. */
+void pt_bf16_from_f32(pt_bf16 *dst, const float *src, size_t n);
+/* dst (n) = src (n), exact (a shift; NaN payloads kept). */
+void pt_bf16_to_f32(float *dst, const pt_bf16 *src, size_t n);
+/* Which bf16 matrix product this CPU runs, chosen once from CPUID (and, for
+ * AMX, Linux's permission to use its tiles): "amx_bf16" (tiles, TDPBF16PS),
+ * "avx512_bf16" (vdpbf16ps), or "fallback (fp32 products on converted
+ * operands)". Static storage; for logs. */
+const char *pt_gemm_bf16_kind(void);
 
 /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
  * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */
@@ -114,23 +145,20 @@ void pt_layernorm_backward_params(float *dweight, float *dbias, const float *dou
  * with bias, residual, GELU and the bias gradient fused into the product. */
 void pt_matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N,
                        int C, int OC);
-/* dinp (N,C) += dout @ weight^T; dweight (C,OC) += inp^T @ dout; dbias (OC) +=
- * column sums of dout. dinp or dbias may be NULL (not needed). */
-void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, int N, int C, int OC);
 /* Linear + residual: out (N,OC) = res (N,OC) + inp @ weight + bias, res and
  * bias added to each output tile as it is written: no separate residual
  * pass and no temporary for the branch. bias may be NULL; out must not alias
  * inp (it may alias res). */
 void pt_matmul_forward_res(float *out, const float *res, const float *inp, const float *weight,
                            const float *bias, int N, int C, int OC);
-/* As pt_matmul_backward, but dinp (N,C) = dout @ weight^T is OVERWRITTEN
- * (no separate clear); dinp must not be NULL. */
+/* The linear's backward: dinp (N,C) = dout @ weight^T, OVERWRITTEN (no
+ * separate clear; not NULL); dweight (C,OC) += inp^T @ dout; dbias (OC) +=
+ * column sums of dout (dbias may be NULL). */
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC);
 /* The MLP's c_proj backward through the GELU before it: inp = gelu(pre),
  * dpre (N,C) = gelu'(pre) * (dout @ weight^T), OVERWRITTEN; dweight, dbias
- * as pt_matmul_backward. Equal to pt_matmul_backward_set into a temporary
+ * as pt_matmul_backward_set. Equal to pt_matmul_backward_set into a temporary
  * followed by GELU's backward, without the temporary's two passes. */
 void pt_matmul_backward_gelu_set(float *dpre, float *dweight, float *dbias, const float *dout,
                                  const float *inp, const float *weight, const float *pre, int N,
@@ -187,10 +215,8 @@ void pt_matmul_backward_wt_weight(float *dweight, float *dbias, const float *dou
  * att (B,NH,T,T) is saved for backward: the softmax probabilities (row t holds
  * entries 0..t; entries past t are never read). Scale 1/sqrt(hs). */
 void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) +=. scratch must hold pt_attention_scratch_floats(...) floats. */
-void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH);
-/* As pt_attention_backward, but dqkv (B,T,3C) is OVERWRITTEN. */
+/* dqkv (B,T,3C) OVERWRITTEN. scratch must hold pt_attention_scratch_floats(...)
+ * floats. */
 void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *att, int B, int T, int C, int NH);
 size_t pt_attention_scratch_floats(int B, int T, int C, int NH);

@@ -13,21 +13,28 @@
  * Lifecycle: pt_model_new (allocates params, grads and every activation
  * buffer for batches up to max_B x seq_len, up front, by category) ->
  * pt_model_draw_weights (GPT-2 init from (seed, name, element index)) -> repeatedly
- * pt_model_zero_grads, pt_model_forward, pt_model_backward -> pt_model_free.
- * Forward/backward allocate nothing.
+ * pt_model_zero_grads, pt_model_forward_range, pt_model_backward_range
+ * (over a slot's modules, the model's own slot for the whole model) ->
+ * pt_model_free. The passes allocate nothing.
  *
  * Module-level access (for pipeline stages and FSDP): pt_module_forward /
  * pt_module_backward run one module with an explicit activation context
- * (pt_module_ctx), calling the plug points (pt_model_hooks) around it. The
- * model keeps one slot of contexts for its own whole-model passes; a
- * schedule can create more (pt_model_slot: one per in-flight micro-batch).
+ * (pt_module_ctx), pure compute; the range passes (pt_model_forward_range
+ * and its siblings) run contiguous modules in a slot and call the plug
+ * point (pt_model_set_hook) around each. The model keeps one slot of
+ * contexts for its own whole-model passes; a schedule can create more
+ * (pt_model_slot: one per in-flight micro-batch). Every pass returns
+ * pt_status: a failed tensor-parallel collective, or a hook's error, at
+ * once.
  *
  * Sharded tensors (pt_shard, pt_model_new_slice): the model of one tensor-
  * parallel rank holds slices of the global tensors; shard.c describes them.
  *
- * Tensor parallelism (pt_model_set_tp_comm): a slice model's passes run
- * Megatron's tensor-parallel modules with the tp group's collectives
- * (modules_tp.c); the only communication in the model.
+ * Tensor parallelism (pt_model_set_tp_comm): each module has one
+ * implementation, Megatron's, written over a tensor-parallel group that
+ * may have one rank (tp = 1: every collective a no-op, no communicator);
+ * with tp > 1 the collectives are the tp group's, the only communication
+ * in the model (src/model/tp_group.c).
  *
  * Not here: the optimizer, data, the strategies' communication (parallel),
  * checkpoint files. */
@@ -172,17 +179,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B);
  * a checkpoint reader or writer needs. */
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank);
-/* pt_model_new_slice's model under SEQUENCE PARALLELISM (Korthikanti et
- * al. 2022), tp > 1 and seq_len % tp == 0: the LayerNorm and residual
- * regions are split by rows, tp rank r holding rows [r N/tp, (r+1) N/tp)
- * of a micro-batch's N = B*T (all-gather before each column-parallel
- * linear, reduce-scatter after each row-parallel one). The residual stream
- * between modules is then this rank's rows: a block's in and out and the
- * head's in are (N/tp, C), the embedding's out too; the head's losses stay
- * (N). A t-th of those activations per rank; the LayerNorms' weight
- * gradients are all-reduced over the group in each backward. */
-pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                          int tp_rank);
 /* Activation recomputation (model.recompute): what a block's forward keeps
  * for its backward. NONE keeps every intermediate; SELECTIVE drops the
  * attention probabilities att (B,NH,T,T) and the GELU output gelu(fch)
@@ -222,7 +218,16 @@ typedef enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE, PT_RECOMPUTE_FULL 
  * means the whole model on one worker (tp 0 reads as 1). */
 typedef struct {
     int tp, tp_rank; /* the tensor-parallel slice (pt_model_new_slice) */
-    int sp;          /* sequence parallelism (pt_model_new_sp) */
+    /* SEQUENCE PARALLELISM (Korthikanti et al. 2022), tp > 1 and seq_len
+     * % tp == 0: the LayerNorm and residual regions are split by rows, tp
+     * rank r holding rows [r N/tp, (r+1) N/tp) of a micro-batch's N = B*T
+     * (all-gather before each column-parallel linear, reduce-scatter after
+     * each row-parallel one). The residual stream between modules is then
+     * this rank's rows: a block's in and out and the head's in are
+     * (N/tp, C), the embedding's out too; the head's losses stay (N). A
+     * t-th of those activations per rank; the LayerNorms' weight gradients
+     * are all-reduced over the group in each backward. */
+    int sp;
     /* A PIPELINE STAGE's modules: n_layer + 2 flags, module i held when
      * owned[i] (NULL: every module). The tensor table, the flat buffers
      * and every slot then hold only the owned modules (pt_model_num_tensors
@@ -239,29 +244,21 @@ typedef struct {
     int no_slot;
 } pt_model_options;
 
-/* The general constructor: pt_model_new_slice and pt_model_new_sp are
- * this with tp, tp_rank (and sp) set. */
+/* The general constructor: pt_model_new_slice is this with tp and tp_rank
+ * set. */
 pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_B,
                             const pt_model_options *o);
 void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
 void pt_model_tp(const pt_model *m, int *size, int *rank);
-/* Whether the model runs sequence parallelism (pt_model_new_sp). */
+/* Whether the model runs sequence parallelism (pt_model_options.sp). */
 int pt_model_sequence_parallel(const pt_model *m);
 /* The tp group's communicator (lent; its size and this rank's index must be
  * the model's tp and tp_rank). A model with tp > 1 runs its passes only
- * with one: they are Megatron's tensor-parallel passes (modules_tp.c), every
- * rank of the group running the same passes in the same order. */
+ * with one, every rank of the group running the same passes in the same
+ * order; tp = 1 needs none (a group of one: no collective). */
 void pt_model_set_tp_comm(pt_model *m, pt_comm *tp);
-/* The first error of the tp collectives since the last call (PT_OK: none;
- * the message is set). A pass whose collective failed runs to its end on
- * what it has, so the caller checks after the step's passes. */
-pt_status pt_model_take_error(pt_model *m);
-/* TEST HOOK (parallel.h, PT_PLANT_TP_SKIP_F), never for training: on, the
- * tensor-parallel block backward skips the all-reduce of c_attn's input
- * gradient, so that the parity tests can show they catch it. */
-void pt_model_test_skip_f(pt_model *m, int on);
 
 const pt_model_config *pt_model_config_of(const pt_model *m);
 int pt_model_max_batch(const pt_model *m);
@@ -302,17 +299,22 @@ int pt_model_num_tensors(const pt_model *m);
 const pt_param_info *pt_model_tensor(const pt_model *m, int i);
 const pt_param_info *pt_model_find(const pt_model *m, const char *name); /* NULL if absent */
 
-/* Plug points (DESIGN "How strategies plug into the model"): every module
- * pass, pt_module_forward / pt_module_backward, calls them around the
- * module's work -- so they fire for a pipeline stage's module-level passes
- * as they do for the whole-model ones, which run the modules in execution
- * order (backward: head, blocks L..1, embedding). A point says which module,
- * which micro-batch, in which activation context, and whether this backward
- * is the module's last of the step (b->last): after_backward with last set
- * means module i's own gradient region is final for the step -- except that
- * the head also accumulates into wte (module 0's region), so module 0's
- * region is final only after module 0. Any slot may be NULL. Hooks must not
- * run model passes themselves. */
+/* Plug points (DESIGN "How strategies plug into the model"): ONE callback
+ * that the range passes (pt_model_forward_range, _backward_range,
+ * _backward_weight_range, and the whole-model passes over them) call
+ * before and after each module's pass -- so they fire for a pipeline
+ * stage's passes as they do for the whole model's, which run the modules
+ * in execution order (backward: head, blocks L..1, embedding). The
+ * module passes (pt_module_*) call none: they are pure compute. A point
+ * says which module, which micro-batch, in which activation context, and
+ * whether this backward is the module's last of the step (b->last).
+ * Module i's own gradient region is final for the step at
+ * AFTER_BACKWARD with last set (the fused backward), or at AFTER_WEIGHT
+ * with last set (the split one, whose B fires the BACKWARD points) --
+ * except that the head also accumulates into wte (module 0's region), so
+ * module 0's region is final only after module 0. A hook that returns an
+ * error stops the range there, which returns it. Hooks must not run model
+ * passes themselves. */
 typedef struct {
     int module;
     int micro;          /* pt_batch.micro */
@@ -320,31 +322,24 @@ typedef struct {
     pt_module_ctx *ctx; /* the pass's activation context (lent) */
 } pt_hook_point;
 
-/* Which point: around a forward, a backward's input-gradient pass (B, or
- * the whole backward), a split backward's weight-gradient pass (W). */
 typedef enum {
     PT_HOOK_BEFORE_FORWARD,
     PT_HOOK_AFTER_FORWARD,
-    PT_HOOK_BEFORE_BACKWARD,
+    PT_HOOK_BEFORE_BACKWARD, /* the fused backward, or its input-gradient pass B */
     PT_HOOK_AFTER_BACKWARD,
-    PT_HOOK_BEFORE_WEIGHT,
+    PT_HOOK_BEFORE_WEIGHT, /* the split backward's weight-gradient pass W */
     PT_HOOK_AFTER_WEIGHT,
 } pt_hook_kind;
 
-typedef struct {
-    /* Called by the range passes (pt_model_forward_range, ...) around each
-     * module; an error stops the range there and is its result. */
-    pt_status (*fn)(void *arg, pt_hook_kind k, const pt_hook_point *p);
-    void *arg; /* lent */
-} pt_model_hooks;
-/* Install hooks (copied); NULL removes them. */
-void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h);
+typedef pt_status (*pt_model_hook)(void *arg, pt_hook_kind k, const pt_hook_point *p);
+/* Install the hook (arg lent, passed to every call); NULL removes it. */
+void pt_model_set_hook(pt_model *m, pt_model_hook fn, void *arg);
 
 /* ---- micro-batches in flight ----
  * A SLOT holds what one micro-batch needs between its forward and its
  * backward: an activation context per module and the residual stream
- * between modules. The model owns one, which pt_model_forward /
- * pt_model_backward use; a schedule that runs several forwards before their
+ * between modules. The model owns one (pt_model_own_slot), which
+ * pt_model_forward uses; a schedule that runs several forwards before their
  * backwards (gpipe) makes one slot per micro-batch in flight.
  *
  * Backward SCRATCH (the intermediate gradients of a block: d_qkv, d_fch,
@@ -435,31 +430,33 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n);
  * losses and *loss (last is the head, with b->targets). The backward takes
  * the output gradient dy (NULL when last is the head) and overwrites dx
  * with module first's input gradient (NULL when first is the embedding);
- * dy and dx are the caller's, (rows, C) as the stream's. split: the
- * input-gradient passes only (pt_module_backward_input), the weight
- * gradients then by pt_model_backward_weight_range. */
+ * dy and dx are the caller's, (rows, C) as the stream's; between modules
+ * the gradient goes through the model's ping-pong buffers (backwards run
+ * one at a time). split: the input-gradient passes only
+ * (pt_module_backward_input), the weight gradients then by
+ * pt_model_backward_weight_range. Plug points around each module (the
+ * hook); the first error stops the range and is returned. */
 pt_status pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first,
                                  int last, float *loss);
 pt_status pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
                                   const float *dy, float *dx, int split);
 pt_status pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last);
 /* pt_module_recompute of modules [first, last] in slot s, after their
- * forward. */
+ * forward (no plug points). */
 pt_status pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last);
 
-/* pt_model_forward / pt_model_backward in slot s: the activations are s's,
- * so that the forwards of several micro-batches can precede their
- * backwards. */
+/* GOING AWAY (the trainer's p = 1 driver is their last user): the ranges
+ * of every module in slot s, forward and fused backward. */
 pt_status pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss);
 pt_status pt_model_backward_in(pt_model *m, pt_model_slot *s);
 
-/* Whole model. With b->targets, returns the mean loss over B*T positions in
- * *loss and prepares the backward pass (dlogits, weighted by b->dloss);
- * without, computes logits (see pt_model_logits). B <= max_B, T <= seq_len;
- * token ids must be in [0, V) (the data loader checks). */
+/* The whole model's forward in its own slot (the range of every module).
+ * With b->targets, returns the mean loss over B*T positions in *loss and
+ * prepares the backward pass (dlogits, weighted by b->dloss; the backward:
+ * pt_model_backward_range over the own slot); without, computes logits
+ * (see pt_model_logits). B <= max_B, T <= seq_len; token ids must be in
+ * [0, V) (the data loader checks). */
 pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss);
-/* After a forward with targets: ACCUMULATES gradients into pt_model_grads. */
-pt_status pt_model_backward(pt_model *m);
 /* Logits (B,T,V) of the last forward without targets in the model's own
  * slot (lent). */
 const float *pt_model_logits(const pt_model *m);
@@ -490,17 +487,18 @@ pt_module_ctx *pt_model_ctx(pt_model *m, int i);
  * `in` is lent until the matching backward returns (it is saved, not copied;
  * for the split backward, until its weight-gradient pass returns).
  * out must not alias in. */
-void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
-                       float *out);
-/* Backward of module i after its forward with the same ctx and batch.
- * ACCUMULATES into the module's parameter gradients; din (B,T,C) is
- * OVERWRITTEN with the input gradient (NULL for the embedding).
+pt_status pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                            const float *in, float *out);
+/* Backward of module i after its forward with the same ctx and batch:
+ * B then W (below) at once, in the pass's scratch. ACCUMULATES into the
+ * module's parameter gradients; din (B,T,C) is OVERWRITTEN with the input
+ * gradient (NULL for the embedding).
  *   embedding: dout (B,T,C)
  *   block:     dout (B,T,C)
  *   head:      dout unused (NULL): the loss weight b->dloss was applied in
  *              the fused forward. */
-void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                        const float *dout, float *din);
+pt_status pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                             const float *dout, float *din);
 
 /* The same backward in two passes, for schedules that defer the weight
  * gradients (zero-bubble pipelines' B and W, Qi et al. 2023):
@@ -509,32 +507,29 @@ void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *
  *           leaves the output gradients of the module's linears and
  *           LayerNorms in ctx's backward scratch (a deferred one: in the
  *           block's activations that only B reads, and the scratch,
- *           pt_module_scratch_new_deferred). Fires before_backward and
- *           after_backward.
+ *           pt_module_scratch_new_deferred).
  *   _weight (W): after the _input of the same ctx and batch, ACCUMULATES
  *           every parameter gradient of the module from what B left and
- *           the saved activations. Fires after_weight_grad. Collectives:
- *           none, except under sequence parallelism the LayerNorm outputs'
- *           all-gathers and their weight gradients' all-reduce
- *           (modules_tp.c says why).
+ *           the saved activations. Collectives: none, except under
+ *           sequence parallelism the LayerNorm outputs' all-gathers and
+ *           their weight gradients' all-reduce (tp_group.c says why).
  * Between the two, ctx's activations, its input, b->tokens and its scratch
  * (with the activations B recomputed there, pt_recompute) must stay as
  * they are: a context whose W comes after other modules'
  * passes needs a scratch of its own (pt_module_ctx_set_scratch). With a
  * deferred scratch, B overwrites a block's qkv, att and fch (W reads none
  * of them): a second backward of the context needs a forward first. B then W
- * gives pt_module_backward's bits at tp = 1 (the kernels are the fused
- * ones' halves) and under tensor parallelism (the same collectives on the
- * same data). */
-void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                              const float *dout, float *din);
-void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
+ * gives pt_module_backward's bits (the same code; W reads what B left
+ * wherever it left it). */
+pt_status pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                   const float *dout, float *din);
+pt_status pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
 /* What B (and pt_module_backward) of module i recomputes first under the
  * model's recompute mode, alone: nothing for NONE and for the embedding and
  * the head. After a forward of ctx and b; under tensor parallelism a FULL
  * recompute runs the forward's collectives, on every rank of the group.
  * For calibrate, which times recomputation on its own. */
-void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
+pt_status pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b);
 
 #ifdef __cplusplus
 }

@@ -50,25 +50,32 @@ static pt_status elastic_args(const pt_cli_config_args *a, pt_cli_config_args *o
     return PT_OK;
 }
 
-/* cfg's layout for `world` ranks, as the planner picks it. */
-static pt_status replan(pt_config *cfg, const pt_cli_config_args *a, int world,
-                        const char *cluster) {
+/* cfg's layout for `world` ranks, as the planner picks it; *plan: the run
+ * record's new plan (replaced). */
+static pt_status replan(pt_config *cfg, const pt_cli_config_args *a, int world, const char *cluster,
+                        char **plan) {
     pt_cli_config_args ea = {0};
     PT_CHECK(elastic_args(a, &ea));
     /* the layout keys return to one worker's, so that the planner's
      * choice is not checked against the old world */
     cfg->parallel.dp = world;
     cfg->parallel.tp = cfg->parallel.pp = 1;
-    pt_status st = pt_cli_layout_auto(cfg, &ea, world, cluster);
+    char *fresh = NULL;
+    pt_status st = pt_cli_layout_auto(cfg, &ea, world, cluster, &fresh);
     free(ea.sets);
+    if (st == PT_OK) {
+        free(*plan);
+        *plan = fresh;
+    }
     return st;
 }
 
-int pt_cli_train_restarts(pt_config *cfg, int nproc, int resume, const pt_cli_restart *r) {
+int pt_cli_train_restarts(pt_config *cfg, int nproc, int resume, char **plan,
+                          const pt_cli_restart *r) {
     int attempt = 0;
     for (;;) {
         pt_launch_result res;
-        int rc = pt_cli_launch(cfg, nproc, resume, &res);
+        int rc = pt_cli_launch(cfg, nproc, resume, *plan, &res);
         if (rc == 0 || rc == 2) return rc != 0; /* done, or could not start at all */
         if (!res.fault || attempt >= r->max_restarts) return 1;
         attempt++;
@@ -76,7 +83,7 @@ int pt_cli_train_restarts(pt_config *cfg, int nproc, int resume, const pt_cli_re
         if (r->elastic) {
             nproc--;
             if (nproc < 1) return pt_cli_fail("--elastic: no rank is left to restart the job with");
-            if (replan(cfg, r->args, nproc, r->cluster) != PT_OK)
+            if (replan(cfg, r->args, nproc, r->cluster, plan) != PT_OK)
                 return pt_cli_fail(pt_error_message());
         }
         char stepdir[PT_CONFIG_STR_MAX + 64], layout[160];

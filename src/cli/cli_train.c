@@ -68,6 +68,7 @@ typedef struct {
     const pt_config *cfg;
     int resume;
     pt_comm_options opt;
+    const char *plan; /* the run record's plan (NULL: none) */
 } run_args;
 
 /* log.flight, checked as every output is, before any work: a directory
@@ -97,8 +98,9 @@ static pt_status comm_settings(const pt_config *cfg, pt_comm *world) {
     return pt_comm_set_check_order(world, cfg->comm.check_order);
 }
 
-/* One rank (or the single worker when world is NULL). */
-static int run(const pt_config *cfg, int resume, pt_comm *world) {
+/* One rank (or the single worker when world is NULL); plan: what the run
+ * was planned to be, for its run record (NULL: nothing). */
+static int run(const pt_config *cfg, int resume, const char *plan, pt_comm *world) {
     int rank = world ? pt_comm_rank(world) : 0, size = pt_comm_size(world);
     pt_trainer *t = NULL;
     /* what the config alone decides is the same on every rank (under
@@ -106,6 +108,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     pt_status st = pt_trainer_check(cfg, size, resume);
     if (st != PT_OK) pt_error_mark_shared();
     if (st == PT_OK) st = pt_trainer_new_dist(&t, cfg, world);
+    if (st == PT_OK && plan) st = pt_trainer_set_plan(t, plan);
     if (st == PT_OK && resume) st = pt_trainer_resume(t);
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
@@ -130,7 +133,8 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     return rc;
 }
 
-static int run_with_world(const pt_config *cfg, int resume, const pt_comm_options *opt) {
+static int run_with_world(const pt_config *cfg, int resume, const char *plan,
+                          const pt_comm_options *opt) {
     pt_comm *world = NULL;
     if (pt_comm_new(&world, opt) != PT_OK) return pt_cli_fail(pt_error_message());
     if (pt_comm_size(world) > 1) pt_log_set_rank(pt_comm_rank(world));
@@ -139,19 +143,20 @@ static int run_with_world(const pt_config *cfg, int resume, const pt_comm_option
         pt_comm_free(world);
         return rc;
     }
-    int rc = run(cfg, resume, world);
+    int rc = run(cfg, resume, plan, world);
     pt_comm_free(world);
     return rc;
 }
 
 static int rank_main(void *arg) {
     const run_args *a = arg;
-    return run_with_world(a->cfg, a->resume, &a->opt);
+    return run_with_world(a->cfg, a->resume, a->plan, &a->opt);
 }
 
 /* --nproc N: what the config alone decides, said once in this process;
  * then the shm launcher forks the N ranks. */
-int pt_cli_launch(const pt_config *cfg, int nproc, int resume, pt_launch_result *res) {
+int pt_cli_launch(const pt_config *cfg, int nproc, int resume, const char *plan,
+                  pt_launch_result *res) {
     *res = (pt_launch_result){1, 0, -1};
     /* the mesh dp x tp x pp is the world, in --nproc's words (pt_trainer_check
      * says it for mpirun) */
@@ -181,7 +186,7 @@ int pt_cli_launch(const pt_config *cfg, int nproc, int resume, pt_launch_result 
         pt_cli_fail(pt_error_message());
         return 2;
     }
-    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}};
+    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}, plan};
     if (pt_launch_job(nproc, rank_main, &a, &a.opt, res) != PT_OK) {
         pt_cli_fail(pt_error_message());
         return 2;
@@ -267,9 +272,10 @@ static int check_combos(const train_args *t) {
 }
 
 /* The config: a plan file's, or the file's and each --set, planned with
- * --layout auto. */
-static pt_status build_config(const train_args *t, pt_config *cfg) {
+ * --layout auto; *plan: the run record's plan (malloc'd; NULL: none). */
+static pt_status build_config(const train_args *t, pt_config *cfg, char **plan) {
     const pt_cli_config_args *ca = &t->ca;
+    *plan = NULL;
     if (!t->plan && !t->layout) return pt_cli_config_build(ca, cfg);
     pt_config_defaults(cfg);
     pt_status st = t->plan      ? pt_plan_file_load(t->plan, cfg)
@@ -277,14 +283,18 @@ static pt_status build_config(const train_args *t, pt_config *cfg) {
                                 : PT_OK;
     for (int k = 0; st == PT_OK && k < ca->nsets; k++) st = pt_config_set(cfg, ca->sets[k]);
     if (st != PT_OK) return st;
-    if (t->plan) return pt_config_validate(cfg); /* the plan's config, each --set on top */
+    if (t->plan) { /* the plan's config, each --set on top */
+        PT_CHECK(pt_config_validate(cfg));
+        *plan = pt_cli_plan_file_json(t->plan);
+        return PT_OK;
+    }
     PT_CHECK(pt_model_config_validate(&cfg->model));
-    return pt_cli_layout_auto(cfg, ca, t->nproc > 0 ? t->nproc : 1, t->cluster);
+    return pt_cli_layout_auto(cfg, ca, t->nproc > 0 ? t->nproc : 1, t->cluster, plan);
 }
 
 /* What runs: --nproc ranks (restarted as asked), a world of mpirun, or one
  * worker. */
-static int start(const train_args *t, pt_config *cfg) {
+static int start(const train_args *t, pt_config *cfg, char **plan) {
     int resume = t->resume;
     if (resume == 2) { /* --resume=auto */
         char stepdir[PT_CONFIG_STR_MAX + 64];
@@ -299,13 +309,13 @@ static int start(const train_args *t, pt_config *cfg) {
             return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
                                "mpirun -np N without --nproc");
         pt_cli_restart r = {t->max_restarts, t->elastic, t->cluster, &t->ca};
-        return pt_cli_train_restarts(cfg, t->nproc, resume, &r);
+        return pt_cli_train_restarts(cfg, t->nproc, resume, plan, &r);
     }
     if (t->backend) {
         pt_comm_options o = {t->backend, cfg->comm.timeout};
-        return run_with_world(cfg, resume, &o);
+        return run_with_world(cfg, resume, *plan, &o);
     }
-    return run(cfg, resume, NULL);
+    return run(cfg, resume, *plan, NULL);
 }
 
 int pt_cli_train(int argc, char **argv) {
@@ -320,9 +330,11 @@ int pt_cli_train(int argc, char **argv) {
     }
     if (rc == 0) rc = check_combos(&t);
     pt_config cfg;
-    if (rc == 0 && build_config(&t, &cfg) != PT_OK) rc = pt_cli_fail(pt_error_message());
+    char *plan = NULL; /* the run record's plan */
+    if (rc == 0 && build_config(&t, &cfg, &plan) != PT_OK) rc = pt_cli_fail(pt_error_message());
     if (rc != 0) {
         pt_cli_config_args_deinit(&t.ca);
+        free(plan);
         return rc;
     }
     /* log.metrics, log.trace, checkpoint.dir, log.flight: said once, before
@@ -333,7 +345,8 @@ int pt_cli_train(int argc, char **argv) {
     else if (!cfg.data.train[0])
         rc = pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
     else
-        rc = start(&t, &cfg);
+        rc = start(&t, &cfg, &plan);
     pt_cli_config_args_deinit(&t.ca); /* after: the restarts plan with its --set */
+    free(plan);
     return rc;
 }

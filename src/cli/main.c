@@ -24,6 +24,8 @@ static const struct {
     {"plan", pt_cli_plan,
      "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
     {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
+    {"report", pt_cli_report,
+     "one HTML file of charts from runs' metrics (RUN_DIR... [--out FILE])"},
     {"flight", pt_cli_flight, "the first mismatch in a dead job's flight recorder dumps (DIR)"},
 };
 
@@ -31,6 +33,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: partrain <command> [options]   (partrain <command> --help)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n  --version  the version and the commit it was built from\n");
 }
 
 /* Set by the re-executed process's parent: the value it chose. */
@@ -82,6 +85,10 @@ int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("partrain %s\n", pt_version());
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -242,8 +242,12 @@ static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int ar
         comm_fault_hold(r);
         return PT_OK;
     }
+    uint64_t t0 = pt_time_ns();
     comm_drain(c, comm_drain_mask(c, op));
     pt_status st = comm_run_op(c, op, buf, n, arg, tag, k);
+    pthread_mutex_lock(&c->mu);
+    c->stats.blocked_ns += pt_time_ns() - t0; /* the caller's exposed time */
+    pthread_mutex_unlock(&c->mu);
     if (st == PT_OK)
         comm_fault_after();
     else

@@ -197,10 +197,10 @@ static size_t slot_floats(int T, int hs) {
     return 2 * (size_t)bw * (size_t)T;
 }
 
-static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH, float beta0) {
+void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
     att_ctx c = {.dqkv = dqkv,
-                 .beta0 = beta0,
+                 .beta0 = 0.0f, /* dqkv overwritten */
                  .scratch = scratch,
                  .dout = dout,
                  .qkv = qkv,
@@ -211,16 +211,6 @@ static void attention_backward(float *dqkv, float *scratch, const float *dout, c
                  .NH = NH,
                  .slot_floats = slot_floats(T, C / NH)};
     run_pairs(backward_part, &c);
-}
-
-void pt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int C, int NH) {
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, 1.0f);
-}
-
-void pt_attention_backward_set(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, 0.0f);
 }
 
 /* One slot (two blocks of ATT_BLOCK x T) per worker that can run at once. */

@@ -57,6 +57,39 @@ int pt_sgemm_set_path(int path);
 /* 1 where the own GEMM is built in (AVX-512), else every path is OpenBLAS. */
 int pt_sgemm_has_own(void);
 
+/* ---- bf16 matrix product (gemm_bf16.c) ----------------------------------
+ * pt_sgemm with A and B in bf16: C (M,N) fp32 = op(A) op(B) (+ C), the
+ * products exact in fp32 and summed in fp32, with the same beta, strides,
+ * transposes and epilogue. Column sums (colsum, B not transposed) add B's
+ * bf16 values as float32, rows in order: the same bits on every path. The
+ * paths, chosen at run time (pt_gemm_bf16_kind names the one in use):
+ *   AMX       32 x 32 C tiles of TDPBF16PS (Sapphire Rapids and later, with
+ *             Linux's permission); UNTESTED: no AMX on the development machine
+ *   AVX512    a 12 x 32 vdpbf16ps micro-kernel on K-pair-packed panels
+ *   FALLBACK  blocks of A and B converted to fp32, then pt_sgemm: any CPU
+ * AMX and AVX512 give the same bits at any thread count (fixed order per
+ * element, as pt_sgemm's own GEMM); FALLBACK gives pt_sgemm's guarantee.
+ * pt_gemm_bf16_set_path forces a path for tests and benchmarks (AUTO: the
+ * best available) and returns the old one; the path must be available
+ * (pt_gemm_bf16_has_path). */
+void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda, const pt_bf16 *B,
+                  int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e);
+enum { PT_BF16_AUTO, PT_BF16_AMX, PT_BF16_AVX512, PT_BF16_FALLBACK };
+int pt_gemm_bf16_set_path(int path);
+int pt_gemm_bf16_has_path(int path);
+/* The conversions' code, forced the same way (AUTO: the best available);
+ * every one gives the scalar reference's bits. */
+enum {
+    PT_BF16_CVT_AUTO,
+    PT_BF16_CVT_SCALAR,
+    PT_BF16_CVT_AVX2,
+    PT_BF16_CVT_AVX512,
+    PT_BF16_CVT_AVX512BF16,
+    PT_BF16_CVT_NPATHS
+};
+int pt_bf16_cvt_set_path(int path);
+int pt_bf16_cvt_has_path(int path);
+
 /* ---- attention for hs = 64 (attention64.c), one (batch, head) pair ------
  * q, k, v: the pair's row 0 in qkv (row stride C3); att (T,T) of the pair;
  * out, dout row stride C; dq, dk, dv the pair's row 0 in dqkv. Blocks of
@@ -99,6 +132,9 @@ void pt_ref_attention_backward(float *dqkv, float *scratch, const float *dout, c
                                const float *att, int B, int T, int C, int NH);
 void pt_ref_softmax_xent_forward_backward(float *losses, float *dlogits, const float *logits,
                                           const int *targets, int N, int V, float dloss);
+/* bf16 conversions one element at a time (reference_bf16.c). */
+pt_bf16 pt_ref_bf16_round(float x);
+float pt_ref_bf16_float(pt_bf16 x);
 void pt_ref_adamw_update(float *param, const float *grad, float *m, float *v, long n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int t,
                          float grad_scale);

@@ -57,13 +57,6 @@ void pt_matmul_backward_weight(float *dweight, float *dbias, const float *dout, 
     pt_sgemm(1, 0, C, OC, N, inp, C, dout, OC, 1.0f, dweight, OC, &e);
 }
 
-void pt_matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                        const float *inp, const float *weight, int N, int C, int OC) {
-    /* dinp (N,C) += dout (N,OC) @ weight^T (OC,C) */
-    if (dinp) pt_sgemm(0, 1, N, C, OC, dout, OC, weight, OC, 1.0f, dinp, C, NULL);
-    pt_matmul_backward_weight(dweight, dbias, dout, inp, N, C, OC);
-}
-
 void pt_matmul_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int N, int C, int OC) {
     pt_matmul_backward_input_set(dinp, dout, weight, N, C, OC);

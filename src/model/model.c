@@ -1,12 +1,14 @@
 /* The GPT-2 model as a list of modules: config validation, the tensor table
- * (GPT-2 names and shapes, flat layout module by module), allocation of
- * parameters, gradients and activations up front, layout-independent init,
- * and the whole-model forward/backward that chains the modules. A model
- * can hold one tensor-parallel rank's slices (pt_model_new_slice, split as
- * shard.c describes); its passes are then modules_tp.c's.
+ * (GPT-2 names and shapes, flat layout module by module), the parameter and
+ * gradient buffers, allocated up front, and layout-independent init. A
+ * model can hold one tensor-parallel rank's slices (pt_model_new_slice,
+ * split as shard.c describes).
  *
- * Not here: the modules' own math (modules.c), the optimizer, files. */
+ * Not here: the modules' own math (modules.c), their activations
+ * (activations.c), the passes over them (passes.c), the optimizer,
+ * files. */
 #include "model_impl.h"
+#include "model_test.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -107,11 +109,6 @@ static void build_table(pt_model *m) {
     for (int i = 0; i < m->cfg.n_layer + 2; i++) add_module(m, i);
 }
 
-int pt_model_first_tensor(const pt_model *m, int i) {
-    PT_ASSERT(m->mod_first[i] >= 0);
-    return m->mod_first[i];
-}
-
 int pt_model_owns(const pt_model *m, int i) {
     PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
     return m->owned[i];
@@ -125,384 +122,13 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n) {
 
 /* ---- lifecycle ---- */
 
-size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt_module_ctx *c) {
-    /* the whole-width buffers (LayerNorms, residual) and this rank's share
-     * of the split ones (tp: heads, MLP columns) */
-    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
-    size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
-    const struct {
-        float **ptr;
-        size_t n;
-        unsigned kind;
-    } buf[] = {
-        {&c->ln1, R * C, PT_ACTS_KEPT},
-        {&c->ln1_mean, R, PT_ACTS_KEPT},
-        {&c->ln1_rstd, R, PT_ACTS_KEPT},
-        {&c->qkv, N * 3 * Cl, PT_ACTS_KEPT},
-        {&c->att, (size_t)max_B * NHl * T * T, PT_ACTS_DROPPED},
-        {&c->atty, N * Cl, PT_ACTS_KEPT},
-        {&c->res2, R * C, PT_ACTS_KEPT},
-        {&c->ln2, R * C, PT_ACTS_KEPT},
-        {&c->ln2_mean, R, PT_ACTS_KEPT},
-        {&c->ln2_rstd, R, PT_ACTS_KEPT},
-        {&c->fch, N * 4 * Cl, PT_ACTS_KEPT},
-        {&c->fch_gelu, N * 4 * Cl, PT_ACTS_DROPPED},
-    };
-    size_t total = 0;
-    for (size_t k = 0; k < sizeof buf / sizeof buf[0]; k++) {
-        if (!(buf[k].kind & which)) continue;
-        if (p) *buf[k].ptr = p + total;
-        total += buf[k].n;
-    }
-    return total;
-}
-
-/* What a block's context keeps under each recompute mode. */
-static unsigned block_kept(const pt_model *m) {
-    return m->recompute == PT_RECOMPUTE_FULL        ? 0
-           : m->recompute == PT_RECOMPUTE_SELECTIVE ? PT_ACTS_KEPT
-                                                    : PT_ACTS_ALL;
-}
-
-/* Floats of module i's context for batches up to max_B (0: none), rounded
- * up to 16 (64 bytes) so that contexts carved one after another stay
- * aligned. */
-static size_t ctx_floats(const pt_model *m, int i, int max_B) {
-    /* the whole-width buffers (LayerNorms, residual) and this rank's share
-     * of the split ones (tp: heads, MLP columns, vocabulary rows) */
-    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd;
-    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
-    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
-    size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
-    size_t total = 0;
-    pt_module_ctx dummy = {0};
-    pt_module_kind kind = pt_model_module_kind(m, i);
-    if (kind == PT_MODULE_BLOCK)
-        total = pt_block_carve(m, max_B, block_kept(m), NULL, &dummy);
-    else if (kind == PT_MODULE_HEAD)
-        total = R * C + 2 * R + N * Vl + N + xent;
-    return (total + 15) & ~(size_t)15;
-}
-
-/* A context on mem (ctx_floats(m, i, max_B) floats; NULL: allocated). */
-static pt_status ctx_make(pt_module_ctx **out, const pt_model *m, int i, int max_B, float *mem) {
-    *out = NULL;
-    PT_ASSERT(i >= 0 && i < pt_model_num_modules(m) && max_B > 0);
-    pt_module_ctx *c = calloc(1, sizeof *c);
-    if (!c) return pt_error_set(PT_ERR_NOMEM, "module context");
-    c->module = i;
-    c->kind = pt_model_module_kind(m, i);
-    c->max_B = max_B;
-    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd;
-    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
-    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
-    size_t R = m->sp ? N / t : N;
-    size_t total = ctx_floats(m, i, max_B);
-    if (total && mem) {
-        c->buf = mem;
-    } else if (total) {
-        c->buf = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
-        c->own_buf = 1;
-        if (!c->buf) {
-            free(c);
-            return PT_ERR_NOMEM;
-        }
-    }
-    float *p = c->buf;
-#define TAKE(ptr, n)                                                                               \
-    do {                                                                                           \
-        (ptr) = p;                                                                                 \
-        p += (n);                                                                                  \
-    } while (0)
-    if (c->kind == PT_MODULE_BLOCK) {
-        if (total) p += pt_block_carve(m, max_B, block_kept(m), p, c);
-    } else if (c->kind == PT_MODULE_HEAD) {
-        TAKE(c->lnf, R * C);
-        TAKE(c->lnf_mean, R);
-        TAKE(c->lnf_rstd, R);
-        TAKE(c->logits, N * Vl);
-        TAKE(c->losses, N);
-        if (xent) TAKE(c->xent, xent);
-    }
-#undef TAKE
-    PT_ASSERT((size_t)(p - c->buf) <= total);
-    *out = c;
-    return PT_OK;
-}
-
-pt_status pt_module_ctx_new(pt_module_ctx **out, const pt_model *m, int i, int max_B) {
-    return ctx_make(out, m, i, max_B, NULL);
-}
-
-void pt_module_ctx_free(pt_module_ctx *c) {
-    if (!c) return;
-    if (c->own_buf) pt_mem_free(c->buf);
-    free(c);
-}
-
-/* ---- backward scratch and slots ---- */
-
-static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B);
-static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
-                                       unsigned kinds);
-
-pt_status pt_module_scratch_new(pt_module_scratch **out, const pt_model *m, int max_B) {
-    return scratch_make(out, m, max_B);
-}
-
-pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
-                                         unsigned kinds) {
-    PT_ASSERT(m->scratch && max_B <= m->scratch->max_B);
-    PT_ASSERT(kinds && !(kinds >> (PT_MODULE_HEAD + 1)));
-    return scratch_make_deferred(out, m, max_B, kinds);
-}
-
-int pt_block_stash_fit(const pt_model *m) {
-    /* att holds max_B NHl T^2 floats, an (N,C) gradient max_B T C */
-    size_t T = (size_t)m->cfg.seq_len, NHl = (size_t)(m->cfg.n_head / m->tp);
-    size_t fit = NHl * T / (size_t)m->cfg.n_embd;
-    return fit < 4 ? (int)fit : 4;
-}
-
-/* A block's recompute region for max_B (0 under NONE). */
-static size_t recomp_floats(const pt_model *m, int max_B) {
-    pt_module_ctx dummy = {0};
-    unsigned region = PT_ACTS_ALL & ~block_kept(m);
-    return region ? pt_block_carve(m, max_B, region, NULL, &dummy) : 0;
-}
-
-/* A deferred scratch's floats for kinds: rem (the embedding's d_out, the
- * head's d_ln, a block's stash overflow: the largest of those of kinds),
- * then a block's recompute region rc. */
-static void deferred_parts(const pt_model *m, int max_B, unsigned kinds, size_t *rem, size_t *rc) {
-    size_t NC = (size_t)max_B * (size_t)m->cfg.seq_len * (size_t)m->cfg.n_embd;
-    unsigned ends = (1u << PT_MODULE_EMBEDDING) | (1u << PT_MODULE_HEAD);
-    int blocks = (kinds >> PT_MODULE_BLOCK) & 1;
-    size_t over = blocks ? (size_t)(4 - pt_block_stash_fit(m)) * NC : 0;
-    *rem = kinds & ends ? NC : 0;
-    if (over > *rem) *rem = over;
-    *rc = blocks ? recomp_floats(m, max_B) : 0;
-}
-
-size_t pt_module_scratch_bytes(const pt_model *m, int max_B, unsigned deferred_kinds) {
-    size_t C = (size_t)m->cfg.n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len, rem, rc;
-    if (deferred_kinds) {
-        deferred_parts(m, max_B, deferred_kinds, &rem, &rc);
-        return (rem + rc) * sizeof(float);
-    }
-    /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
-     * columns: the rest; the attention backward's workspace, sequence
-     * parallelism's gathered rows and LayerNorm partial gradient */
-    size_t att = pt_attention_scratch_floats(max_B, m->cfg.seq_len, m->cfg.n_embd / m->tp,
-                                             m->cfg.n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0;
-    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + recomp_floats(m, max_B)) *
-           sizeof(float);
-}
-
-static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int max_B) {
-    *out = NULL;
-    PT_ASSERT(max_B > 0);
-    const pt_model_config *cfg = &m->cfg;
-    pt_module_scratch *s = calloc(1, sizeof *s);
-    if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
-    size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
-    size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
-    size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
-    size_t rc = recomp_floats(m, max_B);
-    s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, 0));
-    if (!s->buf) {
-        free(s);
-        return PT_ERR_NOMEM;
-    }
-    float *p = s->buf;
-    s->d_res2 = p, p += N * C;
-    s->d_ln = p, p += N * C;
-    s->d_out = p, p += N * C;
-    s->d_ln1 = p, p += N * C;
-    s->d_atty = p, p += N * Cl;
-    s->d_qkv = p, p += N * 3 * Cl;
-    s->d_fch = p, p += N * 4 * Cl;
-    s->att = p, p += att;
-    if (sp) {
-        s->full = p, p += N * C;
-        s->ln_g = p, p += 2 * C;
-    }
-    s->max_B = max_B;
-    if (rc) s->recomp = p;
-    *out = s;
-    return PT_OK;
-}
-
-/* rem: the embedding's d_out, the head's d_ln, a block's stash overflow
- * (the largest of those of kinds), then a block's recompute region; the
- * buffers one pass reads while it runs (the attention backward's workspace,
- * sequence parallelism's gathered rows and LayerNorm partial gradient) are
- * the model's scratch's. */
-static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *m, int max_B,
-                                       unsigned kinds) {
-    *out = NULL;
-    PT_ASSERT(max_B > 0);
-    pt_module_scratch *s = calloc(1, sizeof *s);
-    if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
-    unsigned ends = (1u << PT_MODULE_EMBEDDING) | (1u << PT_MODULE_HEAD);
-    size_t rem, rc;
-    deferred_parts(m, max_B, kinds, &rem, &rc);
-    if (rem + rc) {
-        s->buf = pt_mem_alloc(PT_MEM_ACTS, (rem + rc) * sizeof(float));
-        if (!s->buf) {
-            free(s);
-            return PT_ERR_NOMEM;
-        }
-    }
-    s->deferred = 1;
-    s->rem = rem ? s->buf : NULL;
-    if (kinds & ends) s->d_out = s->d_ln = s->rem;
-    if (rc) s->recomp = s->buf + rem;
-    s->att = m->scratch->att;
-    s->full = m->scratch->full;
-    s->ln_g = m->scratch->ln_g;
-    s->max_B = max_B;
-    *out = s;
-    return PT_OK;
-}
-
-void pt_module_scratch_free(pt_module_scratch *s) {
-    if (!s) return;
-    pt_mem_free(s->buf);
-    free(s);
-}
-
-void pt_module_ctx_set_scratch(pt_module_ctx *c, pt_module_scratch *s) {
-    c->scratch = s;
-}
-
-void pt_model_slot_free(pt_model_slot *s) {
-    if (!s) return;
-    if (s->ctx)
-        for (int i = s->nmod - 1; i >= 0; i--) pt_module_ctx_free(s->ctx[i]);
-    free(s->ctx);
-    free(s->resid);
-    if (s->own_stream) pt_mem_free(s->stream);
-    free(s);
-}
-
-pt_status pt_model_slot_new(pt_model_slot **out, pt_model *m) {
-    return pt_model_slot_new_range(out, m, 0, m->cfg.n_layer + 1);
-}
-
-/* The stream buffers a range reads and writes: its input resid[first - 1]
- * and its modules' outputs resid[first..last], of the held modules only. */
-static int stream_needed(const pt_model *m, int last, int j) {
-    return m->owned[j] || (j + 1 <= last && m->owned[j + 1]);
-}
-
-/* Floats of a range slot's stream for batches of max_B (rounded to 16). */
-static size_t stream_floats(const pt_model *m, int first, int last, int max_B) {
-    int L = m->cfg.n_layer, lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L, nres = 0;
-    for (int j = lo; j <= hi; j++) nres += stream_needed(m, last, j);
-    int head = last == L + 1 && m->owned[L + 1];
-    size_t C = (size_t)m->cfg.n_embd, N = (size_t)max_B * (size_t)m->cfg.seq_len;
-    size_t R = m->sp ? N / (size_t)m->tp : N; /* rows of the residual stream held */
-    return (R * C * (size_t)nres + (head ? N : 0) + 15) & ~(size_t)15;
-}
-
-size_t pt_model_slot_bytes_at(const pt_model *m, int first, int last, int max_B) {
-    size_t n = stream_floats(m, first, last, max_B);
-    for (int i = first; i <= last; i++)
-        if (m->owned[i]) n += ctx_floats(m, i, max_B);
-    return n * sizeof(float);
-}
-
-size_t pt_model_slot_bytes(const pt_model *m, int first, int last) {
-    return pt_model_slot_bytes_at(m, first, last, m->max_B);
-}
-
-static pt_status slot_make(pt_model_slot **out, pt_model *m, int first, int last, float *mem) {
-    *out = NULL;
-    int L = m->cfg.n_layer;
-    PT_ASSERT(m->max_B > 0 && first >= 0 && first <= last && last <= L + 1);
-    pt_status st = PT_OK;
-    pt_model_slot *s = calloc(1, sizeof *s);
-    if (!s) return pt_error_set(PT_ERR_NOMEM, "model slot");
-    s->nmod = L + 2;
-    s->ctx = calloc((size_t)s->nmod, sizeof *s->ctx);
-    s->resid = calloc((size_t)L + 1, sizeof *s->resid);
-    if (!s->ctx || !s->resid) {
-        st = pt_error_set(PT_ERR_NOMEM, "model slot");
-        goto fail;
-    }
-    int lo = first > 0 ? first - 1 : 0, hi = last < L ? last : L;
-    int head = last == L + 1 && m->owned[L + 1];
-    size_t C = (size_t)m->cfg.n_embd, N = (size_t)m->max_B * (size_t)m->cfg.seq_len;
-    size_t R = m->sp ? N / (size_t)m->tp : N;
-    size_t total = stream_floats(m, first, last, m->max_B);
-    if (total && mem) {
-        s->stream = mem;
-        mem += total;
-    } else if (total) {
-        s->stream = pt_mem_alloc(PT_MEM_ACTS, total * sizeof(float));
-        s->own_stream = 1;
-        if (!s->stream) {
-            st = PT_ERR_NOMEM;
-            goto fail;
-        }
-    }
-    float *p = s->stream;
-    for (int j = lo; j <= hi; j++)
-        if (stream_needed(m, last, j)) s->resid[j] = p, p += R * C;
-    if (head) s->losses = p;
-    for (int i = first; i <= last; i++) {
-        if (!m->owned[i]) continue;
-        PT_CHECK_GOTO(st, ctx_make(&s->ctx[i], m, i, m->max_B, mem), fail);
-        if (mem) mem += ctx_floats(m, i, m->max_B);
-    }
-    *out = s;
-    return PT_OK;
-fail:
-    pt_model_slot_free(s);
-    return st;
-}
-
-pt_status pt_model_slot_new_range(pt_model_slot **out, pt_model *m, int first, int last) {
-    return slot_make(out, m, first, last, NULL);
-}
-
-pt_status pt_model_slot_new_range_in(pt_model_slot **out, pt_model *m, int first, int last,
-                                     void *mem) {
-    PT_ASSERT(mem && ((uintptr_t)mem & 63) == 0);
-    return slot_make(out, m, first, last, mem);
-}
-
-float *pt_model_slot_stream(pt_model_slot *s, int j) {
-    PT_ASSERT(j >= 0 && j < s->nmod - 1 && s->resid[j]);
-    return s->resid[j];
-}
-
-pt_model_slot *pt_model_own_slot(pt_model *m) {
-    return m->own;
-}
-
-pt_module_ctx *pt_model_slot_ctx(pt_model_slot *s, int i) {
-    PT_ASSERT(i >= 0 && i < s->nmod && s->ctx[i]);
-    return s->ctx[i];
-}
-
 void pt_model_free(pt_model *m) {
     if (!m) return;
-    pt_model_slot_free(m->own);
+    pt_model_acts_free(m);
     pt_mem_free(m->tied_g);
     pt_mem_free(m->tied_p);
     free(m->mod_first);
     free(m->owned);
-    pt_mem_free(m->dstream_buf);
-    pt_module_scratch_free(m->scratch);
     pt_mem_free(m->grads);
     pt_mem_free(m->params);
     free(m->mod_g);
@@ -525,12 +151,6 @@ pt_status pt_model_new(pt_model **out, const pt_model_config *cfg, int max_B) {
 pt_status pt_model_new_slice(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
                              int tp_rank) {
     pt_model_options o = {.tp = tp, .tp_rank = tp_rank};
-    return pt_model_new_opts(out, cfg, max_B, &o);
-}
-
-pt_status pt_model_new_sp(pt_model **out, const pt_model_config *cfg, int max_B, int tp,
-                          int tp_rank) {
-    pt_model_options o = {.tp = tp, .tp_rank = tp_rank, .sp = 1};
     return pt_model_new_opts(out, cfg, max_B, &o);
 }
 
@@ -614,19 +234,7 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
         memset(m->tied_g, 0, m->wte_numel * sizeof(float));
     }
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
-
-    PT_CHECK_GOTO(st, pt_module_scratch_new(&m->scratch, m, max_B), fail);
-    size_t C = (size_t)cfg->n_embd, N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t R = sp ? N / (size_t)tp : N; /* rows of the residual stream held */
-    m->dstream_buf = pt_mem_alloc(PT_MEM_ACTS, 2 * R * C * sizeof(float));
-    if (!m->dstream_buf) {
-        st = PT_ERR_NOMEM;
-        goto fail;
-    }
-    m->dstream[0] = m->dstream_buf;
-    m->dstream[1] = m->dstream_buf + R * C;
-    /* a stage's passes run in the pipeline's slots, not in one of its own */
-    if (whole && !o->no_slot) PT_CHECK_GOTO(st, pt_model_slot_new(&m->own, m), fail);
+    PT_CHECK_GOTO(st, pt_model_acts_alloc(m), fail);
     *out = m;
     return PT_OK;
 fail:
@@ -635,16 +243,12 @@ fail:
 }
 
 size_t pt_model_buffer_bytes(const pt_model *m, int max_B, pt_mem_cat c) {
-    int L = m->cfg.n_layer, whole = !m->no_slot;
-    for (int i = 0; i < L + 2; i++) whole &= m->owned[i];
+    int L = m->cfg.n_layer;
     size_t flat = (m->nparams ? m->nparams : 1) * sizeof(float);
     size_t tied = m->owned[L + 1] && !m->owned[0] ? m->wte_numel * sizeof(float) : 0;
     if (c == PT_MEM_PARAMS || c == PT_MEM_GRADS) return flat + tied;
     if (c != PT_MEM_ACTS || max_B <= 0) return 0;
-    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len;
-    size_t R = m->sp ? N / (size_t)m->tp : N;
-    return pt_module_scratch_bytes(m, max_B, 0) + 2 * R * (size_t)m->cfg.n_embd * sizeof(float) +
-           (whole ? pt_model_slot_bytes_at(m, 0, L + 1, max_B) : 0);
+    return pt_model_acts_bytes(m, max_B);
 }
 
 void pt_model_tp(const pt_model *m, int *size, int *rank) {
@@ -660,12 +264,6 @@ void pt_model_set_tp_comm(pt_model *m, pt_comm *tp) {
 }
 void pt_model_test_skip_f(pt_model *m, int on) {
     m->skip_f = on;
-}
-pt_status pt_model_take_error(pt_model *m) {
-    pt_status st = m->tp_err;
-    if (st == PT_OK) return PT_OK;
-    m->tp_err = PT_OK;
-    return pt_error_set(st, "%s", m->tp_errmsg);
 }
 const pt_model_config *pt_model_config_of(const pt_model *m) {
     return &m->cfg;
@@ -734,9 +332,7 @@ int pt_model_num_modules(const pt_model *m) {
 }
 pt_module_kind pt_model_module_kind(const pt_model *m, int i) {
     PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
-    if (i == 0) return PT_MODULE_EMBEDDING;
-    if (i <= m->cfg.n_layer) return PT_MODULE_BLOCK;
-    return PT_MODULE_HEAD;
+    return pt_kind_of(m, i);
 }
 void pt_model_module_region(const pt_model *m, int i, size_t *offset, size_t *count) {
     PT_ASSERT(i >= 0 && i < m->cfg.n_layer + 2);
@@ -789,102 +385,4 @@ void pt_model_draw_weights(pt_model *m, uint64_t seed) {
         PT_ASSERT(st == PT_OK);
         draw_normal(m->tied_p, &w, pt_rng_key(seed, "wte.weight"), 0.02f);
     }
-}
-
-/* ---- whole model ---- */
-
-void pt_model_set_hooks(pt_model *m, const pt_model_hooks *h) {
-    if (h)
-        m->hooks = *h;
-    else
-        memset(&m->hooks, 0, sizeof m->hooks);
-}
-
-/* The installed hook at point k of module i's pass in context c. */
-static pt_status hook(pt_model *m, pt_hook_kind k, int i, const pt_batch *b, pt_module_ctx *c) {
-    if (!m->hooks.fn) return PT_OK;
-    pt_hook_point p = {i, b->micro, b->last, c};
-    return m->hooks.fn(m->hooks.arg, k, &p);
-}
-
-pt_status pt_model_forward_range(pt_model *m, pt_model_slot *s, const pt_batch *b, int first,
-                                 int last, float *loss) {
-    PT_ASSERT(b->B > 0 && b->B <= m->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
-    int L = m->cfg.n_layer;
-    s->last = *b;
-    s->have_targets = b->targets != NULL;
-    for (int i = first; i <= last; i++) {
-        const float *in = i == 0 ? NULL : s->resid[i <= L ? i - 1 : L];
-        float *out = i <= L ? s->resid[i] : b->targets ? s->losses : NULL;
-        /* before the buffers are read: ZeRO-3's hook gathers them */
-        PT_CHECK(hook(m, PT_HOOK_BEFORE_FORWARD, i, b, s->ctx[i]));
-        pt_module_forward(m, i, s->ctx[i], b, in, out);
-        PT_CHECK(pt_model_take_error(m)); /* a tensor-parallel collective's */
-        PT_CHECK(hook(m, PT_HOOK_AFTER_FORWARD, i, b, s->ctx[i]));
-    }
-    if (last == L + 1 && b->targets && loss) {
-        size_t N = (size_t)b->B * (size_t)b->T;
-        double sum = 0;
-        for (size_t i = 0; i < N; i++) sum += s->losses[i];
-        *loss = (float)(sum / (double)N);
-    }
-    return PT_OK;
-}
-
-pt_status pt_model_backward_range(pt_model *m, pt_model_slot *s, int first, int last,
-                                  const float *dy, float *dx, int split) {
-    PT_ASSERT(s->have_targets);
-    int L = m->cfg.n_layer;
-    const pt_batch *b = &s->last;
-    const float *d = dy;
-    int k = 0;
-    for (int i = last; i >= first; i--) {
-        float *din = i == 0 ? NULL : i == first ? dx : m->dstream[k];
-        PT_CHECK(hook(m, PT_HOOK_BEFORE_BACKWARD, i, b, s->ctx[i]));
-        if (split)
-            pt_module_backward_input(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
-        else
-            pt_module_backward(m, i, s->ctx[i], b, i == L + 1 ? NULL : d, din);
-        PT_CHECK(pt_model_take_error(m));
-        PT_CHECK(hook(m, PT_HOOK_AFTER_BACKWARD, i, b, s->ctx[i]));
-        d = din;
-        k ^= 1;
-    }
-    return PT_OK;
-}
-
-pt_status pt_model_backward_weight_range(pt_model *m, pt_model_slot *s, int first, int last) {
-    for (int i = last; i >= first; i--) {
-        PT_CHECK(hook(m, PT_HOOK_BEFORE_WEIGHT, i, &s->last, s->ctx[i]));
-        pt_module_backward_weight(m, i, s->ctx[i], &s->last);
-        PT_CHECK(pt_model_take_error(m));
-        PT_CHECK(hook(m, PT_HOOK_AFTER_WEIGHT, i, &s->last, s->ctx[i]));
-    }
-    return PT_OK;
-}
-
-pt_status pt_model_recompute_range(pt_model *m, pt_model_slot *s, int first, int last) {
-    for (int i = last; i >= first; i--) pt_module_recompute(m, i, s->ctx[i], &s->last);
-    return pt_model_take_error(m);
-}
-
-pt_status pt_model_forward_in(pt_model *m, pt_model_slot *s, const pt_batch *b, float *loss) {
-    return pt_model_forward_range(m, s, b, 0, m->cfg.n_layer + 1, loss);
-}
-
-pt_status pt_model_backward_in(pt_model *m, pt_model_slot *s) {
-    return pt_model_backward_range(m, s, 0, m->cfg.n_layer + 1, NULL, NULL, 0);
-}
-
-pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
-    PT_ASSERT(m->own); /* not a model of pt_model_options.no_slot */
-    return pt_model_forward_in(m, m->own, b, loss);
-}
-
-pt_status pt_model_backward(pt_model *m) {
-    return pt_model_backward_in(m, m->own);
-}
-
-const float *pt_model_logits(const pt_model *m) {
-    return m->own->ctx[m->cfg.n_layer + 1]->logits;
 }

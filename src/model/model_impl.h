@@ -1,6 +1,10 @@
-/* Private to the model layer: the model and module-context structs shared by
- * model.c (tensor table, allocation, init, whole-model passes) and
- * modules.c (each module's forward and backward). */
+/* Private to the model layer: the model's structs and what its files
+ * share: passes.c (passes over ranges of modules, with the plug points;
+ * the whole-model passes), model.c (config, tensor table, parameter and
+ * gradient buffers, init), modules.c (the three kinds of module: forward,
+ * B and W), tp_group.c (the tensor-parallel group they are written over, a
+ * group of one at tp = 1), activations.c (contexts, scratch, slots and
+ * their sizes), shard.c (which slice of each tensor a tp rank holds). */
 #ifndef PT_MODEL_IMPL_H
 #define PT_MODEL_IMPL_H
 
@@ -50,7 +54,8 @@ struct pt_module_scratch {
     int deferred;
     float *rem; /* deferred: (N,C) for the embedding or head, a block's stash overflow */
     float *d_res2, *d_ln, *d_atty; /* (N,C), (N,C), (N,C/tp) */
-    float *d_out, *d_ln1;          /* (N,C): the split backward only */
+    float *d_out, *d_ln1;          /* (N,C); d_out: the whole output gradient when gathered
+                                      (sequence parallelism) or kept for a later W */
     float *d_qkv;                  /* (N,3C) */
     float *d_fch;                  /* (N,4C) */
     float *att;                    /* pt_attention_scratch_floats */
@@ -116,15 +121,11 @@ struct pt_model {
      * allocation. */
     float *dstream_buf;
     float *dstream[2];
-    pt_model_hooks hooks; /* strategies' plug points (all NULL: none) */
-    /* tensor parallelism (tp > 1): the group's communicator, and the first
-     * error of its collectives, kept for pt_model_take_error (a pass goes on
-     * without them, so that the step ends and reports it) */
-    pt_comm *tp_comm;
-    pt_status tp_err;
-    char tp_errmsg[256];
+    pt_model_hook hook; /* the strategies' plug points (NULL: none), called by passes.c */
+    void *hook_arg;
+    pt_comm *tp_comm;  /* the tp group's (tp > 1; a group of one needs none) */
     int v0, vl, vreal; /* wte: first vocabulary row held, rows held (padding included), real */
-    int skip_f;        /* test hook: pt_model_test_skip_f */
+    int skip_f;        /* test seam: pt_model_test_skip_f (model_test.h) */
     int sp;            /* sequence parallelism: the LayerNorm and residual regions hold rows
                           [tp_rank, tp_rank + 1) x N/tp of a micro-batch's N */
     pt_recompute recompute;
@@ -158,8 +159,16 @@ enum {
 };
 enum { HEAD_LNF_W, HEAD_LNF_B, HEAD_NTENSORS };
 
-/* Index of module i's first tensor in the tensor table. */
-int pt_model_first_tensor(const pt_model *m, int i);
+/* Module i's kind (pt_model_module_kind). */
+static inline pt_module_kind pt_kind_of(const pt_model *m, int i) {
+    return i == 0 ? PT_MODULE_EMBEDDING : i <= m->cfg.n_layer ? PT_MODULE_BLOCK : PT_MODULE_HEAD;
+}
+
+/* Index of module i's first tensor in the tensor table (module i held). */
+static inline int pt_model_first_tensor(const pt_model *m, int i) {
+    PT_ASSERT(m->mod_first[i] >= 0);
+    return m->mod_first[i];
+}
 
 /* Tensor k of module i, through the module's (possibly redirected) region. */
 #define TOFF(m, i, k)                                                                              \
@@ -170,26 +179,59 @@ int pt_model_first_tensor(const pt_model *m, int i);
 #define HEAD_WTE(m)  ((m)->tied_p ? (m)->tied_p : W(m, 0, EMB_WTE))
 #define HEAD_DWTE(m) ((m)->tied_g ? (m)->tied_g : DW(m, 0, EMB_WTE))
 
-/* The tensor-parallel passes (modules_tp.c), m->tp > 1: the same contracts
- * as modules.c's, on this rank's slices, with the group's collectives. */
-void pt_tp_embedding_forward(pt_model *m, const pt_batch *b, float *out);
-void pt_tp_embedding_backward(pt_model *m, const pt_batch *b, const float *dout);
-void pt_tp_block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
-                         float *out);
-void pt_tp_block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                          const float *dout, float *dx);
-void pt_tp_head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
-                        float *out);
-void pt_tp_head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx);
-/* The split backward's two passes (pt_module_backward_input / _weight),
- * tp > 1; s is the context's scratch. */
-void pt_tp_embedding_backward_input(pt_model *m, pt_module_scratch *s, const pt_batch *b,
-                                    const float *dout);
-void pt_tp_embedding_backward_weight(pt_model *m, pt_module_scratch *s, const pt_batch *b);
-void pt_tp_block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                                const float *dout, float *dx);
-void pt_tp_block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b);
-void pt_tp_head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx);
-void pt_tp_head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b);
+/* ---- activations.c ---- */
+
+/* The model's own activation buffers for its max_B: the backward scratch,
+ * the gradient ping-pong and, for a whole model, its slot; and their
+ * bytes for batches of max_B (what pt_model_buffer_bytes counts as ACTS).
+ * _free releases them (those allocated, after a failure too). */
+pt_status pt_model_acts_alloc(pt_model *m);
+void pt_model_acts_free(pt_model *m);
+size_t pt_model_acts_bytes(const pt_model *m, int max_B);
+
+/* ---- tp_group.c: the tensor-parallel group (tp_group.c says the math) ----
+ * Every function works for a group of one (tp = 1: no collective, no
+ * communicator) and for the tp group (m->tp_comm), with or without
+ * sequence parallelism; each returns the first failed collective's error
+ * at once, named "tensor-parallel <what>: ...". N is a micro-batch's rows,
+ * R = rows held of the LayerNorm and residual regions (N, or N/tp under
+ * sequence parallelism). */
+
+/* R for N. */
+int pt_tp_rows_held(const pt_model *m, int N);
+/* This rank's R rows of an (N,C) buffer (all of it without sequence
+ * parallelism). */
+float *pt_tp_rows(const pt_model *m, float *full, int N);
+pt_status pt_tp_allreduce(pt_model *m, float *buf, size_t n, const char *what);
+/* Into a column-parallel linear: *whole the (N,C) LayerNorm output from
+ * this rank's rows (plain: rows itself; sequence parallelism: all-gathered
+ * into s->full). */
+pt_status pt_tp_col_input(pt_model *m, pt_module_scratch *s, const float *rows, int N,
+                          const float **whole, const char *what);
+/* Out of a row-parallel product (or a column-parallel input gradient):
+ * buf (N,C) holds this rank's partial sum; *mine gets this rank's R rows of
+ * the group's sum, in buf (all-reduce, or reduce-scatter). */
+pt_status pt_tp_row_sum(pt_model *m, float *buf, int N, float **mine, const char *what);
+/* A row-parallel linear with bias and residual: out (R,C) = res + (inp
+ * (N,K) @ w (K,C), summed over the group, + bias). tmp (N,C): where the
+ * partial product goes under sequence parallelism (out holds only R
+ * rows). */
+pt_status pt_tp_row_linear_res(pt_model *m, float *out, const float *res, const float *inp,
+                               const float *w, const float *bias, int N, int K, float *tmp,
+                               const char *what);
+/* Into a row-parallel linear's backward: *whole the (N,C) output gradient
+ * from this rank's rows (NULL: already at their place in full). Sequence
+ * parallelism gathers into full; otherwise the rows are the whole, copied
+ * into full only when `keep` (the split backward's W reads full later). */
+pt_status pt_tp_whole_grad(pt_model *m, float *full, const float *rows, int N, int keep,
+                           const float **whole, const char *what);
+/* A LayerNorm's parameter gradients from its output gradient dout (N,C)
+ * (this rank's rows of it under sequence parallelism, summed over the
+ * group through s->ln_g), input x and statistics (R rows). */
+pt_status pt_tp_ln_params(pt_model *m, pt_module_scratch *s, float *dw, float *db, float *dout,
+                          const float *x, const float *mean, const float *rstd, int N);
+/* The vocabulary-parallel cross-entropy of the head's context c: losses
+ * and, in place of the logits (N, vl), dlogits weighted by b->dloss. */
+pt_status pt_tp_xent(pt_model *m, pt_module_ctx *c, const pt_batch *b);
 
 #endif

@@ -1,130 +1,204 @@
-/* The three kinds of module of GPT-2 and their forward/backward pairs:
- * embedding (wte, wpe), transformer block (pre-LN attention and MLP, each a
- * residual branch) and head (ln_f and the LM head tied to wte).
+/* The three kinds of module of GPT-2, one implementation each, written over
+ * the tensor-parallel group (tp_group.c; a group of one at tp = 1, where
+ * every collective is a no-op): embedding (wte, wpe), transformer block
+ * (pre-LN attention and MLP, each a residual branch) and head (ln_f and the
+ * LM head tied to wte). Each has a forward and a backward in two passes:
+ * B, the input gradient with every collective of it, and W, the weight
+ * gradients. The fused backward is B then W (pt_module_backward).
  *
- * Shapes: N = B*T rows, C channels, NH heads, V vocabulary. Saved for
- * backward: everything in the module's context (model_impl.h); a block's
- * recompute mode (model.recompute) drops some, rebuilt in backward from
- * what is kept (block_recompute below). Backward
- * ACCUMULATES into parameter gradients and OVERWRITES din. Intermediate
- * gradients live in the context's backward scratch (the model's unless the
- * context was given its own). Every pass calls the model's plug points
- * around its work. The split backward (B: input gradients, W: weight
- * gradients; model.h) is the same work in two passes, beside the fused one.
+ * Shapes: N = B*T rows, C channels, NH heads, V vocabulary; on tp rank r
+ * of t, Cl = C/t columns and NHl = NH/t heads of the split linears, vl
+ * vocabulary rows, and R rows of the LayerNorm and residual regions (N,
+ * or N/t under sequence parallelism). Saved for backward: everything in
+ * the module's context (model_impl.h); a block's recompute mode
+ * (model.recompute) drops some, rebuilt in B from what is kept
+ * (block_recompute below). W ACCUMULATES into parameter gradients; B
+ * OVERWRITES din. Intermediate gradients live in the context's backward
+ * scratch (the model's unless the context was given its own).
  *
  * The head reads wte, which the embedding owns (weight tying): its gradient
- * accumulates into the embedding's region. A pipeline with the head on
- * another stage keeps a replica of wte there and sums the two gradients
- * (Megatron's shared-embedding all-reduce); not done here. */
+ * accumulates into the embedding's region (or a pipeline stage's tied
+ * copy, model.h).
+ *
+ * Not here: the plug points and the passes over ranges of modules
+ * (passes.c), the collectives (tp_group.c). */
 #include "model_impl.h"
 
 #include <string.h>
 
 #include "partrain/kernels.h"
 
-static void embedding_forward(pt_model *m, pt_module_ctx *c, const pt_batch *b, float *out) {
-    (void)c;
-    pt_encoder_forward(out, b->tokens, W(m, 0, EMB_WTE), W(m, 0, EMB_WPE), b->B, b->T,
-                       m->cfg.n_embd);
-}
-
-static void embedding_backward(pt_model *m, const pt_batch *b, const float *dout) {
-    pt_encoder_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), dout, b->tokens, b->B, b->T,
-                        m->cfg.n_embd);
-}
-
-/* x (N,C) -> out (N,C):
- *   res2 = x + c_proj(attn(c_attn(ln_1(x))))
- *   out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
- * out NULL: up to fch_gelu only (a FULL recompute: the backward never
- * reads out). */
-static void block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
-                          float *out) {
-    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
-    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
-                         W(m, i, BLK_LN1_B), N, C);
-    pt_matmul_forward(c->qkv, c->ln1, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * C);
-    pt_attention_forward(c->atty, c->att, c->qkv, B, T, C, NH);
-    pt_matmul_forward_res(c->res2, x, c->atty, W(m, i, BLK_ATTPROJ_W), W(m, i, BLK_ATTPROJ_B), N, C,
-                          C);
-    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
-                         W(m, i, BLK_LN2_B), N, C);
-    pt_matmul_gelu_forward(c->fch, c->fch_gelu, c->ln2, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
-                           4 * C);
-    if (!out) return;
-    pt_matmul_forward_res(out, c->res2, c->fch_gelu, W(m, i, BLK_FCPROJ_W), W(m, i, BLK_FCPROJ_B),
-                          N, 4 * C, C);
-}
-
-static void block_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                           const float *dout, float *dx) {
-    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    /* MLP branch: out = res2 + mlp(res2). The _set kernels OVERWRITE their
-     * input gradient and the _res LayerNorm adds the residual's gradient, so
-     * no intermediate buffer is zeroed or copied first (16 N*C-float
-     * memset/memcpy passes per block before: 3% of small's step). */
-    /* c_proj's input gradient goes through GELU's derivative as it is
-     * written: d_fch is the gradient of c_fc's pre-activation. */
-    pt_matmul_backward_gelu_set(s->d_fch, DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), dout,
-                                c->fch_gelu, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * C, C);
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2,
-                           W(m, i, BLK_FC_W), N, C, 4 * C);
-    pt_layernorm_backward_res(s->d_res2, dout, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln,
-                              c->res2, W(m, i, BLK_LN2_W), c->ln2_mean, c->ln2_rstd, N, C);
-    /* attention branch: res2 = x + attn(x) */
-    pt_matmul_backward_set(s->d_atty, DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2,
-                           c->atty, W(m, i, BLK_ATTPROJ_W), N, C, C);
-    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, C, NH);
-    pt_matmul_backward_set(s->d_ln, DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1,
-                           W(m, i, BLK_QKV_W), N, C, 3 * C);
-    pt_layernorm_backward_res(dx, s->d_res2, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln,
-                              c->in, W(m, i, BLK_LN1_W), c->ln1_mean, c->ln1_rstd, N, C);
-}
-
-/* x (N,C) -> logits (N,V) = ln_f(x) @ wte^T; with targets, per-position
- * losses and, in place of the logits, dlogits = dloss * (softmax - onehot). */
-static void head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, const float *x,
-                         float *out) {
-    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
-                         W(m, i, HEAD_LNF_B), N, C);
-    pt_matmul_forward_wt(c->logits, c->lnf, HEAD_WTE(m), NULL, N, C, V);
-    if (b->targets) {
-        pt_softmax_xent_forward_backward(c->losses, c->logits, c->logits, b->targets, N, V,
-                                         b->dloss);
-        if (out) memcpy(out, c->losses, (size_t)N * sizeof(float));
-    } else if (out) {
-        memcpy(out, c->logits, (size_t)N * V * sizeof(float));
-    }
-}
-
-static void head_backward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
-    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    pt_module_scratch *s = c->scratch ? c->scratch : m->scratch;
-    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt(s->d_ln, HEAD_DWTE(m), NULL, c->logits, c->lnf, HEAD_WTE(m), N, C, V);
-    memset(dx, 0, (size_t)N * C * sizeof(float));
-    pt_layernorm_backward(dx, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
-                          W(m, i, HEAD_LNF_W), c->lnf_mean, c->lnf_rstd, N, C);
-}
-
-/* ---- the split backward (zero-bubble B and W), tp = 1 ----
- * The fused backward's kernels cut in two: B runs every input-gradient
- * pass (the _input kernels) and leaves each linear's and LayerNorm's
- * output gradient in the scratch; W runs the weight-gradient passes on
- * them. The kernels are the fused ones' halves (kernels.h), so B then W
- * gives pt_module_backward's bits. */
-
-static pt_module_scratch *scratch_of(pt_model *m, pt_module_ctx *c) {
+static pt_module_scratch *scratch_of(pt_model *m, const pt_module_ctx *c) {
     return c->scratch ? c->scratch : m->scratch;
 }
 
-/* The scratch a block's pass computes in: a deferred scratch holds only
- * what its W reads (model_impl.h), so the passes run in the model's. */
+/* The scratch a pass computes in: a deferred scratch holds only what its W
+ * reads (model_impl.h), so the passes run in the model's. */
 static pt_module_scratch *pass_scratch(pt_model *m, const pt_module_ctx *c) {
     return c->scratch && !c->scratch->deferred ? c->scratch : m->scratch;
 }
+
+/* ---- embedding ---- */
+
+/* tokens (B,T) -> out (R,C) = wte[tokens] + wpe: this rank's vocabulary
+ * rows looked up, summed over the group. */
+static pt_status embedding_forward(pt_model *m, const pt_batch *b, float *out) {
+    int C = m->cfg.n_embd, N = b->B * b->T;
+    float *buf = m->sp ? m->scratch->full : out, *sum; /* the (N,C) lookup before its sum */
+    pt_vocab_embed_forward(buf, b->tokens, W(m, 0, EMB_WTE),
+                           m->tp_rank == 0 ? W(m, 0, EMB_WPE) : NULL, b->B, b->T, C, m->v0, m->vl);
+    PT_CHECK(pt_tp_row_sum(m, buf, N, &sum, "embedding sum"));
+    if (sum != out) memcpy(out, sum, (size_t)pt_tp_rows_held(m, N) * C * sizeof(float));
+    return PT_OK;
+}
+
+/* W from the whole (N,C) output gradient d_out. */
+static void embedding_weight(pt_model *m, const pt_batch *b, const float *d_out) {
+    pt_vocab_embed_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), d_out, b->tokens, b->B, b->T,
+                            m->cfg.n_embd, m->v0, m->vl);
+}
+
+/* ---- block ---- */
+
+/* x (R,C) -> out (R,C):
+ *   res2 = x + c_proj(attn(c_attn(ln_1(x))))
+ *   out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
+ * out NULL: up to fch_gelu only (a FULL recompute: the backward never
+ * reads out; the MLP c_proj's collective is not rerun). */
+static pt_status block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                               const float *x, float *out) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = pt_tp_rows_held(m, N);
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    pt_module_scratch *s = scratch_of(m, c);
+    const float *ln;
+    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+                         W(m, i, BLK_LN1_B), R, C);
+    PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather"));
+    pt_matmul_forward(c->qkv, ln, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
+    pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
+    PT_CHECK(pt_tp_row_linear_res(m, c->res2, x, c->atty, W(m, i, BLK_ATTPROJ_W),
+                                  W(m, i, BLK_ATTPROJ_B), N, Cl, s->d_ln, "attention c_proj sum"));
+    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
+                         W(m, i, BLK_LN2_B), R, C);
+    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather"));
+    pt_matmul_gelu_forward(c->fch, c->fch_gelu, ln, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
+                           4 * Cl);
+    if (!out) return PT_OK;
+    return pt_tp_row_linear_res(m, out, c->res2, c->fch_gelu, W(m, i, BLK_FCPROJ_W),
+                                W(m, i, BLK_FCPROJ_B), N, 4 * Cl, s->d_ln, "MLP c_proj sum");
+}
+
+/* B: dout (R,C) -> dx (R,C), leaving in the scratch what W reads: d_fch,
+ * d_ln (ln_2's output gradient), d_res2, d_qkv, d_ln1. *d_out: where the
+ * whole (N,C) output gradient is for W -- the scratch's d_out (gathered
+ * under sequence parallelism, copied when `keep`), else dout itself. */
+static pt_status block_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                             const float *dout, float *dx, int keep, const float **d_out) {
+    int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = pt_tp_rows_held(m, N);
+    int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
+    pt_module_scratch *s = scratch_of(m, c);
+    const float *whole;
+    float *d_ln2, *d_ln1, *d_res2 = pt_tp_rows(m, s->d_res2, N);
+    /* MLP: out = res2 + mlp(res2). The _set kernels OVERWRITE their input
+     * gradient and LayerNorm's input pass adds the residual's gradient, so
+     * no intermediate buffer is zeroed or copied first. c_proj's input
+     * gradient goes through GELU's derivative as it is written: d_fch is
+     * the gradient of c_fc's pre-activation. */
+    PT_CHECK(pt_tp_whole_grad(m, s->d_out, dout, N, keep, d_out, "MLP c_proj gradient all-gather"));
+    pt_matmul_backward_input_gelu_set(s->d_fch, *d_out, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl,
+                                      C);
+    pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * Cl);
+    PT_CHECK(pt_tp_row_sum(m, s->d_ln, N, &d_ln2, "MLP c_fc input-gradient sum"));
+    pt_layernorm_backward_input(d_res2, dout, d_ln2, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
+                                c->ln2_rstd, R, C);
+    /* attention: res2 = x + attn(x), from the whole d(res2) */
+    PT_CHECK(
+        pt_tp_whole_grad(m, s->d_res2, NULL, N, 1, &whole, "attention c_proj gradient all-gather"));
+    pt_matmul_backward_input_set(s->d_atty, whole, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
+    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
+    pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * Cl);
+    if (m->skip_f) /* the test seam: the partial sum, Megatron's f missing */
+        d_ln1 = pt_tp_rows(m, s->d_ln1, N);
+    else
+        PT_CHECK(pt_tp_row_sum(m, s->d_ln1, N, &d_ln1, "attention c_attn input-gradient sum"));
+    pt_layernorm_backward_input(dx, d_res2, d_ln1, c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
+                                c->ln1_rstd, R, C);
+    return PT_OK;
+}
+
+/* W: every parameter gradient of the block from what B left, d_out (the
+ * whole output gradient) and the saved activations. */
+static pt_status block_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                              const float *d_out) {
+    int C = m->cfg.n_embd, N = b->B * b->T, Cl = C / m->tp;
+    pt_module_scratch *s = scratch_of(m, c);
+    const float *ln;
+    /* c_proj's from the whole output gradient (the row-parallel bias's the
+     * same on every rank) */
+    pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), d_out, c->fch_gelu, N,
+                              4 * Cl, C);
+    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather (weight gradient)"));
+    pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, ln, N, C, 4 * Cl);
+    PT_CHECK(pt_tp_ln_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
+                             c->ln2_mean, c->ln2_rstd, N));
+    pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
+                              N, Cl, C);
+    PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather (weight gradient)"));
+    pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, ln, N, C, 3 * Cl);
+    return pt_tp_ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
+                           c->ln1_mean, c->ln1_rstd, N);
+}
+
+/* ---- head ---- */
+
+/* x (R,C) -> logits (N,vl) = ln_f(x) @ wte^T (this rank's vocabulary
+ * rows); with targets, per-position losses and, in place of the logits,
+ * dlogits = dloss * (softmax - onehot). */
+static pt_status head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
+                              const float *x, float *out) {
+    int N = b->B * b->T, C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
+    const float *lnf;
+    pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
+                         W(m, i, HEAD_LNF_B), R, C);
+    PT_CHECK(pt_tp_col_input(m, scratch_of(m, c), c->lnf, N, &lnf, "ln_f all-gather"));
+    pt_matmul_forward_wt(c->logits, lnf, HEAD_WTE(m), NULL, N, C, m->vl);
+    if (!b->targets) {
+        /* the whole logits are on one rank only in a group of one */
+        PT_ASSERT(!out || m->tp == 1);
+        if (out) memcpy(out, c->logits, (size_t)N * m->vl * sizeof(float));
+        return PT_OK;
+    }
+    PT_CHECK(pt_tp_xent(m, c, b));
+    if (out) memcpy(out, c->losses, (size_t)N * sizeof(float));
+    return PT_OK;
+}
+
+/* B: dx (R,C) from the dlogits the forward left; d_ln (ln_f's output
+ * gradient, (N,C)) stays in the scratch for W. */
+static pt_status head_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b, float *dx) {
+    int N = b->B * b->T, C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
+    pt_module_scratch *s = scratch_of(m, c);
+    float *d_lnf;
+    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
+    pt_matmul_backward_wt_input(s->d_ln, c->logits, HEAD_WTE(m), N, C, m->vl);
+    PT_CHECK(pt_tp_row_sum(m, s->d_ln, N, &d_lnf, "LM head input-gradient sum"));
+    memset(dx, 0, (size_t)R * C * sizeof(float));
+    pt_layernorm_backward_input(dx, NULL, d_lnf, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
+                                c->lnf_rstd, R, C);
+    return PT_OK;
+}
+
+static pt_status head_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
+    int N = b->B * b->T, C = m->cfg.n_embd;
+    pt_module_scratch *s = scratch_of(m, c);
+    const float *lnf;
+    PT_CHECK(pt_tp_col_input(m, s, c->lnf, N, &lnf, "ln_f all-gather (weight gradient)"));
+    pt_matmul_backward_wt_weight(HEAD_DWTE(m), NULL, c->logits, lnf, N, C, m->vl);
+    return pt_tp_ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+                           c->lnf_mean, c->lnf_rstd, N);
+}
+
+/* ---- a block's deferred W (zero-bubble) ---- */
 
 /* Where a block's deferred W finds what its B left, for the deferred
  * scratch s and the block's view v (its context, and under a recompute
@@ -168,58 +242,6 @@ static void block_stash_fill(const pt_model *m, const pt_module_scratch *w,
         memcpy(mv[k].dst, mv[k].src, mv[k].n * sizeof(float));
 }
 
-static void block_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                                 const float *dout, float *dx) {
-    int B = b->B, T = b->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
-    pt_module_scratch *s = scratch_of(m, c);
-    memcpy(s->d_out, dout, (size_t)N * C * sizeof(float)); /* the caller's buffer moves on */
-    pt_matmul_backward_input_gelu_set(s->d_fch, dout, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * C, C);
-    pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * C);
-    pt_layernorm_backward_input(s->d_res2, dout, s->d_ln, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
-                                c->ln2_rstd, N, C);
-    pt_matmul_backward_input_set(s->d_atty, s->d_res2, W(m, i, BLK_ATTPROJ_W), N, C, C);
-    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, C, NH);
-    pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * C);
-    pt_layernorm_backward_input(dx, s->d_res2, s->d_ln1, c->in, W(m, i, BLK_LN1_W), c->ln1_mean,
-                                c->ln1_rstd, N, C);
-}
-
-static void block_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
-    int C = m->cfg.n_embd, N = b->B * b->T;
-    pt_module_scratch *s = scratch_of(m, c);
-    pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), s->d_out, c->fch_gelu,
-                              N, 4 * C, C);
-    pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, c->ln2, N, C,
-                              4 * C);
-    pt_layernorm_backward_params(DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
-                                 c->ln2_mean, c->ln2_rstd, N, C);
-    pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
-                              N, C, C);
-    pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, c->ln1, N, C,
-                              3 * C);
-    pt_layernorm_backward_params(DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
-                                 c->ln1_mean, c->ln1_rstd, N, C);
-}
-
-static void head_backward_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
-                                float *dx) {
-    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    pt_module_scratch *s = scratch_of(m, c);
-    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt_input(s->d_ln, c->logits, HEAD_WTE(m), N, C, V);
-    memset(dx, 0, (size_t)N * C * sizeof(float));
-    pt_layernorm_backward_input(dx, NULL, s->d_ln, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
-                                c->lnf_rstd, N, C);
-}
-
-static void head_backward_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
-    int N = b->B * b->T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
-    pt_module_scratch *s = scratch_of(m, c);
-    pt_matmul_backward_wt_weight(HEAD_DWTE(m), NULL, c->logits, c->lnf, N, C, V);
-    pt_layernorm_backward_params(DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
-                                 c->lnf_mean, c->lnf_rstd, N, C);
-}
-
 /* ---- activation recomputation (model.recompute) ----
  * A block's passes run on a VIEW of its context: the buffers the context
  * keeps, and those it does not in a scratch's recompute region. The
@@ -241,10 +263,9 @@ static pt_module_ctx block_view(const pt_model *m, const pt_module_ctx *c, pt_mo
 /* Fill the view's dropped buffers from what the context kept. SELECTIVE:
  * att from qkv (the attention output, kept, is rewritten into d_atty,
  * which the backward overwrites before reading) and gelu(fch): no
- * collective. FULL: the block's forward up to fch_gelu, without the plug
- * points and without touching gradients; under tensor parallelism with its
- * collectives (modules_tp.c), which every rank of the group reruns. */
-static void block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_batch *b) {
+ * collective. FULL: the block's forward up to fch_gelu, without touching
+ * gradients, with its collectives, which every rank of the group reruns. */
+static pt_status block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_batch *b) {
     int B = b->B, T = b->T, N = B * T;
     int Cl = m->cfg.n_embd / m->tp, NHl = m->cfg.n_head / m->tp;
     pt_module_scratch *s = scratch_of(m, v);
@@ -256,168 +277,160 @@ static void block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_batch
         pt_gelu_forward(v->fch_gelu, v->fch, (size_t)N * 4 * Cl);
         break;
     case PT_RECOMPUTE_FULL:
-        if (m->tp > 1)
-            pt_tp_block_forward(m, i, v, b, v->in, NULL);
-        else
-            block_forward(m, i, v, b, v->in, NULL);
-        break;
+        return block_forward(m, i, v, b, v->in, NULL);
     }
+    return PT_OK;
 }
 
-/* A block's view for its backward (B, or the fused backward) in scratch s
- * (ctx's), with what its recompute mode dropped rebuilt. */
-static pt_module_ctx recomputed_view(pt_model *m, int i, pt_module_ctx *ctx, pt_module_scratch *s,
-                                     const pt_batch *b) {
-    pt_module_ctx v = block_view(m, ctx, s, b);
-    v.scratch = pass_scratch(m, ctx);
-    block_recompute(m, i, &v, b);
-    return v;
+/* *v: a block's view for its backward (B, or the fused backward) with the
+ * recompute region of s (ctx's scratch), what its recompute mode dropped
+ * rebuilt. */
+static pt_status recomputed_view(pt_model *m, int i, pt_module_ctx *ctx, pt_module_scratch *s,
+                                 const pt_batch *b, pt_module_ctx *v) {
+    *v = block_view(m, ctx, s, b);
+    v->scratch = pass_scratch(m, ctx);
+    return block_recompute(m, i, v, b);
 }
 
-void pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b, const float *in,
-                       float *out) {
-    PT_ASSERT(ctx && ctx->module == i);
-    PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
-    PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
-    PT_ASSERT(!m->sp || (b->B * b->T) % m->tp == 0);
-    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
+/* ---- the module passes ---- */
+
+static pt_status module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                const float *in, float *out) {
     ctx->B = b->B;
     ctx->T = b->T;
     ctx->in = in;
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
-        if (m->tp > 1)
-            pt_tp_embedding_forward(m, b, out);
-        else
-            embedding_forward(m, ctx, b, out);
-        break;
+        return embedding_forward(m, b, out);
     case PT_MODULE_BLOCK: {
         PT_ASSERT(in && out && in != out);
         pt_module_ctx v = block_view(m, ctx, m->scratch, b);
         v.scratch = pass_scratch(m, ctx);
-        if (m->tp > 1)
-            pt_tp_block_forward(m, i, &v, b, in, out);
-        else
-            block_forward(m, i, &v, b, in, out);
-        break;
+        return block_forward(m, i, &v, b, in, out);
     }
     case PT_MODULE_HEAD:
         PT_ASSERT(in);
-        if (m->tp > 1)
-            pt_tp_head_forward(m, i, ctx, b, in, out);
-        else
-            head_forward(m, i, ctx, b, in, out);
-        break;
+        return head_forward(m, i, ctx, b, in, out);
     }
+    return PT_OK;
 }
 
-void pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                        const float *dout, float *din) {
-    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
-    PT_ASSERT(m->tp == 1 || m->tp_comm);
-    PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
-              (ctx->kind != PT_MODULE_HEAD || m->tied_p || (m->mod_p[0] && m->mod_g[0])));
+/* B then W in the pass scratch: W reads B's output gradients there at
+ * once, and the whole output gradient from dout itself when it is whole. */
+static pt_status module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                 const float *dout, float *din) {
+    pt_module_scratch *s = pass_scratch(m, ctx);
+    pt_module_ctx v = *ctx;
+    const float *d_out;
+    v.scratch = s;
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
-        if (m->tp > 1)
-            pt_tp_embedding_backward(m, b, dout);
-        else
-            embedding_backward(m, b, dout);
-        break;
-    case PT_MODULE_BLOCK: {
+        PT_CHECK(pt_tp_whole_grad(m, s->d_out, dout, b->B * b->T, 0, &d_out,
+                                  "embedding gradient all-gather"));
+        embedding_weight(m, b, d_out);
+        return PT_OK;
+    case PT_MODULE_BLOCK:
         PT_ASSERT(dout && din && dout != din);
-        pt_module_ctx v = recomputed_view(m, i, ctx, scratch_of(m, ctx), b);
-        if (m->tp > 1)
-            pt_tp_block_backward(m, i, &v, b, dout, din);
-        else
-            block_backward(m, i, &v, b, dout, din);
-        break;
-    }
+        PT_CHECK(recomputed_view(m, i, ctx, scratch_of(m, ctx), b, &v));
+        PT_CHECK(block_input(m, i, &v, b, dout, din, 0, &d_out));
+        return block_weight(m, i, &v, b, d_out);
     case PT_MODULE_HEAD:
         PT_ASSERT(b->targets && din);
-        if (m->tp > 1)
-            pt_tp_head_backward(m, i, ctx, b, din);
-        else
-            head_backward(m, i, ctx, b, din);
-        break;
+        PT_CHECK(head_input(m, i, &v, b, din));
+        return head_weight(m, i, &v, b);
     }
+    return PT_OK;
 }
 
-void pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
-                              const float *dout, float *din) {
-    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
-    PT_ASSERT(m->tp == 1 || m->tp_comm);
-    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
+static pt_status module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                       const float *dout, float *din) {
     pt_module_scratch *s = scratch_of(m, ctx);
+    const float *d_out;
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:        /* no input gradient: W's dout is kept */
         PT_ASSERT(dout && s->d_out); /* (a deferred scratch for the embedding) */
-        if (m->tp > 1)
-            pt_tp_embedding_backward_input(m, s, b, dout);
-        else
-            memcpy(s->d_out, dout, (size_t)b->B * b->T * m->cfg.n_embd * sizeof(float));
-        break;
+        return pt_tp_whole_grad(m, s->d_out, dout, b->B * b->T, 1, &d_out,
+                                "embedding gradient all-gather");
     case PT_MODULE_BLOCK: {
         PT_ASSERT(dout && din && dout != din);
-        pt_module_ctx v = recomputed_view(m, i, ctx, s, b);
-        if (m->tp > 1)
-            pt_tp_block_backward_input(m, i, &v, b, dout, din);
-        else
-            block_backward_input(m, i, &v, b, dout, din);
+        pt_module_ctx v;
+        PT_CHECK(recomputed_view(m, i, ctx, s, b, &v));
+        PT_CHECK(block_input(m, i, &v, b, dout, din, 1, &d_out));
         if (s->deferred) {
             pt_module_scratch w = block_stash(m, &v, s);
             block_stash_fill(m, &w, m->scratch, b);
         }
-        break;
+        return PT_OK;
     }
     case PT_MODULE_HEAD:
         PT_ASSERT(b->targets && din && s->d_ln);
-        if (m->tp > 1)
-            pt_tp_head_backward_input(m, i, ctx, b, din);
-        else
-            head_backward_input(m, i, ctx, b, din);
-        break;
+        return head_input(m, i, ctx, b, din);
     }
+    return PT_OK;
 }
 
-void pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
-    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
-    PT_ASSERT(m->tp == 1 || m->tp_comm);
-    if (ctx->kind != PT_MODULE_BLOCK) return;
-    recomputed_view(m, i, ctx, scratch_of(m, ctx), b); /* as B's */
-}
-
-void pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
-    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
-    PT_ASSERT(m->tp == 1 || m->tp_comm);
-    PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
+static pt_status module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+    pt_module_scratch *s = scratch_of(m, ctx), w;
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
-        if (m->tp > 1)
-            pt_tp_embedding_backward_weight(m, scratch_of(m, ctx), b);
-        else
-            pt_encoder_backward(DW(m, 0, EMB_WTE), DW(m, 0, EMB_WPE), scratch_of(m, ctx)->d_out,
-                                b->tokens, b->B, b->T, m->cfg.n_embd);
-        break;
+        embedding_weight(m, b, s->d_out);
+        return PT_OK;
     case PT_MODULE_BLOCK: {
         /* B's recomputed activations, where B left them */
-        pt_module_scratch *s = scratch_of(m, ctx), w;
         pt_module_ctx v = block_view(m, ctx, s, b);
         if (s->deferred) { /* and B's gradients where B moved them */
             w = block_stash(m, &v, s);
             v.scratch = &w;
         }
-        if (m->tp > 1)
-            pt_tp_block_backward_weight(m, i, &v, b);
-        else
-            block_backward_weight(m, i, &v, b);
-        break;
+        return block_weight(m, i, &v, b, scratch_of(m, &v)->d_out);
     }
     case PT_MODULE_HEAD:
-        if (m->tp > 1)
-            pt_tp_head_backward_weight(m, i, ctx, b);
-        else
-            head_backward_weight(m, i, ctx, b);
-        break;
+        return head_weight(m, i, ctx, b);
     }
+    return PT_OK;
+}
+
+/* ---- the public passes (model.h): pure compute, no plug points ---- */
+
+static void check_pass(const pt_model *m, int i, const pt_module_ctx *ctx, const pt_batch *b) {
+    PT_ASSERT(ctx && ctx->module == i && ctx->B == b->B && ctx->T == b->T);
+    PT_ASSERT(m->tp == 1 || m->tp_comm); /* a slice runs with its group */
+}
+
+pt_status pt_module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                            const float *in, float *out) {
+    PT_ASSERT(ctx && ctx->module == i);
+    PT_ASSERT(m->tp == 1 || m->tp_comm);
+    PT_ASSERT(b->B > 0 && b->B <= ctx->max_B && b->T > 0 && b->T <= m->cfg.seq_len);
+    PT_ASSERT(!m->sp || (b->B * b->T) % m->tp == 0);
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
+    return module_forward(m, i, ctx, b, in, out);
+}
+
+pt_status pt_module_backward(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                             const float *dout, float *din) {
+    check_pass(m, i, ctx, b);
+    PT_ASSERT(m->mod_p[i] && m->mod_g[i] &&
+              (ctx->kind != PT_MODULE_HEAD || m->tied_p || (m->mod_p[0] && m->mod_g[0])));
+    return module_backward(m, i, ctx, b, dout, din);
+}
+
+pt_status pt_module_backward_input(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b,
+                                   const float *dout, float *din) {
+    check_pass(m, i, ctx, b);
+    PT_ASSERT(m->mod_p[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_p || m->mod_p[0]));
+    return module_backward_input(m, i, ctx, b, dout, din);
+}
+
+pt_status pt_module_recompute(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+    check_pass(m, i, ctx, b);
+    if (ctx->kind != PT_MODULE_BLOCK) return PT_OK;
+    pt_module_ctx v;
+    return recomputed_view(m, i, ctx, scratch_of(m, ctx), b, &v); /* as B's */
+}
+
+pt_status pt_module_backward_weight(pt_model *m, int i, pt_module_ctx *ctx, const pt_batch *b) {
+    check_pass(m, i, ctx, b);
+    PT_ASSERT(m->mod_g[i] && (ctx->kind != PT_MODULE_HEAD || m->tied_g || m->mod_g[0]));
+    return module_backward_weight(m, i, ctx, b);
 }

@@ -62,6 +62,7 @@ void pt_trainer_free(pt_trainer *t) {
     free(t->owned);
     pt_model_free(t->full);
     pt_model_free(t->model);
+    free(t->plan_json);
     free(t);
 }
 
@@ -182,8 +183,7 @@ static pt_status build_stack(pt_trainer *t) {
         PT_CHECK(STACK[i](t, &e));
         PT_CHECK(pt_stack_push(&t->stack, e));
     }
-    pt_model_hooks hooks = {on_hook, t};
-    pt_model_set_hooks(t->model, &hooks);
+    pt_model_set_hook(t->model, on_hook, t);
     return PT_OK;
 }
 

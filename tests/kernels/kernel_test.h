@@ -1,6 +1,7 @@
 /* Helpers the kernel tests share: a deterministic random stream, central
  * differences of a double-precision forward (the gradient checks' oracle,
- * STYLE rule 13), and softmax cross-entropy in double.
+ * STYLE rule 13), softmax cross-entropy and GELU in double, and GELU's
+ * float error.
  *
  * Include after pt_test.h, with KT_SEED defined to the file's seed (each
  * test keeps its own data). */
@@ -53,6 +54,26 @@ static inline void fd_check(const char *what, double *x, long n, const float *an
     }
     if (bad) fprintf(stderr, "  %s: %d of %ld wrong (worst abs err %.3g)\n", what, bad, n, worst);
     CHECK(bad == 0);
+}
+
+/* GELU (tanh form, written x / (1 + exp(-2u)) as gelu.h does: no 1 + tanh
+ * cancellation) and its derivative, exactly in double. */
+static inline double gelu_double(double x) {
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return x / (1.0 + exp(-2.0 * u));
+}
+static inline double gelu_grad_double(double x) {
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    double s = 1.0 / (1.0 + exp(-2.0 * u));
+    return s + 2.0 * x * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* gelu(x) in float (gelu.h) against the exact function: relative error
+ * ~1e-6 plus ~1.2e-7 |2u| from exp's amplification of its argument's
+ * rounding (test_kernels.c's test_gelu checks exactly this bound). */
+static inline double gelu_rel_err(double x) {
+    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return 1e-6 + 2e-7 * fabs(2.0 * u);
 }
 
 /* dloss * sum over rows n of -log softmax(l[n,:])[tg[n]], l (N,V), in double. */

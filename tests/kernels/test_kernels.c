@@ -126,14 +126,6 @@ static double *abs_terms(const float *x, int M, int N, int rows) {
     return t;
 }
 
-/* gelu(x) in float (gelu.h) against the exact function: relative error
- * ~1e-6 plus ~1.2e-7 |2u| from exp's amplification of its argument's
- * rounding (test_gelu checks exactly this bound). */
-static double gelu_rel_err(double x) {
-    double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return 1e-6 + 2e-7 * fabs(2.0 * u);
-}
-
 static void test_encoder(void) {
     const int B = 3, T = 7, C = 37, V = 11;
     int inp[21];
@@ -210,11 +202,16 @@ static void test_layernorm(void) {
     layernorm_case(300, 129); /* above the parallel threshold */
 }
 
+/* The linear (wt: its transposed-weight form) against the reference. The
+ * (C,OC) form's backward is the product's two passes: dinp OVERWRITTEN
+ * (from junk dx0; the reference's adds to zeros), dweight and dbias
+ * accumulated; the wt form's accumulates all three. */
 static void matmul_case(int N, int C, int OC, int wt, int bias, double sc) {
     float *x = rnd((long)N * C, sc), *w = rnd((long)C * OC, sc), *b = rnd(OC, 1);
     float *dout = rnd((long)N * OC, sc), *outr = rnd((long)N * OC, 1), *out = rnd((long)N * OC, 1);
     float *dx0 = rnd((long)N * C, 1), *dw0 = rnd((long)C * OC, 1), *db0 = rnd(OC, 1);
-    float *dxr = dupf(dx0, (long)N * C), *dwr = dupf(dw0, (long)C * OC), *dbr = dupf(db0, OC);
+    float *dxa = wt ? dupf(dx0, (long)N * C) : calloc((size_t)N * C, sizeof(float));
+    float *dxr = dupf(dxa, (long)N * C), *dwr = dupf(dw0, (long)C * OC), *dbr = dupf(db0, OC);
     const float *bb = bias ? b : NULL;
     if (wt) {
         pt_ref_matmul_forward_wt(outr, x, w, bb, N, C, OC);
@@ -227,7 +224,7 @@ static void matmul_case(int N, int C, int OC, int wt, int bias, double sc) {
      * dbias is our column sum on both paths: bitwise */
     double *tol[3] = {NULL, NULL, NULL};
     if (blas_gemm()) {
-        double *eb = bias ? abs_terms(b, N, OC, 0) : NULL, *ex = abs_terms(dx0, N, C, 1);
+        double *eb = bias ? abs_terms(b, N, OC, 0) : NULL, *ex = abs_terms(dxa, N, C, 1);
         double *ew = abs_terms(dw0, wt ? OC : C, wt ? C : OC, 1);
         if (wt) { /* w (OC,C) */
             tol[0] = blas_tol(N, OC, C, x, C, 1, w, 1, C, eb);
@@ -249,7 +246,8 @@ static void matmul_case(int N, int C, int OC, int wt, int bias, double sc) {
             pt_matmul_backward_wt(dx, dw, bias ? db : NULL, dout, x, w, N, C, OC);
         } else {
             pt_matmul_forward(out, x, w, bb, N, C, OC);
-            pt_matmul_backward(dx, dw, bias ? db : NULL, dout, x, w, N, C, OC);
+            pt_matmul_backward_input_set(dx, dout, w, N, C, OC);
+            pt_matmul_backward_weight(dw, bias ? db : NULL, dout, x, N, C, OC);
         }
         close_all("mm out", out, outr, (long)N * OC);
         close_all("mm dinp", dx, dxr, (long)N * C);
@@ -270,7 +268,7 @@ static void matmul_case(int N, int C, int OC, int wt, int bias, double sc) {
     for (int j = 0; j < 4; j++) free(first[j]);
     for (int j = 0; j < 3; j++) free(tol[j]);
     free(x), free(w), free(b), free(dout), free(outr), free(out), free(dx0), free(dw0), free(db0);
-    free(dxr), free(dwr), free(dbr);
+    free(dxa), free(dxr), free(dwr), free(dbr);
 }
 static void test_matmul(void) {
     for (int blas = 0; blas < 2; blas++) {
@@ -340,11 +338,12 @@ static void test_gelu(void) {
     free(x), free(w), free(pre), free(out), free(outr), free(alone);
 }
 
-/* Attention: ref vs optimized, and bitwise equality across thread counts. */
+/* Attention: ref vs optimized, and bitwise equality across thread counts.
+ * The backward OVERWRITES dqkv: it starts as NaN, the reference's at 0. */
 static void attention_case(int B, int T, int C, int NH) {
     long nx = (long)B * T * 3 * C, no = (long)B * T * C, na = (long)B * NH * T * T;
-    float *qkv = rnd(nx, 2), *dout = rnd(no, 1), *d0 = rnd(nx, 1);
-    float *outr = rnd(no, 1), *attr = rnd(na, 1), *dr = dupf(d0, nx);
+    float *qkv = rnd(nx, 2), *dout = rnd(no, 1);
+    float *outr = rnd(no, 1), *attr = rnd(na, 1), *dr = calloc(nx, sizeof(float));
     float *scr = rnd(T, 1);
     pt_ref_attention_forward(outr, attr, qkv, B, T, C, NH);
     pt_ref_attention_backward(dr, scr, dout, qkv, attr, B, T, C, NH);
@@ -352,13 +351,13 @@ static void attention_case(int B, int T, int C, int NH) {
     float *first_out = NULL, *first_d = NULL;
     for (int k = 0; k < NTHREADS; k++) {
         pt_kernels_set_threads(THREADS[k]);
-        float *out = rnd(no, 1), *att = rnd(na, 1), *d = dupf(d0, nx), *scratch = rnd((long)ns, 1);
+        float *out = rnd(no, 1), *att = rnd(na, 1), *d = nans(nx), *scratch = rnd((long)ns, 1);
         pt_attention_forward(out, att, qkv, B, T, C, NH);
         /* entries past t in att must not matter: poison them */
         for (long bh = 0; bh < (long)B * NH; bh++)
             for (int t = 0; t < T; t++)
                 for (int t2 = t + 1; t2 < T; t2++) att[(bh * T + t) * T + t2] = NAN;
-        pt_attention_backward(d, scratch, dout, qkv, att, B, T, C, NH);
+        pt_attention_backward_set(d, scratch, dout, qkv, att, B, T, C, NH);
         close_all("att out", out, outr, no);
         for (long bh = 0; bh < (long)B * NH; bh++)
             for (int t = 0; t < T; t++)
@@ -375,7 +374,7 @@ static void attention_case(int B, int T, int C, int NH) {
     }
     pt_kernels_set_threads(1);
     free(first_out), free(first_d);
-    free(qkv), free(dout), free(d0), free(outr), free(attr), free(dr), free(scr);
+    free(qkv), free(dout), free(outr), free(attr), free(dr), free(scr);
 }
 static void test_attention(void) {
     attention_case(1, 1, 4, 1);     /* T = 1 */

@@ -13,6 +13,12 @@
 
 static const pt_model_config tiny = {2, 16, 4, 11, 6}; /* L, C, NH, V, T */
 
+/* The whole model's backward: the range of every module in its own slot. */
+static pt_status backward(pt_model *m) {
+    int L = pt_model_config_of(m)->n_layer;
+    return pt_model_backward_range(m, pt_model_own_slot(m), 0, L + 1, NULL, NULL, 0);
+}
+
 static void fill_tokens(int *x, int n, int V, uint64_t seed) {
     pt_rng r;
     pt_rng_init(&r, seed, "tokens");
@@ -121,7 +127,7 @@ static void test_init_loss(void) {
     fill_tokens(y, 64, 256, 2);
     pt_batch b = {x, y, 1.0f / 64, 4, 16, 0, 0};
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
     CHECK_NEAR(loss, log(256.0), 0.05, 0);
     pt_model_free(m);
 }
@@ -140,7 +146,7 @@ static void randomize(pt_model *m, float scale) {
 
 static double loss_at(pt_model *m, const pt_batch *b) {
     float loss = 0;
-    pt_model_forward(m, b, &loss);
+    CHECK_OK(pt_model_forward(m, b, &loss));
     return loss;
 }
 
@@ -155,8 +161,8 @@ static void test_gradcheck(void) {
     pt_batch b = {x, y, 1.0f / (float)(B * T), B, T, 0, 0};
     pt_model_zero_grads(m);
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     float *w = pt_model_params(m);
     const float *g = pt_model_grads(m);
     const float h = 1e-2f;
@@ -208,8 +214,8 @@ static void test_modules(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     float loss = 0;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 
     int nmod = pt_model_num_modules(m);
@@ -217,21 +223,21 @@ static void test_modules(void) {
     for (int i = 0; i < nmod; i++) CHECK_OK(pt_module_ctx_new(&ctx[i], m, i, 2));
     static float acts[4][2 * 6 * 16], losses[10], d[2][2 * 6 * 16];
     pt_model_zero_grads(m);
-    pt_module_forward(m, 0, ctx[0], &b, NULL, acts[0]);
-    pt_module_forward(m, 1, ctx[1], &b, acts[0], acts[1]);
-    pt_module_forward(m, 2, ctx[2], &b, acts[1], acts[2]);
-    pt_module_forward(m, 3, ctx[3], &b, acts[2], losses);
+    CHECK_OK(pt_module_forward(m, 0, ctx[0], &b, NULL, acts[0]));
+    CHECK_OK(pt_module_forward(m, 1, ctx[1], &b, acts[0], acts[1]));
+    CHECK_OK(pt_module_forward(m, 2, ctx[2], &b, acts[1], acts[2]));
+    CHECK_OK(pt_module_forward(m, 3, ctx[3], &b, acts[2], losses));
     double s = 0;
     for (int i = 0; i < 10; i++) s += losses[i];
     CHECK((float)(s / 10) == loss);
-    pt_module_backward(m, 3, ctx[3], &b, NULL, d[0]);
-    pt_module_backward(m, 2, ctx[2], &b, d[0], d[1]);
-    pt_module_backward(m, 1, ctx[1], &b, d[1], d[0]);
-    pt_module_backward(m, 0, ctx[0], &b, d[0], NULL);
+    CHECK_OK(pt_module_backward(m, 3, ctx[3], &b, NULL, d[0]));
+    CHECK_OK(pt_module_backward(m, 2, ctx[2], &b, d[0], d[1]));
+    CHECK_OK(pt_module_backward(m, 1, ctx[1], &b, d[1], d[0]));
+    CHECK_OK(pt_module_backward(m, 0, ctx[0], &b, d[0], NULL));
     CHECK(memcmp(g1, pt_model_grads(m), n * sizeof(float)) == 0);
     /* backward accumulates into parameter gradients: wpe (only the
      * embedding writes it) doubles */
-    pt_module_backward(m, 0, ctx[0], &b, d[0], NULL);
+    CHECK_OK(pt_module_backward(m, 0, ctx[0], &b, d[0], NULL));
     const pt_param_info *wpe = pt_model_find(m, "wpe.weight");
     const float *g2 = pt_model_grads(m);
     int ok = 1;
@@ -261,8 +267,8 @@ static void test_module_buffers(void) {
     memcpy(p0, pt_model_params(m), n * sizeof(float));
     pt_model_zero_grads(m);
     float l0 = 0, l1 = 0;
-    pt_model_forward(m, &b, &l0);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &l0));
+    CHECK_OK(backward(m));
     memcpy(g0, pt_model_grads(m), n * sizeof(float));
     memcpy(pu, p0, n * sizeof(float));
     memset(gu, 0, sizeof gu);
@@ -275,8 +281,8 @@ static void test_module_buffers(void) {
     pt_model_drop_flat(m, 1, 1);
     CHECK(pt_model_params(m) == NULL && pt_model_grads(m) == NULL);
     pt_model_zero_grads(m); /* no flat buffer: nothing */
-    pt_model_forward(m, &b, &l1);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &l1));
+    CHECK_OK(backward(m));
     CHECK(l0 == l1);
     CHECK(memcmp(g0, gu, n * sizeof(float)) == 0);
     pt_model_free(m);
@@ -295,8 +301,8 @@ static void test_no_alloc(void) {
     size_t before = pt_mem_current_total();
     pt_mem_reset_peak();
     float loss;
-    pt_model_forward(m, &b, &loss);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, &loss));
+    CHECK_OK(backward(m));
     CHECK_EQ(pt_mem_peak_total(), before);
     CHECK_EQ(pt_mem_current_total(), before);
     pt_model_free(m);
@@ -320,27 +326,28 @@ static void test_oom(void) {
 
 /* ---- plug points and slots ---- */
 
+/* The points a hook logs: f F b B w W for pt_hook_kind's six, those of
+ * `only` (all when empty); fail_at k > 0: the k-th call returns an error. */
 typedef struct {
+    const char *only;
+    int fail_at, calls;
     int n;
     char kind[64];
     int module[64], micro[64], last[64];
     const pt_module_ctx *ctx[64];
 } hook_log;
 
-static void log_point(hook_log *l, char kind, const pt_hook_point *p) {
-    if (l->n >= 64) return;
+static pt_status on_hook(void *a, pt_hook_kind k, const pt_hook_point *p) {
+    hook_log *l = a;
+    char kind = "fFbBwW"[k];
+    if (++l->calls == l->fail_at) return pt_error_set(PT_ERR_COMM, "planted hook failure");
+    if ((l->only && !strchr(l->only, kind)) || l->n >= 64) return PT_OK;
     l->kind[l->n] = kind;
     l->module[l->n] = p->module;
     l->micro[l->n] = p->micro;
     l->last[l->n] = p->last;
     l->ctx[l->n] = p->ctx;
     l->n++;
-}
-/* The model's hook: 'f' 'F' around forwards, 'b' 'B' around backwards,
- * 'w' 'W' around weight-gradient passes. */
-static pt_status on_hook(void *a, pt_hook_kind k, const pt_hook_point *p) {
-    static const char kinds[] = "fFbBwW";
-    log_point(a, kinds[k], p);
     return PT_OK;
 }
 
@@ -348,8 +355,9 @@ static pt_status on_hook(void *a, pt_hook_kind k, const pt_hook_point *p) {
  * pass fires its plug points with its module, micro-batch, last flag and
  * its slot's context, around the module's work; the gradient is bitwise the
  * one of the same micro-batches one after another in the model's own slot
- * (backward scratch is shared: backwards run one at a time). A module-level
- * pass fires them too. */
+ * (backward scratch is shared: backwards run one at a time). A one-module
+ * range fires them too, a module pass none (pure compute); a hook's error
+ * stops the range at once and is its result. */
 static void test_hooks_and_slots(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 2));
@@ -366,8 +374,8 @@ static void test_hooks_and_slots(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) {
-        pt_model_forward(m, &b[k], NULL);
-        pt_model_backward(m);
+        CHECK_OK(pt_model_forward(m, &b[k], NULL));
+        CHECK_OK(backward(m));
     }
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 
@@ -377,11 +385,12 @@ static void test_hooks_and_slots(void) {
     pt_model_slot *slot[2] = {pt_model_own_slot(m), second};
     hook_log lg;
     memset(&lg, 0, sizeof lg);
-    pt_model_hooks h = {on_hook, &lg};
-    pt_model_set_hooks(m, &h);
+    pt_model_set_hook(m, on_hook, &lg);
     pt_model_zero_grads(m);
-    for (int k = 0; k < 2; k++) pt_model_forward_in(m, slot[k], &b[k], NULL);
-    for (int k = 0; k < 2; k++) pt_model_backward_in(m, slot[k]);
+    int L = tiny.n_layer;
+    for (int k = 0; k < 2; k++) CHECK_OK(pt_model_forward_range(m, slot[k], &b[k], 0, L + 1, NULL));
+    for (int k = 0; k < 2; k++)
+        CHECK_OK(pt_model_backward_range(m, slot[k], 0, L + 1, NULL, NULL, 0));
     CHECK(memcmp(g1, pt_model_grads(m), n * sizeof(float)) == 0);
     int nmod = pt_model_num_modules(m); /* 4 */
     CHECK_EQ(lg.n, 4 * 2 * nmod);
@@ -395,12 +404,23 @@ static void test_hooks_and_slots(void) {
             ok = 0;
     }
     CHECK(ok);
-    /* a module-level pass is compute alone: the range passes fire them */
+    /* a one-module range fires them too; a module pass none */
     lg.n = 0;
+    CHECK_OK(pt_model_forward_range(m, second, &b[1], 0, 0, NULL));
+    CHECK_EQ(lg.n, 2);
+    CHECK(lg.kind[0] == 'f' && lg.kind[1] == 'F' && lg.module[1] == 0 && lg.micro[1] == 1);
     static float out[2 * 5 * 16];
-    pt_module_forward(m, 0, pt_model_slot_ctx(second, 0), &b[1], NULL, out);
-    CHECK_EQ(lg.n, 0);
-    pt_model_set_hooks(m, NULL);
+    CHECK_OK(pt_module_forward(m, 0, pt_model_slot_ctx(second, 0), &b[1], NULL, out));
+    CHECK_EQ(lg.n, 2);
+    /* the third call (module 1's before_forward) fails: module 0 ran, the
+     * range returns the hook's error, nothing after it runs */
+    memset(&lg, 0, sizeof lg);
+    lg.fail_at = 3;
+    CHECK(pt_model_forward_range(m, second, &b[1], 0, L + 1, NULL) == PT_ERR_COMM);
+    CHECK(strstr(pt_error_message(), "planted hook failure") != NULL);
+    CHECK_EQ(lg.calls, 3);
+    CHECK(lg.n == 2 && lg.kind[1] == 'F' && lg.module[1] == 0);
+    pt_model_set_hook(m, NULL, NULL);
     pt_model_slot_free(second);
     pt_model_free(m);
 }
@@ -440,7 +460,7 @@ static int all_nonzero_somewhere(const float *g, size_t n) {
  * gradients BIT FOR BIT, for every module kind, on both GEMM paths: the
  * split kernels are the fused ones' halves (the same products; LayerNorm's
  * row and column passes are the fused kernel's). So does the whole-model
- * split (every B, then every W), equal to pt_model_backward. */
+ * split (every B, then every W), equal to the whole-model backward. */
 static void split_modules_path(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 2));
@@ -455,8 +475,8 @@ static void split_modules_path(void) {
     static float gw[20000], gf[20000];
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
-    pt_model_forward(m, &b, NULL);
-    pt_model_backward(m);
+    CHECK_OK(pt_model_forward(m, &b, NULL));
+    CHECK_OK(backward(m));
     memcpy(gw, pt_model_grads(m), n * sizeof(float));
     CHECK(all_nonzero_somewhere(gw, n));
 
@@ -465,22 +485,22 @@ static void split_modules_path(void) {
     ctx_set_new(&split, m, 1);
     static chain_bufs cf, cs;
     pt_model_zero_grads(m);
-    chain_forward(m, fused.ctx, &b, &cf);
-    chain_input(m, fused.ctx, &b, &cf, CH_FUSED);
+    CHECK(!chain_forward(m, fused.ctx, &b, &cf));
+    CHECK(!chain_input(m, fused.ctx, &b, &cf, CH_FUSED));
     memcpy(gf, pt_model_grads(m), n * sizeof(float));
     CHECK(memcmp(gf, gw, n * sizeof(float)) == 0);
     for (int mode = CH_BW; mode <= CH_ALLB_ALLW; mode++) {
         memset(&cs, 0, sizeof cs);
         pt_model_zero_grads(m);
-        chain_forward(m, split.ctx, &b, &cs);
-        chain_input(m, split.ctx, &b, &cs, mode);
+        CHECK(!chain_forward(m, split.ctx, &b, &cs));
+        CHECK(!chain_input(m, split.ctx, &b, &cs, mode));
         /* B alone writes no parameter gradient */
         if (mode == CH_ALLB_ALLW) {
             const float *g = pt_model_grads(m);
             size_t nz = 0;
             for (size_t j = 0; j < n; j++) nz += g[j] != 0.0f;
             CHECK_EQ(nz, 0);
-            chain_weight(m, split.ctx, &b);
+            CHECK(!chain_weight(m, split.ctx, &b));
         }
         for (int i = 1; i < NMOD; i++) CHECK(memcmp(cs.din[i], cf.din[i], sizeof cf.din[i]) == 0);
         CHECK(memcmp(pt_model_grads(m), gf, n * sizeof(float)) == 0);
@@ -508,7 +528,10 @@ static void test_split_modules(void) {
  * terms are added into each gradient differs (row by row in the bias and
  * LayerNorm column sums and wte's scatter), so an element differs by at
  * most a few roundings of the largest partial sum: 1e-5 of the tensor's
- * largest gradient (the sums have at most 2*10 terms: 20 * 2^-24 < 2e-6). */
+ * largest gradient (the sums have at most 2*10 terms: 20 * 2^-24 < 2e-6).
+ * Through the range passes in two slots whose contexts have scratch of
+ * their own: AFTER_BACKWARD fires after each B, AFTER_WEIGHT after each W,
+ * with the micro-batch, last flag and context. */
 static void test_split_micro_batches(void) {
     pt_model *m = NULL;
     CHECK_OK(pt_model_new(&m, &tiny, 2));
@@ -526,22 +549,37 @@ static void test_split_micro_batches(void) {
     CHECK(n <= 20000);
     pt_model_zero_grads(m);
     for (int k = 0; k < 2; k++) {
-        pt_model_forward(m, &b[k], NULL);
-        pt_model_backward(m);
+        CHECK_OK(pt_model_forward(m, &b[k], NULL));
+        CHECK_OK(backward(m));
     }
     memcpy(g1, pt_model_grads(m), n * sizeof(float));
 
-    ctx_set cs[2];
-    static chain_bufs cb[2];
-    for (int k = 0; k < 2; k++) ctx_set_new(&cs[k], m, 1);
+    int L = tiny.n_layer;
+    pt_model_slot *slot[2] = {NULL, NULL};
+    pt_module_scratch *scr[2][NMOD] = {{NULL}};
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(pt_model_slot_new(&slot[k], m));
+        if (!slot[k]) return;
+        for (int i = 0; i < NMOD; i++) {
+            CHECK_OK(pt_module_scratch_new(&scr[k][i], m, 2));
+            pt_module_ctx_set_scratch(pt_model_slot_ctx(slot[k], i), scr[k][i]);
+        }
+    }
+    hook_log lg;
     for (int order = 0; order < 2; order++) {
+        memset(&lg, 0, sizeof lg);
+        lg.only = "BW";
         pt_model_zero_grads(m);
-        for (int k = 0; k < 2; k++) chain_forward(m, cs[k].ctx, &b[k], &cb[k]);
-        for (int k = 0; k < 2; k++) chain_input(m, cs[k].ctx, &b[k], &cb[k], CH_ALLB_ALLW);
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(pt_model_forward_range(m, slot[k], &b[k], 0, L + 1, NULL));
+        pt_model_set_hook(m, on_hook, &lg);
+        for (int k = 0; k < 2; k++)
+            CHECK_OK(pt_model_backward_range(m, slot[k], 0, L + 1, NULL, NULL, 1));
         for (int k = 0; k < 2; k++) {
             int mb = order ? 1 - k : k;
-            chain_weight(m, cs[mb].ctx, &b[mb]);
+            CHECK_OK(pt_model_backward_weight_range(m, slot[mb], 0, L + 1));
         }
+        pt_model_set_hook(m, NULL, NULL);
         const float *g = pt_model_grads(m);
         if (order == 0) {
             CHECK(memcmp(g, g1, n * sizeof(float)) == 0);
@@ -558,8 +596,22 @@ static void test_split_micro_batches(void) {
                 CHECK_EQ(bad, 0);
             }
         }
+        /* B0 (modules 3..0), B1, then W of both in the order run */
+        CHECK_EQ(lg.n, 4 * NMOD);
+        int ok = 1;
+        for (int e = 0; e < lg.n; e++) {
+            int wpass = e >= 2 * NMOD, k = (e % (2 * NMOD)) / NMOD, mod = NMOD - 1 - e % NMOD;
+            int mb = wpass && order ? 1 - k : k;
+            if (lg.kind[e] != (wpass ? 'W' : 'B') || lg.module[e] != mod || lg.micro[e] != mb ||
+                lg.last[e] != (mb == 1) || lg.ctx[e] != pt_model_slot_ctx(slot[mb], mod))
+                ok = 0;
+        }
+        CHECK(ok);
     }
-    for (int k = 0; k < 2; k++) ctx_set_free(&cs[k]);
+    for (int k = 0; k < 2; k++) {
+        pt_model_slot_free(slot[k]);
+        for (int i = 0; i < NMOD; i++) pt_module_scratch_free(scr[k][i]);
+    }
     pt_model_free(m);
 }
 

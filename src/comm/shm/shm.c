@@ -287,9 +287,9 @@ pt_status pt_comm_shm_attach(const char *name, int rank, int size, const pt_comm
     size_t total = job->total;
     shm_job_mark_running(job, rank, (int)getpid());
     pt_comm_options o = pt_comm_options_resolve(opt);
-    const pt_comm_backend *be;
-    void *ctx;
-    int r, s;
+    const pt_comm_backend *be = NULL;
+    void *ctx = NULL;
+    int r = 0, s = 0;
     PT_CHECK(
         world_from(job, total, rank, o.timeout_s, 0, &be, &ctx, &r, &s)); /* unmaps on failure */
     return pt_comm_wrap(be, ctx, r, s, out);
