@@ -82,10 +82,12 @@ typedef struct {
         int drop_rank_state; /* resume: restart per-rank state that cannot carry over */
     } checkpoint;
     struct {
-        double timeout; /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        double timeout;  /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        int check_order; /* comm.check_order: every collective's (op, bytes, #) compared first */
     } comm;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
+        char flight[PT_CONFIG_STR_MAX]; /* log.flight: flight recorder dumps (dir/ or prefix) */
         int every;
         int probe; /* the speed probe after each step, in the metrics (kernels.h) */
     } log;

@@ -154,10 +154,18 @@ static const key_def keys[] = {
     {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
      "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
      "naming it; saves wait for rank 0's writes as long as it is alive"},
+    {"comm.check_order", K_BOOL, OFF(comm.check_order), "false", 0, 1, NULL,
+     "debug: before every collective its group compares (op, bytes, sequence number) across "
+     "its ranks and stops the job at the first mismatch, naming both ranks and both operations "
+     "(one small all-gather per collective)"},
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,
      "Chrome trace JSON (one track per rank and one per comm thread; empty: none)"},
+    {"log.flight", K_STRING, OFF(log.flight), "", 0, 0, NULL,
+     "after a job fault (a rank died, stalled or stopped taking part) every surviving rank "
+     "writes its flight recorder here: a directory (DIR/ : DIR/flight-rankR.json) or a prefix "
+     "(PREFIX-rankR.json); partrain flight merges them (empty: none)"},
     {"log.every", K_INT, OFF(log.every), "10", 1, 1e9, NULL, "progress line every N steps"},
     {"log.probe", K_BOOL, OFF(log.probe), "false", 0, 1, NULL,
      "after each step rank 0 times the speed probe (a one-thread product, about 10 ms, outside "

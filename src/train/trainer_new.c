@@ -267,7 +267,10 @@ static pt_status build_mesh(pt_trainer *t, pt_comm *world) {
     t->pp_size = pt_mesh_size(t->mesh, PT_MESH_PP);
     t->local_B = cfg->train.batch_size / t->dp_size;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
-    return t->world ? pt_comm_split(t->world, 0, t->rank, &t->aux) : PT_OK;
+    if (!t->world) return PT_OK;
+    PT_CHECK(pt_comm_split(t->world, 0, t->rank, &t->aux));
+    pt_comm_set_name(t->aux, "aux", -1); /* the flight recorder's name */
+    return PT_OK;
 }
 
 static pt_status open_inputs(pt_trainer *t) {
