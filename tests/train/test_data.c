@@ -132,9 +132,39 @@ static void test_data_wide(void) {
     int neg[2] = {1, -1};
     CHECK(pt_data_write(tmp_path("neg.bin"), neg, 2) == PT_ERR_INVALID && msg_has("negative"));
     CHECK(pt_data_write(tmp_path("none.bin"), neg, 0) == PT_ERR_INVALID && msg_has("none.bin"));
+    /* the same ids in either file: the same windows and the same draws */
+    enum { NS = 400, TS = 7 };
+    int ids[NS];
+    uint32_t ids32[NS];
+    for (int i = 0; i < NS; i++) ids32[i] = (uint32_t)(ids[i] = (i * 7919 + 11) % 65536);
+    CHECK_OK(pt_data_write(tmp_path("ids16.bin"), ids, NS));
+    CHECK_EQ(file_size(tmp_path("ids16.bin")), 1024 + 2 * NS);
+    int32_t h32[256] = {20240801, 7, NS};
+    FILE *f = fopen(tmp_path("ids32.bin"), "wb");
+    fwrite(h32, 4, 256, f);
+    fwrite(ids32, 4, NS, f);
+    fclose(f);
+    pt_data *d16 = NULL, *d32 = NULL;
+    CHECK_OK(pt_data_open(&d16, tmp_path("ids16.bin"), 65536));
+    CHECK_OK(pt_data_open(&d32, tmp_path("ids32.bin"), 65536));
+    if (d16 && d32) {
+        int x16[4 * TS], y16[4 * TS], x32[4 * TS], y32[4 * TS];
+        pt_data_window(d16, 3, TS, x16, y16);
+        pt_data_window(d32, 3, TS, x32, y32);
+        CHECK(memcmp(x16, x32, sizeof(int) * TS) == 0 && memcmp(y16, y32, sizeof(int) * TS) == 0);
+        CHECK_EQ(x16[0], ids[3 * (TS + 1)]);
+        pt_rng r16, r32;
+        pt_rng_init(&r16, 5, "d");
+        pt_rng_init(&r32, 5, "d");
+        pt_data_sample(d16, &r16, 4, TS, x16, y16);
+        pt_data_sample(d32, &r32, 4, TS, x32, y32);
+        CHECK(memcmp(x16, x32, sizeof x16) == 0 && memcmp(y16, y32, sizeof y16) == 0);
+    }
+    pt_data_free(d16);
+    pt_data_free(d32);
     /* each magic takes its own version and width only */
     int32_t hdr[256] = {20240801, 1, 2};
-    FILE *f = fopen(tmp_path("mixed.bin"), "wb");
+    f = fopen(tmp_path("mixed.bin"), "wb");
     fwrite(hdr, 4, 256, f);
     fwrite(n16, 2, 4, f); /* 2 uint32 tokens' bytes */
     fclose(f);
