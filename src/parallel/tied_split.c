@@ -22,8 +22,8 @@
  * next step read them as they are. A checkpoint's main files carry the
  * embedding's buffers: before a save the head's stage sends its rows'
  * optimizer state there (the skipped range, which no step touches), and
- * after a load the embedding's stage sends the head's its wte and that
- * state (pt_stack_state).
+ * after a load (at the next begin, the reads done) the embedding's stage
+ * sends the head's its wte and that state (the state slot).
  *
  * Only where each stage's optimizer is its own, whole buffer (no data
  * parallelism: the head's rows would need their own all-reduce, ZeRO its
@@ -41,6 +41,7 @@ typedef struct {
     pt_adamw *opt; /* the stage's optimizer (lent) */
     pt_adamw *own; /* the head's stage: its rows' optimizer */
     int emb_here, peer, L, part;
+    int reload;     /* a checkpoint was loaded: refresh the head's copy at the next begin */
     size_t lo, hi;  /* floats of rows [0, h) and [h, V) */
     size_t wte_off; /* the embedding's stage: wte's offset in the flat buffer */
     float *recv;    /* the other stage's partial gradient of this stage's rows */
@@ -87,10 +88,13 @@ static size_t theirs_n(const tied_split *t) {
     return t->emb_here ? t->hi : t->lo;
 }
 
+static pt_status reload(tied_split *t);
+
 /* Posted before the passes, so that the other's send never waits for
  * this rank's main thread. */
 static pt_status split_begin(void *self, pt_step_begin *b) {
     tied_split *t = self;
+    if (t->reload) PT_CHECK(reload(t));
     if (b->eval) return PT_OK;
     return named(pt_comm_irecv(t->c, t->recv, mine_n(t) * sizeof(float), t->peer, 2, &t->g_recv),
                  "receive of the tied wte's gradient");
@@ -186,9 +190,10 @@ static pt_status move_state(tied_split *t, int to_head) {
     return PT_OK;
 }
 
-static pt_status split_state(void *self, int load) {
-    tied_split *t = self;
-    if (!load) return move_state(t, 0);
+/* After a load: the embedding's stage's wte and the head's rows' state
+ * (read into its skipped range) to the head's copy and optimizer. */
+static pt_status reload(tied_split *t) {
+    t->reload = 0;
     float *w, *g;
     wte(t, &w, &g);
     size_t bytes = (t->lo + t->hi) * sizeof(float);
@@ -197,6 +202,19 @@ static pt_status split_state(void *self, int load) {
     PT_CHECK(named(st, "tied wte after a load"));
     PT_CHECK(move_state(t, 1));
     if (!t->emb_here) pt_adamw_set_t(t->own, pt_adamw_t(t->opt));
+    return PT_OK;
+}
+
+/* A checkpoint's regions are the embedding's stage's (the optimizer
+ * entry's whole buffers, wte's rows all there): before a save the head's
+ * rows' state goes into its skipped range; a load reads them there, and
+ * the next begin (a step's or a validation's: after the reads) hands them
+ * and wte to the head's stage. Lists no region of its own. */
+static pt_status split_state(void *self, pt_state_visit *v) {
+    tied_split *t = self;
+    /* (loaded and not stepped since: the range holds the loaded state) */
+    if (v->mode == PT_STATE_SAVE) return t->reload ? PT_OK : move_state(t, 0);
+    if (v->mode == PT_STATE_LOAD) t->reload = 1;
     return PT_OK;
 }
 

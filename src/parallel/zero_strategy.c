@@ -62,6 +62,10 @@ static void zcounts(void *self, pt_comm_counts *k) {
     pt_zero_counts(((zero_entry *)self)->z, k);
 }
 
+static pt_status zstate(void *self, pt_state_visit *v) {
+    return pt_zero_state(((zero_entry *)self)->z, v);
+}
+
 static void zfree(void *self) {
     zero_entry *e = self;
     pt_zero_free(e->z);
@@ -78,14 +82,13 @@ static const pt_strategy_ops ZERO = {.name = "zero",
                                      .update = zupdate,
                                      .stats = zstats,
                                      .counts = zcounts,
+                                     .state = zstate,
                                      .free = zfree};
 
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,
                            const pt_zero_options *o, const pt_adamw_hparams *hp, pt_trace *trace) {
-    *out = (pt_strategy){0};
-    if (handle) *handle = NULL;
-    zero_entry *e = calloc(1, sizeof *e);
-    if (!e) return pt_error_set(PT_ERR_NOMEM, "zero");
+    zero_entry *e = pt_strategy_entry_new(out, sizeof *e, "zero");
+    if (!e) return PT_ERR_NOMEM;
     pt_status st = pt_zero_new(&e->z, m, dp, o, hp);
     if (st != PT_OK) {
         free(e);

@@ -146,7 +146,7 @@ PLANT_FORWARD(before_weight, const pt_hook_point *)
 PLANT_FORWARD(after_weight, const pt_hook_point *)
 PLANT_FORWARD(end, const pt_step_begin *)
 PLANT_FORWARD(update, pt_update *)
-PLANT_FORWARD(state, int)
+PLANT_FORWARD(state, pt_state_visit *)
 
 static void plant_stats(void *self, pt_sync_stats *s) {
     plant *w = self;
