@@ -119,6 +119,39 @@ static int same_node(const pt_plan_pipe *pp, int ra, int rb) {
     return (long)ra * pp->stride / pp->dpn == (long)rb * pp->stride / pp->dpn;
 }
 
+/* The tied wte's figures into pp (rank_of, slow, stride set), el bytes an
+ * element, bytes_s the elementwise rate. */
+static void tied_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl, double el,
+                       double bytes_s, pt_plan_pipe *pp) {
+    /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
+     * head's at the step's first forward and waits for the send before
+     * going on; the head's sends its gradient back after the head's last
+     * backward, which the embedding's waits for and adds in its own last.
+     * The message is the vocabulary shard, from beyond the caches: gpt2's
+     * 154 MB took 22 ms at the first forward of a pipeline step on the
+     * 2-core machine, and the add 12 ms. Every dp and tp rank of the
+     * embedding's stage sends its own at once: ranks beyond the devices
+     * share them (gpt2 at dp 2 x pp 2 on 2 cores: 48.5 ms at the first
+     * forward, where 2 ranks took 22). */
+    int re = pp->rank_of[0], rh = pp->rank_of[pp->G - 1], p = pp->p;
+    double V = c->model.vocab_size, C = c->model.n_embd;
+    pp->wte = V * C / l->tp;
+    pp->wte_hi = (V - (double)pt_tied_split_rows(c->model.vocab_size)) * C / l->tp;
+    if (p > 1 && re != rh) {
+        const pt_link *lk = same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node;
+        double wb = pp->wte * el;
+        pp->tied_split = l->dp == 1;
+        if (pp->tied_split) { /* tied_split.c: halves both ways, after the passes */
+            double hb = pp->wte_hi * el;
+            pp->tied_x =
+                2 * pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, hb, lk) + 3 * hb / bytes_s;
+        } else {
+            pp->tied_s = pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb, lk);
+            pp->tied_add = 3 * wb / bytes_s; /* read both, write one */
+        }
+    }
+}
+
 pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                              pt_plan_pipe *pp) {
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1;
@@ -216,33 +249,7 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     double act = N * c->model.n_embd * r.el / (l->sequence_parallel ? l->tp : 1);
     pp->p2p_intra = act / pt_plan_link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
     pp->p2p_inter = act / pt_plan_link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
-    /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
-     * head's at the step's first forward and waits for the send before
-     * going on; the head's sends its gradient back after the head's last
-     * backward, which the embedding's waits for and adds in its own last.
-     * The message is the vocabulary shard, from beyond the caches: gpt2's
-     * 154 MB took 22 ms at the first forward of a pipeline step on the
-     * 2-core machine, and the add 12 ms. Every dp and tp rank of the
-     * embedding's stage sends its own at once: ranks beyond the devices
-     * share them (gpt2 at dp 2 x pp 2 on 2 cores: 48.5 ms at the first
-     * forward, where 2 ranks took 22). */
-    int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
-    double V = c->model.vocab_size, C = c->model.n_embd;
-    pp->wte = V * C / l->tp;
-    pp->wte_hi = (V - (double)pt_tied_split_rows(c->model.vocab_size)) * C / l->tp;
-    if (p > 1 && re != rh) {
-        const pt_link *lk = same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node;
-        double wb = pp->wte * r.el;
-        pp->tied_split = l->dp == 1;
-        if (pp->tied_split) { /* tied_split.c: halves both ways, after the passes */
-            double hb = pp->wte_hi * r.el;
-            pp->tied_x =
-                2 * pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, hb, lk) + 3 * hb / r.bytes_s;
-        } else {
-            pp->tied_s = pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb, lk);
-            pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
-        }
-    }
+    tied_times(c, l, cl, r.el, r.bytes_s, pp);
     for (int g = 0; g < G; g++) {
         int rk = pp->rank_of[g];
         pp->tp_busy[rk] += l->microbatches * pp->tp[g];
