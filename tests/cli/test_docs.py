@@ -6,10 +6,9 @@
    keys are exactly the ones `partrain train --help` lists.
 2. All of docs/*.md together stay under 2,500 lines.
 3. Every command of README.md and docs/guide.md runs: each line of a ```sh
-   block, and each indented line outside a block that starts like a
-   command (`partrain`, `./build/src/cli/partrain`, `bash scripts/...`,
-   `scripts/...`, `mpirun`, `cmake`). They run in order, in one temporary
-   directory that holds configs/ and clusters/ (links to the tree) and a
+   (or bash) block, and each indented (code) line outside a block; a
+   block without a language is an error (outputs go in ```text). They
+   run in order, in one temporary directory that holds configs/ and clusters/ (links to the tree) and a
    tiny data/fortunes/{train,val}.txt, on a tiny model: a `train` or
    `plan` gets --set overrides appended (2 layers, 16 channels, 16 tokens,
    one thread; 4 steps unless the command sets train.steps), `calibrate`
@@ -94,9 +93,6 @@ def check_lines(src):
     return 0
 
 
-CMD_START = re.compile(r"^(\./build/src/cli/partrain|partrain|bash scripts/|scripts/|mpirun|cmake)\b")
-
-
 def extract(path):
     """(file:line, command) for every command of a markdown file."""
     out = []
@@ -107,15 +103,20 @@ def extract(path):
         if fence is None:
             m = re.match(r"^\s*```\s*(\S*)", line)
             if m:
-                fence = m.group(1) or "-"
+                fence = m.group(1)
+                if not fence:
+                    out.append(("%s:%d" % (path, i), None))  # unlabelled block
+                    fence = "-"
                 continue
-            if line.startswith("    ") and CMD_START.match(line.strip()):
+            if line.startswith("    ") and line.strip():
+                # indented code: a command, never an unlabelled output (put
+                # outputs in ```text blocks, so that no command hides here)
                 out.append(("%s:%d" % (path, i), line.strip()))
             continue
         if re.match(r"^\s*```\s*$", line):
             fence = None
             continue
-        if fence != "sh":
+        if fence not in ("sh", "bash"):
             continue
         s = line.strip()
         if not pending and (not s or s.startswith("#")):
@@ -197,6 +198,10 @@ def main():
             return fail("calibrate --quick: " + r.stdout + r.stderr)
         ran = skipped = 0
         for where, cmd in cmds:
+            if cmd is None:
+                bad += fail("%s: a code block without a language: ```sh for commands, "
+                            "```text for output" % where)
+                continue
             why = next((w for p, w in SKIP if re.search(p, cmd)), None)
             if why:
                 skipped += 1
