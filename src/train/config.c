@@ -38,8 +38,9 @@ static const key_def keys[] = {
     {"model.n_embd", K_INT, OFF(model.n_embd), "128", 1, 65536, NULL, "channels (C)"},
     {"model.n_head", K_INT, OFF(model.n_head), "4", 1, 4096, NULL,
      "attention heads (NH); must divide n_embd"},
-    {"model.vocab_size", K_INT, OFF(model.vocab_size), "256", 1, 65536, NULL,
-     "vocabulary (V); 256 for byte-level text"},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), "256", 1, PT_VOCAB_MAX, NULL,
+     "vocabulary (V); 256 for byte-level text; up to 2147483647 (a token id is an int32; ids "
+     "above 65535 need llm.c's uint32 token files)"},
     {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
      "sequence length (T), also the number of learned positions"},
     {"model.recompute", K_STRING, OFF(train.recompute), "none", 0, 0, "none|selective|full",
