@@ -115,6 +115,8 @@ pt_status pt_config_validate_layout(const pt_config *c);
 char *pt_config_to_json(const pt_config *c);
 /* The --help table of keys: name, type, default, doc. */
 void pt_config_print_help(FILE *f);
+/* The same table as markdown (docs/reference.md; partrain train --help=markdown). */
+void pt_config_print_markdown(FILE *f);
 /* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
  * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
  * schedule's own: 2 for interleaved and zbv, else 1). */

@@ -672,6 +672,40 @@ void pt_config_print_help(FILE *f) {
     }
 }
 
+/* Markdown text with '|' escaped, for a table cell. */
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+/* The same table as markdown: docs/reference.md's "Config keys" section is
+ * this text, checked by tests/cli/test_docs.sh. */
+void pt_config_print_markdown(FILE *f) {
+    fprintf(f, "| key | type | default | meaning |\n| --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        fprintf(f, "| `%s` | %s | ", k->name,
+                k->type == K_INT     ? "int"
+                : k->type == K_FLOAT ? "float"
+                : k->type == K_BOOL  ? "bool"
+                : k->type == K_LIST  ? "list"
+                                     : "string");
+        if (k->type == K_STRING || k->type == K_LIST)
+            fprintf(f, "`\"%s\"` | ", k->def);
+        else
+            fprintf(f, "`%s` | ", k->def);
+        md_cell(f, k->doc);
+        if (k->choices) {
+            fputs(" (", f);
+            md_cell(f, k->choices);
+            fputc(')', f);
+        }
+        fputs(" |\n", f);
+    }
+}
+
 void pt_config_layout(const pt_config *c, char *buf, size_t n) {
     int g = c->parallel.zero_group;
     const char *sp = c->parallel.sequence_parallel ? "-sp" : "";
