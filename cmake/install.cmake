@@ -8,7 +8,7 @@
 # installs bin/partrain, lib/libpartrain.{so,a}, include/partrain/*.h and
 # lib/pkgconfig/partrain.pc (examples/ builds against it in the tests).
 set(PT_LAYERS pt_core pt_kernels pt_comm pt_optim pt_model pt_parallel pt_train pt_plan
-              pt_calibrate)
+              pt_calibrate pt_report)
 
 file(WRITE ${CMAKE_BINARY_DIR}/libpartrain_anchor.c
      "/* libpartrain: the layers' archives, whole (cmake/install.cmake) */\ntypedef int pt_libpartrain;\n")

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 secs=${1:-60}
-targets=(safetensors config data cluster plan state)
+targets=(safetensors config data cluster plan state metrics)
 cc=${PT_FUZZ_CC:-clang}
 if ! command -v "$cc" >/dev/null; then
   echo "fuzz: $cc not found (apt-get install clang)" >&2

@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# chromium and nodejs: test_report_browser opens `partrain report`'s page
+# in headless Chromium, driven by a Node script (tests/cli/report_browser.js).
 packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev
-          libopenmpi-dev openmpi-bin fortunes iproute2)
+          libopenmpi-dev openmpi-bin fortunes iproute2 chromium nodejs)
 # The full tier fuzzes the parsers with clang's libFuzzer (scripts/fuzz.sh).
 [ "${PT_FULL:-0}" = 1 ] && packages+=(clang)
 

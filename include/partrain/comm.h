@@ -177,6 +177,11 @@ typedef struct {
     uint64_t bytes_sent[PT_OP_COUNT]; /* bytes this rank wrote toward others */
     uint64_t bytes_recv[PT_OP_COUNT]; /* bytes this rank read from others */
     uint64_t ns[PT_OP_COUNT];         /* time from start to completion */
+    /* time the calling threads spent blocked in this communicator's
+     * blocking calls and in pt_comm_wait(_timed) on its requests: its
+     * exposed communication (ns above also counts the progress lanes' time,
+     * hidden or not) */
+    uint64_t blocked_ns;
 } pt_comm_stats;
 
 const char *pt_comm_op_name(pt_comm_op op);

@@ -190,6 +190,12 @@ pt_status pt_file_open_regular(const char *path, FILE **out, uint64_t *size);
  * most max_bytes long, opened with pt_file_open_regular; errors name the
  * path. */
 pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out);
+/* Offset of the first "\u0000" escape in JSON text s[0, n), n when none:
+ * cJSON decodes it into a NUL that silently cuts the string short, so
+ * that "wte.weight\u0000x" would load as "wte.weight". Every JSON input
+ * (configs, checkpoint state, safetensors headers, cluster files) is
+ * checked with it before parsing. */
+size_t pt_json_first_nul_escape(const char *s, size_t n);
 
 /* Output paths, checked by every command before any work (and again by the
  * writers). A file output must be a regular file or not exist yet (a

@@ -57,6 +57,14 @@ const char *pt_blas_corename(void);
  * the CPU has neither. Pure: no environment, no CPUID. */
 const char *pt_blas_coretype_advice(const char *corename, const pt_cpu_features *f);
 
+/* The CPU's model name (/proc/cpuinfo's "model name"; "unknown CPU" where
+ * there is none) into buf (n bytes). */
+void pt_cpu_model_name(char *buf, size_t n);
+/* Which code runs the linears' products: "own AVX-512 GEMM (OpenBLAS below
+ * 48x64x64)", "own AVX-512 GEMM (PT_GEMM=own)", "OpenBLAS (PT_GEMM=blas)" or
+ * "OpenBLAS (built without AVX-512)". */
+const char *pt_gemm_path_name(void);
+
 /* Number of threads the kernels (and BLAS) use; n >= 1. Default 1. */
 void pt_kernels_set_threads(int n);
 int pt_kernels_threads(void);

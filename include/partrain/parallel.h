@@ -1,36 +1,32 @@
-/* partrain parallel: the data-parallel strategies that sit between the model,
- * the optimizer and the communicator, and that the trainer drives at the
- * model's plug points (model.h, pt_model_hooks):
+/* partrain parallel: the strategies, as tables on one ordered stack that the
+ * trainer's executor calls at its points (docs/architecture.md, "A step"):
  *
+ *   pt_stack     the ordered array of strategy tables (pt_strategy_ops):
+ *                BEFORE points in order, AFTER points in reverse; every
+ *                entry returns pt_status.
+ *   entries      "ddp" / "stale" (pt_dp_sync over pt_ddp's buckets), "zero"
+ *                (pt_zero), "optimizer", "local_sgd" (pt_local_sgd), "tied"
+ *                (the tied embedding across a pipeline), "tp_norm" and
+ *                "pp_norm" (the global norm's reductions), "trace".
  *   pt_ddp       gradient synchronization in BUCKETS: slices of the flat
  *                gradient buffer, in reverse module order, each all-reduced
- *                (non-blocking) the moment the modules it covers have
- *                finished backward. Several in-flight SLOTS, each with its own
- *                buffer, give bounded-stale synchronization (step t's
- *                all-reduce runs while step t+1 computes).
+ *                (non-blocking) the moment the modules it covers have final
+ *                gradients. Several in-flight SLOTS, each with its own
+ *                buffer, give bounded-stale synchronization.
  *   pt_local_sgd parameter averaging every few steps, with an optional outer
  *                Nesterov optimizer on the averaged delta (DiLoCo).
  *   pt_zero      sharded data parallel (ZeRO 1, 2, 3 / FSDP; HSDP): optimizer
  *                state, gradients and parameters split per module over the
  *                ranks, reduce-scatter and all-gather per module.
- *   pt_trace     a recorder of timed events (Chrome trace), filled by the
- *                trainer's hooks and by pt_ddp's and pt_zero's waits.
+ *   pt_trace     a recorder of timed events (Chrome trace).
  *   pt_mesh      the device mesh dp x tp x pp over the world: this rank's
  *                coordinates and the communicator of every group it belongs
- *                to (tp, dp, pp, model-parallel), each made once by split.
- *                The strategies above run on the dp group, never the world.
+ *                to, each made once by split. The strategies run on the
+ *                mesh's groups, never the world.
+ * and, through pipeline.h (included here), the schedules, their simulator,
+ * the stage cut and the executor.
  *
- * Lifecycle of a synchronous data-parallel step (one slot, in place):
- *   pt_ddp_new(&d, model, comm, {bucket_bytes, 1 slot, in_place = 1})
- *   per step: zero grads; micro-batches 1..M-1 forward/backward (no launch);
- *             pt_ddp_begin(d, 0, overlap); last micro-batch forward/backward
- *             (the hook calls pt_ddp_module_done(d, i) after module i);
- *             pt_ddp_wait(d, 0)  (launches what is left, waits for all)
- *             clip + optimizer step on pt_ddp_slot_grads(d, 0).
- * ZeRO stage 1 uses these buckets for its all-reduce; stages 2 and 3 shard
- * per module instead (a module is an FSDP unit), see pt_zero below.
- *
- * Not here: data sharding, loss reduction, metrics files (train). */
+ * Not here: data sharding, the loss weight's choice, metrics files (train). */
 #ifndef PARTRAIN_PARALLEL_H
 #define PARTRAIN_PARALLEL_H
 
@@ -38,221 +34,13 @@
 #include "partrain/core.h"
 #include "partrain/model.h"
 #include "partrain/optim.h"
+#include "partrain/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct pt_trace pt_trace; /* the trace recorder (below) */
-
-/* ---- schedules: the passes of one rank's step ------------------------------- */
-/* A step's forward and backward passes over its micro-batches, in the order
- * one rank runs them (schedule.c, pipeline/); the trainer's step is a driver
- * over the list. With the whole model on one rank (pt_schedule_build):
- *   none   F0 B0 F1 B1 ... : one micro-batch of activations in flight;
- *   gpipe  F0 F1 ... B0 B1 ... : every micro-batch's activations held.
- * Both give the same gradient (the sum over micro-batches).
- *
- * Pipeline schedules (pt_schedule_build_stage) give rank r of p its own list
- * over its v chunks (virtual stages). The model's G = p*v virtual stages
- * g = 0..G-1 (0 holds the embedding, G-1 the head) map to (rank, chunk):
- *   gpipe, 1f1b, zb1  v = 1, g = r;
- *   interleaved       chunk c of rank r is g = c*p + r (Megatron's);
- *   zbv               v = 2, chunk 0 is g = r, chunk 1 is g = 2p-1-r (a V).
- * gpipe, 1f1b and interleaved run BACKWARD passes (input and weight
- * gradients together); zb1 and zbv split each into BACKWARD_INPUT (B, on the
- * critical path) and BACKWARD_WEIGHT (W, moved to fill the bubble).
- * Dependencies: F(mb, g) after F(mb, g-1); the backward (BW or B) of
- * (mb, g) after F(mb, g) and the backward of (mb, g+1); W(mb, g) after
- * B(mb, g). A chunk's activations of a micro-batch are held from its F until
- * its last backward pass (BW, or W). Every list holds each pass its rank owns
- * exactly once, and a chunk's backwards run in increasing micro-batch order.
- * Lifecycle: build, read pass[], pt_schedule_free. */
-#define PT_SCHEDULE_MAX_MICRO   1024
-#define PT_SCHEDULE_MAX_VIRTUAL 8
-typedef enum {
-    PT_PASS_FORWARD,
-    PT_PASS_BACKWARD,        /* input and weight gradients together (BW) */
-    PT_PASS_BACKWARD_INPUT,  /* B: the input gradient, sent upstream */
-    PT_PASS_BACKWARD_WEIGHT, /* W: the weight gradients, after B */
-} pt_pass_kind;
-typedef struct {
-    pt_pass_kind kind;
-    int micro;
-    int chunk; /* 0..virtual_stages-1 (0 when positional {kind, micro}) */
-} pt_pass;
-typedef struct {
-    char name[16];
-    int microbatches;   /* m */
-    int stages;         /* p */
-    int stage;          /* r, this rank */
-    int virtual_stages; /* v, chunks per rank */
-    int split;          /* 1: backwards are B + W passes */
-    int npass;
-    pt_pass *pass; /* owned: pt_schedule_free */
-    int in_flight; /* max over time of (mb, chunk) activations held, all chunks */
-    int chunk_in_flight[PT_SCHEDULE_MAX_VIRTUAL]; /* the same per chunk */
-    /* index in pass[] of chunk c's last backward pass of the step: its
-     * gradients are final after it (the BW, or the W when split) */
-    int last_pass[PT_SCHEDULE_MAX_VIRTUAL];
-} pt_schedule;
-
-/* Bytes of PT_MEM_SCRATCH a built schedule holds (its pass list). */
-size_t pt_schedule_bytes(const pt_schedule *s);
-/* The most weight-gradient passes the list has pending at once (their B
- * run, not they; at least 1): the deferred scratch sets a split schedule
- * needs. */
-int pt_schedule_pending_w(const pt_schedule *s);
-/* A pipeline rank's activation blocks, which the trainer carves once
- * (trainer_pipe.c) and the planner's memory model counts: chunk c of the
- * v holds a micro-batch in fl[c] floats. in_flight blocks shared by the
- * chunks, each the largest chunk's size; or, with several chunks where
- * that is less, each chunk's own: as many as its list holds at once
- * (chunk_in_flight[c]), each its own size. Returns the floats in all;
- * *per_chunk (1: the chunks' own) and *nblocks may be NULL. */
-size_t pt_schedule_blocks(int v, int in_flight, const int *chunk_in_flight, const size_t *fl,
-                          int *per_chunk, int *nblocks);
-/* The schedule `name` (parallel.schedule) over `microbatches` micro-batches
- * with the whole model on this rank: none or gpipe (p = 1, v = 1); one line
- * naming an unknown or unsupported schedule. */
-pt_status pt_schedule_build(pt_schedule *s, const char *name, int microbatches);
-/* Rank `stage` of `stages`' list of the pipeline schedule `name` (gpipe,
- * 1f1b, interleaved, zb1, zbv; none only at stages = 1), virtual_stages
- * chunks per rank; the same checks as pt_schedule_check (nmodules not
- * checked). s->pass is allocated (scratch); on failure s is zeroed. */
-pt_status pt_schedule_build_stage(pt_schedule *s, const char *name, int microbatches, int stages,
-                                  int stage, int virtual_stages);
-/* Every rank's list, s[0..stages-1] (rank r into s[r]); zbv's from one run
- * of its list scheduler rather than one a rank. On failure every s[r] is
- * zeroed. */
-pt_status pt_schedule_build_all(pt_schedule *s, const char *name, int microbatches, int stages,
-                                int virtual_stages);
-/* Frees s->pass and zeroes s; NULL-safe and idempotent. */
-void pt_schedule_free(pt_schedule *s);
-/* Whether the configuration is valid, before anything is allocated: one
- * line naming the key (parallel.schedule, parallel.microbatches,
- * parallel.virtual_stages, parallel.pp) and its value. nmodules: the
- * model's modules (L + 2), each virtual stage needing at least one. */
-pt_status pt_schedule_check(const char *name, int microbatches, int stages, int virtual_stages,
-                            int nmodules);
-/* The virtual stage g of chunk `chunk` on s's rank. */
-int pt_schedule_virtual_stage(const pt_schedule *s, int chunk);
-/* The rank holding virtual stage g under `name`'s mapping, its chunk there
- * in *chunk (may be NULL); -1 for g outside [0, stages * virtual_stages). */
-int pt_schedule_locate(const char *name, int stages, int virtual_stages, int g, int *chunk);
-/* The bubble of the whole step, idle / (idle + busy) averaged over the
- * ranks, with F, B and W passes taking tf, tb and tw (BW = tb + tw). Closed
- * forms (checked against the simulator in test_schedule.c):
- *   gpipe, 1f1b   (p-1) / (m+p-1), at any times;
- *   interleaved   (p-1) / (v*m+p-1), at any times;
- *   zb1           (p-1)(tf+tb-tw) / (m(tf+tb+tw) + (p-1)(tf+tb-tw)) when
- *                 m >= p and tw <= min(tf, tb); else the simulator;
- *   zbv           the simulator (6m + about p-1 at unit times, m >= 2p).
- * Returns a negative value (and sets the last error) for an invalid
- * configuration. */
-double pt_schedule_bubble(const char *name, int m, int p, int v, double tf, double tb, double tw);
-/* Runs all p ranks' lists with passes taking tf, tb, tw (BW = tb + tw):
- * each rank runs its list in order, a pass starting when the rank is free
- * and its dependencies are done (zero latency). *makespan: the step's end;
- * busy: p entries of busy time (may be NULL). PT_ERR_INTERNAL with one line
- * on a deadlock or a pass missing or duplicated. */
-pt_status pt_schedule_simulate(const char *name, int m, int p, int v, double tf, double tb,
-                               double tw, double *makespan, double *busy);
-
-/* ---- pipeline stages (stages.c) ----------------------------------------------- */
-/* Stage k of a p-stage pipeline holds modules [first, last] (0 the
- * embedding, 1..L the blocks, L+1 the head). cost: the modules' forward and
- * backward work in flops per sequence (stages.c's model); params: floats
- * held, the last stage's copy of the tied wte included. */
-typedef struct {
-    int first, last;
-    double cost;
-    size_t params;
-} pt_stage;
-
-/* Cut cfg's modules into p contiguous stages (out: p entries): as layers
- * says when non-empty (blocks per stage, "3,3,2", a list of numbers in
- * core.h's comma-list grammar; the embedding joins the first stage, the
- * head the last), else balanced (the largest stage's cost is the smallest
- * any cut gives). One line for p outside [1, L + 2], a layers string that
- * breaks the grammar, has an entry over L, does not name p stages, does
- * not add up to L, or leaves a middle stage empty. */
-pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, pt_stage *out);
-/* The cut a pipeline runs: p x v virtual stages for schedule `name` over m
- * micro-batches (pt_schedule_locate maps them to ranks). With one chunk a
- * rank, or with layers given, pt_stage_split's; with several, the cut
- * whose most loaded RANK (the sum of its chunks) is the lightest (every
- * cut tried, up to 2e6 of them; past that, the per-stage cut); of those,
- * the one whose step the schedule's simulator at m ends first, each
- * stage's passes as long as its cost (the 64 with the lightest largest
- * stage simulated, of up to 4096, at p <= 64; past that, the lightest
- * largest stage); ties to the lightest largest stage. Errors:
- * pt_stage_split's, naming p x v as parallel.pp x parallel.virtual_stages
- * chunks when v > 1, and pt_schedule_build_stage's for the m given. */
-pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
-                             const char *layers, pt_stage *out);
-/* "embedding + 3 blocks | 3 blocks | 2 blocks + head" into buf. */
-void pt_stage_describe(const pt_model_config *cfg, int p, const pt_stage *s, char *buf, size_t n);
-
-/* ---- the executor (pipeline/runtime.c) -----------------------------------------
- * Every step, at every layout, is a schedule run by this one executor:
- * this rank's list (pt_schedule: F, BW, or B and W passes per micro-batch
- * and chunk) over its chunks of the cut (pt_stage, p x v virtual stages),
- * in activation blocks of its own (pt_schedule_blocks). With one stage
- * (pp NULL) the whole model is one chunk and nothing is sent; with several
- * the chunks' inputs and output gradients travel by non-blocking
- * point-to-point on splits of pp. Strategies act at the model's hook
- * points, where the trainer installs its stack; the executor knows none.
- * Lifecycle: pt_pipeline_new (collective over pp) -> per step
- * pt_pipeline_step; validation pt_pipeline_forward -> pt_pipeline_free. */
-typedef struct pt_pipeline pt_pipeline;
-
-/* Over model m (whose options owned the rank's modules; lent), this rank's
- * list s and the cut (both lent, must outlive the pipeline), pp (lent;
- * NULL with one stage). The model must have no slot of its own (a
- * pipeline stage, or pt_model_options.no_slot). */
-pt_status pt_pipeline_new(pt_pipeline **out, pt_model *m, const pt_schedule *s,
-                          const pt_stage *stages, pt_comm *pp);
-void pt_pipeline_free(pt_pipeline *q);
-/* Floats of one activation block of the chunk of modules [first, last] for
- * micro-batches of max_B: its slot, the output gradient it receives unless
- * it ends with the head and the input gradient it sends unless it starts
- * with the embedding, rounded to 64 bytes. Any model of the layout
- * answers, the table-only one too (the planner's). pt_schedule_blocks
- * then counts a rank's blocks. */
-size_t pt_pipeline_block_floats(const pt_model *m, int first, int last, int max_B);
-/* Record each pass (its work, and its wait for a neighbour) in t (lent;
- * NULL: none). */
-void pt_pipeline_set_trace(pt_pipeline *q, pt_trace *t);
-
-/* One step's input on this rank: M micro-batches of B x T tokens, micro-batch
- * mb at tokens + mb B T (targets likewise), each position's loss weighed by
- * dloss. */
-typedef struct {
-    const int *tokens, *targets;
-    int B, T;
-    float dloss;
-    long step; /* labels trace events */
-} pt_pipeline_batch;
-
-/* The list's passes in order; *loss_sum gets the sum of the head's
- * micro-batch losses (the head's stage only). An error stops the list
- * where it happens; the requests in flight are completed either way. */
-pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *b, double *loss_sum);
-/* One micro-batch's forward through every stage (validation): *loss on the
- * head's stage, 0 elsewhere. */
-pt_status pt_pipeline_forward(pt_pipeline *q, const pt_batch *b, float *loss);
-
-typedef struct {
-    uint64_t busy_ns;    /* the last step's passes' work (their waits excluded) */
-    uint64_t span_ns;    /* its first pass to the end of its last send */
-    uint64_t wait_ns;    /* waiting for neighbours inside it */
-    uint64_t sent_bytes; /* to other stages since the pipeline was made */
-} pt_pipeline_stats;
-void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s);
-/* Whether this rank holds the head; the pp rank that does. */
-int pt_pipeline_has_head(const pt_pipeline *q);
-int pt_pipeline_head_stage(const pt_pipeline *q);
 
 /* ---- the global gradient norm (gradnorm.c) --------------------------------- */
 /* The sum of squares of g, which holds elements [off, off + n) of m's flat
@@ -360,6 +148,24 @@ typedef struct {
     uint64_t pp_bytes; /* bytes this rank sent to other stages beyond the activations */
 } pt_sync_stats;
 
+/* The groups whose communication a step's time is told apart by (the
+ * metrics' parts, docs/report.md): data parallel's buckets and local SGD's
+ * averaging, tensor parallel's collectives, the pipeline's neighbours and
+ * the tied embedding, ZeRO's gathers and reduce-scatters. */
+typedef enum { PT_GROUP_DP, PT_GROUP_TP, PT_GROUP_PP, PT_GROUP_ZERO, PT_NGROUPS } pt_group;
+/* "dp", "tp", "pp", "zero" */
+const char *pt_group_name(pt_group g);
+
+/* Cumulative counters of communicators, summed by group (pt_comm_stats):
+ * a step's figures are the difference of two readings. */
+typedef struct {
+    uint64_t blocked_ns[PT_NGROUPS]; /* calling threads blocked in their calls and waits */
+    uint64_t comm_ns[PT_NGROUPS];    /* their operations, start to completion (lanes too) */
+    uint64_t sent[PT_NGROUPS];       /* bytes sent (pt_comm_sent_bytes) */
+} pt_comm_counts;
+/* Add c's counters (NULL: nothing) to group g of k. */
+void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c);
+
 /* The points. p: the module pass (model.h's pt_hook_point). */
 typedef struct pt_strategy_ops {
     const char *name; /* "ddp", "zero", "tied", ... (tests find entries by it) */
@@ -385,6 +191,9 @@ typedef struct pt_strategy_ops {
     /* the optimizer's step, parameter averaging, ... */
     pt_status (*update)(void *self, pt_update *u);
     void (*stats)(void *self, pt_sync_stats *s); /* add the step's figures, reset */
+    /* add the cumulative counters of the communicators the entry made for
+     * itself (NULL: it runs on the trainer's groups only) */
+    void (*counts)(void *self, pt_comm_counts *k);
     void (*free)(void *self);
 } pt_strategy_ops;
 
@@ -426,6 +235,8 @@ pt_status pt_stack_end(pt_stack *s, const pt_step_begin *b);
  * norm entries when any has one. */
 pt_status pt_stack_update(pt_stack *s, pt_update *u);
 void pt_stack_stats(pt_stack *s, pt_sync_stats *out);
+/* Every entry's counts, added to k. */
+void pt_stack_counts(pt_stack *s, pt_comm_counts *k);
 
 /* The entries that are not a synchronizer's own (strategies.c):
  *   optimizer  AdamW or SGD over the whole flat buffer (one worker, sync
@@ -612,6 +423,8 @@ uint64_t pt_zero_take_bytes(pt_zero *z);
 /* Time the hooks spent blocked on all-gathers / reduce-scatters since the
  * last call (exposed communication of stages 2 and 3). */
 uint64_t pt_zero_take_wait_ns(pt_zero *z);
+/* Add the zero communicators' counters to k's PT_GROUP_ZERO. */
+void pt_zero_counts(const pt_zero *z, pt_comm_counts *k);
 /* Collective over the group: a full-length buffer (n floats, the
  * caller's) receives the full parameters on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);

@@ -216,6 +216,36 @@ pt_status pt_checkpoint_read_config(const char *stepdir, pt_config *cfg);
 typedef struct pt_trainer pt_trainer;
 
 #define PT_STEP_MAX_STAGES 64
+/* The most ranks whose figures rank 0's pt_step_info keeps one by one (and
+ * the metrics line lists); beyond it, min, max and mean only. */
+#define PT_STEP_MAX_RANKS 64
+/* The groups of the figures per group: dp, tp, pp, zero (parallel.h's
+ * pt_group, in its order) */
+#define PT_STEP_GROUPS 4
+
+/* A step's wall time on a rank, split into DISJOINT parts that add up to it
+ * (docs/report.md says how each is measured): the passes' own work; the
+ * time the rank's thread was blocked on each group's communication (the
+ * pipeline's part also holds its waits for neighbour stages); the
+ * optimizer's update less its communication; the rest. */
+typedef enum {
+    PT_PART_COMPUTE,
+    PT_PART_DP,   /* data parallel's buckets, local SGD's averaging */
+    PT_PART_TP,   /* tensor parallel's collectives */
+    PT_PART_PP,   /* waits for neighbour stages, the tied embedding, the norm over stages */
+    PT_PART_ZERO, /* ZeRO's gathers and reduce-scatters */
+    PT_PART_OPTIMIZER,
+    PT_PART_OTHER,
+    PT_NPARTS
+} pt_step_part;
+/* "compute", "dp", "tp", "pp", "zero", "optimizer", "other" */
+const char *pt_step_part_name(pt_step_part k);
+
+/* One figure over the ranks of a step (rank 0's pt_step_info). */
+typedef struct {
+    double min, max, mean;
+    int max_rank; /* the first rank with the max: a straggler */
+} pt_spread;
 
 typedef struct {
     int step;   /* 1-based index of the step just taken */
@@ -252,6 +282,22 @@ typedef struct {
     uint64_t pp_comm_bytes; /* bytes this rank sent to its neighbour stages this step */
     uint64_t stage_acts[PT_STEP_MAX_STAGES]; /* per stage: the largest PT_MEM_ACTS peak of
                                                 its ranks this step (rank 0 only) */
+    /* Where the step's time went: this rank's parts (they add up to step_ms) */
+    double part_ms[PT_NPARTS];
+    /* Rank 0 only, over every rank of the world (nranks of them): each
+     * rank's own step time (its parts' sum) and parts; each group's time on
+     * the progress lanes not exposed (overlapped), bytes sent and the
+     * operations' time (the sums over ranks, for the achieved bandwidth). */
+    int nranks;
+    pt_spread wall, part[PT_NPARTS], overlap[PT_STEP_GROUPS];
+    uint64_t group_bytes[PT_STEP_GROUPS];
+    double group_comm_ms[PT_STEP_GROUPS];
+    /* the first min(nranks, PT_STEP_MAX_RANKS) ranks one by one: step time
+     * (each rank's own clock, from the step's start to its update's end),
+     * parts and memory peaks (PT_MEM_NCAT categories, then the total) */
+    double rank_wall_ms[PT_STEP_MAX_RANKS];
+    double rank_part_ms[PT_STEP_MAX_RANKS][PT_NPARTS];
+    uint64_t rank_mem[PT_STEP_MAX_RANKS][PT_MEM_NCAT + 1];
 } pt_step_info;
 
 /* The config's output paths, before any work: log.metrics a regular file
@@ -313,6 +359,13 @@ pt_status pt_trainer_save(pt_trainer *t);
  * Collective under data parallelism: when any rank fails, every rank
  * returns that rank's one-line message. */
 pt_status pt_trainer_resume(pt_trainer *t);
+
+/* What the run was planned to be (train --plan, --layout auto): a JSON
+ * object, written as "plan" in the run record, the metrics' first line
+ * (docs/report.md); its "predicted" entry's step_ms and mem.total are
+ * printed beside the measured ones at the end of the run. json lent
+ * (copied). Errors: not a JSON object. */
+pt_status pt_trainer_set_plan(pt_trainer *t, const char *json);
 
 /* The loop: from the current step to train.steps, with the progress line on
  * stderr, metrics, validation every val_every steps (and at the start and

@@ -26,7 +26,8 @@ static void usage(FILE *f) {
            "  --schedule S        gpipe, 1f1b, interleaved, zb1 or zbv\n"
            "  --pp P              pipeline ranks (stages), >= 2\n"
            "  --microbatches M    micro-batches per step\n"
-           "  --virtual-stages V  chunks per rank (default 1; 2 for zbv; >= 2 for interleaved)\n"
+           "  --virtual-stages V  chunks per rank (default: the schedule's fewest, 2 for\n"
+           "                      interleaved and zbv, 1 for the others)\n"
            "  --tf X --tb Y --tw Z  pass times, any unit (default 1 1 1)\n"
            "  --json              one JSON object: schedule, pp, microbatches, virtual_stages,\n"
            "                      tf, tb, tw, bubble, makespan, build_s (seconds to build every\n"
@@ -84,7 +85,8 @@ int pt_cli_bench_schedule(int argc, char **argv) {
                         "(see --help)\n");
         return 2;
     }
-    if (!v) v = !strcmp(name, "zbv") ? 2 : 1;
+    const pt_sched *d = pt_sched_find(name);
+    if (!v) v = d ? d->v_default : 1;
     /* validates name, m, p and v: one line naming the key and value */
     if (pt_schedule_check(name, m, p, v, 0) != PT_OK) {
         fprintf(stderr, "partrain: %s\n", pt_error_message());

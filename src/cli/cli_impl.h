@@ -16,6 +16,7 @@ int pt_cli_sample(int argc, char **argv);
 int pt_cli_bench(int argc, char **argv);
 int pt_cli_plan(int argc, char **argv);
 int pt_cli_calibrate(int argc, char **argv);
+int pt_cli_report(int argc, char **argv);
 
 /* ---- shared helpers (cli_common.c) ---- */
 
@@ -79,9 +80,15 @@ void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const c
  * cache) or on the cluster file `cluster` (NULL: this machine), holding the
  * layout keys that a's --set gives fixed, print the choice and why on
  * stderr, and write the fastest layout into cfg. cfg's output paths are
- * checked first (pt_trainer_check_outputs), before any planning. */
+ * checked first (pt_trainer_check_outputs), before any planning. *plan
+ * gets the run record's plan (pt_trainer_set_plan: the prediction and the
+ * profile's bandwidths; malloc'd, NULL when out of memory). */
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
-                             const char *cluster);
+                             const char *cluster, char **plan);
+/* The run record's plan of a plan file (train --plan): its "plan" object
+ * with "source" and "path" added (malloc'd; NULL when it cannot be read:
+ * the file was loaded before, the run goes on without it). */
+char *pt_cli_plan_file_json(const char *path);
 
 /* A --checkpoint argument (a checkpoint directory with `latest`, or one step
  * directory): the step directory into stepdir (n bytes) and the config it

@@ -3,9 +3,10 @@
  * for the config's model shape, measured on first use and cached (by CPU,
  * binary and shape), or a cluster file given with --cluster. The layout
  * keys given by --set stay fixed; those of the config file are what the
- * plan replaces (configs/default.json spells out a one-worker layout). */
+ * plan replaces. */
 #include "cli_impl.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,8 +62,76 @@ void pt_cli_profile_note(const pt_cluster *cl, const pt_model_config *m, const c
             cluster, m->n_embd, m->n_head, m->seq_len, m->vocab_size);
 }
 
+/* The profile's measured collectives as bus bandwidths (nccl-tests' bus
+ * factors, as pt_comm_stats counts bytes), and the cluster's links. */
+static cJSON *profile_json(const pt_cluster *cl, const char *path) {
+    cJSON *o = cJSON_CreateObject(), *pts = NULL;
+    static const char *const ops[PT_PROFILE_NOPS] = {"allreduce", "allgather", "reduce_scatter",
+                                                     "broadcast", "p2p"};
+    int ok = o && cJSON_AddStringToObject(o, "path", path) &&
+             cJSON_AddStringToObject(o, "name", cl->name) &&
+             cJSON_AddNumberToObject(o, "intra_node_gbps", cl->intra_node.bw / 1e9) &&
+             cJSON_AddNumberToObject(o, "inter_node_gbps", cl->inter_node.bw / 1e9) &&
+             (pts = cJSON_AddArrayToObject(o, "comm"));
+    for (int i = 0; ok && cl->profile && i < cl->profile->n_comm; i++) {
+        const pt_profile_comm *p = &cl->profile->comm[i];
+        if (p->op < 0 || p->op >= PT_PROFILE_NOPS || !(p->seconds > 0) || p->ranks < 2) continue;
+        double n = p->ranks, f = p->op == PT_PROFILE_ALLREDUCE        ? 2 * (n - 1) / n
+                                 : p->op <= PT_PROFILE_REDUCE_SCATTER ? (n - 1) / n
+                                                                      : 1;
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(pts, e) && cJSON_AddStringToObject(e, "op", ops[p->op]) &&
+             cJSON_AddStringToObject(e, "backend", p->backend) &&
+             cJSON_AddNumberToObject(e, "ranks", p->ranks) &&
+             cJSON_AddNumberToObject(e, "bytes", p->bytes) &&
+             cJSON_AddNumberToObject(e, "gbps", f * p->bytes / p->seconds / 1e9);
+    }
+    if (!ok) cJSON_Delete(o);
+    return ok ? o : NULL;
+}
+
+/* {"source": .., "layout": .., "predicted": entry, "why": [..], "profile": ..}:
+ * what the run record says of the plan (pt_trainer_set_plan). */
+static char *plan_json(const pt_plan_entry *e, const pt_cluster *cl, const char *cluster) {
+    char *entry = pt_plan_entry_to_json(e), *text = NULL;
+    cJSON *o = cJSON_CreateObject(), *pred = entry ? cJSON_Parse(entry) : NULL;
+    cJSON *layout = cJSON_GetObjectItemCaseSensitive(pred, "layout");
+    cJSON *prof = profile_json(cl, cluster);
+    int ok = o && pred && cJSON_AddStringToObject(o, "source", "layout auto") &&
+             cJSON_IsString(layout) && cJSON_AddStringToObject(o, "layout", layout->valuestring) &&
+             cJSON_AddItemToObject(o, "predicted", pred);
+    if (!ok) cJSON_Delete(pred);
+    if (ok && prof)
+        ok = cJSON_AddItemToObject(o, "profile", prof);
+    else
+        cJSON_Delete(prof);
+    if (ok) text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    free(entry);
+    return text;
+}
+
+char *pt_cli_plan_file_json(const char *path) {
+    char *text = NULL, *out = NULL;
+    if (pt_read_text_file(path, (size_t)64 << 20, &text) != PT_OK) return NULL;
+    cJSON *root = cJSON_Parse(text), *o = cJSON_CreateObject();
+    cJSON *plan = cJSON_DetachItemFromObjectCaseSensitive(root, "plan");
+    if (o && cJSON_IsObject(plan) && cJSON_AddStringToObject(o, "source", "plan file") &&
+        cJSON_AddStringToObject(o, "path", path)) {
+        for (cJSON *x = plan->child; x; x = x->next)
+            cJSON_AddItemReferenceToObject(o, x->string, x);
+        out = cJSON_PrintUnformatted(o);
+    }
+    cJSON_Delete(o);
+    cJSON_Delete(plan);
+    cJSON_Delete(root);
+    free(text);
+    return out;
+}
+
 pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int world,
-                             const char *cluster) {
+                             const char *cluster, char **plan) {
+    *plan = NULL;
     /* the run's outputs before planning (and maybe a minute of calibrating) */
     PT_CHECK(pt_trainer_check_outputs(cfg));
     char path[PT_CONFIG_STR_MAX];
@@ -77,7 +146,9 @@ pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int wo
                 "layout auto: this machine's profile (%s; measured once, about a "
                 "minute, if not cached)\n",
                 path);
+        double t0 = pt_time_s();
         PT_CHECK(pt_calibrate_cached(&o, path, sizeof path, &measured));
+        if (measured) fprintf(stderr, "layout auto: calibrated in %.1f s\n", pt_time_s() - t0);
         cluster = path;
     }
     pt_cluster *cl = NULL;
@@ -94,6 +165,8 @@ pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int wo
         say_choice(&r, world, cl, cluster);
         pt_plan_layout_apply(&r.entry[0].layout, cfg);
         st = pt_config_validate(cfg);
+        /* the run record's plan; without it the run still runs */
+        if (st == PT_OK) *plan = plan_json(&r.entry[0], cl, cluster);
     }
     pt_plan_result_free(&r);
     pt_cluster_free(cl);

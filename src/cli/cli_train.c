@@ -45,10 +45,12 @@ typedef struct {
     const pt_config *cfg;
     int resume;
     pt_comm_options opt;
+    const char *plan; /* the run record's plan (NULL: none) */
 } run_args;
 
-/* One rank (or the single worker when world is NULL). */
-static int run(const pt_config *cfg, int resume, pt_comm *world) {
+/* One rank (or the single worker when world is NULL); plan: what the run
+ * was planned to be, for its run record (NULL: nothing). */
+static int run(const pt_config *cfg, int resume, const char *plan, pt_comm *world) {
     int rank = world ? pt_comm_rank(world) : 0, size = pt_comm_size(world);
     pt_trainer *t = NULL;
     /* what the config alone decides is the same on every rank (under
@@ -56,6 +58,7 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     pt_status st = pt_trainer_check(cfg, size, resume);
     if (st != PT_OK) pt_error_mark_shared();
     if (st == PT_OK) st = pt_trainer_new_dist(&t, cfg, world);
+    if (st == PT_OK && plan) st = pt_trainer_set_plan(t, plan);
     if (st == PT_OK && resume) st = pt_trainer_resume(t);
     if (st == PT_OK) st = pt_trainer_run(t);
     int rc = 0;
@@ -80,23 +83,24 @@ static int run(const pt_config *cfg, int resume, pt_comm *world) {
     return rc;
 }
 
-static int run_with_world(const pt_config *cfg, int resume, const pt_comm_options *opt) {
+static int run_with_world(const pt_config *cfg, int resume, const char *plan,
+                          const pt_comm_options *opt) {
     pt_comm *world = NULL;
     if (pt_comm_new(&world, opt) != PT_OK) return pt_cli_fail(pt_error_message());
     if (pt_comm_size(world) > 1) pt_log_set_rank(pt_comm_rank(world));
-    int rc = run(cfg, resume, world);
+    int rc = run(cfg, resume, plan, world);
     pt_comm_free(world);
     return rc;
 }
 
 static int rank_main(void *arg) {
     const run_args *a = arg;
-    return run_with_world(a->cfg, a->resume, &a->opt);
+    return run_with_world(a->cfg, a->resume, a->plan, &a->opt);
 }
 
 /* --nproc N: what the config alone decides, said once in this process;
  * then the shm launcher forks the N ranks. */
-static int launch(const pt_config *cfg, int nproc, int resume) {
+static int launch(const pt_config *cfg, int nproc, int resume, const char *plan) {
     /* the mesh dp x tp x pp is the world, in --nproc's words (pt_trainer_check
      * says it for mpirun) */
     long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
@@ -121,11 +125,33 @@ static int launch(const pt_config *cfg, int nproc, int resume) {
     /* the rest of what the ranks would refuse without a file or a peer
      * (trainer_new.c), before any rank starts */
     if (pt_trainer_check(cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
-    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}};
+    run_args a = {cfg, resume, {"shm", cfg->comm.timeout}, plan};
     int code = 0;
     if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
         return pt_cli_fail(pt_error_message());
     return code == 0 ? 0 : 1;
+}
+
+/* The run, once its config is known: on --nproc ranks, on the --backend's
+ * world, or one worker. */
+static int start(const pt_config *cfg, int nproc, int resume, const char *backend,
+                 const char *plan) {
+    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
+     * forked or any step taken (the trainer checks them again, for mpirun) */
+    if (pt_trainer_check_outputs(cfg) != PT_OK) return pt_cli_fail(pt_error_message());
+    if (!cfg->data.train[0])
+        return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
+    if (nproc > 0) {
+        if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
+            return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
+                               "mpirun -np N without --nproc");
+        return launch(cfg, nproc, resume, plan);
+    }
+    if (backend) {
+        pt_comm_options o = {backend, cfg->comm.timeout};
+        return run_with_world(cfg, resume, plan, &o);
+    }
+    return run(cfg, resume, plan, NULL);
 }
 
 int pt_cli_train(int argc, char **argv) {
@@ -198,6 +224,7 @@ int pt_cli_train(int argc, char **argv) {
         rc = 2;
     }
     pt_config cfg;
+    char *plan_json = NULL; /* the run record's plan */
     if (rc == 0 && plan) {
         /* the plan's config in place of --config; each --set on top */
         pt_config_defaults(&cfg);
@@ -205,33 +232,21 @@ int pt_cli_train(int argc, char **argv) {
         for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
         if (st == PT_OK) st = pt_config_validate(&cfg);
         if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
+        if (rc == 0) plan_json = pt_cli_plan_file_json(plan);
     } else if (rc == 0 && layout) {
         /* the file and each --set, then the planned layout over them */
         pt_config_defaults(&cfg);
         pt_status st = ca.config ? pt_config_load_file(&cfg, ca.config) : PT_OK;
         for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
         if (st == PT_OK) st = pt_model_config_validate(&cfg.model);
-        if (st == PT_OK) st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster);
+        if (st == PT_OK)
+            st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster, &plan_json);
         if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
     } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
         rc = pt_cli_fail(pt_error_message());
     }
     pt_cli_config_args_deinit(&ca);
-    if (rc != 0) return rc;
-    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
-     * forked or any step taken (the trainer checks them again, for mpirun) */
-    if (pt_trainer_check_outputs(&cfg) != PT_OK) return pt_cli_fail(pt_error_message());
-    if (!cfg.data.train[0])
-        return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
-    if (nproc > 0) {
-        if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
-            return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
-                               "mpirun -np N without --nproc");
-        return launch(&cfg, nproc, resume);
-    }
-    if (backend) {
-        pt_comm_options o = {backend, cfg.comm.timeout};
-        return run_with_world(&cfg, resume, &o);
-    }
-    return run(&cfg, resume, NULL);
+    if (rc == 0) rc = start(&cfg, nproc, resume, backend, plan_json);
+    free(plan_json);
+    return rc;
 }

@@ -24,6 +24,8 @@ static const struct {
     {"plan", pt_cli_plan,
      "rank the layouts of a model on a cluster (--config FILE --cluster FILE)"},
     {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
+    {"report", pt_cli_report,
+     "one HTML file of charts from runs' metrics (RUN_DIR... [--out FILE])"},
 };
 
 static void usage(FILE *f) {

@@ -206,8 +206,13 @@ static pt_status check_args(const pt_comm *c, pt_comm_op op, const void *buf, si
 
 static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
     PT_CHECK(check_args(c, op, buf, n, arg, tag));
+    uint64_t t0 = pt_time_ns();
     comm_drain(c, comm_drain_mask(c, op));
-    return comm_run_op(c, op, buf, n, arg, tag);
+    pt_status st = comm_run_op(c, op, buf, n, arg, tag);
+    pthread_mutex_lock(&c->mu);
+    c->stats.blocked_ns += pt_time_ns() - t0; /* the caller's exposed time */
+    pthread_mutex_unlock(&c->mu);
+    return st;
 }
 
 static pt_status nonblocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,

@@ -193,9 +193,19 @@ pt_status pt_comm_wait(pt_comm_req *req) {
 
 pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
+    /* the time blocked counts on req's communicator, read only when this
+     * thread did block: it is alive while one of its operations runs (a
+     * request collected after its communicator's free was done before) */
+    uint64_t t0 = pt_time_ns();
+    int blocked = 0;
     pthread_mutex_lock(&req_mu);
-    while (req->state != REQ_DONE) pthread_cond_wait(&req_done, &req_mu);
+    while (req->state != REQ_DONE) blocked = 1, pthread_cond_wait(&req_done, &req_mu);
     pthread_mutex_unlock(&req_mu);
+    if (blocked) {
+        pthread_mutex_lock(&req->c->mu);
+        req->c->stats.blocked_ns += pt_time_ns() - t0;
+        pthread_mutex_unlock(&req->c->mu);
+    }
     if (start_ns) *start_ns = req->t_start;
     if (end_ns) *end_ns = req->t_end;
     pt_status st = req->st;

@@ -5,7 +5,9 @@
  * text files (configs, checkpoint state) read through it into one
  * NUL-terminated buffer with a size cap, so that a wrong path (a model file
  * given as a config) fails with a message instead of eating memory, and a
- * NUL byte (which would silently cut the text short) is refused.
+ * NUL byte (which would silently cut the text short) is refused; and
+ * a JSON text's "\u0000" escape, which cJSON decodes into the same NUL, is
+ * found by pt_json_first_nul_escape for every JSON reader to refuse.
  *
  * Why one opener: open(2) of a FIFO for reading blocks until a writer
  * appears, so a FIFO given as data or config hung the run forever, and a
@@ -90,6 +92,18 @@ pt_status pt_file_open_regular(const char *path, FILE **out, uint64_t *size) {
     if (size) *size = (uint64_t)sb.st_size;
     *out = f;
     return PT_OK;
+}
+
+size_t pt_json_first_nul_escape(const char *s, size_t n) {
+    /* every backslash of valid JSON is inside a string and starts an escape
+     * of two characters or more: skipping two keeps "\\u0000" (an escaped
+     * backslash, then text) apart from "\u0000" */
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\\') {
+            if (n - i >= 6 && !memcmp(s + i + 1, "u0000", 5)) return i;
+            i++;
+        }
+    return n;
 }
 
 pt_status pt_read_text_file(const char *path, size_t max_bytes, char **out) {

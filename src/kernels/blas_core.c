@@ -16,6 +16,8 @@
  * Not here: setting the variable or re-executing (the CLI's job), threads
  * (threads.c). */
 #include <cblas.h>
+#include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "kernels_impl.h"
@@ -60,4 +62,21 @@ void pt_cpu_features_detect(pt_cpu_features *f) {
 
 const char *pt_blas_corename(void) {
     return openblas_get_corename();
+}
+
+void pt_cpu_model_name(char *buf, size_t n) {
+    snprintf(buf, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        char *v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        v[strcspn(v, "\n")] = 0;
+        if (*v) snprintf(buf, n, "%s", v);
+        break;
+    }
+    fclose(f);
 }

@@ -456,6 +456,17 @@ static int small(int M, int N, int K) {
 }
 #endif
 
+const char *pt_gemm_path_name(void) {
+#if defined(__AVX512F__)
+    int path = gemm_path();
+    return path == PT_GEMM_BLAS  ? "OpenBLAS (PT_GEMM=blas)"
+           : path == PT_GEMM_OWN ? "own AVX-512 GEMM (PT_GEMM=own)"
+                                 : "own AVX-512 GEMM (OpenBLAS below 48x64x64)";
+#else
+    return "OpenBLAS (built without AVX-512)";
+#endif
+}
+
 void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
     PT_ASSERT(!(e && e->colsum && tb)); /* column sums of a B stored as is only */

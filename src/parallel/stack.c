@@ -115,3 +115,24 @@ void pt_stack_stats(pt_stack *s, pt_sync_stats *out) {
     for (int i = 0; i < s->n; i++)
         if (s->at[i].ops->stats) s->at[i].ops->stats(s->at[i].self, out);
 }
+
+void pt_stack_counts(pt_stack *s, pt_comm_counts *k) {
+    for (int i = 0; i < s->n; i++)
+        if (s->at[i].ops->counts) s->at[i].ops->counts(s->at[i].self, k);
+}
+
+const char *pt_group_name(pt_group g) {
+    static const char *names[PT_NGROUPS] = {"dp", "tp", "pp", "zero"};
+    return (unsigned)g < PT_NGROUPS ? names[g] : "unknown";
+}
+
+void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c) {
+    if (!c || (unsigned)g >= PT_NGROUPS) return;
+    pt_comm_stats s;
+    pt_comm_get_stats(c, &s);
+    k->blocked_ns[g] += s.blocked_ns;
+    for (int op = 0; op < PT_OP_COUNT; op++) {
+        k->comm_ns[g] += s.ns[op];
+        k->sent[g] += s.bytes_sent[op];
+    }
+}

@@ -16,8 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "partrain/parallel.h"
-#include "pipeline/pipeline_impl.h"
+#include "partrain/pipeline.h"
 
 /* Forward + backward work of module i, in flops per sequence. */
 static double module_cost(const pt_model_config *c, int i) {
@@ -27,8 +26,7 @@ static double module_cost(const pt_model_config *c, int i) {
     return 3.0 * 2.0 * T * C * V;
 }
 
-/* Parameters (floats) of module i. */
-static size_t module_params(const pt_model_config *c, int i) {
+size_t pt_stage_module_params(const pt_model_config *c, int i) {
     size_t C = (size_t)c->n_embd;
     if (i == 0) return (size_t)c->vocab_size * C + (size_t)c->seq_len * C;
     if (i <= c->n_layer) return 12 * C * C + 13 * C;
@@ -42,7 +40,7 @@ static void fill(const pt_model_config *c, pt_stage *s, int first, int last, int
     s->params = 0;
     for (int i = first; i <= last; i++) {
         s->cost += module_cost(c, i);
-        s->params += module_params(c, i);
+        s->params += pt_stage_module_params(c, i);
     }
     /* the tied LM head reads wte: the last stage keeps a copy */
     if (is_last && first > 0) s->params += (size_t)c->vocab_size * (size_t)c->n_embd;
@@ -118,7 +116,6 @@ static int least_cut(const double *a, const double *pre, int from, int j, int *c
     while (i > from && pre[j] - pre[i - 1] <= left) i--;
     return i;
 }
-
 
 /* pt_stage_split, p = pp x v stages (v names them in messages). */
 static pt_status split(const pt_model_config *c, int p, int v, const char *layers, pt_stage *out) {
@@ -294,7 +291,8 @@ static int by_stage_cmp(const void *pa, const void *pb) {
 static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     int G = x->G, n = x->n_cand;
     pt_schedule lists[CUT_MAX_RANKS];
-    double scale[PT_SCHEDULE_MAX_VIRTUAL * 64];
+    double t[3][PT_SCHEDULE_MAX_VIRTUAL * 64]; /* F, B, W by virtual stage */
+    pt_sched_times times = {.f = t[0], .b = t[1], .w = t[2]};
     by_stage *order = malloc((size_t)n * sizeof *order);
     if (!order) return pt_error_set(PT_ERR_NOMEM, "stage split");
     for (int i = 0; i < n; i++) order[i] = (by_stage){x->cand_stage[i], i};
@@ -305,12 +303,12 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
         for (int g = 0; g < G; g++) {
             int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
-            scale[g] = (x->pre[b] - x->pre[a]) / x->pre[x->nmod];
+            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod]);
         }
-        double end = 0;
-        st = pt_pipe_simulate(lists, 1.0 / 3, 1.0 / 3, 1.0 / 3, scale, &end, NULL);
-        if (st == PT_OK && (best_end < 0 || below(end, best_end))) {
-            best_end = end;
+        pt_sched_result res = {0};
+        st = pt_sched_simulate(lists, &times, &res);
+        if (st == PT_OK && (best_end < 0 || below(res.makespan, best_end))) {
+            best_end = res.makespan;
             memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
         }
     }

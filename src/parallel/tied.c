@@ -113,6 +113,10 @@ static void tied_stats(void *self, pt_sync_stats *s) {
     t->sent_seen = now;
 }
 
+static void tied_counts(void *self, pt_comm_counts *k) {
+    pt_comm_counts_add(k, PT_GROUP_PP, ((tied *)self)->c);
+}
+
 static void tied_free(void *self) {
     tied *t = self;
     tied_end(t, NULL);
@@ -128,6 +132,7 @@ static const pt_strategy_ops TIED = {.name = "tied",
                                      .grads = tied_grads,
                                      .end = tied_end,
                                      .stats = tied_stats,
+                                     .counts = tied_counts,
                                      .free = tied_free};
 
 pt_status pt_tied_strategy(pt_strategy *out, pt_model *m, pt_comm *pp, int emb_stage,

@@ -490,6 +490,11 @@ uint64_t pt_zero_take_wait_ns(pt_zero *z) {
     return w;
 }
 
+void pt_zero_counts(const pt_zero *z, pt_comm_counts *k) {
+    pt_comm_counts_add(k, PT_GROUP_ZERO, z->group);
+    pt_comm_counts_add(k, PT_GROUP_ZERO, z->cross);
+}
+
 uint64_t pt_zero_take_bytes(pt_zero *z) {
     uint64_t now = pt_comm_sent_bytes(z->group) + pt_comm_sent_bytes(z->cross);
     uint64_t d = now - z->bytes_seen;

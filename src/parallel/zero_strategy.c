@@ -58,6 +58,10 @@ static void zstats(void *self, pt_sync_stats *s) {
     s->bytes += pt_zero_take_bytes(e->z);
 }
 
+static void zcounts(void *self, pt_comm_counts *k) {
+    pt_zero_counts(((zero_entry *)self)->z, k);
+}
+
 static void zfree(void *self) {
     zero_entry *e = self;
     pt_zero_free(e->z);
@@ -73,6 +77,7 @@ static const pt_strategy_ops ZERO = {.name = "zero",
                                      .end = zend,
                                      .update = zupdate,
                                      .stats = zstats,
+                                     .counts = zcounts,
                                      .free = zfree};
 
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,

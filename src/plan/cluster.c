@@ -12,7 +12,7 @@
  * Not here: what the numbers mean to the models (memory.c, time.c). */
 #include "partrain/plan.h"
 
-#include "parse_impl.h" /* pt_json_first_nul_escape: the config loader's check */
+#include "plan_json_impl.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -39,7 +39,7 @@ static void field_name(const reader *r, const char *key, char *buf, size_t n) {
     snprintf(buf, n, "%s%s%s", r->path, *r->path ? "." : "", key);
 }
 
-static const char *json_kind(const cJSON *it) {
+const char *pt_plan_json_kind(const cJSON *it) {
     return cJSON_IsNumber(it)   ? "a number"
            : cJSON_IsString(it) ? "a string"
            : cJSON_IsBool(it)   ? "a boolean"
@@ -57,7 +57,7 @@ static pt_status reader_open(reader *r, const char *what, const char *path, cons
     r->obj = obj;
     if (!cJSON_IsObject(obj))
         return pt_error_set(PT_ERR_INVALID, "%s: %s must be an object (got %s)", what,
-                            *path ? path : "the top level", json_kind(obj));
+                            *path ? path : "the top level", pt_plan_json_kind(obj));
     for (const cJSON *it = obj->child; it; it = it->next) {
         char name[256];
         field_name(r, it->string, name, sizeof name);
@@ -161,7 +161,7 @@ static pt_status out_of_range(const reader *r, const char *key, const range *g, 
     if (cJSON_IsNumber(it))
         num_text(it->valuedouble, got, sizeof got);
     else
-        snprintf(got, sizeof got, "%s", json_kind(it));
+        snprintf(got, sizeof got, "%s", pt_plan_json_kind(it));
     return pt_error_set(PT_ERR_INVALID, "%s: %s must be %s (got %s)", r->what, name, want, got);
 }
 
@@ -199,7 +199,7 @@ static pt_status read_str(const reader *r, const char *key, const char *choices,
     field_name(r, key, name, sizeof name);
     if (!cJSON_IsString(it))
         return pt_error_set(PT_ERR_INVALID, "%s: %s must be a string (got %s)", r->what, name,
-                            json_kind(it));
+                            pt_plan_json_kind(it));
     size_t len = strlen(it->valuestring);
     if (len >= n)
         return pt_error_set(PT_ERR_INVALID, "%s: %s is too long (%zu bytes, at most %zu)", r->what,
@@ -241,7 +241,7 @@ static pt_status read_array(const reader *r, const char *key, const cJSON **arr,
         char name[256];
         field_name(r, key, name, sizeof name);
         return pt_error_set(PT_ERR_INVALID, "%s: %s must be an array (got %s)", r->what, name,
-                            json_kind(*arr));
+                            pt_plan_json_kind(*arr));
     }
     *n = cJSON_GetArraySize(*arr);
     return PT_OK;

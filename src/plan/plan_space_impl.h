@@ -75,7 +75,4 @@ void pt_plan_space_drop(pt_plan_space *sp, const char *reason);
  * candidates, with the fixed keys it names (PT_ERR_INVALID). */
 pt_status pt_plan_space_error(const pt_plan_space *sp);
 
-/* "gpipe", "1f1b", "interleaved", "zb1", "zbv": schedule si of a pipeline. */
-const char *pt_plan_space_schedule(int si);
-
 #endif

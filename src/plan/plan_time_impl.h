@@ -20,7 +20,7 @@ typedef struct {
     double w[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];  /* weight gradient */
     double tp[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* of f + b: tp collectives */
     /* f, b, w while the other pipeline ranks wait (= f, b, w unless
-     * `alone`; time.c's run_shared) */
+     * `alone`: pt_sched_times.f_alone) */
     double fa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double ba[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
     double wa[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
@@ -51,7 +51,7 @@ typedef struct {
     double slow;              /* oversubscription factor (>= 1) */
     /* p > 1 and a pass's time depends on how many ranks compute: ranks
      * share the devices (slow > 1), or a measured machine (its cores share
-     * caches and memory bandwidth); run_shared simulates it */
+     * caches and memory bandwidth); the simulator's shared run */
     int alone;
 } pt_plan_pipe;
 
@@ -73,16 +73,40 @@ pt_status pt_plan_pipe_predict(const pt_config *c, const pt_plan_layout *l, cons
 void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                          const pt_plan_pipe *pp, pt_plan_time *out);
 
-/* One pass as the simulator placed it (for the trace). */
-typedef struct {
-    int rank, kind, micro, chunk; /* kind: pt_pass_kind */
-    double start, end;
-} pt_plan_slot;
 /* Simulate l's schedule with pp's times (transfers instant unless
- * with_p2p) into *makespan and pp->busy; when slots is not NULL, every
- * pass placed into *slots (malloc'd, *nslots of them; the caller frees). */
+ * with_p2p) into *makespan and pp->busy: the schedules' own simulator
+ * (pt_sched_simulate) over pp->lists, or lists built here; when slots is
+ * not NULL, every pass placed into *slots (malloc'd, *nslots of them; the
+ * caller frees). */
 pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
-                                double *makespan, pt_plan_slot **slots, int *nslots);
+                                double *makespan, pt_sched_slot **slots, int *nslots);
+
+/* ---- one micro-batch's passes (time_passes.c) ---- */
+
+/* What a rank computes and moves at, for pt_plan_module_times. */
+typedef struct {
+    double flops_s, bytes_s; /* the rank's matrix and elementwise rates */
+    double el;               /* bytes an element */
+    double tp_bw, tp_lat;    /* the tp group's link */
+    double slow;             /* ranks beyond the devices: they share them */
+    int cores;               /* a measured machine's (the profile's), else 1 */
+} pt_plan_rates;
+
+/* Module `kind`'s (pt_module_kind) F, B, W seconds of one micro-batch (N
+ * rows) under recompute mode rec in layout l, measured (cl's profile) or
+ * modelled at rates r, and the tp collectives among them (*tpc). */
+void pt_plan_module_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
+                          const pt_plan_rates *r, int kind, double N, int rec, double *f, double *b,
+                          double *w, double *tpc);
+/* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
+ * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k, or a
+ * point-to-point (PT_PROFILE_P2P, n 2): the profile's own table on a
+ * measured machine, scaled to the layout's oversubscription `slow`; else
+ * the ring over the link. */
+double pt_plan_coll_s(const pt_cluster *cl, double slow, int op, int n, double bytes,
+                      const pt_link *k);
+/* A link's bandwidth at the cluster's comm efficiency. */
+double pt_plan_link_bw(const pt_cluster *cl, const pt_link *k);
 
 /* Ring collective seconds over n ranks of `bytes` (the whole buffer), on a
  * link with bandwidth bw (already times the comm efficiency) and latency. */

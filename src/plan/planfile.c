@@ -11,6 +11,8 @@
  * Not here: the search (search.c), the CLI (src/cli/cli_plan.c). */
 #include "partrain/plan.h"
 
+#include "plan_json_impl.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,16 +122,6 @@ pt_status pt_plan_write_file(const char *path, const pt_config *cfg, const pt_pl
     return st;
 }
 
-/* "a string", "an array", ...: what a JSON value is, for messages. */
-static const char *json_kind(const cJSON *x) {
-    return cJSON_IsObject(x)   ? "an object"
-           : cJSON_IsArray(x)  ? "an array"
-           : cJSON_IsString(x) ? "a string"
-           : cJSON_IsNumber(x) ? "a number"
-           : cJSON_IsBool(x)   ? "true or false"
-                               : "null";
-}
-
 /* The "plan" section's shape: an object with "layout" a string, and when
  * they are there "predicted" an object whose "layout" is the same and
  * "why" an array of strings. */
@@ -141,7 +133,7 @@ static pt_status check_plan_shape(const cJSON *plan, const char *name) {
                             name);
     if (!cJSON_IsObject(plan))
         return pt_error_set(PT_ERR_FORMAT, "%s: plan must be an object (got %s)", name,
-                            json_kind(plan));
+                            pt_plan_json_kind(plan));
     const cJSON *layout = cJSON_GetObjectItemCaseSensitive(plan, "layout");
     const cJSON *pred = cJSON_GetObjectItemCaseSensitive(plan, "predicted");
     const cJSON *why = cJSON_GetObjectItemCaseSensitive(plan, "why");
@@ -149,26 +141,26 @@ static pt_status check_plan_shape(const cJSON *plan, const char *name) {
         return pt_error_set(PT_ERR_FORMAT,
                             "%s: plan.layout must be a string, the name of the layout its config "
                             "runs (got %s)",
-                            name, layout ? json_kind(layout) : "none");
+                            name, layout ? pt_plan_json_kind(layout) : "none");
     if (pred && !cJSON_IsObject(pred))
         return pt_error_set(PT_ERR_FORMAT, "%s: plan.predicted must be an object (got %s)", name,
-                            json_kind(pred));
+                            pt_plan_json_kind(pred));
     const cJSON *pl = pred ? cJSON_GetObjectItemCaseSensitive(pred, "layout") : NULL;
     if (pl && (!cJSON_IsString(pl) || strcmp(pl->valuestring, layout->valuestring) != 0))
         return pt_error_set(PT_ERR_FORMAT,
                             "%s: plan.predicted.layout is %s%.200s%s, but plan.layout is "
                             "\"%.200s\"",
                             name, cJSON_IsString(pl) ? "\"" : "",
-                            cJSON_IsString(pl) ? pl->valuestring : json_kind(pl),
+                            cJSON_IsString(pl) ? pl->valuestring : pt_plan_json_kind(pl),
                             cJSON_IsString(pl) ? "\"" : "", layout->valuestring);
     if (why && !cJSON_IsArray(why))
         return pt_error_set(PT_ERR_FORMAT, "%s: plan.why must be an array of strings (got %s)",
-                            name, json_kind(why));
+                            name, pt_plan_json_kind(why));
     int k = 0;
     for (const cJSON *w = why ? why->child : NULL; w; w = w->next, k++)
         if (!cJSON_IsString(w))
             return pt_error_set(PT_ERR_FORMAT, "%s: plan.why[%d] must be a string (got %s)", name,
-                                k, json_kind(w));
+                                k, pt_plan_json_kind(w));
     return PT_OK;
 }
 

@@ -20,177 +20,28 @@
  * runtime's validator, with its real schedule and per-part keys) is
  * dropped with its reason; the search goes on.
  *
- * Not here: the models themselves (memory.c, time.c), output (the CLI). */
+ * Not here: what it keeps and remembers between layouts (search_keep.c),
+ * the models themselves (memory.c, time.c), output (the CLI). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan_memory_impl.h"
-#include "plan_space_impl.h"
-#include "plan_time_impl.h"
-
-#define PT_PLAN_KEEP     256 /* fitting layouts kept, fastest first */
-#define PT_PLAN_REJECTED 8   /* rejected layouts kept, smallest memory first */
+#include "plan_search_impl.h"
 
 static const char *recompute_name(int r) {
     return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
-}
-
-/* ---- memory, remembered ----
- * pt_plan_memory by layout name (which spells every field), so that the
- * per-stage recompute's uniform layouts and ZeRO-3's whole modules are not
- * computed twice; a table of MEMO_SLOTS, the oldest entry overwritten. */
-#define MEMO_SLOTS 4096
-typedef struct {
-    uint64_t key; /* 0: empty */
-    pt_plan_mem mem;
-} memo;
-
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h ? h : 1;
-}
-
-/* calls[0]: how many computed, secs: the seconds inside pt_plan_memory */
-#define DEAD_SLOTS 16384
-
-static uint64_t dead_hash(const pt_plan_layout *l) {
-    char k[96];
-    snprintf(k, sizeof k, "%d/%d/%d/%d/%d/%s/%d/%d/%d", l->dp, l->tp, l->pp, l->sequence_parallel,
-             l->microbatches, l->schedule, l->virtual_stages, l->zero,
-             l->zero_group ? l->zero_group : l->dp);
-    return name_hash(k);
-}
-
-static pt_status mem_of(memo *tab, pt_plan_memory_cache *k, long *calls, double *secs,
-                        const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
-                        pt_plan_mem *out) {
-    char name[PT_PLAN_NAME_MAX * 4];
-    pt_plan_layout_name(l, name, sizeof name);
-    uint64_t h = name_hash(name);
-    memo *e = &tab[h % MEMO_SLOTS];
-    if (e->key == h) {
-        *out = e->mem;
-        return PT_OK;
-    }
-    (*calls)++;
-    uint64_t t0 = pt_time_ns();
-    pt_status st = pt_plan_memory_cached(k, c, l, cl, out);
-    *secs += (double)(pt_time_ns() - t0) / 1e9;
-    PT_CHECK(st);
-    e->key = h, e->mem = *out;
-    return PT_OK;
-}
-
-/* One stage cut of the search's cache (p x v entries in st). */
-typedef struct cut_node {
-    int m; /* its micro-batches (0 at v = 1, where the cut does not depend on them) */
-    struct cut_node *next;
-    pt_stage st[];
-} cut_node;
-
-typedef struct {
-    const pt_config *base;
-    const pt_cluster *cl;
-    int world;
-    pt_plan_space sp;     /* the layouts, the fixed keys, the reasons dropped */
-    pt_plan_capacity cap; /* what a rank may hold */
-    pt_plan_entry *fit;   /* max-heap on step time, PT_PLAN_KEEP */
-    int n_fit;
-    long n_fitting;
-    pt_plan_entry rej[PT_PLAN_REJECTED]; /* by total memory, ascending */
-    int n_rej;
-    long n_valid, n_eval, n_sim;
-    /* the ranks' pass lists of the last few (schedule, m, pp, v): a
-     * family's ZeRO variants and the kept layouts share them */
-    struct {
-        char name[16];
-        int m, p, v;
-        pt_schedule *lists;
-    } lists[4];
-    int lists_next;
-    pt_plan_pipe pipe, wide; /* wide: full recompute's, for the overlap window bound */
-    /* the stage cut per (pp, virtual stages, V-shaped or not), a list by
-     * micro-batches at v > 1 (the cut simulates the schedule there):
-     * computed once (pt_stage_split_for tries up to 2e6 cuts at v > 1).
-     * The key suffices: parallel.stage_layers is the same in every layout
-     * of a search (the fixed key, or empty until explain_layers writes out
-     * the cut that the cache already holds) */
-    cut_node *cut[PT_PLAN_MAX_STAGES + 1][PT_SCHEDULE_MAX_VIRTUAL + 1][2];
-    pt_plan_mem mem, mem2;
-    memo *memo;
-    pt_plan_memory_cache *mcache; /* what layouts share of their memory */
-    /* (family without recompute, ZeRO, group) -> the highest recompute mode
-     * + 1 known not to fit, uniform (0: none known); DEAD_SLOTS, overwritten */
-    uint64_t *dead_key;
-    unsigned char *dead_mode;
-    long n_mem;
-    double mem_s;
-} search;
-
-/* ---- the kept sets ---- */
-
-static void heap_down(pt_plan_entry *h, int n, int i) {
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, big = i;
-        if (l < n && h[l].time.step_s > h[big].time.step_s) big = l;
-        if (r < n && h[r].time.step_s > h[big].time.step_s) big = r;
-        if (big == i) return;
-        pt_plan_entry t = h[i];
-        h[i] = h[big], h[big] = t;
-        i = big;
-    }
-}
-
-static void heap_up(pt_plan_entry *h, int i) {
-    while (i > 0 && h[(i - 1) / 2].time.step_s < h[i].time.step_s) {
-        pt_plan_entry t = h[i];
-        h[i] = h[(i - 1) / 2], h[(i - 1) / 2] = t;
-        i = (i - 1) / 2;
-    }
-}
-
-/* The step time a layout must beat to be kept (infinite until full). */
-static double keep_bound(const search *s) {
-    return s->n_fit < PT_PLAN_KEEP ? INFINITY : s->fit[0].time.step_s;
-}
-
-static void keep_fit(search *s, const pt_plan_entry *e) {
-    if (s->n_fit < PT_PLAN_KEEP) {
-        s->fit[s->n_fit] = *e;
-        heap_up(s->fit, s->n_fit++);
-    } else if (e->time.step_s < s->fit[0].time.step_s) {
-        s->fit[0] = *e;
-        heap_down(s->fit, s->n_fit, 0);
-    }
-}
-
-static void keep_rejected(search *s, const pt_plan_layout *l, const pt_plan_mem_rank *m) {
-    int n = s->n_rej;
-    if (n == PT_PLAN_REJECTED && m->total >= s->rej[n - 1].mem.total) return;
-    int i = n < PT_PLAN_REJECTED ? n++ : n - 1;
-    while (i > 0 && s->rej[i - 1].mem.total > m->total) {
-        s->rej[i] = s->rej[i - 1];
-        i--;
-    }
-    pt_plan_entry *e = &s->rej[i];
-    memset(e, 0, sizeof *e);
-    e->layout = *l, e->mem = *m, e->fits = 0;
-    pt_plan_mem_overflow(m, &s->cap, e->reason, sizeof e->reason);
-    s->n_rej = n;
 }
 
 /* What a rank needs of s->cap.bytes (pt_plan_mem_need: its step's peak,
  * and its share of a checkpoint save's scratch); need_all: the largest
  * over the stages (each stage's own step and save: `max` pairs the
  * largest step with the largest save, which may be two stages'). */
-static double need(const search *s, const pt_plan_mem_rank *m) {
+static double need(const plan_search *s, const pt_plan_mem_rank *m) {
     return pt_plan_mem_need(m, &s->cap);
 }
-static double need_all(const search *s, const pt_plan_mem *m) {
+static double need_all(const plan_search *s, const pt_plan_mem *m) {
     double most = 0;
     for (int r = 0; r < m->n_stage; r++)
         if (need(s, &m->stage[r]) > most) most = need(s, &m->stage[r]);
@@ -200,7 +51,7 @@ static double need_all(const search *s, const pt_plan_mem *m) {
 /* ---- per-part choices ---- */
 
 /* "stage layers 7,8,8,7" into l when the runtime's balanced cut is uneven. */
-static void explain_layers(const pt_config *c, pt_plan_entry *e, const search *s) {
+static void explain_layers(const pt_config *c, pt_plan_entry *e, const plan_search *s) {
     pt_plan_layout *l = &e->layout;
     if (l->pp < 2 || l->virtual_stages > 1 || s->sp.fix[PT_FIX_LAYERS] || l->stage_layers[0])
         return;
@@ -231,16 +82,16 @@ static void explain_layers(const pt_config *c, pt_plan_entry *e, const search *s
 }
 
 /* The entry of layout l that fits, with its pipeline already in s->pipe. */
-static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_rank *m,
+static void add_fitting(plan_search *s, const pt_plan_layout *l, const pt_plan_mem_rank *m,
                         const char (*why)[256], int n_why) {
     pt_plan_entry e;
     memset(&e, 0, sizeof e);
     e.layout = *l, e.mem = *m, e.fits = 1;
     pt_plan_time_finish(s->base, l, s->cl, &s->pipe, &e.time);
-    if (e.time.step_s >= keep_bound(s)) return;
+    if (e.time.step_s >= pt_plan_keep_bound(s)) return;
     for (int i = 0; i < n_why && i < 4; i++) memcpy(e.why[e.n_why++], why[i], sizeof e.why[0]);
     explain_layers(s->base, &e, s);
-    keep_fit(s, &e);
+    pt_plan_keep_fit(s, &e);
 }
 
 /* A lower bound on the pipeline's makespan from the pass times alone:
@@ -252,7 +103,7 @@ static void add_fitting(search *s, const pt_plan_layout *l, const pt_plan_mem_ra
  * devices). */
 static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
     if (pp->p == 1) return pp->busy[0];
-    int split = !strcmp(l->schedule, "zb1") || !strcmp(l->schedule, "zbv");
+    int split = pt_sched_find(l->schedule)->split;
     double best = 0, head = 0, tail = 0;
     for (int r = 0; r < pp->p; r++) {
         double b = pp->busy_lo[r];
@@ -268,65 +119,16 @@ static double pipe_bound(const pt_plan_pipe *pp, const pt_plan_layout *l) {
 /* The pipeline of l into s->pipe: 1 when simulated; 0 when even its
  * busiest rank's passes (no bubble, no data-parallel traffic) lose to
  * every kept layout, or on an error (*st). */
-static pt_status stage_cut(search *s, const pt_plan_layout *l, const pt_stage **out) {
-    int v = l->virtual_stages > 0 ? l->virtual_stages : 1, zbv = !strcmp(l->schedule, "zbv");
-    int m = v > 1 ? l->microbatches : 0;
-    cut_node **head = &s->cut[l->pp][v][zbv], *c = *head;
-    while (c && c->m != m) c = c->next;
-    if (!c) {
-        c = malloc(sizeof *c + sizeof c->st[0] * (size_t)l->pp * (size_t)v);
-        if (!c) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
-        pt_status e = pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->microbatches,
-                                         l->stage_layers, c->st);
-        if (e != PT_OK) {
-            free(c);
-            return e;
-        }
-        c->m = m;
-        c->next = *head;
-        *head = c;
-    }
-    *out = c->st;
-    return PT_OK;
-}
-
-/* s->pipe.lists for l (built once per (schedule, m, pp, v) of the last 4). */
-static pt_status lend_lists(search *s, const pt_plan_layout *l) {
-    int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, m = l->microbatches;
-    if (p < 2) return PT_OK;
-    for (int i = 0; i < 4; i++)
-        if (s->lists[i].lists && s->lists[i].m == m && s->lists[i].p == p && s->lists[i].v == v &&
-            !strcmp(s->lists[i].name, l->schedule)) {
-            s->pipe.lists = s->lists[i].lists;
-            return PT_OK;
-        }
-    int k = s->lists_next++ % 4;
-    for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
-        pt_schedule_free(&s->lists[k].lists[r]);
-    free(s->lists[k].lists);
-    s->lists[k].lists = calloc((size_t)p, sizeof(pt_schedule));
-    if (!s->lists[k].lists) return pt_error_set(PT_ERR_NOMEM, "plan: pass lists");
-    s->lists[k].p = p, s->lists[k].m = m, s->lists[k].v = v;
-    snprintf(s->lists[k].name, sizeof s->lists[k].name, "%s", l->schedule);
-    pt_status st = pt_schedule_build_all(s->lists[k].lists, l->schedule, m, p, v);
-    if (st != PT_OK) {
-        s->lists[k].m = -1; /* zeroed lists, freed with the slot */
-        return st;
-    }
-    s->pipe.lists = s->lists[k].lists;
-    return PT_OK;
-}
-
-static int pipe_for(search *s, const pt_plan_layout *l, pt_status *st) {
+static int pipe_for(plan_search *s, const pt_plan_layout *l, pt_status *st) {
     pt_plan_pipe *pp = &s->pipe;
     const pt_stage *cut = NULL;
-    *st = stage_cut(s, l, &cut);
+    *st = pt_plan_search_cut(s, l, &cut);
     if (*st != PT_OK) return 0;
     *st = pt_plan_pipe_times_split(s->base, l, s->cl, cut, pp);
     if (*st != PT_OK) return 0;
-    if (pipe_bound(pp, l) >= keep_bound(s)) return 0;
+    if (pipe_bound(pp, l) >= pt_plan_keep_bound(s)) return 0;
     s->n_sim++;
-    *st = lend_lists(s, l);
+    *st = pt_plan_search_lists(s, l);
     if (*st == PT_OK) *st = pt_plan_pipe_run_fast(l, pp);
     return *st == PT_OK;
 }
@@ -336,26 +138,11 @@ static void set_schedule(pt_plan_layout *l, const char *name, int v) {
     l->virtual_stages = v;
 }
 
-/* Recompute mode r of l's family and ZeRO variant does not fit, uniform:
- * nor does any lower mode. */
-static void mark_dead(search *s, const pt_plan_layout *l, int r) {
-    uint64_t h = dead_hash(l);
-    size_t i = h % DEAD_SLOTS;
-    if (s->dead_key[i] != h) s->dead_key[i] = h, s->dead_mode[i] = 0;
-    if (s->dead_mode[i] < r + 1) s->dead_mode[i] = (unsigned char)(r + 1);
-}
-
-static int is_dead(const search *s, const pt_plan_layout *l, int r) {
-    uint64_t h = dead_hash(l);
-    size_t i = h % DEAD_SLOTS;
-    return s->dead_key[i] == h && s->dead_mode[i] >= r + 1;
-}
-
 /* Per-stage recompute for a layout that overflows under recompute none:
  * each overflowing stage takes the cheapest mode that fits it. 1 with l's
  * stage_recompute and why lines set; 0 when no assignment fits or every
  * stage would need the same mode (the uniform layout covers that). */
-static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *none,
+static int per_stage_recompute(plan_search *s, pt_plan_layout *l, const pt_plan_mem *none,
                                char (*why)[256], int *n_why) {
     int p = l->pp, mode[PT_PLAN_MAX_STAGES];
     if (p < 2 || s->sp.fix[PT_FIX_REC] || s->sp.fix[PT_FIX_SREC] || none->n_stage != p) return 0;
@@ -371,10 +158,8 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
     }
     for (int r = PT_RECOMPUTE_SELECTIVE; r <= PT_RECOMPUTE_FULL; r++) {
         t.recompute = r;
-        if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, m) != PT_OK ||
-            m->n_stage != p)
-            return 0;
-        if (need_all(s, m) > s->cap.bytes) mark_dead(s, &t, r);
+        if (pt_plan_search_mem(s, &t, m) != PT_OK || m->n_stage != p) return 0;
+        if (need_all(s, m) > s->cap.bytes) pt_plan_mark_dead(s, &t, r);
         for (int k = 0; k < p; k++)
             if (mode[k] < 0 && need(s, &m->stage[k]) <= s->cap.bytes) mode[k] = r;
     }
@@ -399,9 +184,9 @@ static int per_stage_recompute(search *s, pt_plan_layout *l, const pt_plan_mem *
 
 /* s->pipe as l's pass times; for recompute none, s->wide as full
  * recompute's (the widest overlap window a per-stage variant can have). */
-static pt_status family_times(search *s, const pt_plan_layout *l) {
+static pt_status family_times(plan_search *s, const pt_plan_layout *l) {
     const pt_stage *cut = NULL;
-    PT_CHECK(stage_cut(s, l, &cut));
+    PT_CHECK(pt_plan_search_cut(s, l, &cut));
     PT_CHECK(pt_plan_pipe_times_split(s->base, l, s->cl, cut, &s->pipe));
     if (l->recompute != PT_RECOMPUTE_NONE || s->sp.fix[PT_FIX_REC] || s->sp.fix[PT_FIX_SREC] ||
         l->pp < 2)
@@ -415,7 +200,7 @@ static pt_status family_times(search *s, const pt_plan_layout *l) {
  * the pipeline's bound plus t's exact data-parallel traffic and optimizer
  * given that makespan, with the widest overlap window its per-stage
  * variants could have. Least over ZeRO-3's whole and sharded modules. */
-static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
+static double variant_bound(plan_search *s, const pt_plan_layout *t, double lb) {
     pt_plan_pipe *pp = &s->pipe;
     double keep[PT_PLAN_MAX_STAGES];
     int widen = t->recompute == PT_RECOMPUTE_NONE && !s->sp.fix[PT_FIX_REC] &&
@@ -449,7 +234,7 @@ static double variant_bound(search *s, const pt_plan_layout *t, double lb) {
  * parameter pools of ZeRO 2 and 3 and a save's scratch (a ZeRO rank
  * receives its slice's shards) can make a more sharded variant the larger
  * for a small model: nothing is proved. */
-static int bounds_lower_variants(const search *s, const pt_plan_mem *m) {
+static int bounds_lower_variants(const plan_search *s, const pt_plan_mem *m) {
     if (!pt_plan_bf16(s->base)) return 0;
     for (int k = 0; k < m->n_stage; k++)
         if (m->stage[k].total - m->stage[k].cat[PT_MEM_COMM] > s->cap.bytes) return 1;
@@ -458,7 +243,7 @@ static int bounds_lower_variants(const search *s, const pt_plan_mem *m) {
 
 /* A candidate's own error: it is dropped with its reason, the search goes
  * on (out of memory ends it). */
-static pt_status candidate_error(search *s, pt_status st) {
+static pt_status candidate_error(plan_search *s, pt_status st) {
     if (st == PT_OK || st == PT_ERR_NOMEM) return st;
     pt_plan_space_drop(&s->sp, pt_error_message());
     return PT_OK;
@@ -470,7 +255,7 @@ static pt_status candidate_error(search *s, pt_status st) {
  * passed over where that proves it cannot fit (bounds_lower_variants).
  * Memory, then the time of those that fit; a variant is evaluated only
  * while the family's lower bound can still enter the kept set. */
-static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, double bound) {
+static pt_status zero_variants(plan_search *s, pt_plan_layout *l, const int *zvalid, double bound) {
     int dp = l->dp, simulated = 0, nvar = 0;
     int zs[4 * 64], gs[4 * 64];
     pt_status st = PT_OK;
@@ -492,7 +277,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
      * cannot fit either */
     int nfail = 0, fz[4 * 64], fg[4 * 64];
     for (int k = 0; k < nvar; k++) {
-        if (bound >= keep_bound(s)) break;
+        if (bound >= pt_plan_keep_bound(s)) break;
         int ge = gs[k] ? gs[k] : dp, dominated = 0;
         for (int j = 0; j < nfail && !dominated; j++) dominated = zs[k] <= fz[j] && ge <= fg[j];
         if (dominated) continue;
@@ -500,13 +285,13 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         t.zero = zs[k], t.zero_group = gs[k];
         /* known not to fit from a sibling family's per-stage attempt; a
          * uniform mode has no per-stage rescue of its own but none */
-        if (t.recompute != PT_RECOMPUTE_NONE && is_dead(s, &t, t.recompute)) continue;
+        if (t.recompute != PT_RECOMPUTE_NONE && pt_plan_is_dead(s, &t, t.recompute)) continue;
         if (!s->sp.fix[PT_FIX_WHOLE]) t.zero_whole[0] = 0;
         /* s->pipe is the family's until a pipeline is simulated */
         if (!simulated && k > 0) PT_CHECK(family_times(s, l));
-        if (variant_bound(s, &t, lb) >= keep_bound(s)) continue;
+        if (variant_bound(s, &t, lb) >= pt_plan_keep_bound(s)) continue;
         s->n_eval++;
-        st = mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem);
+        st = pt_plan_search_mem(s, &t, &s->mem);
         if (st != PT_OK) { /* the runtime refuses this variant: its reason */
             PT_CHECK(candidate_error(s, st));
             continue;
@@ -520,8 +305,7 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
         if (t.zero == 3 && !s->sp.fix[PT_FIX_WHOLE]) {
             pt_plan_layout w = t;
             snprintf(w.zero_whole, sizeof w.zero_whole, "embedding,head");
-            if (mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &w, s->cl, &s->mem2) ==
-                    PT_OK &&
+            if (pt_plan_search_mem(s, &w, &s->mem2) == PT_OK &&
                 need_all(s, &s->mem2) <= s->cap.bytes) {
                 snprintf(why[n_why++], 256,
                          "embedding and head kept whole under ZeRO-3: %.1f GB a rank, "
@@ -535,12 +319,11 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
             pt_plan_mem none = s->mem;
             if (t.recompute != PT_RECOMPUTE_NONE ||
                 !per_stage_recompute(s, &t, &none, why, &n_why) ||
-                mem_of(s->memo, s->mcache, &s->n_mem, &s->mem_s, s->base, &t, s->cl, &s->mem) !=
-                    PT_OK ||
+                pt_plan_search_mem(s, &t, &s->mem) != PT_OK ||
                 need_all(s, &s->mem) > s->cap.bytes) {
                 t.stage_recompute[0] = 0;
-                keep_rejected(s, &t, &none.max);
-                if (t.recompute != PT_RECOMPUTE_NONE) mark_dead(s, &t, t.recompute);
+                pt_plan_keep_rejected(s, &t, &none.max);
+                if (t.recompute != PT_RECOMPUTE_NONE) pt_plan_mark_dead(s, &t, t.recompute);
                 if (bounds_lower_variants(s, &none)) fz[nfail] = zs[k], fg[nfail++] = ge;
                 continue;
             }
@@ -563,7 +346,8 @@ static pt_status zero_variants(search *s, pt_plan_layout *l, const int *zvalid, 
 /* A layout family: everything but ZeRO, and the lower bound on its step. */
 typedef struct {
     double bound;
-    int tp, pp, sp, m, si, v, rec;
+    int tp, pp, sp, m, v, rec;
+    const pt_sched *sched;
     long zv; /* offset in the pool of the group's ZeRO validity (4 (dp + 1) ints) */
 } family;
 
@@ -580,7 +364,7 @@ static int cmp_step(const void *a, const void *b) {
 /* Phase 1 (the space's walk): every valid family with the lower bound on
  * its step, and each group's ZeRO validity in a pool. */
 typedef struct {
-    search *s;
+    plan_search *s;
     family *fam;
     long nfam, capfam;
     int *pool;
@@ -605,7 +389,7 @@ static pt_status on_group(void *ctx, const pt_plan_layout *l, const int *zvalid,
 
 static pt_status on_family(void *ctx, const pt_plan_layout *l0) {
     walk *w = ctx;
-    search *s = w->s;
+    plan_search *s = w->s;
     pt_plan_layout l = *l0;
     pt_status st = family_times(s, &l);
     if (st != PT_OK) return candidate_error(s, st);
@@ -625,18 +409,17 @@ static pt_status on_family(void *ctx, const pt_plan_layout *l0) {
         if (!g) return pt_error_set(PT_ERR_NOMEM, "plan: %ld layouts", nc);
         w->fam = g, w->capfam = nc;
     }
-    int si = 0;
-    while (l.pp > 1 && si < 4 && strcmp(pt_plan_space_schedule(si), l.schedule)) si++;
     family *f = &w->fam[w->nfam++];
     f->bound = fb, f->tp = l.tp, f->pp = l.pp, f->sp = l.sequence_parallel;
-    f->m = l.microbatches, f->si = si, f->v = l.virtual_stages, f->rec = l.recompute;
+    f->m = l.microbatches, f->sched = pt_sched_find(l.schedule), f->v = l.virtual_stages;
+    f->rec = l.recompute;
     f->zv = w->zv;
     s->n_valid += w->nz;
     return PT_OK;
 }
 
 /* Phase 2: the families best bound first, until none can beat the kept. */
-static pt_status evaluate(search *s, walk *w) {
+static pt_status evaluate(plan_search *s, walk *w) {
     pt_plan_layout l;
     memset(&l, 0, sizeof l);
     const pt_config *c = s->base;
@@ -650,10 +433,10 @@ static pt_status evaluate(search *s, walk *w) {
     if (w->nfam > 0) qsort(w->fam, (size_t)w->nfam, sizeof *w->fam, cmp_family);
     for (long i = 0; i < w->nfam; i++) {
         const family *f = &w->fam[i];
-        if (f->bound >= keep_bound(s)) break;
+        if (f->bound >= pt_plan_keep_bound(s)) break;
         l.tp = f->tp, l.pp = f->pp, l.dp = s->world / f->tp / f->pp, l.sequence_parallel = f->sp;
         l.microbatches = f->m, l.recompute = f->rec;
-        set_schedule(&l, f->pp == 1 ? "none" : pt_plan_space_schedule(f->si), f->v);
+        set_schedule(&l, f->sched->name, f->v);
         PT_CHECK(zero_variants(s, &l, w->pool + f->zv, f->bound));
     }
     return PT_OK;
@@ -661,7 +444,7 @@ static pt_status evaluate(search *s, walk *w) {
 
 /* The result: the fitting by step time, each with its transfer split (the
  * search simulated with transfers only), then the rejected by memory. */
-static pt_status result(search *s, pt_plan_result *out) {
+static pt_status result(plan_search *s, pt_plan_result *out) {
     out->entry = malloc(sizeof *out->entry * (size_t)(s->n_fit + s->n_rej + 1));
     if (!out->entry) return pt_error_set(PT_ERR_NOMEM, "plan: %d results", s->n_fit + s->n_rej);
     memcpy(out->entry, s->fit, sizeof *s->fit * (size_t)s->n_fit);
@@ -676,9 +459,9 @@ static pt_status result(search *s, pt_plan_result *out) {
         pt_plan_entry *e = &out->entry[i];
         if (e->layout.pp == 1) continue;
         const pt_stage *cut = NULL;
-        PT_CHECK(stage_cut(s, &e->layout, &cut));
+        PT_CHECK(pt_plan_search_cut(s, &e->layout, &cut));
         PT_CHECK(pt_plan_pipe_times_split(s->base, &e->layout, s->cl, cut, &s->pipe));
-        PT_CHECK(lend_lists(s, &e->layout));
+        PT_CHECK(pt_plan_search_lists(s, &e->layout));
         PT_CHECK(pt_plan_pipe_run(&e->layout, &s->pipe));
         pt_plan_time_finish(s->base, &e->layout, s->cl, &s->pipe, &e->time);
     }
@@ -687,50 +470,20 @@ static pt_status result(search *s, pt_plan_result *out) {
     return PT_OK;
 }
 
-static void search_free(search *s) {
-    if (!s) return;
-    for (int k = 0; k < 4; k++) {
-        for (int r = 0; s->lists[k].lists && r < s->lists[k].p; r++)
-            pt_schedule_free(&s->lists[k].lists[r]);
-        free(s->lists[k].lists);
-    }
-    for (int p = 0; p <= PT_PLAN_MAX_STAGES; p++)
-        for (int v = 0; v <= PT_SCHEDULE_MAX_VIRTUAL; v++)
-            for (int k = 0; k < 2; k++)
-                for (cut_node *c = s->cut[p][v][k], *next; c; c = next) {
-                    next = c->next;
-                    free(c);
-                }
-    free(s->memo);
-    pt_plan_memory_cache_free(s->mcache);
-    free(s->dead_key);
-    free(s->dead_mode);
-    free(s->fit);
-    free(s);
-}
-
 pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_fixed,
                          const pt_cluster *cl, int world, pt_plan_result *out) {
     memset(out, 0, sizeof *out);
     if (world < 1)
         return pt_error_set(PT_ERR_INVALID, "plan: --world must be >= 1 (got %d)", world);
-    search *s = calloc(1, sizeof *s);
+    plan_search *s = pt_plan_search_new(base, cl, world);
     pt_config *scratch = malloc(sizeof *scratch);
     walk w = {0};
     pt_status st = PT_OK;
-    if (s) {
-        s->fit = malloc(sizeof *s->fit * PT_PLAN_KEEP);
-        s->memo = calloc(MEMO_SLOTS, sizeof *s->memo);
-        s->dead_key = calloc(DEAD_SLOTS, sizeof *s->dead_key);
-        s->dead_mode = calloc(DEAD_SLOTS, 1);
-        if (pt_plan_memory_cache_new(&s->mcache) != PT_OK) s->mcache = NULL;
-    }
-    if (!s || !scratch || !s->fit || !s->memo || !s->dead_key || !s->dead_mode || !s->mcache) {
+    if (!s || !scratch) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: search state");
         goto done;
     }
     *scratch = *base;
-    s->base = base, s->cl = cl, s->world = world;
     pt_plan_space_init(&s->sp, base, scratch, fixed, n_fixed, world);
     pt_plan_rank_capacity(cl, world, &s->cap);
     w.s = s;
@@ -764,7 +517,7 @@ pt_status pt_plan_search(const pt_config *base, const char *const *fixed, int n_
 done:
     free(w.fam);
     free(w.pool);
-    search_free(s);
+    pt_plan_search_free(s);
     free(scratch);
     return st;
 }

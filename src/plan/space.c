@@ -58,10 +58,23 @@ static const struct {
     {"train.threads", offsetof(pt_config, train.threads), 'i'},
 };
 
-static const char *const pipe_schedules[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
+/* Whether the walk takes schedule d at pp: a pipeline's at pp > 1, the
+ * one that runs none (none) at pp 1; and, parallel.schedule fixed, the
+ * one it names (at pp > 1 what it runs as a pipeline: none is 1f1b). */
+static int takes(const pt_plan_space *sp, int pp, const pt_sched *d) {
+    if (d->pipeline != (pp > 1)) return 0;
+    if (!sp->fix[PT_FIX_SCHED]) return 1;
+    const char *want = sp->base->parallel.schedule;
+    const pt_sched *w = pt_sched_find(want);
+    if (w && pp > 1) want = w->as_pipeline;
+    return !strcmp(want, d->name);
+}
 
-const char *pt_plan_space_schedule(int si) {
-    return pipe_schedules[si];
+/* The fixed parallel.schedule cannot run at pp 1 (the planner runs none
+ * there). */
+static int fixed_needs_pipeline(const pt_plan_space *sp) {
+    const pt_sched *d = pt_sched_find(sp->base->parallel.schedule);
+    return sp->fix[PT_FIX_SCHED] && !(d && takes(sp, 1, d));
 }
 
 static int recompute_mode(const char *s) {
@@ -164,17 +177,12 @@ static int cut_fits_pp(const pt_plan_space *sp, int pp) {
     if (!sp->n_cut) return 1;
     if (pp < 2 || sp->n_cut % pp) return 0;
     int v = sp->n_cut / pp;
-    for (int si = 0; si < 5; si++) {
-        const char *name = pipe_schedules[si];
-        if (sp->fix[PT_FIX_SCHED]) {
-            const char *want = c->parallel.schedule;
-            if (strcmp(want, name) && !(!strcmp(want, "none") && !strcmp(name, "1f1b"))) continue;
-        }
-        int lo = !strcmp(name, "interleaved") ? 2 : !strcmp(name, "zbv") ? 2 : 1;
-        int hi = !strcmp(name, "interleaved") ? PT_SCHEDULE_MAX_VIRTUAL : lo;
+    const pt_sched *d;
+    for (int i = 0; (d = pt_sched_at(i)); i++) {
+        if (!takes(sp, pp, d)) continue;
         if (sp->fix[PT_FIX_V] && c->parallel.virtual_stages > 0 && v != c->parallel.virtual_stages)
             continue;
-        if (v >= lo && v <= hi) return 1;
+        if (v >= d->v_min && v <= d->v_max) return 1;
     }
     return 0;
 }
@@ -220,7 +228,7 @@ static int contradiction(const pt_plan_space *sp, char *buf, size_t n) {
                         "train.batch_size (%d) is not divisible by %sparallel.microbatches (%d)", B,
                         dp ? "parallel.dp x " : "", dp ? dp * m : m) > 0;
     const char *sched = c->parallel.schedule;
-    if (pp == 1 && sp->fix[PT_FIX_SCHED] && strcmp(sched, "none"))
+    if (pp == 1 && fixed_needs_pipeline(sp))
         return snprintf(buf, n,
                         "parallel.schedule = %s needs parallel.pp > 1 (the planner runs none at "
                         "pp 1)",
@@ -323,18 +331,12 @@ static int valid_zero(pt_plan_space *sp, pt_plan_layout *l, int *zvalid) {
 static pt_status walk_schedules(pt_plan_space *sp, const pt_plan_space_visitor *vis,
                                 pt_plan_layout *l) {
     const pt_config *c = sp->base;
-    int pp = l->pp, m = l->microbatches, nsched = pp == 1 ? 1 : 5;
-    for (int si = 0; si < nsched; si++) {
-        const char *name = pp == 1 ? "none" : pipe_schedules[si];
-        int v0 = 1, v1 = 1;
-        if (!strcmp(name, "interleaved")) v0 = 2, v1 = PT_SCHEDULE_MAX_VIRTUAL;
-        if (!strcmp(name, "zbv")) v0 = v1 = 2;
-        if (sp->fix[PT_FIX_SCHED]) {
-            const char *want = c->parallel.schedule;
-            if (!strcmp(want, "none") && pp > 1) want = "1f1b";
-            if (strcmp(want, name)) continue;
-        }
-        for (int v = v0; v <= v1; v++) {
+    int pp = l->pp, m = l->microbatches;
+    const pt_sched *d;
+    for (int i = 0; (d = pt_sched_at(i)); i++) {
+        if (!takes(sp, pp, d)) continue;
+        const char *name = d->name;
+        for (int v = d->v_min; v <= d->v_max; v++) {
             if (sp->fix[PT_FIX_V] && c->parallel.virtual_stages > 0 &&
                 v != c->parallel.virtual_stages)
                 continue;
@@ -375,7 +377,7 @@ static pt_status walk_groups(pt_plan_space *sp, const pt_plan_space_visitor *vis
             int nz = valid_zero(sp, l, zvalid);
             if (!nz) continue;
             PT_CHECK(vis->group(vis->ctx, l, zvalid, nz));
-            if (pp == 1 && sp->fix[PT_FIX_SCHED] && strcmp(c->parallel.schedule, "none"))
+            if (pp == 1 && fixed_needs_pipeline(sp))
                 dropf(sp,
                       "parallel.schedule = %s needs parallel.pp > 1 (the planner runs none at "
                       "pp 1)",

@@ -1,60 +1,34 @@
 /* The planner's time model: a layout's step time on a cluster, without
  * running anything.
  *
- * Per pipeline virtual stage, the F, B and W seconds of one micro-batch of
- * b = batch / (dp m) sequences (N = b T rows) over its modules (shapes in
- * llm.c's letters: C n_embd, NH n_head, T seq_len, V vocab_size, t tp):
- *   measured  the cluster's profile, when it has the module at this shape
- *             (interpolated log-log in tokens, the nearest thread count
- *             scaled linearly). A tp shard's own entry was timed in a
- *             real group of t ranks (calibrate) and holds the collectives
- *             and the ranks' waiting for one another, so nothing is added
- *             for them; without one, a shard is the tp = 1 time / t,
- *             scaled by the gemm table's rate at the full over the shard
- *             shape, plus the modelled collectives below;
- *   modelled  matrix flops / (peak(precision) x efficiency.matmul) plus
- *             elementwise bytes / (memory_bw x efficiency.elementwise).
- *             A block's forward is 24 N C^2 / t + 4 N T C / t flops (the
- *             B pass 24 N C^2 / t + 8 N T C / t, W 24 N C^2 / t); its
- *             elementwise traffic per row is Megatron's kernel list
- *             (LayerNorms, bias-dropout-adds, bias-GELU: 11 C whole, or
- *             / t under sequence parallelism, + 8 C / t; the fused
- *             scale-mask-softmax and attention dropout: 4.5 NH T / t),
- *             elements of 2 bytes (bf16) or 4 (fp32), backward twice the
- *             forward's. The head: 2 N C V / t flops a pass and the loss
- *             over fp32 logits; the embedding: its gather and scatter-add.
- *   recompute FULL adds the block's whole forward (collectives included)
- *             to B; SELECTIVE the attention scores (2 N T C / t flops)
- *             and the softmax and GELU traffic.
- *   tp        per block 2 all-reduces of (N, C) in F and 2 in B (sequence
- *             parallelism: an all-gather and a reduce-scatter for each,
- *             the same ring time), on the critical path; the embedding's
- *             forward and the head's backward one each.
- * The pipeline: the schedule's real pass lists (pt_schedule_build_stage)
- * simulated with these per-stage times and the point-to-point transfer of
- * a micro-batch's activations between ranks (over the link between their
- * nodes). Then per step: the data-parallel gradient all-reduce (ring, over
- * the link the dp group crosses; on a measured machine the profile's own
- * collectives), of which only what exceeds the last backward is exposed
- * when parallel.overlap is on; ZeRO-1 the same all-reduce and ZeRO-2 a
- * reduce-scatter of gradients (overlapped the same way), then an exposed
- * all-gather of the updated shards; ZeRO-3 an all-gather of the sharded
- * parameters in each forward and backward and a reduce-scatter of
- * gradients per micro-batch, prefetched under the compute (exposed: what
- * exceeds the rank's busy time); on a measured machine whose cores the
- * ranks' threads fill, none of it hides (the collectives are copies on
- * the same cores). HSDP the shard's all-reduce across the replicas; the
- * optimizer from the profile's adamw_s / sgd_s over the threads, never
- * faster than its bytes over the profile's memory_bw times the threads,
- * and a read of the gradients for their norm where the runtime does not
- * fuse it, plus the gradients' reset (a memset); without a profile 28
- * bytes a parameter over memory_bw. Ranks
+ * Per pipeline virtual stage, the F, B and W seconds of one micro-batch
+ * (time_passes.c: measured from the profile, or modelled). The pipeline:
+ * the schedule's real pass lists (pt_schedule_build_all) run by the
+ * schedules' own simulator (pt_sched_simulate) with these per-stage times,
+ * the point-to-point transfer of a micro-batch's activations between ranks
+ * (over the link between their nodes) and the tied wte's between the
+ * embedding's and the head's ranks. Then per step: the data-parallel
+ * gradient all-reduce (ring, over the link the dp group crosses; on a
+ * measured machine the profile's own collectives), of which only what
+ * exceeds the last backward is exposed when parallel.overlap is on; ZeRO-1
+ * the same all-reduce and ZeRO-2 a reduce-scatter of gradients (overlapped
+ * the same way), then an exposed all-gather of the updated shards; ZeRO-3
+ * an all-gather of the sharded parameters in each forward and backward and
+ * a reduce-scatter of gradients per micro-batch, prefetched under the
+ * compute (exposed: what exceeds the rank's busy time); on a measured
+ * machine whose cores the ranks' threads fill, none of it hides (the
+ * collectives are copies on the same cores). HSDP the shard's all-reduce
+ * across the replicas; the optimizer from the profile's adamw_s / sgd_s
+ * over the threads, never faster than its bytes over the profile's
+ * memory_bw times the threads, and a read of the gradients for their norm
+ * where the runtime does not fuse it, plus the gradients' reset (a
+ * memset); without a profile 28 bytes a parameter over memory_bw. Ranks
  * beyond the cluster's devices share them: compute slows by world /
  * devices while every rank computes, less while a pipeline's stages wait
- * in a bubble (run_shared; on a measured machine a pass also runs at its
- * lone rank's time there when no core is shared, its cores' caches and
- * memory bandwidth its own), and BLAS threads per rank are max(1, cores /
- * world) unless train.threads is set.
+ * in a bubble (the simulator's shared run; on a measured machine a pass
+ * also runs at its lone rank's time there when no core is shared, its
+ * cores' caches and memory bandwidth its own), and BLAS threads per rank
+ * are max(1, cores / world) unless train.threads is set.
  *
  * Not here: memory (memory.c), the choice of layout (search.c). */
 #include <math.h>
@@ -93,240 +67,6 @@ const pt_link *pt_plan_group_link(const pt_cluster *cl, int n, int stride) {
     return (long)n * stride <= cl->devices_per_node ? &cl->intra_node : &cl->inter_node;
 }
 
-static double link_bw(const pt_cluster *cl, const pt_link *k) {
-    return k->bw * cl->efficiency.comm;
-}
-
-/* ---- the profile's tables ---- */
-
-/* Log-log interpolation of y(x) through (x0, y0), (x1, y1); linear (y
- * proportional to x) outside them, as plan.h says. */
-static double interp(double x, double x0, double y0, double x1, double y1) {
-    if (x0 == x1 || y0 <= 0 || y1 <= 0) return y0 * x / x0;
-    if (x > x1) return y1 * x / x1;
-    if (x < x0) return y0 * x / x0;
-    double a = (log(x) - log(x0)) / (log(x1) - log(x0));
-    return exp(log(y0) + a * (log(y1) - log(y0)));
-}
-
-/* A dp or ZeRO group's collective (op: PT_PROFILE_ALLREDUCE, _ALLGATHER or
- * _REDUCE_SCATTER, in place on `bytes`) over n ranks linked by k, or a
- * point-to-point (PT_PROFILE_P2P, n 2). On a measured machine (one node),
- * the profile's own table for (op, n) where it has one: interpolated log-log in bytes,
- * bandwidth-bound (linear) beyond its largest size and latency-bound below its smallest, and scaled
- * from the oversubscription it was timed at (n ranks on the cores) to the layout's (`slow`: every
- * group runs its collective at once). The link's ring says less than the shm backend does: gpt2's
- * 4-rank all-reduce on the 2-core machine, 16 MiB timed 3.2 ms where the ring over the
- * point-to-point's bandwidth says 1.4. Elsewhere, the ring. */
-static double group_coll_s(const pt_cluster *cl, double slow, int op, int n, double bytes,
-                           const pt_link *k) {
-    if (n <= 1 || bytes <= 0) return 0;
-    const pt_profile *pr = cl->profile;
-    const pt_profile_comm *lo = NULL, *hi = NULL;
-    for (int i = 0; pr && cl->nodes == 1 && i < pr->n_comm; i++) {
-        const pt_profile_comm *e = &pr->comm[i];
-        if (e->op != op || e->ranks != n || !(e->seconds > 0) || !(e->bytes > 0)) continue;
-        if (e->bytes <= bytes && (!lo || e->bytes > lo->bytes)) lo = e;
-        if (e->bytes >= bytes && (!hi || e->bytes < hi->bytes)) hi = e;
-    }
-    if (lo || hi) {
-        double s = !hi   ? lo->seconds * bytes / lo->bytes
-                   : !lo ? hi->seconds
-                         : interp(bytes, lo->bytes, lo->seconds, hi->bytes, hi->seconds);
-        double own = pr->cores > 0 && n > pr->cores ? (double)n / pr->cores : 1;
-        return s * fmax(1, slow / own);
-    }
-    double bw = link_bw(cl, k), lat = k->latency;
-    return op == PT_PROFILE_P2P         ? bytes / bw + lat
-           : op == PT_PROFILE_ALLREDUCE ? pt_plan_allreduce_s(n, bytes, bw, lat)
-                                        : pt_plan_allgather_s(n, bytes, bw, lat);
-}
-
-/* The gemm table's rate nearest (in log distance over m, n, k) to the
- * shape at `threads`; 0 without a table. */
-static double gemm_rate(const pt_profile *p, double m, double n, double k, int threads) {
-    double best = INFINITY, rate = 0;
-    for (int i = 0; p && i < p->n_gemm; i++) {
-        const pt_profile_gemm *g = &p->gemm[i];
-        double d = fabs(log(g->m / m)) + fabs(log(g->n / n)) + fabs(log(g->k / k)) +
-                   fabs(log((double)g->threads / threads));
-        if (d < best) best = d, rate = g->flops_s;
-    }
-    return rate;
-}
-
-static int same_shape(const pt_profile_module *e, const pt_model_config *m, int kind) {
-    return e->kind == kind && e->n_embd == m->n_embd && e->n_head == m->n_head &&
-           e->seq_len == m->seq_len && (kind == PT_MODULE_BLOCK || e->vocab_size == m->vocab_size);
-}
-
-int pt_plan_profile_has_model(const pt_profile *p, const pt_model_config *m) {
-    int kinds = 0;
-    for (int i = 0; p && i < p->n_module; i++)
-        for (int k = 0; k < 3; k++)
-            if (same_shape(&p->module[i], m, k)) kinds |= 1 << k;
-    return kinds == 7;
-}
-
-/* Ranks running at once when entry e was measured (0, as in a table built
- * in code: its own tp group). */
-static int entry_ranks(const pt_profile_module *e) {
-    return e->ranks > 0 ? e->ranks : e->tp > 0 ? e->tp : 1;
-}
-
-/* The measured passes of module `kind` at tp shard t for N rows, `threads`
- * threads a rank and `busy` cores running at once: t4 = {fwd, bgrad,
- * wgrad, recompute[rec]}, *own the oversubscription the measurement itself
- * ran under (ranks x threads over the cores, at least 1); returns 2 when
- * they were measured as a shard of a real group of t ranks (the times hold
- * the collectives and the group's skew), 1 when they are tp 1's (scaled
- * for a shard), 0 when the profile lacks the shape. Entries are taken at
- * the nearest thread count, then the nearest number of busy cores (alone,
- * or under load: calibrate times both). */
-static int profile_module(const pt_profile *p, const pt_model_config *m, int kind, int t, double N,
-                          int threads, int busy, int rec, double t4[4], double *own) {
-    if (!p) return 0;
-    int cores = p->cores > 0 ? p->cores : 1;
-    for (int pass = 0; pass < 2; pass++) {
-        int want_tp = pass == 0 ? t : 1;
-        if (pass == 1 && t == 1) break;
-        /* the thread count measured nearest to the one wanted, then the
-         * ranks whose busy cores are nearest */
-        int th = -1, rk = -1, rk_busy = 0; /* rk_busy: the cores rk's entries kept busy */
-        for (int i = 0; i < p->n_module; i++) {
-            const pt_profile_module *e = &p->module[i];
-            if (!same_shape(e, m, kind) || e->tp != want_tp) continue;
-            if (th < 0 || abs(e->threads - threads) < abs(th - threads)) th = e->threads;
-        }
-        if (th < 0) continue;
-        for (int i = 0; i < p->n_module; i++) {
-            const pt_profile_module *e = &p->module[i];
-            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th) continue;
-            int er = entry_ranks(e), eb = er * th < cores ? er * th : cores;
-            if (rk < 0 || abs(eb - busy) < abs(rk_busy - busy)) rk = er, rk_busy = eb;
-        }
-        const pt_profile_module *lo = NULL, *hi = NULL;
-        for (int i = 0; i < p->n_module; i++) {
-            const pt_profile_module *e = &p->module[i];
-            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th ||
-                entry_ranks(e) != rk)
-                continue;
-            if (e->tokens <= N && (!lo || e->tokens > lo->tokens)) lo = e;
-            if (e->tokens >= N && (!hi || e->tokens < hi->tokens)) hi = e;
-        }
-        if (!lo) lo = hi;
-        if (!hi) hi = lo;
-        double a[4] = {lo->fwd_s, lo->bgrad_s, lo->wgrad_s, lo->recompute_s[rec]};
-        double b[4] = {hi->fwd_s, hi->bgrad_s, hi->wgrad_s, hi->recompute_s[rec]};
-        /* A pass over fewer tokens never takes longer: a larger size's time
-         * caps a smaller one's. A noisy host otherwise leaves a lone outlier
-         * standing (small's tp 2 block, 256 tokens: a forward of 8.5 ms
-         * where 512 took 5.6; the layout on it predicted 1146 ms a step and
-         * ran 564). */
-        for (int i = 0; i < p->n_module; i++) {
-            const pt_profile_module *e = &p->module[i];
-            if (!same_shape(e, m, kind) || e->tp != want_tp || e->threads != th ||
-                entry_ranks(e) != rk)
-                continue;
-            double v[4] = {e->fwd_s, e->bgrad_s, e->wgrad_s, e->recompute_s[rec]};
-            for (int j = 0; j < 4; j++) {
-                if (!(v[j] > 0)) continue;
-                if (e->tokens >= lo->tokens && v[j] < a[j]) a[j] = v[j];
-                if (e->tokens >= hi->tokens && v[j] < b[j]) b[j] = v[j];
-            }
-        }
-        double scale = (double)th / threads; /* threads scale linearly */
-        if (want_tp != t) {
-            /* a shard's products: 1/t of the work at the shard shape's rate */
-            double C = m->n_embd, full = gemm_rate(p, N, 3 * C, C, threads),
-                   part = gemm_rate(p, N, 3 * C / t, C, threads);
-            scale *= (full > 0 && part > 0 ? full / part : 1.0) / t;
-        }
-        for (int j = 0; j < 4; j++)
-            t4[j] = a[j] > 0 ? interp(N, lo->tokens, a[j], hi->tokens, b[j]) * scale : 0;
-        *own = (double)rk * th > cores ? (double)rk * th / cores : 1.0;
-        return want_tp > 1 ? 2 : 1;
-    }
-    return 0;
-}
-
-/* ---- the modelled passes ---- */
-
-typedef struct {
-    double flops_s, bytes_s; /* the rank's matrix and elementwise rates */
-    double el;               /* bytes an element */
-    double tp_bw, tp_lat;    /* the tp group's link */
-    double slow;             /* ranks beyond the devices: they share them */
-    int cores;               /* a measured machine's (the profile's), else 1 */
-} rates;
-
-/* Module `kind`'s F, B, W seconds of one micro-batch (N rows) under
- * recompute mode rec, and the tp collectives among them (*tpc). */
-static void module_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
-                         const rates *r, int kind, double N, int rec, double *f, double *b,
-                         double *w, double *tpc) {
-    const pt_model_config *m = &c->model;
-    double C = m->n_embd, T = m->seq_len, V = m->vocab_size, NH = m->n_head, t = l->tp;
-    double ar = l->tp > 1 ? pt_plan_allreduce_s(l->tp, N * C * r->el, r->tp_bw, r->tp_lat) : 0;
-    double meas[4], own = 1;
-    int threads = l->threads > 0 ? l->threads : 1, cores = r->cores,
-        busy = l->dp * l->tp * l->pp * threads < cores ? l->dp * l->tp * l->pp * threads : cores;
-    int have = profile_module(cl->profile, m, kind, l->tp, N, threads, busy, rec, meas, &own);
-    /* oversubscribed ranks share the cores, beyond what the measurement's
-     * own ranks did (the modelled rates already carry it) */
-    for (int j = 0; have && j < 4; j++) meas[j] *= r->slow / own;
-    /* a group's measurement holds its collectives: *tpc still reports
-     * them (the breakdown), but they are not added again */
-    double add = have == 2 ? 0 : 1;
-    *tpc = 0;
-    if (kind == PT_MODULE_EMBEDDING) {
-        if (have) {
-            *f = meas[0], *b = meas[1], *w = meas[2];
-        } else {
-            *f = 3 * N * C * r->el / r->bytes_s;
-            *b = 0;
-            *w = 2 * N * C * r->el / r->bytes_s;
-        }
-        *f += add * ar, *tpc = ar;
-        return;
-    }
-    if (kind == PT_MODULE_HEAD) {
-        if (have) {
-            *f = meas[0], *b = meas[1], *w = meas[2];
-        } else {
-            double mm = 2 * N * C * V / t / r->flops_s;
-            double logits = N * V / t * 4; /* the loss is taken in fp32 */
-            *f = mm + (3 * logits + 2 * N * C * r->el) / r->bytes_s;
-            *b = mm + (2 * logits + 4 * N * C * r->el) / r->bytes_s;
-            *w = mm;
-        }
-        double small = l->tp > 1 ? pt_plan_allreduce_s(l->tp, 2 * N * 4, r->tp_bw, r->tp_lat) : 0;
-        *f += add * small, *b += add * ar, *tpc = small + ar;
-        return;
-    }
-    double whole = l->sequence_parallel ? 11 * C / t : 11 * C, gelu = 8 * C / t,
-           att = 4.5 * NH * T / t;
-    double ff, fb, fw, fr;
-    if (have) {
-        ff = meas[0], fb = meas[1], fw = meas[2], fr = meas[3];
-    } else {
-        double e = N * (whole + gelu + att) * r->el / r->bytes_s;
-        ff = (24 * N * C * C / t + 4 * N * T * C / t) / r->flops_s + e;
-        fb = (24 * N * C * C / t + 8 * N * T * C / t) / r->flops_s + 2 * e;
-        fw = 24 * N * C * C / t / r->flops_s;
-        fr = rec == PT_RECOMPUTE_FULL ? ff
-             : rec == PT_RECOMPUTE_SELECTIVE
-                 ? 2 * N * T * C / t / r->flops_s + N * (gelu + att) * r->el / r->bytes_s
-                 : 0;
-    }
-    double tpr = rec == PT_RECOMPUTE_FULL ? 2 * ar : 0;
-    *f = ff + add * 2 * ar;
-    *b = fb + fr + add * (2 * ar + tpr);
-    *w = fw;
-    *tpc = 4 * ar + tpr;
-    if (have == 2 && *tpc > *f + *b) *tpc = *f + *b; /* within what was measured */
-}
-
 /* The recompute mode of pipeline rank r: its entry of stage_recompute
  * ("full,none,..."), else the layout's. */
 static int stage_recompute(const pt_plan_layout *l, int r) {
@@ -361,10 +101,8 @@ static int kept_whole(const char *list, int i, int L) {
 /* Parameters (floats) of module i, the tied wte's copy on a head-only
  * stage included (stages.c's count, which pt_stage gives per stage only). */
 static double module_params(const pt_model_config *c, int i, int first) {
-    double C = c->n_embd, V = c->vocab_size;
-    if (i == 0) return V * C + (double)c->seq_len * C;
-    if (i <= c->n_layer) return 12 * C * C + 13 * C;
-    return 2 * C + (first > 0 ? V * C : 0);
+    double tied = i > c->n_layer && first > 0 ? (double)c->vocab_size * c->n_embd : 0;
+    return (double)pt_stage_module_params(c, i) + tied;
 }
 
 static int cluster_devices(const pt_cluster *cl) {
@@ -416,25 +154,25 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
         l->threads > 0 ? l->threads : (cl->profile ? (cores / world > 1 ? cores / world : 1) : 1);
     double per = cl->profile ? pp->threads : 1;
     const pt_link *tl = pt_plan_group_link(cl, l->tp, 1);
-    rates r = {peak * cl->efficiency.matmul * per / pp->slow,
-               cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow,
-               bf16 ? 2 : 4,
-               link_bw(cl, tl),
-               tl->latency,
-               pp->slow,
-               cl->profile && cl->profile->cores > 0 ? cl->profile->cores : 1};
+    pt_plan_rates r = {peak * cl->efficiency.matmul * per / pp->slow,
+                       cl->device.memory_bw * cl->efficiency.elementwise * per / pp->slow,
+                       bf16 ? 2 : 4,
+                       pt_plan_link_bw(cl, tl),
+                       tl->latency,
+                       pp->slow,
+                       cl->profile && cl->profile->cores > 0 ? cl->profile->cores : 1};
 
     /* and a pipeline rank's passes while the others wait (one pipeline
-     * rank's dp x tp ranks on the devices): run_shared's other end */
+     * rank's dp x tp ranks on the devices): the shared run's other end */
     double slow_a = l->dp * l->tp > dev ? (double)l->dp * l->tp / dev : 1.0;
-    rates ra = r;
+    pt_plan_rates ra = r;
     ra.flops_s *= pp->slow / slow_a, ra.bytes_s *= pp->slow / slow_a, ra.slow = slow_a;
     /* and with the devices just full (the full layout's ranks on every
      * core, none shared): where a pipeline rank's ranks alone leave cores
      * free, between the two ends. Only a measured machine's differs from
      * the alone time (its cores share caches and memory bandwidth); a
      * modelled device runs as fast with its neighbours busy. */
-    rates rc = r;
+    pt_plan_rates rc = r;
     rc.flops_s *= pp->slow, rc.bytes_s *= pp->slow, rc.slow = 1;
     int mid = cl->profile && pp->slow > 1 && l->dp * l->tp < dev;
     /* A measured machine's pass alone is faster even where no core is
@@ -457,11 +195,11 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
         for (int i = st[g].first; i <= st[g].last; i++) {
             int kind = i == 0 ? PT_MODULE_EMBEDDING : i <= L ? PT_MODULE_BLOCK : PT_MODULE_HEAD;
             double f, b, w, tpc;
-            module_times(c, &lt, cl, &r, kind, N, rec, &f, &b, &w, &tpc);
+            pt_plan_module_times(c, &lt, cl, &r, kind, N, rec, &f, &b, &w, &tpc);
             pp->f[g] += f, pp->b[g] += b, pp->w[g] += w, pp->tp[g] += tpc;
-            if (pp->alone) module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
+            if (pp->alone) pt_plan_module_times(c, &la, cl, &ra, kind, N, rec, &f, &b, &w, &tpc);
             pp->fa[g] += f, pp->ba[g] += b, pp->wa[g] += w;
-            if (p > 1 && mid) module_times(c, &lt, cl, &rc, kind, N, rec, &f, &b, &w, &tpc);
+            if (p > 1 && mid) pt_plan_module_times(c, &lt, cl, &rc, kind, N, rec, &f, &b, &w, &tpc);
             pp->fc[g] += f, pp->bc[g] += b, pp->wc[g] += w;
         }
         /* parameters this rank holds (its tp shard; the tied wte's copy on
@@ -471,8 +209,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     pp->G = G, pp->p = p, pp->v = v, pp->m = l->microbatches;
     pp->stride = l->dp * l->tp, pp->dpn = cl->devices_per_node;
     double act = N * c->model.n_embd * r.el / (l->sequence_parallel ? l->tp : 1);
-    pp->p2p_intra = act / link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
-    pp->p2p_inter = act / link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
+    pp->p2p_intra = act / pt_plan_link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
+    pp->p2p_inter = act / pt_plan_link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
     /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
      * head's at the step's first forward and waits for the send before
      * going on; the head's sends its gradient back after the head's last
@@ -486,8 +224,8 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
     if (p > 1 && re != rh) {
         double wb = (double)c->model.vocab_size * c->model.n_embd / l->tp * r.el;
-        pp->tied_s = group_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb,
-                                  same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node);
+        pp->tied_s = pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb,
+                                    same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node);
         pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
     }
     for (int g = 0; g < G; g++) {
@@ -532,271 +270,54 @@ static double p2p_between(const pt_plan_pipe *pp, int ra, int rb) {
     return same_node(pp, ra, rb) ? pp->p2p_intra : pp->p2p_inter;
 }
 
-/* A simulation's state: each rank's place in its pass list, and when each
- * (virtual stage, micro-batch)'s forward and input gradient ended (-1: not
- * yet). */
-typedef struct {
-    pt_plan_pipe *pp;
-    const pt_schedule *sc;
-    int with_p2p;
-    double *fdone, *bdone;
-    int *idx;
-    pt_plan_slot *sl;
-    int ns;
-    /* the tied wte: whether the embedding's first forward ran, the weight
-     * passes done of the embedding's and the head's virtual stages, and
-     * when the head's last ended (-1: not yet) */
-    int sent, wemb, whead;
-    double head_final;
-    int defer_tied; /* run_shared: next_pass leaves the tied wait to it */
-} sim;
-
-/* Whether rank r's next pass is the embedding's last weight pass, which
- * waits for the head's tied wte gradient (pp->tied_add > 0). */
-static int tied_last(const sim *s, int r) {
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int wpass = ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT;
-    return wpass && pt_schedule_virtual_stage(&s->sc[r], ps->chunk) == 0 &&
-           s->wemb == s->pp->m - 1 && s->pp->tied_add > 0;
-}
-
-/* Rank r's next pass: 0 while an input it needs is not done; else 1, with
- * the time its inputs are all there (*ready) and its length with every
- * pipeline rank computing (len[0]), with every core just busy (len[1]) and
- * alone (len[2]). */
-static int next_pass(const sim *s, int r, double *ready, double len[3]) {
-    const pt_plan_pipe *pp = s->pp;
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), mb = ps->micro, m = pp->m;
-    *ready = 0;
-    if (ps->kind == PT_PASS_FORWARD) {
-        if (g > 0) {
-            double d = s->fdone[(size_t)(g - 1) * m + mb];
-            if (d < 0) return 0;
-            *ready = d + (s->with_p2p ? p2p_between(pp, pp->rank_of[g - 1], r) : 0);
-        }
-        len[0] = pp->f[g], len[1] = pp->fc[g], len[2] = pp->fa[g];
-        /* the step's first forward waits for the tied wte's send */
-        double t = g == 0 && !s->sent && s->with_p2p ? pp->tied_s : 0;
-        for (int k = 0; k < 3; k++) len[k] += t;
-    } else if (ps->kind == PT_PASS_BACKWARD_WEIGHT) {
-        double d = s->bdone[(size_t)g * m + mb];
-        if (d < 0) return 0;
-        *ready = d;
-        len[0] = pp->w[g], len[1] = pp->wc[g], len[2] = pp->wa[g];
-    } else {
-        double d = s->fdone[(size_t)g * m + mb];
-        if (d < 0) return 0;
-        *ready = d;
-        if (g + 1 < pp->G) {
-            double e = s->bdone[(size_t)(g + 1) * m + mb];
-            if (e < 0) return 0;
-            e += s->with_p2p ? p2p_between(pp, pp->rank_of[g + 1], r) : 0;
-            if (e > *ready) *ready = e;
-        }
-        int bw = ps->kind == PT_PASS_BACKWARD;
-        len[0] = pp->b[g] + (bw ? pp->w[g] : 0), len[1] = pp->bc[g] + (bw ? pp->wc[g] : 0);
-        len[2] = pp->ba[g] + (bw ? pp->wa[g] : 0);
-    }
-    /* The embedding's last weight pass ends once the head's wte gradient
-     * is in (sent after the head's last), then adds it: it ends at
-     * max(start + dur, arrival) + add, which a start no earlier than
-     * arrival - dur gives (run_shared, which cannot look ahead to the
-     * arrival, waits for it at the pass's end instead). */
-    if (tied_last(s, r) && !s->defer_tied) {
-        if (s->head_final < 0) return 0;
-        double t = s->head_final + (s->with_p2p ? pp->tied_s : 0) - len[0];
-        if (t > *ready) *ready = t;
-        for (int k = 0; k < 3; k++) len[k] += pp->tied_add;
-    }
-    return 1;
-}
-
-/* Rank r's next pass ran from start to end. */
-static void end_pass(sim *s, int r, double start, double end) {
-    const pt_pass *ps = &s->sc[r].pass[s->idx[r]];
-    int g = pt_schedule_virtual_stage(&s->sc[r], ps->chunk), m = s->pp->m;
-    if (ps->kind == PT_PASS_FORWARD)
-        s->fdone[(size_t)g * m + ps->micro] = end;
-    else if (ps->kind != PT_PASS_BACKWARD_WEIGHT)
-        s->bdone[(size_t)g * m + ps->micro] = end;
-    if (ps->kind == PT_PASS_FORWARD && g == 0) s->sent = 1;
-    if (ps->kind == PT_PASS_BACKWARD || ps->kind == PT_PASS_BACKWARD_WEIGHT) {
-        if (g == 0) s->wemb++;
-        if (g == s->pp->G - 1 && ++s->whead == m) s->head_final = end;
-    }
-    if (s->sl) s->sl[s->ns++] = (pt_plan_slot){r, ps->kind, ps->micro, ps->chunk, start, end};
-    s->pp->busy[r] += end - start;
-    s->idx[r]++;
-}
-
-/* Each rank runs its passes in order, each as soon as its inputs are there
- * and the rank is free. */
-static pt_status run_dedicated(sim *s, int total, double *free_at) {
-    int p = s->pp->p;
-    for (int left = total; left > 0;) {
-        int progress = 0;
-        for (int r = 0; r < p; r++) {
-            double ready, len[3];
-            while (s->idx[r] < s->sc[r].npass && next_pass(s, r, &ready, len)) {
-                double start = ready > free_at[r] ? ready : free_at[r];
-                free_at[r] = start + len[0];
-                end_pass(s, r, start, free_at[r]);
-                left--, progress = 1;
-            }
-        }
-        if (!progress) return PT_ERR_INTERNAL;
-    }
-    return PT_OK;
-}
-
-/* At load x, a pass runs at len[*from] + (len[*to] - len[*from]) x the
- * return value (len: next_pass's three times). */
-static double shared_at(double x, double xa, double slow, int *from, int *to) {
-    if (x >= 1 || xa >= 1) {
-        double lo = fmax(1, xa);
-        *from = xa >= 1 ? 2 : 1, *to = 0;
-        return slow > lo ? (fmax(lo, x) - lo) / (slow - lo) : 1;
-    }
-    *from = 2, *to = 1;
-    return (x - xa) / (1 - xa);
-}
-
-/* A pass's time depends on how many pipeline ranks compute (pp->alone:
- * ranks beyond the devices share them, pp->slow > 1; or a measured
- * machine, whose cores share caches and memory bandwidth). It is pp->f /
- * b / w with every pipeline rank computing, and fa / ba / wa with its own
- * rank's alone (the others waiting in a bubble, asleep: shm_wait.c);
- * with n of the p computing, the devices' load x = n x slow / p (ranks a
- * device) falls between one rank's, x_a = slow / p, and slow:
- * from where the devices are just full (x = 1: fc / bc / wc) it grows as
- * the sharing does, linearly to slow; below, from the one rank's figure
- * to the full devices' (a core of its own each, but caches and memory
- * shared with busy neighbours: small's block ran 15-28% longer with the
- * other core busy). Simulated by events: the next pass to end, or the
- * next transfer to land. On 2 cores, gpt2's dp 1 x tp 2 x pp 2 (zb1, m 2,
- * full recompute): a block's backward took 12 ms while the other stage
- * waited, 24 while it computed; every pass at the latter, the model said
- * 1026 ms a step, measured 817. */
-static pt_status run_shared(sim *s, int total, double *free_at) {
-    pt_plan_pipe *pp = s->pp;
-    int p = pp->p;
-    double now = 0, left[PT_PLAN_MAX_STAGES], start[PT_PLAN_MAX_STAGES];
-    double lens[PT_PLAN_MAX_STAGES][3];
-    int running[PT_PLAN_MAX_STAGES] = {0};
-    /* the embedding's last weight pass (tied_last): its compute, then a
-     * wait for the head's gradient (the rank idle), then the add */
-    enum { TIED_NO, TIED_COMPUTE, TIED_WAIT, TIED_ADD };
-    int tied[PT_PLAN_MAX_STAGES] = {0};
-    double wait_from[PT_PLAN_MAX_STAGES];
-    double xa = pp->slow / p; /* one pipeline rank's load of the devices */
-    s->defer_tied = 1;
-    for (int todo = total; todo > 0;) {
-        double wake = INFINITY;
-        int n = 0;
-        for (int r = 0; r < p; r++) {
-            double ready, *l3 = lens[r]; /* kept while the pass runs */
-            if (tied[r] == TIED_WAIT && s->head_final >= 0) {
-                double in = s->head_final + (s->with_p2p ? pp->tied_s : 0);
-                if (in > now) {
-                    wake = fmin(wake, in);
-                } else {
-                    tied[r] = TIED_ADD, running[r] = 1, left[r] = 1;
-                    start[r] += now - wait_from[r]; /* its slot: compute and add */
-                    l3[0] = l3[1] = l3[2] = pp->tied_add;
-                }
-            }
-            while (!running[r] && tied[r] != TIED_WAIT && s->idx[r] < s->sc[r].npass &&
-                   next_pass(s, r, &ready, l3)) {
-                if (ready > now) {
-                    wake = fmin(wake, ready);
-                    break;
-                }
-                if (tied_last(s, r)) tied[r] = TIED_COMPUTE;
-                if (l3[0] > 0 || l3[1] > 0 || l3[2] > 0 || tied[r]) {
-                    running[r] = 1, left[r] = 1, start[r] = now;
-                } else { /* an empty pass ends as it starts */
-                    end_pass(s, r, now, now);
-                    free_at[r] = now, todo--;
-                }
-            }
-            n += running[r];
-        }
-        if (todo == 0) break;
-        if (n == 0 && wake == INFINITY) return PT_ERR_INTERNAL;
-        double len[PT_PLAN_MAX_STAGES], dt = wake - now;
-        int from, to;
-        double at = shared_at(n * xa, xa, pp->slow, &from, &to);
-        for (int r = 0; r < p; r++) {
-            if (!running[r]) continue;
-            len[r] = lens[r][from] + (lens[r][to] - lens[r][from]) * at;
-            if (left[r] * len[r] < dt) dt = left[r] * len[r];
-        }
-        now += dt;
-        for (int r = 0; r < p; r++) {
-            if (!running[r]) continue;
-            left[r] -= len[r] > 0 ? dt / len[r] : 1;
-            if (left[r] > 1e-12) continue;
-            running[r] = 0;
-            if (tied[r] == TIED_COMPUTE) {
-                tied[r] = TIED_WAIT, wait_from[r] = now;
-                continue;
-            }
-            end_pass(s, r, start[r], now);
-            tied[r] = TIED_NO;
-            free_at[r] = now, todo--;
-        }
-    }
-    return PT_OK;
-}
-
 pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int with_p2p,
-                                double *makespan, pt_plan_slot **slots, int *nslots) {
-    int p = pp->p, m = pp->m, G = pp->G;
+                                double *makespan, pt_sched_slot **slots, int *nslots) {
+    int p = pp->p, G = pp->G, total = 0;
     pt_status st = PT_OK;
-    pt_schedule *built = calloc((size_t)p, sizeof *built);
-    sim s = {.pp = pp, .sc = pp->lists, .with_p2p = with_p2p, .head_final = -1};
-    s.fdone = malloc(sizeof(double) * (size_t)G * m * 2);
-    s.idx = calloc((size_t)p, sizeof *s.idx);
-    double *free_at = calloc((size_t)p, sizeof *free_at);
-    int total = 0;
+    pt_schedule *built = NULL;
+    const pt_schedule *lists = pp->lists;
+    pt_sched_result out = {.busy = pp->busy};
     if (slots) *slots = NULL;
-    if (!built || !s.fdone || !s.idx || !free_at) {
-        st = pt_error_set(PT_ERR_NOMEM, "plan: simulating %d x %d passes", G, m);
-        goto done;
+    if (!lists) {
+        built = calloc((size_t)p, sizeof *built);
+        if (!built) return pt_error_set(PT_ERR_NOMEM, "plan: %d pass lists", p);
+        PT_CHECK_GOTO(st, pt_schedule_build_all(built, l->schedule, pp->m, p, pp->v), done);
+        lists = built;
     }
-    s.bdone = s.fdone + (size_t)G * m;
-    for (size_t i = 0; i < (size_t)G * m * 2; i++) s.fdone[i] = -1;
-    if (!pp->lists && (st = pt_schedule_build_all(built, l->schedule, m, p, pp->v)) != PT_OK)
-        goto done;
-    for (int r = 0; r < p; r++) {
-        total += (pp->lists ? pp->lists : built)[r].npass;
-        pp->busy[r] = 0;
-    }
-    if (!s.sc) s.sc = built;
-    if (slots && !(s.sl = malloc(sizeof *s.sl * (size_t)total))) {
+    for (int r = 0; r < p; r++) total += lists[r].npass;
+    if (slots && !(out.slots = malloc(sizeof *out.slots * (size_t)total))) {
         st = pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", total);
         goto done;
     }
-    if ((pp->alone ? run_shared : run_dedicated)(&s, total, free_at) != PT_OK) {
-        st = pt_error_set(PT_ERR_INTERNAL, "plan: schedule %s deadlocks at pp %d, m %d, v %d",
-                          l->schedule, p, m, pp->v);
-        goto done;
-    }
-    *makespan = 0;
-    for (int r = 0; r < p; r++)
-        if (free_at[r] > *makespan) *makespan = free_at[r];
+    /* transfers between virtual stages on two ranks, over their nodes' link */
+    double hop[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
+    for (int g = 0; g + 1 < G; g++) hop[g] = p2p_between(pp, pp->rank_of[g], pp->rank_of[g + 1]);
+    /* ranks that share devices, or a measured machine's cores: a pass's
+     * time depends on how many of them compute (pt_sched_times) */
+    int sh = pp->alone;
+    pt_sched_times t = {pp->f,
+                        pp->b,
+                        pp->w,
+                        sh ? pp->fa : NULL,
+                        sh ? pp->ba : NULL,
+                        sh ? pp->wa : NULL,
+                        sh ? pp->fc : NULL,
+                        sh ? pp->bc : NULL,
+                        sh ? pp->wc : NULL,
+                        pp->slow,
+                        with_p2p ? hop : NULL,
+                        with_p2p ? pp->tied_s : 0,
+                        pp->tied_add};
+    PT_CHECK_GOTO(st, pt_sched_simulate(lists, &t, &out), done);
+    *makespan = out.makespan;
     if (slots) {
-        *slots = s.sl, *nslots = s.ns;
-        s.sl = NULL;
+        *slots = out.slots, *nslots = out.nslots;
+        out.slots = NULL;
     }
 done:
     for (int r = 0; built && r < p; r++) pt_schedule_free(&built[r]);
     free(built);
-    free(s.fdone);
-    free(s.idx);
-    free(free_at);
-    free(s.sl);
+    free(out.slots);
     return st;
 }
 
@@ -831,24 +352,24 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
              * plain dp does (pt_ddp's buckets; zero.c), then all-gathers the
              * updated shards inside the shard group */
             const pt_link *all = pt_plan_group_link(cl, dp, l->tp);
-            double ar = group_coll_s(cl, slow, AR, dp, params * gb, all);
+            double ar = pt_plan_coll_s(cl, slow, AR, dp, params * gb, all);
             dp_s = ar > window ? ar - window : 0;
-            if (l->zero == 1) dp_s += group_coll_s(cl, slow, AG, zg, params * gb, shard);
+            if (l->zero == 1) dp_s += pt_plan_coll_s(cl, slow, AG, zg, params * gb, shard);
         } else if (l->zero == 2) {
             /* Without a pipeline every micro-batch's backward reduce-scatters
              * the gradients (zero.c; per_step under a pipeline): the last's
              * beyond its backward, the others' beyond the micro-batch after
              * them. gpt2 at dp 2, m 2 on 2 cores: 28 reduce-scatters a
              * step in the trace, where one set was counted. */
-            double rs = group_coll_s(cl, slow, RS, zg, params * gb, shard);
-            double ag = group_coll_s(cl, slow, AG, zg, params * gb, shard);
+            double rs = pt_plan_coll_s(cl, slow, RS, zg, params * gb, shard);
+            double ag = pt_plan_coll_s(cl, slow, AG, zg, params * gb, shard);
             double m = l->pp > 1 ? 1 : l->microbatches;
             double mb = full || !c->parallel.overlap ? 0 : pp->busy[k] / m;
             dp_s = (m - 1) * (rs > mb ? rs - mb : 0) + (rs > window ? rs - window : 0) + ag;
         } else {
             double sh = params - whole, m = l->microbatches;
-            double z3 = m * (2 * group_coll_s(cl, slow, AG, zg, sh * gb, shard) +
-                             group_coll_s(cl, slow, RS, zg, sh * gb, shard));
+            double z3 = m * (2 * pt_plan_coll_s(cl, slow, AG, zg, sh * gb, shard) +
+                             pt_plan_coll_s(cl, slow, RS, zg, sh * gb, shard));
             dp_s = z3 > busy ? z3 - busy : 0;
             /* and the main thread's own traffic per micro-batch (zero.c): a
              * unit's gradient buffer zeroed (4 bytes a parameter), its
@@ -858,11 +379,11 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
              * 50 ms of gaps between the modules in the step's trace; this
              * says 33. */
             if (pr) dp_s += m * sh * (4 + 28.0 / zg) / pr->memory_bw;
-            double ar = group_coll_s(cl, slow, AR, dp, whole * gb, shard);
+            double ar = pt_plan_coll_s(cl, slow, AR, dp, whole * gb, shard);
             dp_s += ar > window ? ar - window : 0;
         }
         if (l->zero >= 2 && zg < dp) /* HSDP: the shard across the replicas */
-            dp_s += group_coll_s(cl, slow, AR, dp / zg, (params - whole) / zg * gb, repl);
+            dp_s += pt_plan_coll_s(cl, slow, AR, dp / zg, (params - whole) / zg * gb, repl);
     }
     double upd = params / (l->zero > 0 ? zg : 1);
     int adam = strcmp(c->train.optimizer, "sgd") != 0;

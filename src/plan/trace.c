@@ -41,32 +41,40 @@ static double between(const pt_plan_pipe *pp, int ra, int rb) {
     return ra == rb ? 0 : na == nb ? pp->p2p_intra : pp->p2p_inter;
 }
 
+/* One rank's list in order (none: F B per micro-batch; gpipe: every F
+ * first), each pass after the last, into *slots (malloc'd). */
+static pt_status one_rank(const pt_plan_layout *l, const pt_plan_pipe *pp, pt_sched_slot **slots,
+                          int *ns) {
+    pt_schedule sc;
+    PT_CHECK(pt_schedule_build(&sc, l->schedule, l->microbatches));
+    *slots = malloc(sizeof **slots * (size_t)sc.npass);
+    if (!*slots) {
+        pt_schedule_free(&sc);
+        return pt_error_set(PT_ERR_NOMEM, "plan: trace of %d passes", sc.npass);
+    }
+    double t = 0;
+    for (int i = 0; i < sc.npass; i++) {
+        const pt_pass *q = &sc.pass[i];
+        double d = q->kind == PT_PASS_FORWARD ? pp->f[0] : pp->b[0] + pp->w[0];
+        (*slots)[i] = (pt_sched_slot){0, q->kind, q->micro, 0, t, t + d};
+        t += d;
+    }
+    *ns = sc.npass;
+    pt_schedule_free(&sc);
+    return PT_OK;
+}
+
 pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_plan_layout *l,
                               const pt_cluster *cl) {
     pt_plan_pipe *pp = malloc(sizeof *pp);
-    pt_plan_slot *slots = NULL;
+    pt_sched_slot *slots = NULL;
     int ns = 0;
     pt_status st = pp ? pt_plan_pipe_times(c, l, cl, pp)
                       : pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
     if (st == PT_OK) st = pt_plan_pipe_run(l, pp);
     if (st == PT_OK && l->pp > 1) st = pt_plan_pipe_simulate(l, pp, 1, &pp->makespan, &slots, &ns);
+    if (st == PT_OK && l->pp == 1) st = one_rank(l, pp, &slots, &ns);
     if (st != PT_OK) goto done;
-    if (l->pp == 1) {
-        /* one rank: its list in order (none: F B per micro-batch; gpipe: every F first) */
-        ns = 2 * l->microbatches;
-        if (!(slots = malloc(sizeof *slots * (size_t)ns))) {
-            st = pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
-            goto done;
-        }
-        int gp = !strcmp(l->schedule, "gpipe"), m = l->microbatches;
-        double t = 0;
-        for (int i = 0; i < ns; i++) {
-            int fwd = gp ? i < m : i % 2 == 0, mb = gp ? i % m : i / 2;
-            double d = fwd ? pp->f[0] : pp->b[0] + pp->w[0];
-            slots[i] = (pt_plan_slot){0, fwd ? PT_PASS_FORWARD : PT_PASS_BACKWARD, mb, 0, t, t + d};
-            t += d;
-        }
-    }
     pt_plan_time tm;
     pt_plan_time_finish(c, l, cl, pp, &tm);
     /* written whole or not at all (pt_out): never a cut-off JSON at path */
@@ -86,7 +94,7 @@ pt_status pt_plan_trace_write(const char *path, const pt_config *c, const pt_pla
     }
     static const char *const kind[] = {"F", "BW", "B", "W"};
     for (int i = 0; i < ns; i++) {
-        const pt_plan_slot *s = &slots[i];
+        const pt_sched_slot *s = &slots[i];
         /* the chunk's virtual stage: the chunk-th on this rank in model order
          * (interleaved c p + r, zbv r then 2p - 1 - r) */
         int g = 0;

@@ -401,16 +401,17 @@ pt_status pt_config_load_file(pt_config *c, const char *path) {
 }
 
 const char *pt_config_schedule(const pt_config *c) {
-    return c->parallel.pp > 1 && !strcmp(c->parallel.schedule, "none") ? "1f1b"
-                                                                       : c->parallel.schedule;
+    /* at pp > 1, what the schedule runs as a pipeline (none: 1f1b) */
+    const pt_sched *d = pt_sched_find(c->parallel.schedule);
+    return d && c->parallel.pp > 1 ? d->as_pipeline : c->parallel.schedule;
 }
 
 int pt_config_virtual_stages(const pt_config *c) {
     if (c->parallel.virtual_stages > 0) return c->parallel.virtual_stages;
     /* 0: the schedule's own, the fewest it runs with (interleaved's >= 2:
      * 2, the count of the Megatron paper's runs and the least memory) */
-    const char *s = pt_config_schedule(c);
-    return !strcmp(s, "zbv") || !strcmp(s, "interleaved") ? 2 : 1;
+    const pt_sched *d = pt_sched_find(pt_config_schedule(c));
+    return d ? d->v_default : 1;
 }
 
 /* Pipeline keys: the schedule, its micro-batches and chunks, the stage cut
@@ -419,7 +420,8 @@ static pt_status check_pipeline(const pt_config *c) {
     const char *name = pt_config_schedule(c);
     int pp = c->parallel.pp, v = pt_config_virtual_stages(c), nmod = c->model.n_layer + 2;
     if (pp == 1) {
-        if (strcmp(name, "none") != 0 && strcmp(name, "gpipe") != 0)
+        const pt_sched *d = pt_sched_find(name);
+        if (!d || !d->whole)
             return pt_error_set(PT_ERR_INVALID,
                                 "parallel.schedule = %s is a pipeline schedule: it needs "
                                 "parallel.pp > 1 (got 1; at pp 1: none or gpipe)",

@@ -59,18 +59,6 @@ size_t pt_text_first_bad(const unsigned char *s, size_t n) {
     return n;
 }
 
-size_t pt_json_first_nul_escape(const char *s, size_t n) {
-    /* every backslash of valid JSON is inside a string and starts an escape
-     * of two characters or more: skipping two keeps "\\u0000" (an escaped
-     * backslash, then text) apart from "\u0000" */
-    for (size_t i = 0; i < n; i++)
-        if (s[i] == '\\') {
-            if (n - i >= 6 && !memcmp(s + i + 1, "u0000", 5)) return i;
-            i++;
-        }
-    return n;
-}
-
 /* ---- safetensors: the format ---- */
 
 static size_t dtype_size(const char *d) {

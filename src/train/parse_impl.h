@@ -26,11 +26,6 @@
  * U+10FFFF, no sequence cut off by the end); n when there is none. */
 size_t pt_text_first_bad(const unsigned char *buf, size_t n);
 
-/* Offset of the first "\u0000" escape in JSON text s[0, n), n when none:
- * cJSON decodes it into a NUL that silently cuts the string short, so
- * that "wte.weight\u0000x" would load as "wte.weight". */
-size_t pt_json_first_nul_escape(const char *s, size_t n);
-
 /* ---- safetensors headers ---- */
 
 #define PT_ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */

@@ -55,7 +55,30 @@ struct pt_trainer {
     int rank, nranks;      /* in the world */
     pt_trace *trace;
     uint64_t trace_t0;
+    char *plan_json; /* pt_trainer_set_plan's (owned; NULL: none) */
 };
+
+/* ---- the metrics file (trainer_metrics.c) ---- */
+
+/* printf onto log.metrics, remembering the first failed write's errno */
+void pt_metrics_printf(pt_trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Flush the line written; a failed write is an error naming the file. */
+pt_status pt_metrics_flush(pt_trainer *t);
+/* Rank 0: open log.metrics (its folder made; appended to on resume) and
+ * write the run record. Nothing elsewhere or without log.metrics. */
+pt_status pt_metrics_open(pt_trainer *t);
+/* One step's line (elapsed_s: since the loop began); a validation's (its
+ * time val_ms); a save's. */
+pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info, double elapsed_s);
+pt_status pt_metrics_val(pt_trainer *t, float val_loss, double elapsed_s, double val_ms);
+pt_status pt_metrics_save(pt_trainer *t, double elapsed_s, double save_ms);
+/* Close log.metrics; returns st, or the close's failure when st is PT_OK. */
+pt_status pt_metrics_close(pt_trainer *t, pt_status st);
+/* The plan's predicted step time and memory a rank (bytes): 1 when the
+ * run has a plan with both (pt_trainer_set_plan), else 0. */
+int pt_trainer_planned(const pt_trainer *t, double *step_ms, double *mem_bytes);
+/* The schedule's formula bubble at equal pass times (-1: no pipeline). */
+double pt_trainer_formula_bubble(const pt_trainer *t);
 
 /* Full tensors on the model-parallel group's rank 0 (full: laid out like
  * the whole tp = 1 model's flat buffer) from every member's buffer local

@@ -62,6 +62,7 @@ void pt_trainer_free(pt_trainer *t) {
     free(t->owned);
     pt_model_free(t->full);
     pt_model_free(t->model);
+    free(t->plan_json);
     free(t);
 }
 

@@ -14,13 +14,11 @@
  * reads fixed windows and touches no state.
  *
  * Not here: construction (trainer_new.c), the step (trainer_step.c),
- * checkpoints (trainer_ckpt.c). */
+ * checkpoints (trainer_ckpt.c), the metrics file's lines (trainer_metrics.c). */
 #include "trainer_impl.h"
 
-#include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,75 +106,38 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
-/* Metrics lines go through here, so that the first failed write (a full
- * disk, a file over its size limit) is remembered with its errno: buffered
- * stdio reports it only at some later write or flush. */
-static void metrics_printf(pt_trainer *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void metrics_printf(pt_trainer *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (vfprintf(t->metrics, fmt, ap) < 0 && !t->metrics_errno)
-        t->metrics_errno = errno ? errno : EIO;
-    va_end(ap);
-}
+/* The loop's own figures: its start, how long the last validation and
+ * save took (a start line when the last one took a second or more, or
+ * there was none yet), and rank 0's step times (for the closing summary). */
+typedef struct {
+    double t_start, val_s, save_s;
+    double *step_ms; /* train.steps of them (rank 0; NULL: no summary) */
+    int nsteps;
+    size_t peak; /* the largest per-rank peak of the run */
+} loop_state;
 
-/* Flush the line written: a failure is an error naming the file, so that
- * a run whose metrics were lost does not exit 0 (rank 0 stops; the other
- * ranks are stopped as for any failed rank). */
-static pt_status metrics_flush(pt_trainer *t) {
-    errno = 0;
-    if (fflush(t->metrics) != 0 && !t->metrics_errno) t->metrics_errno = errno ? errno : EIO;
-    if (ferror(t->metrics) && !t->metrics_errno) t->metrics_errno = EIO;
-    if (!t->metrics_errno) return PT_OK;
-    return pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed at step %d: %s",
-                        t->cfg.log.metrics, t->step, strerror(t->metrics_errno));
-}
-
-static pt_status write_metrics(pt_trainer *t, const pt_step_info *info) {
-    if (!t->metrics) return PT_OK;
-    metrics_printf(
-        t,
-        "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.4f,"
-        "\"tokens_per_s\":%.1f,\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"exposed_comm_ms\":%.4f,"
-        "\"skew_ms\":%.4f,\"local_lag_ms\":%.4f,\"exposed_transfer_ms\":%.4f,\"comm_bytes\":%"
-        "llu,\"tp_comm_bytes\":%llu,\"sync\":\"%s\",\"world\":%d,\"layout\":\"%s\","
-        "\"mem\":{",
-        info->step, (double)info->loss, (double)info->lr, (double)info->grad_norm, info->step_ms,
-        info->tokens_per_s, info->compute_ms, info->comm_ms, info->exposed_comm_ms, info->skew_ms,
-        info->local_lag_ms, info->exposed_transfer_ms, (unsigned long long)info->comm_bytes,
-        (unsigned long long)info->tp_comm_bytes, t->cfg.parallel.sync, t->nranks, t->layout);
-    static const pt_mem_cat cats[] = {PT_MEM_PARAMS, PT_MEM_GRADS, PT_MEM_OPTIM, PT_MEM_ACTS,
-                                      PT_MEM_COMM};
-    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
-        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_peak[cats[i]]);
-    /* mem_current: bytes held at the end of the step (what stays between steps) */
-    metrics_printf(t, "\"total\":%zu},\"mem_current\":{", t->mem_peak_total);
-    for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
-        metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
-    metrics_printf(t, "\"total\":%zu}", t->mem_cur_total);
-    if (t->pp) { /* the bubble (mean over ranks) and each stage's activation peak */
-        metrics_printf(t, ",\"bubble\":%.6f,\"pp_comm_bytes\":%llu,\"stage_acts\":[", info->bubble,
-                       (unsigned long long)info->pp_comm_bytes);
-        for (int k = 0; k < info->stages && k < PT_STEP_MAX_STAGES; k++)
-            metrics_printf(t, "%s%llu", k ? "," : "", (unsigned long long)info->stage_acts[k]);
-        metrics_printf(t, "]");
-    }
-    if (info->probe_flops_s > 0) metrics_printf(t, ",\"probe_flops_s\":%.6g", info->probe_flops_s);
-    metrics_printf(t, "}\n");
-    return metrics_flush(t);
-}
-
-static pt_status run_validation(pt_trainer *t, double t_start) {
+static pt_status run_validation(pt_trainer *t, loop_state *L) {
     float vl = 0;
+    if (t->rank == 0 && L->val_s >= 1.0) fprintf(stderr, "step %d: validating ...\n", t->step);
+    double a = pt_time_s();
     PT_CHECK(pt_trainer_validate(t, &vl));
+    L->val_s = pt_time_s() - a;
     if (t->rank != 0) return PT_OK;
-    fprintf(stderr, "step %d: val loss %.4f\n", t->step, (double)vl);
-    if (!t->metrics) return PT_OK;
-    metrics_printf(
-        t, "{\"step\":%d,\"val_loss\":%.9g,\"elapsed_s\":%.3f,\"world\":%d,\"layout\":\"%s\"}\n",
-        t->step, (double)vl, pt_time_s() - t_start, t->nranks, t->layout);
-    return metrics_flush(t);
+    fprintf(stderr, "step %d: val loss %.4f (%.1f s)\n", t->step, (double)vl, L->val_s);
+    return pt_metrics_val(t, vl, pt_time_s() - L->t_start, L->val_s * 1e3);
+}
+
+/* A checkpoint save, said when it starts and when it is done. */
+static pt_status save_timed(pt_trainer *t, loop_state *L) {
+    if (t->rank == 0 && L->save_s >= 1.0)
+        fprintf(stderr, "step %d: saving checkpoint ...\n", t->step);
+    double a = pt_time_s();
+    PT_CHECK(pt_trainer_save(t));
+    L->save_s = pt_time_s() - a;
+    if (t->rank != 0) return PT_OK;
+    fprintf(stderr, "saved checkpoint %s/step_%08d (%.1f s)\n", t->cfg.checkpoint.dir, t->step,
+            L->save_s);
+    return pt_metrics_save(t, pt_time_s() - L->t_start, L->save_s * 1e3);
 }
 
 /* Copy the part file `part` to out; errors name the file that failed. */
@@ -261,42 +222,14 @@ static void format_eta(char *buf, size_t n, double s) {
         snprintf(buf, n, "%dm%02ds", sec / 60, sec % 60);
 }
 
-pt_status pt_trainer_run(pt_trainer *t) {
+/* rank 0: what the run is, before its first step */
+static void say_start(const pt_trainer *t) {
     const pt_config *c = &t->cfg;
-    if (!t->train) return pt_error_set(PT_ERR_INVALID, "data.train is not set");
-    pt_status st = PT_OK;
-    if (c->log.metrics[0] && !t->metrics && t->rank == 0) {
-        char parent[PT_CONFIG_STR_MAX];
-        snprintf(parent, sizeof parent, "%s", c->log.metrics);
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) {
-            *slash = '\0';
-            if (pt_mkdir_p(parent) != PT_OK)
-                return pt_trainer_prefix_error(PT_ERR_IO, "log.metrics");
-        }
-        t->metrics_errno = 0;
-        st = pt_file_open_output(c->log.metrics, t->step > 0, &t->metrics);
-        if (st != PT_OK) return pt_trainer_prefix_error(st, "log.metrics");
-    }
-    /* log.probe: rank 0's buffer for the speed probe after each step
-     * (malloc, not pt_mem: instrumentation stays out of the categories) */
-    float *probe_buf = NULL;
-    if (c->log.probe && t->metrics) {
-        probe_buf = calloc(pt_speed_probe_floats(), sizeof(float));
-        if (!probe_buf) return pt_error_set(PT_ERR_NOMEM, "log.probe: the probe's buffers");
-    }
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    interrupted = 0;
-    sigaction(SIGINT, &sa, &old);
-
-    if (t->rank == 0)
-        PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)",
-                t->nranks, t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
-                c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
-    if (t->dps && t->rank == 0) {
+    if (t->rank != 0) return;
+    PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)", t->nranks,
+            t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
+            c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
+    if (t->dps) {
         pt_ddp *d = pt_dp_sync_ddp(t->dps);
         size_t o, n;
         pt_ddp_bucket(d, 0, &o, &n, NULL);
@@ -314,52 +247,107 @@ pt_status pt_trainer_run(pt_trainer *t) {
         PT_INFO("model: %zu parameters, %d layers, n_embd %d, %d heads, seq_len %d, vocab %d",
                 pt_model_num_params(t->model), c->model.n_layer, c->model.n_embd, c->model.n_head,
                 c->model.seq_len, c->model.vocab_size);
+}
+
+/* rank 0's progress line: the step, its time, the share of the ranks' time
+ * spent exposed on communication and waiting for neighbour stages (the
+ * parts' means over the ranks), and the ETA */
+static void progress(const pt_trainer *t, const loop_state *L, const pt_step_info *info,
+                     int start) {
+    const pt_config *c = &t->cfg;
+    double elapsed = pt_time_s() - L->t_start;
+    char eta[32], share[64] = "";
+    format_eta(eta, sizeof eta, elapsed / (t->step - start) * (c->train.steps - t->step));
+    double wall = info->wall.mean > 0 ? info->wall.mean : 1;
+    double comm =
+        info->part[PT_PART_DP].mean + info->part[PT_PART_TP].mean + info->part[PT_PART_ZERO].mean;
+    if (t->nranks > 1 && t->pp)
+        snprintf(share, sizeof share, "  comm %.0f%%  pp wait %.0f%%", 100 * comm / wall,
+                 100 * info->part[PT_PART_PP].mean / wall);
+    else if (t->nranks > 1)
+        snprintf(share, sizeof share, "  comm %.0f%%", 100 * comm / wall);
+    fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  %.0f tok/s  %.1f ms%s  ETA %s\n", t->step,
+            c->train.steps, (double)info->loss, (double)info->lr, info->tokens_per_s, info->step_ms,
+            share, eta);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* rank 0, at the end: the median step and the memory peak, beside what
+ * the plan predicted when there was one */
+static void summary(const pt_trainer *t, loop_state *L) {
+    if (t->rank != 0 || !L->step_ms || L->nsteps == 0) return;
+    qsort(L->step_ms, (size_t)L->nsteps, sizeof *L->step_ms, cmp_double);
+    double med = L->step_ms[L->nsteps / 2], mib = (double)L->peak / 1048576.0;
+    double p_ms = 0, p_mem = 0;
+    char elapsed[32], ms[48] = "", mem[48] = "";
+    format_eta(elapsed, sizeof elapsed, pt_time_s() - L->t_start);
+    if (pt_trainer_planned(t, &p_ms, &p_mem)) {
+        snprintf(ms, sizeof ms, " (predicted %.1f ms)", p_ms);
+        snprintf(mem, sizeof mem, " (predicted %.1f MiB)", p_mem / 1048576.0);
+    }
+    fprintf(stderr, "measured: %.1f ms a step, the median of %d%s; %.1f MiB a rank at most%s; %s\n",
+            med, L->nsteps, ms, mib, mem, elapsed);
+}
+
+pt_status pt_trainer_run(pt_trainer *t) {
+    const pt_config *c = &t->cfg;
+    if (!t->train) return pt_error_set(PT_ERR_INVALID, "data.train is not set");
+    PT_CHECK(pt_metrics_open(t));
+    pt_status st = PT_OK;
+    loop_state L = {.val_s = 1, .save_s = 1}; /* the first of each: not known to be quick */
+    /* log.probe: rank 0's buffer for the speed probe after each step
+     * (malloc, not pt_mem: instrumentation stays out of the categories) */
+    float *probe_buf = NULL;
+    if (c->log.probe && t->metrics) {
+        probe_buf = calloc(pt_speed_probe_floats(), sizeof(float));
+        if (!probe_buf) return pt_error_set(PT_ERR_NOMEM, "log.probe: the probe's buffers");
+    }
+    if (t->rank == 0 && c->train.steps > t->step) /* NULL: no summary */
+        L.step_ms = malloc((size_t)(c->train.steps - t->step) * sizeof *L.step_ms);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    interrupted = 0;
+    sigaction(SIGINT, &sa, &old);
+    say_start(t);
     int last_val = -1, last_save = -1, start = t->step;
-    double t_start = pt_time_s();
+    L.t_start = pt_time_s();
     if (t->val) {
-        PT_CHECK_GOTO(st, run_validation(t, t_start), done);
+        PT_CHECK_GOTO(st, run_validation(t, &L), done);
         last_val = t->step;
     }
     while (t->step < c->train.steps && !interrupted) {
         pt_step_info info;
         PT_CHECK_GOTO(st, pt_trainer_step(t, &info), done);
         if (probe_buf) info.probe_flops_s = pt_speed_probe(probe_buf); /* outside step_ms */
-        PT_CHECK_GOTO(st, write_metrics(t, &info), done);
+        PT_CHECK_GOTO(st, pt_metrics_step(t, &info, pt_time_s() - L.t_start), done);
+        if (L.step_ms) L.step_ms[L.nsteps++] = info.step_ms;
+        if (t->mem_peak_total > L.peak) L.peak = t->mem_peak_total;
         if (t->rank == 0 &&
-            (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1)) {
-            double elapsed = pt_time_s() - t_start;
-            char eta[32];
-            format_eta(eta, sizeof eta, elapsed / (t->step - start) * (c->train.steps - t->step));
-            fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  %.0f tok/s  %.1f ms  ETA %s\n",
-                    t->step, c->train.steps, (double)info.loss, (double)info.lr, info.tokens_per_s,
-                    info.step_ms, eta);
-        }
+            (t->step % c->log.every == 0 || t->step == c->train.steps || t->step == start + 1))
+            progress(t, &L, &info, start);
         if (t->val && c->train.val_every > 0 && t->step % c->train.val_every == 0) {
-            PT_CHECK_GOTO(st, run_validation(t, t_start), done);
+            PT_CHECK_GOTO(st, run_validation(t, &L), done);
             last_val = t->step;
         }
         if (c->checkpoint.dir[0] && c->checkpoint.every > 0 && t->step % c->checkpoint.every == 0) {
-            PT_CHECK_GOTO(st, pt_trainer_save(t), done);
+            PT_CHECK_GOTO(st, save_timed(t, &L), done);
             last_save = t->step;
         }
     }
-    if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, t_start), done);
-    if (c->checkpoint.dir[0] && last_save != t->step) {
-        PT_CHECK_GOTO(st, pt_trainer_save(t), done);
-        if (t->rank == 0)
-            fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
-    }
+    if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, &L), done);
+    if (c->checkpoint.dir[0] && last_save != t->step) PT_CHECK_GOTO(st, save_timed(t, &L), done);
     if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
+    summary(t, &L);
 done:
     free(probe_buf);
+    free(L.step_ms);
     sigaction(SIGINT, &old, NULL);
-    if (t->metrics) { /* closed here, where a failed last write can still be reported */
-        int bad = fclose(t->metrics) != 0, err = errno;
-        t->metrics = NULL;
-        if (bad && st == PT_OK)
-            st = pt_error_set(PT_ERR_IO, "log.metrics: %s: write failed: %s", c->log.metrics,
-                              strerror(err));
-    }
-    return st;
+    return pt_metrics_close(t, st);
 }

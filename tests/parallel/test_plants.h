@@ -132,6 +132,11 @@ static void plant_stats(void *self, pt_sync_stats *s) {
     w->in.ops->stats(w->in.self, s);
 }
 
+static void plant_counts(void *self, pt_comm_counts *k) {
+    plant *w = self;
+    w->in.ops->counts(w->in.self, k);
+}
+
 static void plant_free(void *self) {
     plant *w = self;
     if (w->in.ops->free) w->in.ops->free(w->in.self);
@@ -172,6 +177,7 @@ static pt_status plant_wrap(pt_trainer *t, pt_stack *stack, void *arg) {
         PLANT_SLOT(end, plant_end);
         PLANT_SLOT(update, plant_update);
         PLANT_SLOT(stats, plant_stats);
+        PLANT_SLOT(counts, plant_counts);
         PLANT_SLOT(norm, plant_norm);
 #undef PLANT_SLOT
         o->begin = plant_begin;

@@ -13,10 +13,13 @@
  *           serve any of its chunks, trainer_pipe.c): a slot of its modules
  *           (pt_model_slot_new_range: contexts and stream), its received
  *           and sent gradients (rows x C floats each, where the chunk has a
- *           neighbour), measured by allocating them here; where chunks
+ *           neighbour), measured by allocating them here and held equal
+ *           to the block the executor and the planner carve
+ *           (pt_pipeline_block_floats, 64-byte aligned); where chunks
  *           differ in size and it is less, k(r) x U(r) is instead the sum
  *           over chunks c of k_c(r) x U_c(r), each chunk's own blocks (k_c
- *           its list's most at once, pt_schedule.chunk_in_flight);
+ *           its list's most at once, pt_schedule.chunk_in_flight): the
+ *           rule of pt_schedule_blocks, which both use;
  *   S(r)    a set of deferred scratch, one per module of the largest chunk
  *           (what a W after its B reads and its context cannot hold: B's
  *           gradients go to the activations only B reads,
@@ -27,7 +30,9 @@
  * a rank's chunks:
  *   gpipe m;  1f1b min(p - r, m);  zb1 min(p, m) (its W's delayed by r);
  *   interleaved min(2 (p - r - 1) + (v - 1) p + 1, m v);  zbv min(2p, 2m),
- * which the schedule's own list must hold (pt_schedule.in_flight). Every
+ * the schedule descriptor's (pt_sched.in_flight), which the schedule's own
+ * list must hold (pt_schedule.in_flight; test_schedule.c holds the
+ * descriptor to the papers' closed forms over more shapes). Every
  * schedule at p 2 and 4, m 2, 4, 8, under every recompute mode (which
  * changes U, not k): equal to the byte (every buffer is allocated up
  * front). shm: the ranks are forked. */
@@ -58,7 +63,7 @@ static void base_config(pt_config *c, int L, int p, int m, const char *sched, co
     c->parallel.pp = p;
     c->parallel.microbatches = m;
     snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "%s", sched);
-    c->parallel.virtual_stages = !strcmp(sched, "interleaved") ? 2 : 0;
+    c->parallel.virtual_stages = 0; /* the schedule's own: 2 for interleaved and zbv */
     snprintf(c->train.recompute, sizeof c->train.recompute, "%s", rc);
 }
 
@@ -91,19 +96,6 @@ static int rank_main(void *arg) {
 
 static size_t acts_now(void) {
     return pt_mem_current(PT_MEM_ACTS);
-}
-
-/* The schedules' formulas: micro-batch activations stage r holds at once,
- * all its chunks together. */
-static int formula(const char *s, int p, int r, int m, int v) {
-    int k = !strcmp(s, "gpipe")         ? m
-            : !strcmp(s, "1f1b")        ? (p - r < m ? p - r : m)
-            : !strcmp(s, "zb1")         ? (p < m ? p : m)
-            : !strcmp(s, "interleaved") ? 2 * (p - r - 1) + (v - 1) * p + 1
-                                        : 2 * p;
-    int cap = !strcmp(s, "interleaved") || !strcmp(s, "zbv") ? m * v : m;
-    /* zbv counts chunks; m micro-batches enter each of the two */
-    return k < cap ? k : cap;
 }
 
 /* A deferred scratch's floats for contexts of kinds (tp 1), as
@@ -144,9 +136,9 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
     CHECK_OK(pt_model_new_opts(&mdl, &c->model, mB, &o));
     size_t total = acts_now() - a0; /* F(r) */
     size_t rows_c = (size_t)mB * (size_t)c->model.seq_len * (size_t)c->model.n_embd;
-    /* U: the largest chunk's micro-batch (a slot measured by allocating
-     * one, its gradients in and out) */
-    size_t unit = 0, own = 0;
+    /* U: each chunk's micro-batch (a slot measured by allocating one, its
+     * gradients in and out), as the executor and the planner size a block */
+    size_t fl[PT_SCHEDULE_MAX_VIRTUAL];
     int most = 0;
     for (int ch = 0; ch < v; ch++) {
         const pt_stage *st = &stages[pt_schedule_virtual_stage(&s, ch)];
@@ -156,9 +148,8 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
         size_t u = acts_now() - b0;
         pt_model_slot_free(slot);
         u += rows_c * sizeof(float) * (size_t)((st->last <= L) + (st->first > 0)); /* dy, dx */
-        u = (u + 63) & ~(size_t)63;
-        if (u > unit) unit = u;
-        own += (size_t)s.chunk_in_flight[ch] * u;
+        fl[ch] = pt_pipeline_block_floats(mdl, st->first, st->last, mB);
+        CHECK_EQ(fl[ch] * sizeof(float), (u + 63) & ~(size_t)63); /* 64-byte blocks */
         if (st->last - st->first + 1 > most) most = st->last - st->first + 1;
     }
     size_t set = 0; /* S: module j of the rank's chunks: its kinds' deferred scratch */
@@ -177,20 +168,15 @@ static size_t expected(const pt_config *c, int r, const pt_stage *stages, const 
         set += got;
     }
     /* W: the list's most W's pending at once (B run, W not yet) */
-    int pend = 0;
-    for (int k = 0, n = 0; s.split && k < s.npass; k++) {
-        n += (s.pass[k].kind == PT_PASS_BACKWARD_INPUT) -
-             (s.pass[k].kind == PT_PASS_BACKWARD_WEIGHT);
-        if (n > pend) pend = n;
-    }
-    total += (size_t)pend * set;
-    /* the list's holding is the formula */
-    int want = formula(sched, p, r, m, v);
+    if (s.split) total += (size_t)pt_schedule_pending_w(&s) * set;
+    /* the list's holding is the schedule's formula (pt_sched.in_flight) */
+    int want = pt_sched_find(sched)->in_flight(m, p, r, v);
     if (s.in_flight != want)
         printf("  %s p %d r %d m %d: the list holds %d, the formula says %d\n", sched, p, r, m,
                s.in_flight, want);
     CHECK_EQ(s.in_flight, want);
-    total += v > 1 && own < (size_t)want * unit ? own : (size_t)want * unit;
+    /* k(r) blocks of the largest chunk, or each chunk's own where that is less */
+    total += pt_schedule_blocks(v, want, s.chunk_in_flight, fl, NULL, NULL) * sizeof(float);
     pt_model_free(mdl);
     pt_schedule_free(&s);
     return total + 2 * (size_t)c->train.batch_size * (size_t)c->model.seq_len * sizeof(int);
@@ -223,17 +209,19 @@ static void check(int L, int p, int m, const char *sched, const char *rc) {
 }
 
 static void test_every_schedule(void) {
-    static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", "zb1", "zbv"};
     static const char *const modes[] = {"none", "selective", "full"};
     static const int ms[] = {2, 4, 8};
-    for (size_t s = 0; s < 5; s++)
+    const pt_sched *d;
+    for (int s = 0; (d = pt_sched_at(s)); s++) {
+        if (!d->pipeline) continue;
         for (size_t k = 0; k < 3; k++)
             for (size_t r = 0; r < 3; r++) {
-                check(3, 2, ms[k], scheds[s], modes[r]);
-                int two = !strcmp(scheds[s], "interleaved") || !strcmp(scheds[s], "zbv");
+                check(3, 2, ms[k], d->name, modes[r]);
+                int two = d->v_default > 1;
                 /* 8 virtual stages at p 4 with two chunks: 6 blocks */
-                if (!two || ms[k] >= 4) check(two ? 6 : 5, 4, ms[k], scheds[s], modes[r]);
+                if (!two || ms[k] >= 4) check(two ? 6 : 5, 4, ms[k], d->name, modes[r]);
             }
+    }
 }
 
 int main(void) {

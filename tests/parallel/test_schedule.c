@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/parallel/pipeline/pipeline_impl.h" /* pt_pipe_simulate: broken lists */
 #include "partrain/parallel.h"
 #include "pt_test.h"
 
@@ -27,6 +26,21 @@ static const double TIMES[4][3] = {{1, 1, 1}, {1, 2, 1}, {1, 1, 0.5}, {1, 1, 2}}
 
 static int imin(int a, int b) {
     return a < b ? a : b;
+}
+
+/* Every rank's list s[0..p-1] simulated with every pass taking 1 (BW 2):
+ * the simulator itself, which pt_schedule_simulate builds the lists for
+ * (here they may be broken by hand). */
+static pt_status unit_simulate(const pt_schedule *s, double *end) {
+    int G = s[0].stages * s[0].virtual_stages;
+    double *one = malloc(sizeof(double) * (size_t)G);
+    for (int g = 0; g < G; g++) one[g] = 1;
+    pt_sched_times t = {.f = one, .b = one, .w = one};
+    pt_sched_result out = {0};
+    pt_status st = pt_sched_simulate(s, &t, &out);
+    *end = out.makespan;
+    free(one);
+    return st;
 }
 
 /* The v values to try for a schedule (0-terminated). */
@@ -106,6 +120,26 @@ static void check_rank(const pt_schedule *s, const char *name, int m, int p, int
     }
     /* zbv: at most 2p chunks (p stages' bytes); the greedy fills them */
     if (!strcmp(name, "zbv")) CHECK_EQ(s->in_flight, imin(2 * p, 2 * m));
+    /* the descriptor's rule, which the memory test and others read */
+    const pt_sched *d = pt_sched_find(name);
+    CHECK(d && s->sched == d);
+    CHECK_EQ(d->in_flight(m, p, r, v), s->in_flight);
+    CHECK_EQ(d->split, split);
+}
+
+/* The descriptor table: every schedule once, in its order, found by name. */
+static void test_table(void) {
+    int n = 0;
+    for (const pt_sched *d; (d = pt_sched_at(n)); n++) {
+        CHECK(!strcmp(d->name, NAMES[n]));
+        CHECK(pt_sched_find(NAMES[n]) == d);
+        CHECK(d->v_min <= d->v_default && d->v_default <= d->v_max);
+        CHECK(pt_sched_find(d->as_pipeline) && pt_sched_find(d->as_pipeline)->pipeline);
+        CHECK(d->whole || d->pipeline);
+    }
+    CHECK_EQ(n, 6);
+    CHECK(pt_sched_at(-1) == NULL);
+    CHECK(pt_sched_find("pipedream") == NULL && pt_sched_find(NULL) == NULL);
 }
 
 static void test_lists_and_simulation(void) {
@@ -277,7 +311,7 @@ static void test_simulator_refuses(void) {
     pt_schedule s[2];
     double end;
     for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "gpipe", 2, 2, r, 1));
-    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL));
+    CHECK_OK(unit_simulate(s, &end));
     CHECK_NEAR(end, 9, 1e-12, 0); /* (m+p-1)(tf+tb+tw) */
     /* rank 0 runs none's order, rank 1 BW1 before BW0: rank 0's BW0 waits
      * on rank 1's BW0, behind its BW1, behind F1, behind rank 0's BW0 */
@@ -291,7 +325,7 @@ static void test_simulator_refuses(void) {
                      {PT_PASS_BACKWARD, 0, 0}};
     memcpy(s[0].pass, r0, sizeof r0);
     memcpy(s[1].pass, r1, sizeof r1);
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(unit_simulate(s, &end), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "deadlocks: rank 0 waits at pass 1") != NULL);
     /* a backward before its own forward */
     pt_pass early[4] = {{PT_PASS_BACKWARD, 0, 0},
@@ -300,20 +334,20 @@ static void test_simulator_refuses(void) {
                         {PT_PASS_BACKWARD, 1, 0}};
     memcpy(s[1].pass, early, sizeof early);
     memcpy(s[0].pass, r0, sizeof r0);
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(unit_simulate(s, &end), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "deadlocks") != NULL);
     /* a pass repeated (so another missing) */
     s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD, 0, 0};
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(unit_simulate(s, &end), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "BW of micro-batch 0 chunk 0 appears 2 times") != NULL);
     /* a split pass in a non-split schedule */
     s[1].pass[3] = (pt_pass){PT_PASS_BACKWARD_INPUT, 1, 0};
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(unit_simulate(s, &end), PT_ERR_INTERNAL);
     CHECK(strstr(pt_error_message(), "does not belong") != NULL);
     for (int r = 0; r < 2; r++) pt_schedule_free(&s[r]);
     /* zb1 with a W moved before its B */
     for (int r = 0; r < 2; r++) CHECK_OK(pt_schedule_build_stage(&s[r], "zb1", 2, 2, r, 1));
-    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL));
+    CHECK_OK(unit_simulate(s, &end));
     int kb = -1, kw = -1;
     for (int k = 0; k < s[1].npass; k++) {
         if (s[1].pass[k].kind == PT_PASS_BACKWARD_INPUT && s[1].pass[k].micro == 0) kb = k;
@@ -322,7 +356,7 @@ static void test_simulator_refuses(void) {
     CHECK(kb >= 0 && kw > kb);
     pt_pass tmp = s[1].pass[kb];
     s[1].pass[kb] = s[1].pass[kw], s[1].pass[kw] = tmp;
-    CHECK_EQ(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL), PT_ERR_INTERNAL);
+    CHECK_EQ(unit_simulate(s, &end), PT_ERR_INTERNAL);
     char want[96];
     snprintf(want, sizeof want, "rank 1 waits at pass %d (W of micro-batch 0 chunk 0)", kb);
     CHECK(strstr(pt_error_message(), want) != NULL);
@@ -480,7 +514,7 @@ static void test_zbv_large(void) {
     double end = 0;
     CHECK_OK(pt_schedule_build_all(s, "zbv", m, p, 2));
     for (int r = 0; r < p; r++) check_rank(&s[r], "zbv", m, p, r, 2);
-    CHECK_OK(pt_pipe_simulate(s, 1, 1, 1, NULL, &end, NULL));
+    CHECK_OK(unit_simulate(s, &end));
     /* rank p-1 starts nothing before p-1, then has 6m passes: the greedy
      * meets that bound here */
     CHECK_NEAR(end, 6.0 * m + p - 1, 0, 0);
@@ -490,6 +524,7 @@ static void test_zbv_large(void) {
 }
 
 int main(void) {
+    RUN(test_table);
     RUN(test_legacy);
     RUN(test_mapping);
     RUN(test_check_errors);

@@ -7,7 +7,6 @@
  * lands where it says; and every bad split is one line naming the value. */
 #include <string.h>
 
-#include "../../src/parallel/pipeline/pipeline_impl.h" /* pt_pipe_simulate */
 #include "partrain/parallel.h"
 #include "pt_test.h"
 
@@ -213,14 +212,17 @@ static void test_ranks_balanced(void) {
  * each stage's F, B and W a third of its cost. */
 static double step_of(const pt_schedule *lists, const double *cost, int n, const int *at) {
     int cut[5] = {0, at[0], at[1], at[2], n};
-    double scale[4], total = 0, end = 0;
+    double scale[4], total = 0, t[4];
     for (int i = 0; i < n; i++) total += cost[i];
     for (int k = 0; k < 4; k++) {
         scale[k] = 0;
         for (int i = cut[k]; i < cut[k + 1]; i++) scale[k] += cost[i] / total;
+        t[k] = 1.0 / 3 * scale[k];
     }
-    CHECK_OK(pt_pipe_simulate(lists, 1.0 / 3, 1.0 / 3, 1.0 / 3, scale, &end, NULL));
-    return end;
+    pt_sched_times times = {.f = t, .b = t, .w = t};
+    pt_sched_result out = {0};
+    CHECK_OK(pt_sched_simulate(lists, &times, &out));
+    return out.makespan;
 }
 
 /* Of the cuts that balance the ranks, the one whose simulated step ends

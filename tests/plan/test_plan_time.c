@@ -324,7 +324,7 @@ static void shared_second_forward(pt_plan_pipe *pp, int p, double second) {
         pp->rank_of[g] = g;
     }
     double mk = 0;
-    pt_plan_slot *sl = NULL;
+    pt_sched_slot *sl = NULL;
     int ns = 0, seen = 0;
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 0, &mk, &sl, &ns));
     for (int i = 0; i < ns; i++) {
@@ -359,7 +359,7 @@ static void test_shared_pipeline(void) {
      * W, to 3) alone, its second beside stage 0's first (to 5), stage 0's
      * second alone (to 6); every pass at the full time would take 9 */
     pp->m = 2;
-    pt_plan_slot *sl = NULL;
+    pt_sched_slot *sl = NULL;
     int ns = 0;
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 1, &mk, &sl, &ns));
     CHECK_NEAR(mk, 6.0, 1e-12, 0);
@@ -552,7 +552,7 @@ static void test_tied_embedding(void) {
     /* without transfers: the add stays, the waits go */
     CHECK_OK(pt_plan_pipe_simulate(&l, pp, 0, &mk, NULL, NULL));
     CHECK_NEAR(mk, f[0] + f[1] + bw[1] + bw[0] + add, 1e-12, 0);
-    /* The event simulation (run_shared), every pass as long alone as
+    /* The shared run (pt_sched_simulate), every pass as long alone as
      * beside the others, is the plain one: it cannot start the
      * embedding's last weight pass early to end at the gradient's arrival,
      * so it runs it and then waits. With zb1's split W, that pass is ready

@@ -24,8 +24,8 @@ set -- --config "$config" --set model.n_layer=2 --set model.n_embd=32 --set mode
 # "step loss grad_norm" of each step line
 steps() { sed -n 's/^{"step":\([0-9]*\),"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2 \3/p' "$1"; }
 
-# the peak activation bytes of the first step line
-acts() { sed -n '1s/.*"mem":{[^}]*"acts":\([0-9]*\).*/\1/p' "$1"; }
+# the peak activation bytes of the first step line (after the run record)
+acts() { sed -n '/"mem":{/{s/.*"mem":{[^}]*"acts":\([0-9]*\).*/\1/p;q;}' "$1"; }
 
 # run NAME NPROC ARGS...: the step lines of one run into $dir/NAME.s
 run() {

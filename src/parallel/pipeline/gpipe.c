@@ -8,7 +8,8 @@
  * Not here: the other pipeline schedules. */
 #include "pipeline_impl.h"
 
-int pt_pipe_none(pt_pass *out, int m) {
+int pt_sched_none(pt_pass *out, int m, int p, int r, int v) {
+    (void)p, (void)r, (void)v; /* one rank, one chunk */
     int n = 0;
     for (int mb = 0; mb < m; mb++) {
         out[n++] = (pt_pass){PT_PASS_FORWARD, mb, 0};
@@ -17,8 +18,8 @@ int pt_pipe_none(pt_pass *out, int m) {
     return n;
 }
 
-int pt_pipe_gpipe(pt_pass *out, int m, int p, int r) {
-    (void)p, (void)r; /* every rank runs the same order */
+int pt_sched_gpipe(pt_pass *out, int m, int p, int r, int v) {
+    (void)p, (void)r, (void)v; /* every rank runs the same order */
     int n = 0;
     for (int mb = 0; mb < m; mb++) out[n++] = (pt_pass){PT_PASS_FORWARD, mb, 0};
     for (int mb = 0; mb < m; mb++) out[n++] = (pt_pass){PT_PASS_BACKWARD, mb, 0};

@@ -11,13 +11,22 @@
  * (schedule.c and test_schedule.c count them). */
 #include "pipeline_impl.h"
 
+int pt_sched_stage_seq(int p, int r, int c) {
+    return c * p + r;
+}
+
+int pt_sched_rank_seq(int p, int g, int *c) {
+    if (c) *c = g / p;
+    return g % p;
+}
+
 static pt_pass chunk_pass(int k, int p, int v, int forward) {
     int c = (k % (p * v)) / p, mb = (k / (p * v)) * p + k % p;
     if (forward) return (pt_pass){PT_PASS_FORWARD, mb, c};
     return (pt_pass){PT_PASS_BACKWARD, mb, v - 1 - c};
 }
 
-int pt_pipe_interleaved(pt_pass *out, int m, int p, int r, int v) {
+int pt_sched_interleaved(pt_pass *out, int m, int p, int r, int v) {
     int total = m * v, w = 2 * (p - r - 1) + (v - 1) * p, n = 0;
     if (w > total) w = total;
     for (int k = 0; k < w; k++) out[n++] = chunk_pass(k, p, v, 1);

@@ -6,7 +6,8 @@
  * Not here: the split (zb1.c) and interleaved (interleaved.c) variants. */
 #include "pipeline_impl.h"
 
-int pt_pipe_1f1b(pt_pass *out, int m, int p, int r) {
+int pt_sched_1f1b(pt_pass *out, int m, int p, int r, int v) {
+    (void)v;
     int w = p - r - 1 < m ? p - r - 1 : m, n = 0;
     for (int mb = 0; mb < w; mb++) out[n++] = (pt_pass){PT_PASS_FORWARD, mb, 0};
     for (int mb = 0; mb < m; mb++) {

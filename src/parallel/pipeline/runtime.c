@@ -1,4 +1,4 @@
-/* The executor (parallel.h, pt_pipeline): every step, at every layout, is
+/* The executor (pipeline.h, pt_pipeline): every step, at every layout, is
  * a schedule run here -- this rank's list of F, BW, or B and W passes of
  * each micro-batch and chunk (pt_schedule), over its chunks' modules in
  * activation blocks of its own. With one stage (pp = 1) the model is one
@@ -486,9 +486,11 @@ void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s) {
     s->busy_ns = q->busy_ns;
     s->span_ns = q->span1 > q->span0 ? q->span1 - q->span0 : 0;
     s->wait_ns = q->wait_ns;
-    s->sent_bytes = 0;
-    for (int k = 0; k < K_NKIND; k++)
-        for (int d = 0; d < q->v; d++) s->sent_bytes += pt_comm_sent_bytes(q->c[k][d]);
+    pt_comm_counts k = {0};
+    for (int kind = 0; kind < K_NKIND; kind++)
+        for (int d = 0; d < q->v; d++) pt_comm_counts_add(&k, PT_GROUP_PP, q->c[kind][d]);
+    s->sent_bytes = k.sent[PT_GROUP_PP];
+    s->comm_ns = k.comm_ns[PT_GROUP_PP];
 }
 
 int pt_pipeline_has_head(const pt_pipeline *q) {

@@ -9,7 +9,8 @@
  * Not here: ZB-H2 (more memory, no bubble) and the V (zbv.c). */
 #include "pipeline_impl.h"
 
-int pt_pipe_zb1(pt_pass *out, int m, int p, int r) {
+int pt_sched_zb1(pt_pass *out, int m, int p, int r, int v) {
+    (void)v;
     int w = p - r - 1 < m ? p - r - 1 : m, n = 0, nw = 0;
     for (int mb = 0; mb < w; mb++) out[n++] = (pt_pass){PT_PASS_FORWARD, mb, 0};
     for (int mb = 0; mb < m; mb++) {

@@ -13,7 +13,7 @@
  * coming back up can always enter (no deadlock). Deterministic: every rank
  * runs the same simulation and keeps its own list, a function of (m, p, r);
  * the planner, which wants every rank's, keeps them all from one
- * (pt_pipe_zbv_all).
+ * (pt_sched_zbv_all).
  *
  * The simulation steps through unit time slots t = 0, 1, ...; a pass
  * started at t ends at t+1, so what a rank chooses at t reads only passes
@@ -27,7 +27,7 @@
  * scan of all p per pass (and another to wake the idle ones), O(m p^2),
  * took 0.56 s and 34 s.
  *
- * Not here: the general-time simulator (schedule.c); the lists are then run
+ * Not here: the general-time simulator (simulate.c); the lists are then run
  * in order at any times. */
 #include <limits.h>
 
@@ -47,8 +47,13 @@ typedef struct {
     zbv_rank *rk;
 } zbv_sim;
 
-static int zbv_g(int p, int r, int c) {
+int pt_sched_stage_v(int p, int r, int c) {
     return c == 0 ? r : 2 * p - 1 - r;
+}
+
+int pt_sched_rank_v(int p, int g, int *c) {
+    if (c) *c = g >= p;
+    return g < p ? g : 2 * p - 1 - g;
 }
 
 static int *fin_at(const zbv_sim *z, int kind, int mb, int g) {
@@ -61,13 +66,13 @@ static int zbv_choose(const zbv_sim *z, int q, int t, int *kind, int *chunk) {
     int m = z->m, p = z->p, G = z->G, cap = 2 * p, held = 0, k = -1, ch = -1;
     for (int c = 0; c < 2; c++) held += R->next[c][ZBV_F] - R->next[c][ZBV_W];
     for (int c = 1; c >= 0; c--) { /* B: smallest mb, then chunk 1 */
-        int mb = R->next[c][ZBV_B], g = zbv_g(p, q, c);
+        int mb = R->next[c][ZBV_B], g = pt_sched_stage_v(p, q, c);
         if (mb < m && *fin_at(z, ZBV_F, mb, g) <= t &&
             (g == G - 1 || *fin_at(z, ZBV_B, mb, g + 1) <= t) && (k < 0 || mb < R->next[ch][ZBV_B]))
             k = ZBV_B, ch = c;
     }
     for (int c = 1; k < 0 && c >= 0; c--) {
-        int mb = R->next[c][ZBV_F], g = zbv_g(p, q, c);
+        int mb = R->next[c][ZBV_F], g = pt_sched_stage_v(p, q, c);
         if (mb < m && (g == 0 || *fin_at(z, ZBV_F, mb, g - 1) <= t) && held < cap - (c == 0))
             k = ZBV_F, ch = c;
     }
@@ -77,13 +82,13 @@ static int zbv_choose(const zbv_sim *z, int q, int t, int *kind, int *chunk) {
     return k >= 0;
 }
 
-int pt_pipe_zbv(pt_pass *out, int m, int p, int r) {
+int pt_sched_zbv(pt_pass *out, int m, int p, int r, int v) {
     pt_pass **outs = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *outs * (size_t)p);
     int *n = pt_mem_alloc(PT_MEM_SCRATCH, sizeof *n * (size_t)p);
     int got = -1;
     if (outs && n) {
         for (int k = 0; k < p; k++) outs[k] = k == r ? out : NULL;
-        got = pt_pipe_zbv_all(outs, n, m, p) < 0 ? -1 : n[r];
+        got = pt_sched_zbv_all(outs, n, m, p, v) < 0 ? -1 : n[r];
     }
     pt_mem_free(n);
     pt_mem_free(outs);
@@ -97,7 +102,8 @@ static void zbv_queue(zbv_sim *z, int *list, int *len, int q, int t) {
     list[(*len)++] = q;
 }
 
-int pt_pipe_zbv_all(pt_pass *const *out, int *n, int m, int p) {
+int pt_sched_zbv_all(pt_pass *const *out, int *n, int m, int p, int v) {
+    (void)v; /* 2: the V */
     static const pt_pass_kind PK[3] = {PT_PASS_FORWARD, PT_PASS_BACKWARD_INPUT,
                                        PT_PASS_BACKWARD_WEIGHT};
     zbv_sim z = {m, p, 2 * p, NULL, NULL};
@@ -119,7 +125,7 @@ int pt_pipe_zbv_all(pt_pass *const *out, int *n, int m, int p) {
             if (!zbv_choose(&z, q, t, &kind, &chunk)) continue; /* idle */
             int mb = R->next[chunk][kind]++;
             if (kind != ZBV_W) { /* the neighbours may wait on it */
-                *fin_at(&z, kind, mb, zbv_g(p, q, chunk)) = t + 1;
+                *fin_at(&z, kind, mb, pt_sched_stage_v(p, q, chunk)) = t + 1;
                 zbv_queue(&z, next, &nnext, q - 1, t + 1);
                 zbv_queue(&z, next, &nnext, q + 1, t + 1);
             }
