@@ -231,7 +231,8 @@ static pt_status build_passes(pt_trainer *t) {
                            .sp = cfg->parallel.sequence_parallel,
                            .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
                            .recompute = pt_config_stage_recompute(cfg, t->pp_rank),
-                           .no_slot = 1};
+                           .no_slot = 1,
+                           .bf16 = !strcmp(cfg->train.precision, "bf16")};
     PT_CHECK(pt_model_new_opts(&t->model, mc, t->micro_B, &mo));
     pt_model_set_tp_comm(t->model, t->tp);
     if (t->mp) PT_CHECK(pt_model_new_slice(&t->full, mc, 0, 1, 0));
