@@ -25,6 +25,8 @@ typedef struct {
     float **ptr;
     size_t n;
     unsigned kind;
+    int only;    /* 0: in both precisions; 1: fp32 only; 2: bf16 only */
+    pt_bf16 **h; /* a bf16 buffer (only 2) */
 } carve_buf;
 
 /* Carve bufs' `which` ones from p (NULL: count only); their floats. */
@@ -32,9 +34,11 @@ static size_t carve(const pt_model *m, const carve_buf *buf, size_t nbuf, unsign
                     float *p) {
     size_t total = 0;
     for (size_t k = 0; k < nbuf; k++) {
-        if (!(buf[k].kind & which)) continue;
-        int half = buf[k].act && m->bf16;
-        if (p && buf[k].act && half)
+        if (!(buf[k].kind & which) || buf[k].only == (m->bf16 ? 1 : 2)) continue;
+        int half = (buf[k].act && m->bf16) || buf[k].h;
+        if (p && buf[k].h)
+            *buf[k].h = (pt_bf16 *)(p + total);
+        else if (p && buf[k].act && half)
             *buf[k].act = (pt_act){NULL, (pt_bf16 *)(p + total)};
         else if (p && buf[k].act)
             *buf[k].act = (pt_act){p + total, NULL};
@@ -54,18 +58,19 @@ size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt
     size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
     size_t att = m->bf16 ? pt_attention16_att_elems((int)T) : T * T;
     const carve_buf buf[] = {
-        {&c->ln1, NULL, R * C, PT_ACTS_KEPT},
-        {NULL, &c->ln1_mean, R, PT_ACTS_KEPT},
-        {NULL, &c->ln1_rstd, R, PT_ACTS_KEPT},
-        {&c->qkv, NULL, N * 3 * Cl, PT_ACTS_KEPT},
-        {&c->att, NULL, (size_t)max_B * NHl * att, PT_ACTS_DROPPED},
-        {&c->atty, NULL, N * Cl, PT_ACTS_KEPT},
-        {NULL, &c->res2, R * C, PT_ACTS_KEPT},
-        {&c->ln2, NULL, R * C, PT_ACTS_KEPT},
-        {NULL, &c->ln2_mean, R, PT_ACTS_KEPT},
-        {NULL, &c->ln2_rstd, R, PT_ACTS_KEPT},
-        {&c->fch, NULL, N * 4 * Cl, PT_ACTS_KEPT},
-        {&c->fch_gelu, NULL, N * 4 * Cl, PT_ACTS_DROPPED},
+        {&c->ln1, NULL, R * C, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln1_mean, R, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln1_rstd, R, PT_ACTS_KEPT, 0, NULL},
+        {&c->qkv, NULL, N * 3 * Cl, PT_ACTS_KEPT, 0, NULL},
+        {&c->att, NULL, (size_t)max_B * NHl * att, PT_ACTS_DROPPED, 0, NULL},
+        {&c->atty, NULL, N * Cl, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->res2, R * C, PT_ACTS_KEPT, 1, NULL},
+        {&c->ln2, NULL, R * C, PT_ACTS_KEPT, 1, NULL},
+        {NULL, NULL, R * C, PT_ACTS_KEPT, 2, &c->xhat2},
+        {NULL, &c->ln2_mean, R, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln2_rstd, R, PT_ACTS_KEPT, 0, NULL},
+        {&c->fch, NULL, N * 4 * Cl, PT_ACTS_KEPT, 0, NULL},
+        {&c->fch_gelu, NULL, N * 4 * Cl, PT_ACTS_DROPPED, 0, NULL},
     };
     return carve(m, buf, sizeof buf / sizeof buf[0], which, p);
 }
@@ -82,9 +87,10 @@ static size_t head_carve(const pt_model *m, int max_B, float *p, pt_module_ctx *
     size_t nblk = m->bf16 ? ((size_t)m->vl + pt_xent_block_cols(m) - 1) / pt_xent_block_cols(m) : 0;
     size_t xent = m->bf16 ? N * (8 + t) : m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
     const carve_buf buf[] = {
-        {&c->lnf, NULL, R * C, 1},     {NULL, &c->lnf_mean, R, 1},    {NULL, &c->lnf_rstd, R, 1},
-        {&c->logits, NULL, N * Vl, 1}, {NULL, &c->bmax, N * nblk, 1}, {NULL, &c->losses, N, 1},
-        {NULL, &c->xent, xent, 1},
+        {&c->lnf, NULL, R * C, 1, 0, NULL},     {NULL, &c->lnf_mean, R, 1, 0, NULL},
+        {NULL, &c->lnf_rstd, R, 1, 0, NULL},    {&c->logits, NULL, N * Vl, 1, 0, NULL},
+        {NULL, &c->bmax, N * nblk, 1, 0, NULL}, {NULL, &c->losses, N, 1, 0, NULL},
+        {NULL, &c->xent, xent, 1, 0, NULL},
     };
     size_t n = carve(m, buf, sizeof buf / sizeof buf[0], 1, p);
     if (p && !nblk) c->bmax = NULL;
@@ -225,7 +231,9 @@ size_t pt_module_scratch_bytes(const pt_model *m, int max_B, unsigned deferred_k
      * parallelism's gathered rows and LayerNorm partial gradient */
     size_t att = att_scratch_floats(m, max_B);
     size_t sp = m->sp ? N * C + 2 * C : 0;
-    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + recomp_floats(m, max_B)) *
+    size_t ln16 = m->bf16 ? pt_half_floats(N * C) : 0;
+    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + ln16 +
+            recomp_floats(m, max_B)) *
            sizeof(float);
 }
 
@@ -258,6 +266,7 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
         s->full = p, p += N * C;
         s->ln_g = p, p += 2 * C;
     }
+    if (m->bf16) s->ln16 = (pt_bf16 *)p, p += pt_half_floats(N * C);
     s->max_B = max_B;
     if (rc) s->recomp = p;
     *out = s;
@@ -292,6 +301,7 @@ static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *
     s->att = m->scratch->att;
     s->full = m->scratch->full;
     s->ln_g = m->scratch->ln_g;
+    s->ln16 = m->scratch->ln16;
     s->max_B = max_B;
     *out = s;
     return PT_OK;

@@ -125,10 +125,10 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n) {
 /* The bf16 copies' elements: each held block's region, the head's wte. */
 static size_t w16_elems(const pt_model *m) {
     if (!m->bf16) return 0;
-    size_t n = 0;
+    size_t n = 0, C = (size_t)m->cfg.n_embd;
     for (int i = 1; i <= m->cfg.n_layer; i++)
-        if (m->owned[i]) n += m->mod_count[i];
-    return n + (m->owned[m->cfg.n_layer + 1] ? m->wte_numel : 0);
+        if (m->owned[i]) n += m->mod_count[i] + 4 * C; /* ln_2's 2C floats as 4C bf16 */
+    return (n + (m->owned[m->cfg.n_layer + 1] ? m->wte_numel : 0) + 1) & ~(size_t)1;
 }
 
 static pt_status w16_alloc(pt_model *m) {
@@ -136,9 +136,13 @@ static pt_status w16_alloc(pt_model *m) {
     if (!n) return PT_OK;
     int L = m->cfg.n_layer;
     m->w16 = calloc((size_t)L + 2, sizeof *m->w16);
+    m->ln2p = calloc((size_t)L + 2, sizeof *m->ln2p);
     m->w16_buf = pt_mem_alloc(PT_MEM_PARAMS, n * sizeof(pt_bf16));
-    if (!m->w16 || !m->w16_buf) return pt_error_set(PT_ERR_NOMEM, "bf16 weights");
-    pt_bf16 *p = m->w16_buf;
+    if (!m->w16 || !m->ln2p || !m->w16_buf) return pt_error_set(PT_ERR_NOMEM, "bf16 weights");
+    float *f = (float *)m->w16_buf; /* the fp32 ln_2 copies first: aligned */
+    for (int i = 1; i <= L; i++)
+        if (m->owned[i]) m->ln2p[i] = f, f += 2 * (size_t)m->cfg.n_embd;
+    pt_bf16 *p = (pt_bf16 *)f;
     for (int i = 1; i <= L; i++)
         if (m->owned[i]) m->w16[i] = p, p += m->mod_count[i];
     if (m->owned[L + 1]) m->wte16 = p;
@@ -148,7 +152,12 @@ static pt_status w16_alloc(pt_model *m) {
 void pt_model_round_weights(pt_model *m, int i) {
     if (!m->bf16) return;
     pt_module_kind k = pt_kind_of(m, i);
-    if (k == PT_MODULE_BLOCK) pt_bf16_from_f32(m->w16[i], m->mod_p[i], m->mod_count[i]);
+    if (k == PT_MODULE_BLOCK) {
+        size_t C = (size_t)m->cfg.n_embd;
+        pt_bf16_from_f32(m->w16[i], m->mod_p[i], m->mod_count[i]);
+        memcpy(m->ln2p[i], W(m, i, BLK_LN2_W), C * sizeof(float));
+        memcpy(m->ln2p[i] + C, W(m, i, BLK_LN2_B), C * sizeof(float));
+    }
     if (k == PT_MODULE_HEAD) pt_bf16_from_f32(m->wte16, HEAD_WTE(m), m->wte_numel);
 }
 
@@ -162,6 +171,7 @@ void pt_model_free(pt_model *m) {
     if (!m) return;
     pt_model_acts_free(m);
     pt_mem_free(m->w16_buf);
+    free(m->ln2p);
     free(m->w16);
     pt_mem_free(m->tied_g);
     pt_mem_free(m->tied_p);

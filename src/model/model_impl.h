@@ -38,8 +38,11 @@ struct pt_module_ctx {
     pt_act qkv;                 /* (N,3C) */
     pt_act att;  /* softmax probabilities: (B,NH,T,T); bf16 packed (pt_attention16_att_elems) */
     pt_act atty; /* (N,C) attention output before c_proj */
-    float *res2; /* (R,C) in + attention branch (fp32: a residual) */
-    pt_act ln2;  /* (R,C) */
+    float *res2; /* (R,C) in + attention branch (fp32; bf16: not kept) */
+    pt_act ln2;  /* (R,C) (bf16: not kept) */
+    /* bf16: ln_2's normalized input (R,C) in place of res2 and ln2: its
+     * backward reads it (pt_layernorm16_*), W recomputes ln2 from it */
+    pt_bf16 *xhat2;
     float *ln2_mean, *ln2_rstd; /* (R), (R) */
     pt_act fch, fch_gelu;       /* (N,4C) */
     /* head */
@@ -78,6 +81,9 @@ struct pt_module_scratch {
      * the embedding's lookup) and a LayerNorm's partial parameter gradient
      * (2C) before its all-reduce */
     float *full, *ln_g;
+    /* bf16: a LayerNorm output (R,C) between its computation and the
+     * product that reads it (ln_2's, not kept; its recompute in W) */
+    pt_bf16 *ln16;
     /* model.recompute: one block's activations that its context does not
      * keep (FULL: all; SELECTIVE: att, fch_gelu), for batches up to max_B:
      * the forward's transient ones (the model's scratch), the backward's
@@ -160,6 +166,10 @@ struct pt_model {
      * head's wte (vl rows). One PT_MEM_PARAMS allocation, w16_buf. */
     int bf16;
     pt_bf16 *w16_buf, **w16, *wte16;
+    /* bf16: block i's ln_2 weight and bias (2C, fp32) as of its forward, for
+     * W's recompute of ln_2's output: W must not read the parameters, which
+     * ZeRO-3 has freed by then. In w16_buf after the bf16 copies. */
+    float **ln2p;
     /* pipeline stage: owned[i] (all 1 for a whole model); mod_first[i] the
      * index of module i's first tensor in the table (-1: not held); the
      * tied wte copy of a stage with the head and not the embedding (NULL
@@ -271,9 +281,11 @@ pt_status pt_tp_whole_grad(pt_model *m, float *full, const float *rows, int N, i
                            const float **whole, const char *what);
 /* A LayerNorm's parameter gradients from its output gradient dout (N,C)
  * (this rank's rows of it under sequence parallelism, summed over the
- * group through s->ln_g), input x and statistics (R rows). */
+ * group through s->ln_g), input x and statistics (R rows), or (bf16, xhat
+ * non-NULL) the normalized input xhat. */
 pt_status pt_tp_ln_params(pt_model *m, pt_module_scratch *s, float *dw, float *db, float *dout,
-                          const float *x, const float *mean, const float *rstd, int N);
+                          const float *x, const pt_bf16 *xhat, const float *mean, const float *rstd,
+                          int N);
 /* The vocabulary-parallel cross-entropy of the head's context c: losses
  * and, in place of the logits (N, vl), dlogits weighted by b->dloss.
  * fp32: from the logits c holds (lnf, tmp unused); bf16: the logits
@@ -286,8 +298,14 @@ pt_status pt_tp_xent(pt_model *m, pt_module_ctx *c, const pt_batch *b, pt_act ln
  * (kernels.h). A linear is module i's weight tensor kw (its bias kw + 1,
  * or none); its fp32 output, where only the bf16 copy is kept, goes to
  * tmp (N,OC). */
-void pt_prec_layernorm(pt_model *m, pt_act out, float *mean, float *rstd, const float *x,
-                       const float *w, const float *b, int R, int C);
+/* bf16 with xhat non-NULL: xhat kept too (pt_layernorm_forward16). */
+void pt_prec_layernorm(pt_model *m, pt_act out, pt_bf16 *xhat, float *mean, float *rstd,
+                       const float *x, const float *w, const float *b, int R, int C);
+/* LayerNorm's input gradient (pt_layernorm_backward_input): from x, mean
+ * and rstd, or (bf16, xhat non-NULL) from xhat and rstd. */
+void pt_prec_layernorm_input(pt_model *m, float *dinp, const float *dres, const float *dout,
+                             const float *x, const pt_bf16 *xhat, const float *w, const float *mean,
+                             const float *rstd, int R, int C);
 void pt_prec_linear(pt_model *m, int i, int kw, pt_act out, float *tmp, pt_act inp, int N, int C,
                     int OC);
 void pt_prec_linear_gelu(pt_model *m, int i, int kw, pt_act pre, pt_act act, float *tmp, pt_act inp,

@@ -73,19 +73,23 @@ static pt_status block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_ba
     pt_act ln;
     /* bf16: the products' fp32 outputs that nothing keeps go to the
      * backward scratch's d_qkv and d_fch, free until B writes them */
-    pt_prec_layernorm(m, c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+    pt_prec_layernorm(m, c->ln1, NULL, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
                       W(m, i, BLK_LN1_B), R, C);
     PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather"));
     pt_prec_linear(m, i, BLK_QKV_W, c->qkv, s->d_qkv, ln, N, C, 3 * Cl);
     pt_prec_attention(m, c->atty, c->att, s->att, c->qkv, B, T, Cl, NHl);
-    PT_CHECK(pt_tp_row_linear_res(m, i, BLK_ATTPROJ_W, c->res2, x, c->atty, N, Cl, s->d_ln,
+    /* bf16 keeps ln_2's xhat instead of res2 and ln2: res2 lives in d_res2
+     * and ln2 in ln16 while the forward reads them */
+    float *res2 = m->bf16 ? s->d_res2 : c->res2;
+    pt_act ln2 = m->bf16 ? (pt_act){NULL, s->ln16} : c->ln2;
+    PT_CHECK(pt_tp_row_linear_res(m, i, BLK_ATTPROJ_W, res2, x, c->atty, N, Cl, s->d_ln,
                                   "attention c_proj sum"));
-    pt_prec_layernorm(m, c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
+    pt_prec_layernorm(m, ln2, c->xhat2, c->ln2_mean, c->ln2_rstd, res2, W(m, i, BLK_LN2_W),
                       W(m, i, BLK_LN2_B), R, C);
-    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather"));
+    PT_CHECK(pt_tp_col_input(m, s, ln2, N, &ln, "ln_2 all-gather"));
     pt_prec_linear_gelu(m, i, BLK_FC_W, c->fch, c->fch_gelu, s->d_fch, ln, N, C, 4 * Cl);
     if (!out) return PT_OK;
-    return pt_tp_row_linear_res(m, i, BLK_FCPROJ_W, out, c->res2, c->fch_gelu, N, 4 * Cl, s->d_ln,
+    return pt_tp_row_linear_res(m, i, BLK_FCPROJ_W, out, res2, c->fch_gelu, N, 4 * Cl, s->d_ln,
                                 "MLP c_proj sum");
 }
 
@@ -109,8 +113,8 @@ static pt_status block_input(pt_model *m, int i, pt_module_ctx *c, const pt_batc
     pt_prec_linear_input_gelu_set(m, i, BLK_FCPROJ_W, s->d_fch, *d_out, c->fch, N, 4 * Cl, C);
     pt_prec_linear_input_set(m, i, BLK_FC_W, s->d_ln, s->d_fch, N, C, 4 * Cl);
     PT_CHECK(pt_tp_row_sum(m, s->d_ln, N, &d_ln2, "MLP c_fc input-gradient sum"));
-    pt_layernorm_backward_input(d_res2, dout, d_ln2, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
-                                c->ln2_rstd, R, C);
+    pt_prec_layernorm_input(m, d_res2, dout, d_ln2, c->res2, c->xhat2, W(m, i, BLK_LN2_W),
+                            c->ln2_mean, c->ln2_rstd, R, C);
     /* attention: res2 = x + attn(x), from the whole d(res2) */
     PT_CHECK(
         pt_tp_whole_grad(m, s->d_res2, NULL, N, 1, &whole, "attention c_proj gradient all-gather"));
@@ -136,14 +140,21 @@ static pt_status block_weight(pt_model *m, int i, pt_module_ctx *c, const pt_bat
     /* c_proj's from the whole output gradient (the row-parallel bias's the
      * same on every rank) */
     pt_prec_linear_weight(m, i, BLK_FCPROJ_W, d_out, c->fch_gelu, N, 4 * Cl, C);
-    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather (weight gradient)"));
+    pt_act ln2 = c->ln2;
+    if (m->bf16) { /* ln_2's output again, bit for bit, from its xhat (and the
+                    * forward's ln_2 parameters: ZeRO-3 freed the module's) */
+        pt_layernorm_out16(s->ln16, NULL, c->xhat2, NULL, NULL, m->ln2p[i], m->ln2p[i] + C,
+                           pt_tp_rows_held(m, N), C);
+        ln2 = (pt_act){NULL, s->ln16};
+    }
+    PT_CHECK(pt_tp_col_input(m, s, ln2, N, &ln, "ln_2 all-gather (weight gradient)"));
     pt_prec_linear_weight(m, i, BLK_FC_W, s->d_fch, ln, N, C, 4 * Cl);
     PT_CHECK(pt_tp_ln_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
-                             c->ln2_mean, c->ln2_rstd, N));
+                             c->xhat2, c->ln2_mean, c->ln2_rstd, N));
     pt_prec_linear_weight(m, i, BLK_ATTPROJ_W, s->d_res2, c->atty, N, Cl, C);
     PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather (weight gradient)"));
     pt_prec_linear_weight(m, i, BLK_QKV_W, s->d_qkv, ln, N, C, 3 * Cl);
-    return pt_tp_ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
+    return pt_tp_ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in, NULL,
                            c->ln1_mean, c->ln1_rstd, N);
 }
 
@@ -157,7 +168,7 @@ static pt_status head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_bat
     int N = b->B * b->T, C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
     pt_module_scratch *s = scratch_of(m, c);
     pt_act lnf;
-    pt_prec_layernorm(m, c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
+    pt_prec_layernorm(m, c->lnf, NULL, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
                       W(m, i, HEAD_LNF_B), R, C);
     PT_CHECK(pt_tp_col_input(m, s, c->lnf, N, &lnf, "ln_f all-gather"));
     /* bf16: the logits' fp32 blocks in d_fch (pt_xent_block_cols) */
@@ -192,7 +203,7 @@ static pt_status head_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batc
     pt_act lnf;
     PT_CHECK(pt_tp_col_input(m, s, c->lnf, N, &lnf, "ln_f all-gather (weight gradient)"));
     pt_prec_head_weight(m, c, lnf, N);
-    return pt_tp_ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+    return pt_tp_ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in, NULL,
                            c->lnf_mean, c->lnf_rstd, N);
 }
 

@@ -17,12 +17,21 @@
 
 #include <string.h>
 
-void pt_prec_layernorm(pt_model *m, pt_act out, float *mean, float *rstd, const float *x,
-                       const float *w, const float *b, int R, int C) {
+void pt_prec_layernorm(pt_model *m, pt_act out, pt_bf16 *xhat, float *mean, float *rstd,
+                       const float *x, const float *w, const float *b, int R, int C) {
     if (m->bf16)
-        pt_layernorm_forward16(out.h, NULL, mean, rstd, x, w, b, R, C);
+        pt_layernorm_forward16(out.h, xhat, mean, rstd, x, w, b, R, C);
     else
         pt_layernorm_forward(out.f, mean, rstd, x, w, b, R, C);
+}
+
+void pt_prec_layernorm_input(pt_model *m, float *dinp, const float *dres, const float *dout,
+                             const float *x, const pt_bf16 *xhat, const float *w, const float *mean,
+                             const float *rstd, int R, int C) {
+    if (m->bf16 && xhat)
+        pt_layernorm16_backward_input(dinp, dres, dout, xhat, w, rstd, R, C);
+    else
+        pt_layernorm_backward_input(dinp, dres, dout, x, w, mean, rstd, R, C);
 }
 
 void pt_prec_linear(pt_model *m, int i, int kw, pt_act out, float *tmp, pt_act inp, int N, int C,

@@ -140,16 +140,25 @@ pt_status pt_tp_whole_grad(pt_model *m, float *full, const float *rows, int N, i
     return m->sp ? allgather(m, full, (size_t)N * C, what) : PT_OK;
 }
 
+/* dw, db += the parameter gradients of R rows. */
+static void ln_params(float *dw, float *db, const float *dout, const float *x, const pt_bf16 *xhat,
+                      const float *mean, const float *rstd, int R, int C) {
+    if (xhat)
+        pt_layernorm16_backward_params(dw, db, dout, xhat, R, C);
+    else
+        pt_layernorm_backward_params(dw, db, dout, x, mean, rstd, R, C);
+}
+
 pt_status pt_tp_ln_params(pt_model *m, pt_module_scratch *s, float *dw, float *db, float *dout,
-                          const float *x, const float *mean, const float *rstd, int N) {
+                          const float *x, const pt_bf16 *xhat, const float *mean, const float *rstd,
+                          int N) {
     int C = m->cfg.n_embd;
     if (!m->sp) {
-        pt_layernorm_backward_params(dw, db, dout, x, mean, rstd, N, C);
+        ln_params(dw, db, dout, x, xhat, mean, rstd, N, C);
         return PT_OK;
     }
     memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
-    pt_layernorm_backward_params(s->ln_g, s->ln_g + C, pt_tp_rows(m, dout, N), x, mean, rstd,
-                                 N / m->tp, C);
+    ln_params(s->ln_g, s->ln_g + C, pt_tp_rows(m, dout, N), x, xhat, mean, rstd, N / m->tp, C);
     PT_CHECK(pt_tp_allreduce(m, s->ln_g, 2 * (size_t)C,
                              "sequence-parallel LayerNorm gradient all-reduce"));
     for (int c = 0; c < C; c++) {

