@@ -60,7 +60,7 @@ static void safetensors_seeds(void) {
     free(b);
     pt_ckpt_group g[2] = {{"m", pt_model_params(m)}, {"v", pt_model_params(m)}};
     const char *meta[] = {"rank", "0", "ranks", "2", NULL};
-    if (pt_st_write_groups(tmp, m, meta, g, 2, NULL, NULL) != PT_OK) exit(1);
+    if (pt_st_write_groups(tmp, m, meta, g, 2) != PT_OK) exit(1);
     b = slurp(tmp, &n);
     put("safetensors", "rank0.safetensors", b, n, NULL, 0);
     free(b);

@@ -30,7 +30,16 @@
  * last-error message names the rank at fault and the operation. The first
  * rank to notice a fault decides the verdict for the whole job: the others'
  * waits return at once with the same message. After an error the
- * communicator is unusable except for pt_comm_free. */
+ * communicator is unusable except for pt_comm_free.
+ *
+ * Flight recorder: every communicator keeps a ring of its last operations
+ * (sequence number, op, bytes, peer, state, start and end time), always
+ * on, and every rank publishes how far it got in each group. When a job
+ * fault ends an operation, the job's one line names the laggards (the
+ * ranks that never arrived) with the group, the op and its sequence
+ * number, and what each laggard last completed; with pt_comm_set_flight
+ * every surviving rank writes its rings (one JSON file per rank,
+ * `partrain flight` merges them). docs/comm.md, "Flight recorder". */
 #ifndef PARTRAIN_COMM_H
 #define PARTRAIN_COMM_H
 
@@ -90,6 +99,30 @@ size_t pt_comm_lazy_bytes(const char *backend, int size, pt_comm_op op, size_t b
 /* Waits for queued operations, then frees. NULL is a no-op. */
 void pt_comm_free(pt_comm *c);
 
+/* Where every surviving rank of this process's job writes its flight
+ * recorder after a job fault (and on SIGTERM): a directory (ending in '/',
+ * or one that exists: DIR/flight-rankR.json, made when missing) or a path
+ * prefix (PREFIX-rankR.json); NULL or "": nowhere (the default). Copied;
+ * for the whole process. `partrain train` passes the config key
+ * log.flight. */
+void pt_comm_set_flight(pt_comm *world, const char *path);
+/* comm.check_order, a debug mode: before every collective on c (split
+ * included) its members compare (op, bytes, root, sequence number) and
+ * stop the job at the first mismatch, naming both ranks and both
+ * operations (one small all-gather per collective). Communicators split
+ * from c afterwards inherit it. Every member sets it alike, before its
+ * next operation on c. PT_ERR_NOMEM when the exchange's buffer cannot be
+ * had. */
+pt_status pt_comm_set_check_order(pt_comm *c, int on);
+/* Name c by its role in the job, for the flight recorder and failure
+ * messages: role (at most 8 characters: "world", "aux", "dp", "tp", "pp",
+ * "mp", ...) and the index of the group among the groups of that role
+ * (< 0: none), so that c reads "dp group 1" or "aux". Every member names
+ * its group alike. A communicator nobody named is called after its parent
+ * and the split that made it ("world.3", "pp group 0.2"); the world is
+ * "world". */
+void pt_comm_set_name(pt_comm *c, const char *role, int index);
+
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);
 const char *pt_comm_backend_name(const pt_comm *c);
@@ -100,6 +133,13 @@ const char *pt_comm_backend_name(const pt_comm *c);
  * caller then prints nothing of its own, so that the job shows one line.
  * 0: print the error as usual. */
 int pt_comm_fault_reported(const pt_comm *c, pt_status st);
+/* 1 when st, which an operation of this process returned (its message
+ * the thread's last error), is a job fault that a restart may get past: a
+ * rank died, stalled or did not take part. 0 for operations out of order
+ * (comm.check_order: a restart meets them again), Ctrl-C, and any other
+ * error. `partrain train` exits 3 for them under mpirun
+ * (scripts/mpirun-restart.sh restarts on it). */
+int pt_comm_fault_restartable(pt_status st);
 /* Whether this process prints the job's error line: 1 for the first rank
  * of a launched shm job to ask (later ones get 0 and print nothing, so
  * that the job shows one line however many ranks hit the same error), and
@@ -214,6 +254,23 @@ uint64_t pt_comm_sent_bytes(const pt_comm *c);
 typedef int (*pt_rank_main)(void *arg);
 pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
                     int *exit_code);
+
+/* How a launched job ended, for a launcher that restarts failed jobs. */
+typedef struct {
+    int exit_code; /* as pt_launch's */
+    int fault;     /* 1: a rank died (a signal, or a non-zero exit without an error line of its
+                      own), stalled or stopped taking part: a restart may help. 0: success,
+                      Ctrl-C, or an error a rank reported (it would happen again) */
+    int culprit;   /* the world rank at fault (the first to die, or the verdict's), -1: none */
+} pt_launch_result;
+/* pt_launch, telling how the job ended in *res. */
+pt_status pt_launch_job(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                        pt_launch_result *res);
+
+/* The fault-injection knob PT_FAULT (docs/architecture.md, "Debugging
+ * knobs") is ignored from here on, in this process and the ranks it forks
+ * later: a restarted job runs clean. */
+void pt_comm_faults_off(void);
 
 #ifdef __cplusplus
 }

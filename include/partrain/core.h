@@ -301,13 +301,14 @@ typedef struct {
     pt_knob_type type;   /* how the value parses */
     const char *def;     /* the default, as it would be written in the environment */
     double min, max;     /* numbers: the allowed range */
-    const char *choices; /* strings: the allowed values, "a|b|c" */
+    const char *choices; /* strings: the allowed values, "a|b|c"; NULL: any text (< 256 bytes) */
     const char *doc;     /* one line */
 } pt_knob_info;
 
 long pt_knob_int(const char *name);
 double pt_knob_float(const char *name);
-/* One of the knob's choices (a static string, never NULL). */
+/* One of the knob's choices, or a free knob's text (a static string, never
+ * NULL). */
 const char *pt_knob_str(const char *name);
 /* 1 when the environment sets the knob (non-empty), valid or not. */
 int pt_knob_is_set(const char *name);

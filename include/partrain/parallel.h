@@ -166,6 +166,57 @@ typedef struct {
 /* Add c's counters (NULL: nothing) to group g of k. */
 void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c);
 
+/* ---- checkpoint state: what an entry holds that a checkpoint carries ----
+ * An entry's `state` slot lists its state as REGIONS of this rank's flat
+ * layout (the model's: its tp slice of its stage's modules), each a named
+ * set of tensors ("params", "optim_m", "optim_v", "stale.step_5.sum",
+ * "outer.anchor", ...) that the checkpoint stores in full-tensor terms
+ * (GPT-2's names and shapes) and reads back by slice (trainer_ckpt.c). A
+ * region says how the dp group holds it, which decides who writes it:
+ *   replica  -1: one state of the whole group (every rank that holds an
+ *            element holds the same value: the model under sync, ZeRO's
+ *            shards, a stale round's sum); else the dp index whose OWN
+ *            state it is (local SGD's and dga's parameters and moments,
+ *            dga's local gradients), stored per replica;
+ *   copy, copies  the region's elements are held alike by `copies` ranks of
+ *            the dp group, this rank being `copy`: it writes part `copy` of
+ *            `copies` of the region (pt_comm_shard), so that replicas spread
+ *            the writing; a region that is this rank's alone: 0, 1.
+ * (Replicas across the tp group, tensors every tp rank holds whole, are
+ * the checkpoint's to split: the entry does not see tp.)
+ * The modes of a visit:
+ *   SAVE     list what to write; an entry first completes what is in
+ *            flight that the regions read (stale: the rounds), and reports
+ *            optim_t and pipeline_start;
+ *   LOAD     list what to fill (the checkpoint's step, optim_t and
+ *            pipeline_start given: the entry sets them before listing, as
+ *            they decide what it lists); an entry drops what it gathered
+ *            (ZeRO-3's units) first;
+ *   RESTART  the checkpoint holds no per-replica state this run can
+ *            continue from (another dp, another mode): after the main files
+ *            are loaded, an entry starts its own state fresh from them
+ *            (stale's pipeline from this step, local SGD's outer anchor
+ *            from the parameters, momentum 0); lists nothing. */
+typedef enum { PT_STATE_SAVE, PT_STATE_LOAD, PT_STATE_RESTART } pt_state_mode;
+typedef struct {
+    const char *name; /* the tensor set (copied by the visitor) */
+    int replica;      /* -1: the group's one state; else the dp index whose own state */
+    size_t off, n;    /* elements [off, off + n) of the flat layout */
+    float *data;      /* their n floats (lent) */
+    int copy, copies; /* this rank writes part copy of copies */
+} pt_state_region;
+typedef struct pt_state_visit {
+    pt_state_mode mode;
+    long step;          /* steps taken: the checkpoint's step */
+    int optim_t;        /* SAVE: out (the optimizer's update count; step by default);
+                           LOAD: in */
+    int pipeline_start; /* stale: the step its pipeline (re)started at; SAVE: out, LOAD: in */
+    /* called once per region, in a fixed order (the same on every rank of a
+     * dp group); an error stops the visit */
+    pt_status (*region)(struct pt_state_visit *v, const pt_state_region *r);
+    void *arg; /* the visitor's */
+} pt_state_visit;
+
 /* The points. p: the module pass (model.h's pt_hook_point). */
 typedef struct pt_strategy_ops {
     const char *name; /* "ddp", "zero", "tied", ... (tests find entries by it) */
@@ -194,6 +245,8 @@ typedef struct pt_strategy_ops {
     /* add the cumulative counters of the communicators the entry made for
      * itself (NULL: it runs on the trainer's groups only) */
     void (*counts)(void *self, pt_comm_counts *k);
+    /* the entry's checkpoint state (above); NULL: it holds none */
+    pt_status (*state)(void *self, pt_state_visit *v);
     void (*free)(void *self);
 } pt_strategy_ops;
 
@@ -237,15 +290,25 @@ pt_status pt_stack_update(pt_stack *s, pt_update *u);
 void pt_stack_stats(pt_stack *s, pt_sync_stats *out);
 /* Every entry's counts, added to k. */
 void pt_stack_counts(pt_stack *s, pt_comm_counts *k);
+/* Every entry's state slot in stack order (a checkpoint's save, load or
+ * restart); the first error stops it. */
+pt_status pt_stack_state(pt_stack *s, pt_state_visit *v);
 
 /* The entries that are not a synchronizer's own (strategies.c):
  *   optimizer  AdamW or SGD over the whole flat buffer (one worker, sync
  *              data parallel, stale, local SGD): the update point clips by
- *              the global norm and steps on u->grads. opt lent.
+ *              the global norm and steps on u->grads. opt lent. Its state
+ *              (the parameters, its moments) is held as `share` says: alike
+ *              on every dp rank (sync, stale delayed: {-1, dp index, dp})
+ *              or each rank's own (local SGD, dga: {dp index, 0, 1}).
  *   tp norm    the split tensors' part of the norm summed over the tp group
  *   pp norm    the whole sum summed over the pipeline's stages
  * Each returns an empty entry (ops NULL) where its group is NULL. */
-pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace);
+typedef struct {
+    int replica, copy, copies; /* as in pt_state_region */
+} pt_state_share;
+pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace,
+                                pt_state_share share);
 pt_status pt_tp_norm_strategy(pt_strategy *out, pt_comm *tp);
 pt_status pt_pp_norm_strategy(pt_strategy *out, pt_comm *pp);
 /* The tied embedding's sync across a pipeline, "tied" (tied.c): the head's
@@ -324,8 +387,10 @@ void pt_ddp_take_stats(pt_ddp *d, pt_sync_stats *out);
  *                s + k (the first k steps apply nothing), or with dga the
  *                correction of delayed gradient averaging (the local
  *                gradient corrected by the average of k steps ago).
- * *handle (may be NULL) is lent for checkpoints: the stale rounds in
- * flight and dga's local gradients are per-rank state. */
+ * *handle (may be NULL) is lent (the buckets, for the trainer's log). Its
+ * checkpoint state (the state slot): the rounds in flight, each one's
+ * all-reduced sum (alike on every rank) and dga's local gradient of it
+ * (each rank's own), and the step its pipeline started at. */
 typedef struct pt_dp_sync pt_dp_sync;
 typedef struct {
     size_t bucket_bytes;
@@ -337,12 +402,6 @@ typedef struct {
 pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
                               const pt_dp_sync_options *o, pt_trace *trace);
 pt_ddp *pt_dp_sync_ddp(pt_dp_sync *s);
-/* dga: this rank's own gradient of the step in slot `slot` (NULL without dga). */
-float *pt_dp_sync_dga_local(pt_dp_sync *s, int slot);
-/* The step the stale pipeline (re)started at (0, or a resume that could
- * not continue it): step s's round is applied at s + k when s >= it. */
-int pt_dp_sync_start(const pt_dp_sync *s);
-void pt_dp_sync_set_start(pt_dp_sync *s, int step);
 
 /* ---- sharded data parallel (ZeRO stages 1, 2, 3 / FSDP; HSDP) ------------------------
  * Sharding unit: each MODULE's region of the flat buffers is split over the
@@ -428,28 +487,19 @@ void pt_zero_counts(const pt_zero *z, pt_comm_counts *k);
 /* Collective over the group: a full-length buffer (n floats, the
  * caller's) receives the full parameters on every rank. */
 pt_status pt_zero_gather_params(pt_zero *z, float *full);
-/* The parameters or a moment to one rank, a module at a time: the first
- * shard group's rank 0 (dp rank 0; pt_zero_is_root) receives module i's
- * region (pt_model_module_region's count floats) in buf, every other rank
- * of that group sends its slice of it (buf NULL), and the other groups
- * (HSDP: copies of the same state) return at once; every rank takes the
- * modules in the same order. A checkpoint's gather: one rank writes the
- * files, holding one module (an all-gather's full-length scratch on every
- * rank was dp times the memory). Call it only for a state the rule has
- * (SGD without momentum: neither moment; SGD: no second); loading ignores
- * NULL buffers. */
-typedef enum { PT_ZERO_PARAMS, PT_ZERO_M, PT_ZERO_V } pt_zero_state;
-int pt_zero_is_root(const pt_zero *z);
-pt_status pt_zero_gather_module(pt_zero *z, pt_zero_state what, int i, float *buf);
+/* The checkpoint state (the entry's state slot, pt_state_visit): per
+ * module, this rank's parameters (the whole module's where it holds them
+ * whole: stages 1, 2 and modules kept whole, written a part per dp rank;
+ * else its shard) and its shards of the moments, HSDP's groups splitting
+ * the writing of their copies. */
+pt_status pt_zero_state(pt_zero *z, pt_state_visit *v);
 /* ZeRO as a stack entry "zero" over the dp group (zero_strategy.c): its
  * points gather, release and reduce-scatter; its update is the sharded
- * optimizer step (in place of the optimizer entry). *handle (may be NULL)
- * is lent for checkpoints. */
+ * optimizer step (in place of the optimizer entry); its state slot is
+ * pt_zero_state's. *handle (may be NULL) is lent (the test seam's gather
+ * of the parameters). */
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,
                            const pt_zero_options *o, const pt_adamw_hparams *hp, pt_trace *trace);
-/* Take this rank's slices of full-length tensors (e.g. from a checkpoint). */
-void pt_zero_load_params(pt_zero *z, const float *full);
-void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t);
 /* Bytes of AdamW state this rank holds. */
 size_t pt_zero_optim_bytes(const pt_zero *z);
 /* Record the hooks' all-gathers / reduce-scatters (comm track) and waits
@@ -521,7 +571,9 @@ pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params);
 /* Local SGD as a stack entry "local_sgd" over the dp group, after the
  * optimizer entry: each rank weighs its loss by its own tokens and steps on
  * its own; every sync_every steps (and at the last) the parameters are
- * averaged. *handle (may be NULL) is lent for checkpoints. */
+ * averaged. Its checkpoint state (the state slot): the outer anchor and
+ * momentum (nesterov), alike on every rank. *handle (may be NULL) is
+ * lent. */
 typedef struct {
     int sync_every;
     int nesterov;
@@ -529,10 +581,6 @@ typedef struct {
 } pt_local_sgd_options;
 pt_status pt_local_sgd_strategy(pt_strategy *out, pt_local_sgd **handle, pt_model *m, pt_comm *dp,
                                 const pt_local_sgd_options *o, pt_trace *trace);
-/* Outer state (lent) for checkpoints: anchor and momentum, n floats each
- * (NULL without nesterov); a checkpoint saves and reloads them in place. */
-float *pt_local_sgd_anchor(pt_local_sgd *l);
-float *pt_local_sgd_momentum(pt_local_sgd *l);
 
 #ifdef __cplusplus
 }

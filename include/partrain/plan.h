@@ -178,11 +178,12 @@ typedef struct {
     double cat[PT_MEM_NCAT];
     double slack;
     double total; /* the largest over ranks of the rank's sum */
-    /* fp32: what a checkpoint save adds on top (not in total): dp rank 0
-     * receives ZeRO's shards, world rank 0 assembles the whole model's
-     * tensor and a member's slice, one tensor at a time; in `max`, what
-     * the largest saving rank needs beyond max.total. bf16 (a GPU's save
-     * goes through host memory): 0. A layout fits when total + save does. */
+    /* fp32: what a checkpoint save adds on top (not in total): nothing
+     * for a synchronous save (every rank writes its slices from its own
+     * buffers), the rank's staged write share under checkpoint.async; in
+     * `max`, what the largest saving rank needs beyond max.total. bf16 (a
+     * GPU's save goes through host memory): 0. A layout fits when total +
+     * save does. */
     double save;
 } pt_plan_mem_rank;
 

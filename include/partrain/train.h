@@ -17,12 +17,13 @@
  * pt_trainer_new_dist over the world communicator; each draws the same
  * GLOBAL batch from the same data RNG and computes its contiguous share;
  * gradients are synchronized per parallel.sync (parallel.h). Rank 0 writes
- * metrics, progress, checkpoints and the merged trace; every rank takes part
- * in validation (each its share of the windows).
+ * metrics, progress and the merged trace, every rank its slices of the
+ * checkpoints; every rank takes part in validation (each its share of the
+ * windows).
  *
  * ZeRO (parallel.zero 1-3, parallel.zero_group for HSDP): optimizer state,
  * gradients and parameters sharded over the dp ranks (parallel.h, pt_zero);
- * checkpoints still hold full tensors (gathered before saving).
+ * checkpoints still hold full tensors (each rank writes its shards).
  *
  * Tensor and pipeline parallelism (parallel.tp, parallel.pp) compose with
  * both over the mesh (parallel.h, pt_mesh); the pipeline's runtime is
@@ -76,13 +77,17 @@ typedef struct {
     struct {
         char dir[PT_CONFIG_STR_MAX];
         int every;
-        int keep; /* newest step directories kept (0: all) */
+        int keep;            /* newest step directories kept (0: all) */
+        int async;           /* a writer thread saves while training goes on */
+        int drop_rank_state; /* resume: restart per-rank state that cannot carry over */
     } checkpoint;
     struct {
-        double timeout; /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        double timeout;  /* comm.timeout: seconds before a silent or stalled rank ends the job */
+        int check_order; /* comm.check_order: every collective's (op, bytes, #) compared first */
     } comm;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];
+        char flight[PT_CONFIG_STR_MAX]; /* log.flight: flight recorder dumps (dir/ or prefix) */
         int every;
         int probe; /* the speed probe after each step, in the metrics (kernels.h) */
     } log;
@@ -160,16 +165,21 @@ void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets
  * from pt_trainer_new_dist to pt_trainer_free: a second trainer on it is
  * refused; checkpoint.keep prunes old steps.
  *
- * Extension for parallel.sync = stale / local_sgd with dp > 1, whose ranks
- * hold state that differs or that the main files lack: the main files are
- * rank 0's, and rank<r>.safetensors (one per rank, in the same directory,
- * written by rank 0 through the same temporary directory) hold rank r's
- * parameters and moments where they differ, the stale gradient rounds in
- * flight, dga's local gradients and the outer Nesterov state, as groups of
- * the model's tensors under "<prefix>.<GPT-2 name>"; state.json's
- * "rank_state" names them. Resuming at the same layout continues bitwise;
- * under another one, every rank starts from rank 0's model (one warning);
- * docs/parallel.md has the details. */
+ * Every rank writes the slices it holds straight into these files at
+ * their offsets (tensor-parallel slices, pipeline stages, ZeRO shards;
+ * replicas share the writing; only metadata travels) and reads back only
+ * what it keeps, so any layout resumes a checkpoint of any other;
+ * checkpoint.async writes from a copy on a thread of its own. Under
+ * parallel.sync = stale / local_sgd with dp > 1 the ranks hold state the
+ * main files lack (the stale rounds in flight, dga's local gradients, each
+ * dp index's own parameters and moments, the outer Nesterov state): it
+ * goes, in full-tensor terms too, to sync.safetensors (what every rank
+ * holds alike) and replica<d>.safetensors (dp index d's own), groups of
+ * the model's tensors under "<group>.<GPT-2 name>" that state.json's
+ * "rank_state" lists. It continues exactly where it means the same (the
+ * same mode and dp at any tp and pp; stale delayed at any dp) and is
+ * refused in one line elsewhere unless checkpoint.drop_rank_state;
+ * docs/parallel.md ("Checkpoints") has the details. */
 
 /* Write buf, laid out like the model's parameters (the parameters
  * themselves, or an optimizer moment), as a safetensors file with the model's
@@ -351,13 +361,20 @@ pt_status pt_trainer_step_batch(pt_trainer *t, const int *inputs, const int *tar
 pt_status pt_trainer_validate(pt_trainer *t, float *val_loss);
 
 /* Save a checkpoint of the current state to checkpoint.dir. Collective
- * under data parallelism (every rank calls it; rank 0 writes; stale rounds
- * in flight are completed first); every rank gets rank 0's status. */
+ * (every rank calls it and writes its own slices; stale rounds in flight
+ * are completed first); every rank gets the same status, the first failing
+ * rank's. With checkpoint.async it returns once this rank's slices are
+ * copied aside (after waiting for the previous save, whose status it
+ * returns), and a writer thread saves them. */
 pt_status pt_trainer_save(pt_trainer *t);
+/* Wait for the asynchronous save in flight: its status, the same on every
+ * rank (PT_OK when none). pt_trainer_run waits at its end, and
+ * pt_trainer_free waits too (a failure is then only logged). */
+pt_status pt_trainer_save_wait(pt_trainer *t);
 /* Load checkpoint.dir/latest (model, optimizer, step, data position, and
- * this rank's rank<r>.safetensors when the layout is the saved one).
- * Collective under data parallelism: when any rank fails, every rank
- * returns that rank's one-line message. */
+ * the per-rank state where it carries over), each rank reading only the
+ * bytes it keeps. Collective: when any rank fails, every rank returns that
+ * rank's one-line message. */
 pt_status pt_trainer_resume(pt_trainer *t);
 
 /* What the run was planned to be (train --plan, --layout auto): a JSON

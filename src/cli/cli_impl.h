@@ -16,6 +16,7 @@ int pt_cli_sample(int argc, char **argv);
 int pt_cli_bench(int argc, char **argv);
 int pt_cli_plan(int argc, char **argv);
 int pt_cli_calibrate(int argc, char **argv);
+int pt_cli_flight(int argc, char **argv);
 int pt_cli_report(int argc, char **argv);
 
 /* ---- shared helpers (cli_common.c) ---- */
@@ -89,6 +90,31 @@ pt_status pt_cli_layout_auto(pt_config *cfg, const pt_cli_config_args *a, int wo
  * with "source" and "path" added (malloc'd; NULL when it cannot be read:
  * the file was loaded before, the run goes on without it). */
 char *pt_cli_plan_file_json(const char *path);
+
+/* ---- train's launches and restarts (cli_train.c, cli_restart.c) ---- */
+
+/* Launch cfg's job on nproc ranks of this machine (the shm launcher),
+ * resuming from checkpoint.dir/latest when resume, plan the run record's
+ * plan (NULL: none): 0 when it succeeded, 1 when it failed (*res says how;
+ * its line is printed), 2 when it could not start (refused before any
+ * rank: a line said why). */
+int pt_cli_launch(const pt_config *cfg, int nproc, int resume, const char *plan,
+                  pt_launch_result *res);
+/* --max-restarts and --elastic (cli_restart.c). */
+typedef struct {
+    int max_restarts, elastic;
+    const char *cluster;            /* --cluster: the elastic planner's cluster (NULL: this
+                                       machine's profile) */
+    const pt_cli_config_args *args; /* the command line's --config and --set */
+} pt_cli_restart;
+/* The job, and up to r->max_restarts restarts of it after job faults (one
+ * line each): 0 when a run ended well, 1 otherwise. cfg and *plan (the run
+ * record's, malloc'd or NULL) change with an elastic restart's layout. */
+int pt_cli_train_restarts(pt_config *cfg, int nproc, int resume, char **plan,
+                          const pt_cli_restart *r);
+/* 1 with the step directory in stepdir when checkpoint.dir holds a
+ * checkpoint to resume from; 0 otherwise (no error left behind). */
+int pt_cli_checkpoint_exists(const pt_config *cfg, char *stepdir, size_t n);
 
 /* A --checkpoint argument (a checkpoint directory with `latest`, or one step
  * directory): the step directory into stepdir (n bytes) and the config it

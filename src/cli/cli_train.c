@@ -1,43 +1,66 @@
 /* partrain train: build the config (defaults < --config FILE < --set, in
  * order), then run the trainer, optionally resuming from
  * checkpoint.dir/latest: one worker, or data parallel with --nproc N (the
- * shm launcher forks N ranks) or --backend mpi (under mpirun, each process a
- * rank). Errors: one line "partrain: ..." (with the rank) and exit 1. */
+ * shm launcher forks N ranks, and restarts a failed job with
+ * --max-restarts: cli_restart.c) or --backend mpi (under mpirun, each
+ * process a rank). Errors: one line "partrain: ..." (with the rank) and
+ * exit 1. */
 #include "cli_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "partrain/comm.h"
 #include "partrain/plan.h"
 #include "partrain/train.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: partrain train [--config FILE | --plan FILE] [--set key=value ...]\n"
-               "                      [--layout auto [--cluster FILE]] [--resume]\n"
-               "                      [--nproc N | --backend shm|mpi]\n\n"
-               "  --config FILE    JSON config (see configs/default.json)\n"
-               "  --plan FILE      a plan file (partrain plan --write): its config, as planned;\n"
-               "                   --set still applies on top\n"
-               "  --layout auto    the planner picks the layout for the --nproc ranks (default\n"
-               "                   1) and says why: the layout keys given by --set stay fixed,\n"
-               "                   the config file's are replaced (docs/plan.md)\n"
-               "  --cluster FILE   with --layout auto: plan on this cluster description instead\n"
-               "                   of this machine's profile (partrain calibrate, measured once\n"
-               "                   and cached)\n"
-               "  --set key=value  override one key (repeatable, applied after --config)\n"
-               "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
-               "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
-               "                   must be N\n"
-               "  --backend B      communication backend of this process's world (mpi: under\n"
-               "                   mpirun -np N, each process a rank)\n\n"
-               "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
-               "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
-               "checkpoint.dir a directory or not exist yet; a FIFO, device, socket, or a\n"
-               "directory where a file goes (a file where a directory goes), is refused.\n"
-               "log.trace and checkpoint files are replaced whole or not at all; log.metrics\n"
-               "is written line by line, each write checked.\n\n");
+    fprintf(
+        f,
+        "usage: partrain train [--config FILE | --plan FILE] [--set key=value ...]\n"
+        "                      [--layout auto [--cluster FILE]] [--resume[=auto]]\n"
+        "                      [--nproc N [--max-restarts K [--elastic]] | --backend shm|mpi]\n\n"
+        "  --config FILE    JSON config (see configs/default.json)\n"
+        "  --plan FILE      a plan file (partrain plan --write): its config, as planned;\n"
+        "                   --set still applies on top\n"
+        "  --layout auto    the planner picks the layout for the --nproc ranks (default\n"
+        "                   1) and says why: the layout keys given by --set stay fixed,\n"
+        "                   the config file's are replaced (docs/plan.md)\n"
+        "  --cluster FILE   with --layout auto: plan on this cluster description instead\n"
+        "                   of this machine's profile (partrain calibrate, measured once\n"
+        "                   and cached)\n"
+        "  --set key=value  override one key (repeatable, applied after --config)\n"
+        "  --resume         continue from checkpoint.dir/latest (bitwise the same run)\n"
+        "  --resume=auto    the same when checkpoint.dir holds a checkpoint, else start\n"
+        "                   from the beginning (what a restart does: mpirun-restart.sh)\n"
+        "  --nproc N        fork N ranks on this machine (shm); parallel.dp x tp x pp\n"
+        "                   must be N\n"
+        "  --max-restarts K with --nproc: when a rank dies, stalls or stops taking part,\n"
+        "                   start the job again from the newest checkpoint (needs\n"
+        "                   checkpoint.dir), at most K times, one line each; an error a\n"
+        "                   rank reports itself is not restarted (docs/comm.md)\n"
+        "  --elastic        with --max-restarts: restart with the ranks that are left (one\n"
+        "                   fewer each time) on the layout the planner picks for them\n"
+        "                   (--layout auto's; --cluster FILE, else this machine's\n"
+        "                   profile), the --set layout keys held but parallel.dp, tp, pp\n"
+        "  --backend B      communication backend of this process's world (mpi: under\n"
+        "                   mpirun -np N, each process a rank)\n\n"
+        "Outputs are checked before any work: log.metrics and log.trace must be regular\n"
+        "files or not exist yet (log.trace's folder must exist; log.metrics' is made),\n"
+        "checkpoint.dir a directory or not exist yet, log.flight a directory (DIR/) or a\n"
+        "prefix in an existing folder; a FIFO, device, socket, or a directory where a\n"
+        "file goes (a file where a directory goes), is refused. log.trace, flight dumps\n"
+        "and checkpoint files are replaced whole or not at all; log.metrics is written\n"
+        "line by line, each write checked.\n\n"
+        "A rank that dies, stalls or stops taking part ends the job with one line that\n"
+        "names it and, from the flight recorder, the group, the operation and its number\n"
+        "the others wait in and who never arrived (docs/comm.md); with log.flight every\n"
+        "surviving rank writes its recorder, `partrain flight DIR` merges them.\n"
+        "Exit status: 0 done, 1 an error, 2 a bad command line, 3 (a rank under mpirun)\n"
+        "the job failed because a rank died, stalled or did not take part: a restart\n"
+        "may help (scripts/mpirun-restart.sh restarts on it, docs/mpi.md).\n\n");
     pt_config_print_help(f);
 }
 
@@ -47,6 +70,33 @@ typedef struct {
     pt_comm_options opt;
     const char *plan; /* the run record's plan (NULL: none) */
 } run_args;
+
+/* log.flight, checked as every output is, before any work: a directory
+ * (ending in '/', or one that exists; made when missing) or a prefix whose
+ * first file must be writable. */
+static pt_status check_flight(const char *f) {
+    if (!f[0]) return PT_OK;
+    size_t n = strlen(f);
+    struct stat sb;
+    pt_status st;
+    char first[PT_CONFIG_STR_MAX + 32];
+    if (f[n - 1] == '/' || (stat(f, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        st = pt_dir_check_output(f);
+    } else {
+        snprintf(first, sizeof first, "%s-rank0.json", f);
+        st = pt_file_check_output(first, 0);
+    }
+    if (st == PT_OK) return PT_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pt_error_message());
+    return pt_error_set(st, "log.flight: %s", msg);
+}
+
+/* The comm layer's part of the config, on this process's world. */
+static pt_status comm_settings(const pt_config *cfg, pt_comm *world) {
+    pt_comm_set_flight(world, cfg->log.flight);
+    return pt_comm_set_check_order(world, cfg->comm.check_order);
+}
 
 /* One rank (or the single worker when world is NULL); plan: what the run
  * was planned to be, for its run record (NULL: nothing). */
@@ -77,7 +127,7 @@ static int run(const pt_config *cfg, int resume, const char *plan, pt_comm *worl
                 fprintf(stderr, "partrain: %s\n", pt_error_message());
         }
         pt_cli_error_trail();
-        rc = 1;
+        rc = pt_comm_fault_restartable(st) ? 3 : 1; /* 3: a restart may help (mpirun) */
     }
     pt_trainer_free(t);
     return rc;
@@ -88,6 +138,11 @@ static int run_with_world(const pt_config *cfg, int resume, const char *plan,
     pt_comm *world = NULL;
     if (pt_comm_new(&world, opt) != PT_OK) return pt_cli_fail(pt_error_message());
     if (pt_comm_size(world) > 1) pt_log_set_rank(pt_comm_rank(world));
+    if (comm_settings(cfg, world) != PT_OK) {
+        int rc = pt_cli_fail(pt_error_message());
+        pt_comm_free(world);
+        return rc;
+    }
     int rc = run(cfg, resume, plan, world);
     pt_comm_free(world);
     return rc;
@@ -100,7 +155,9 @@ static int rank_main(void *arg) {
 
 /* --nproc N: what the config alone decides, said once in this process;
  * then the shm launcher forks the N ranks. */
-static int launch(const pt_config *cfg, int nproc, int resume, const char *plan) {
+int pt_cli_launch(const pt_config *cfg, int nproc, int resume, const char *plan,
+                  pt_launch_result *res) {
+    *res = (pt_launch_result){1, 0, -1};
     /* the mesh dp x tp x pp is the world, in --nproc's words (pt_trainer_check
      * says it for mpirun) */
     long long mesh_n = (long long)cfg->parallel.dp * cfg->parallel.tp * cfg->parallel.pp;
@@ -120,133 +177,176 @@ static int launch(const pt_config *cfg, int nproc, int resume, const char *plan)
                      "parallel.dp=%d)",
                      cfg->parallel.dp, nproc, cfg->parallel.dp, cfg->parallel.tp, cfg->parallel.pp,
                      mesh_n, nproc / mp);
-        return pt_cli_fail(msg);
+        pt_cli_fail(msg);
+        return 2;
     }
     /* the rest of what the ranks would refuse without a file or a peer
      * (trainer_new.c), before any rank starts */
-    if (pt_trainer_check(cfg, nproc, resume) != PT_OK) return pt_cli_fail(pt_error_message());
+    if (pt_trainer_check(cfg, nproc, resume) != PT_OK) {
+        pt_cli_fail(pt_error_message());
+        return 2;
+    }
     run_args a = {cfg, resume, {"shm", cfg->comm.timeout}, plan};
-    int code = 0;
-    if (pt_launch(nproc, rank_main, &a, &a.opt, &code) != PT_OK)
-        return pt_cli_fail(pt_error_message());
-    return code == 0 ? 0 : 1;
+    if (pt_launch_job(nproc, rank_main, &a, &a.opt, res) != PT_OK) {
+        pt_cli_fail(pt_error_message());
+        return 2;
+    }
+    return res->exit_code == 0 ? 0 : 1;
 }
 
-/* The run, once its config is known: on --nproc ranks, on the --backend's
- * world, or one worker. */
-static int start(const pt_config *cfg, int nproc, int resume, const char *backend,
-                 const char *plan) {
-    /* log.metrics, log.trace, checkpoint.dir: said once, before any rank is
-     * forked or any step taken (the trainer checks them again, for mpirun) */
-    if (pt_trainer_check_outputs(cfg) != PT_OK) return pt_cli_fail(pt_error_message());
-    if (!cfg->data.train[0])
-        return pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
-    if (nproc > 0) {
-        if (backend && strcmp(backend, "shm") && strcmp(backend, "auto"))
+/* The command line of train. */
+typedef struct {
+    const char *backend, *plan, *layout, *cluster;
+    int resume; /* 0, 1 (--resume), 2 (--resume=auto) */
+    int nproc, max_restarts, elastic;
+    pt_cli_config_args ca;
+} train_args;
+
+/* One option of argv at *i into t: 0 when fine, 2 after a line saying
+ * what is wrong, 3 for --help. */
+static int parse_one(train_args *t, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v = NULL;
+    int r;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 3;
+    if ((r = pt_cli_config_arg(&t->ca, argc, argv, i, "train")) != 0)
+        return r < 0 ? 2 : 0; /* applied after the walk: file first, then each --set */
+    if ((r = pt_cli_option(argc, argv, i, "--plan", "train", &t->plan)) != 0) return r < 0 ? 2 : 0;
+    if ((r = pt_cli_option(argc, argv, i, "--cluster", "train", &t->cluster)) != 0)
+        return r < 0 ? 2 : 0;
+    if ((r = pt_cli_option(argc, argv, i, "--layout", "train", &t->layout)) != 0) {
+        if (r > 0 && strcmp(t->layout, "auto")) {
+            fprintf(stderr,
+                    "partrain: --layout must be auto (got '%s'); a layout by hand is the "
+                    "parallel.* keys\n",
+                    t->layout);
+            return 2;
+        }
+        return r < 0 ? 2 : 0;
+    }
+    if (!strcmp(a, "--resume") || !strcmp(a, "--resume=auto")) {
+        t->resume = a[8] ? 2 : 1;
+        return 0;
+    }
+    if (!strcmp(a, "--elastic")) {
+        t->elastic = 1;
+        return 0;
+    }
+    if ((r = pt_cli_option(argc, argv, i, "--nproc", "train", &v)) != 0)
+        return r < 0 || !pt_cli_parse_int("--nproc", v, 1, 1024, &t->nproc) ? 2 : 0;
+    if ((r = pt_cli_option(argc, argv, i, "--max-restarts", "train", &v)) != 0)
+        return r < 0 || !pt_cli_parse_int("--max-restarts", v, 0, 1000, &t->max_restarts) ? 2 : 0;
+    if ((r = pt_cli_option(argc, argv, i, "--backend", "train", &t->backend)) != 0) {
+        if (r > 0 && strcmp(t->backend, "shm") && strcmp(t->backend, "mpi") &&
+            strcmp(t->backend, "auto")) {
+            fprintf(stderr, "partrain: --backend must be shm, mpi or auto (got '%s')\n",
+                    t->backend);
+            return 2;
+        }
+        return r < 0 ? 2 : 0;
+    }
+    fprintf(stderr, "partrain: unknown option '%s' (see partrain train --help)\n", a);
+    return 2;
+}
+
+/* Options that do not go together: 2 after a line saying which. */
+static int check_combos(const train_args *t) {
+    const char *why = NULL;
+    int mpi = t->backend && strcmp(t->backend, "shm") && strcmp(t->backend, "auto");
+    if (t->plan && t->ca.config)
+        why = "train takes --config or --plan, not both (a plan file holds its whole config)";
+    else if (t->cluster && !t->layout && !t->elastic)
+        why = "--cluster is for --layout auto and --elastic";
+    else if (t->layout && t->plan)
+        why = "--layout auto plans the layout, a plan file holds one: give one of them";
+    else if (t->layout && mpi)
+        why = "--layout auto plans for this machine's --nproc ranks; under mpirun, plan with "
+              "partrain plan --write FILE and run train --plan FILE";
+    else if (t->elastic && !t->max_restarts)
+        why = "--elastic is a way to restart: give --max-restarts K too";
+    else if (t->max_restarts && !t->nproc)
+        why = "--max-restarts restarts the ranks that --nproc forks; under mpirun, "
+              "scripts/mpirun-restart.sh restarts the job (docs/mpi.md)";
+    if (!why) return 0;
+    fprintf(stderr, "partrain: %s\n", why);
+    return 2;
+}
+
+/* The config: a plan file's, or the file's and each --set, planned with
+ * --layout auto; *plan: the run record's plan (malloc'd; NULL: none). */
+static pt_status build_config(const train_args *t, pt_config *cfg, char **plan) {
+    const pt_cli_config_args *ca = &t->ca;
+    *plan = NULL;
+    if (!t->plan && !t->layout) return pt_cli_config_build(ca, cfg);
+    pt_config_defaults(cfg);
+    pt_status st = t->plan      ? pt_plan_file_load(t->plan, cfg)
+                   : ca->config ? pt_config_load_file(cfg, ca->config)
+                                : PT_OK;
+    for (int k = 0; st == PT_OK && k < ca->nsets; k++) st = pt_config_set(cfg, ca->sets[k]);
+    if (st != PT_OK) return st;
+    if (t->plan) { /* the plan's config, each --set on top */
+        PT_CHECK(pt_config_validate(cfg));
+        *plan = pt_cli_plan_file_json(t->plan);
+        return PT_OK;
+    }
+    PT_CHECK(pt_model_config_validate(&cfg->model));
+    return pt_cli_layout_auto(cfg, ca, t->nproc > 0 ? t->nproc : 1, t->cluster, plan);
+}
+
+/* What runs: --nproc ranks (restarted as asked), a world of mpirun, or one
+ * worker. */
+static int start(const train_args *t, pt_config *cfg, char **plan) {
+    int resume = t->resume;
+    if (resume == 2) { /* --resume=auto */
+        char stepdir[PT_CONFIG_STR_MAX + 64];
+        if (!cfg->checkpoint.dir[0]) return pt_cli_fail("--resume=auto needs checkpoint.dir");
+        resume = pt_cli_checkpoint_exists(cfg, stepdir, sizeof stepdir);
+    }
+    if (t->max_restarts && !cfg->checkpoint.dir[0])
+        return pt_cli_fail("--max-restarts needs checkpoint.dir: a restart resumes from its "
+                           "newest checkpoint");
+    if (t->nproc > 0) {
+        if (t->backend && strcmp(t->backend, "shm") && strcmp(t->backend, "auto"))
             return pt_cli_fail("--nproc forks ranks with the shm backend; for mpi run under "
                                "mpirun -np N without --nproc");
-        return launch(cfg, nproc, resume, plan);
+        pt_cli_restart r = {t->max_restarts, t->elastic, t->cluster, &t->ca};
+        return pt_cli_train_restarts(cfg, t->nproc, resume, plan, &r);
     }
-    if (backend) {
-        pt_comm_options o = {backend, cfg->comm.timeout};
-        return run_with_world(cfg, resume, plan, &o);
+    if (t->backend) {
+        pt_comm_options o = {t->backend, cfg->comm.timeout};
+        return run_with_world(cfg, resume, *plan, &o);
     }
-    return run(cfg, resume, plan, NULL);
+    return run(cfg, resume, *plan, NULL);
 }
 
 int pt_cli_train(int argc, char **argv) {
-    const char *backend = NULL, *plan = NULL, *layout = NULL, *cluster = NULL;
-    int resume = 0, nproc = 0;
-    pt_cli_config_args ca;
-    if (pt_cli_config_args_init(&ca, argc) != 0) return 1;
+    train_args t = {0};
+    if (pt_cli_config_args_init(&t.ca, argc) != 0) return 1;
     int rc = 0;
-    for (int i = 1; i < argc && rc == 0; i++) {
-        const char *a = argv[i], *v = NULL;
-        int r;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            pt_cli_config_args_deinit(&ca);
-            return 0;
-        } else if ((r = pt_cli_config_arg(&ca, argc, argv, &i, "train")) != 0) {
-            if (r < 0) rc = 2; /* applied below, after the walk: file first, then each --set */
-        } else if ((r = pt_cli_option(argc, argv, &i, "--plan", "train", &v)) != 0) {
-            if (r < 0) rc = 2;
-            plan = v;
-        } else if ((r = pt_cli_option(argc, argv, &i, "--layout", "train", &v)) != 0) {
-            if (r < 0) rc = 2;
-            layout = v;
-            if (r > 0 && strcmp(layout, "auto")) {
-                fprintf(stderr,
-                        "partrain: --layout must be auto (got '%s'); a layout by hand is "
-                        "the parallel.* keys\n",
-                        layout);
-                rc = 2;
-            }
-        } else if ((r = pt_cli_option(argc, argv, &i, "--cluster", "train", &v)) != 0) {
-            if (r < 0) rc = 2;
-            cluster = v;
-        } else if (!strcmp(a, "--resume")) {
-            resume = 1;
-        } else if ((r = pt_cli_option(argc, argv, &i, "--nproc", "train", &v)) != 0) {
-            if (r < 0 || !pt_cli_parse_int("--nproc", v, 1, 1024, &nproc)) rc = 2;
-        } else if ((r = pt_cli_option(argc, argv, &i, "--backend", "train", &v)) != 0) {
-            backend = v;
-            if (r < 0) {
-                rc = 2;
-            } else if (strcmp(backend, "shm") && strcmp(backend, "mpi") &&
-                       strcmp(backend, "auto")) {
-                fprintf(stderr, "partrain: --backend must be shm, mpi or auto (got '%s')\n",
-                        backend);
-                rc = 2;
-            }
-        } else {
-            fprintf(stderr, "partrain: unknown option '%s' (see partrain train --help)\n", a);
-            rc = 2;
-        }
+    for (int i = 1; i < argc && rc == 0; i++) rc = parse_one(&t, argc, argv, &i);
+    if (rc == 3) {
+        usage(stdout);
+        pt_cli_config_args_deinit(&t.ca);
+        return 0;
     }
-    if (rc == 0 && plan && ca.config) {
-        fprintf(stderr, "partrain: train takes --config or --plan, not both (a plan file holds "
-                        "its whole config)\n");
-        rc = 2;
-    }
-    if (rc == 0 && cluster && !layout) {
-        fprintf(stderr, "partrain: --cluster is for --layout auto\n");
-        rc = 2;
-    }
-    if (rc == 0 && layout && plan) {
-        fprintf(stderr, "partrain: --layout auto plans the layout, a plan file holds one: "
-                        "give one of them\n");
-        rc = 2;
-    }
-    if (rc == 0 && layout && backend && strcmp(backend, "shm") && strcmp(backend, "auto")) {
-        fprintf(stderr, "partrain: --layout auto plans for this machine's --nproc ranks; under "
-                        "mpirun, plan with partrain plan --write FILE and run train --plan FILE\n");
-        rc = 2;
-    }
+    if (rc == 0) rc = check_combos(&t);
     pt_config cfg;
-    char *plan_json = NULL; /* the run record's plan */
-    if (rc == 0 && plan) {
-        /* the plan's config in place of --config; each --set on top */
-        pt_config_defaults(&cfg);
-        pt_status st = pt_plan_file_load(plan, &cfg);
-        for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
-        if (st == PT_OK) st = pt_config_validate(&cfg);
-        if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
-        if (rc == 0) plan_json = pt_cli_plan_file_json(plan);
-    } else if (rc == 0 && layout) {
-        /* the file and each --set, then the planned layout over them */
-        pt_config_defaults(&cfg);
-        pt_status st = ca.config ? pt_config_load_file(&cfg, ca.config) : PT_OK;
-        for (int k = 0; st == PT_OK && k < ca.nsets; k++) st = pt_config_set(&cfg, ca.sets[k]);
-        if (st == PT_OK) st = pt_model_config_validate(&cfg.model);
-        if (st == PT_OK)
-            st = pt_cli_layout_auto(&cfg, &ca, nproc > 0 ? nproc : 1, cluster, &plan_json);
-        if (st != PT_OK) rc = pt_cli_fail(pt_error_message());
-    } else if (rc == 0 && pt_cli_config_build(&ca, &cfg) != PT_OK) {
-        rc = pt_cli_fail(pt_error_message());
+    char *plan = NULL; /* the run record's plan */
+    if (rc == 0 && build_config(&t, &cfg, &plan) != PT_OK) rc = pt_cli_fail(pt_error_message());
+    if (rc != 0) {
+        pt_cli_config_args_deinit(&t.ca);
+        free(plan);
+        return rc;
     }
-    pt_cli_config_args_deinit(&ca);
-    if (rc == 0) rc = start(&cfg, nproc, resume, backend, plan_json);
-    free(plan_json);
+    /* log.metrics, log.trace, checkpoint.dir, log.flight: said once, before
+     * any rank is forked or any step taken (the trainer checks them again,
+     * for mpirun) */
+    if (pt_trainer_check_outputs(&cfg) != PT_OK || check_flight(cfg.log.flight) != PT_OK)
+        rc = pt_cli_fail(pt_error_message());
+    else if (!cfg.data.train[0])
+        rc = pt_cli_fail("data.train is not set (in the config, or --set data.train=FILE)");
+    else
+        rc = start(&t, &cfg, &plan);
+    pt_cli_config_args_deinit(&t.ca); /* after: the restarts plan with its --set */
+    free(plan);
     return rc;
 }

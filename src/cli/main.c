@@ -26,6 +26,7 @@ static const struct {
     {"calibrate", pt_cli_calibrate, "measure this machine into a profile (--out FILE)"},
     {"report", pt_cli_report,
      "one HTML file of charts from runs' metrics (RUN_DIR... [--out FILE])"},
+    {"flight", pt_cli_flight, "the first mismatch in a dead job's flight recorder dumps (DIR)"},
 };
 
 static void usage(FILE *f) {

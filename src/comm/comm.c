@@ -92,52 +92,75 @@ static void count(pt_comm *c, pt_comm_op op, size_t bytes, int root, uint64_t ns
     pthread_mutex_unlock(&c->mu);
 }
 
+static pt_status check_comm(const pt_comm *c, pt_comm_op op);
+
 /* ---- dispatch: backend slot or generic fallback ---------------------------- */
 
-pt_status comm_run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
+int comm_job_fault(pt_status st) {
+    return st == PT_ERR_COMM || st == PT_ERR_TIMEOUT || st == PT_ERR_INTERRUPTED;
+}
+
+static pt_status dispatch(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
     /* With generic set, only send/recv of the backend are used (testing). */
     const pt_comm_backend *be = c->generic ? &c->p2p_only : c->be;
-    uint64_t t0 = pt_time_ns();
-    pt_status st = PT_OK;
-    size_t bytes = op == PT_OP_BROADCAST || op == PT_OP_SEND || op == PT_OP_RECV ? n : n * 4;
     switch (op) {
     case PT_OP_ALLREDUCE:
-        st = be->allreduce ? be->allreduce(c->ctx, buf, n, (pt_reduce_op)arg)
-                           : pt_comm_generic_allreduce(be, c->ctx, c->rank, c->size, c->scratch,
-                                                       buf, n, (pt_reduce_op)arg);
-        break;
+        return be->allreduce ? be->allreduce(c->ctx, buf, n, (pt_reduce_op)arg)
+                             : pt_comm_generic_allreduce(be, c->ctx, c->rank, c->size, c->scratch,
+                                                         buf, n, (pt_reduce_op)arg);
     case PT_OP_REDUCE_SCATTER:
-        st = be->reduce_scatter
-                 ? be->reduce_scatter(c->ctx, buf, n, (pt_reduce_op)arg)
-                 : pt_comm_generic_reduce_scatter(be, c->ctx, c->rank, c->size, c->scratch, buf, n,
-                                                  (pt_reduce_op)arg);
-        break;
+        return be->reduce_scatter
+                   ? be->reduce_scatter(c->ctx, buf, n, (pt_reduce_op)arg)
+                   : pt_comm_generic_reduce_scatter(be, c->ctx, c->rank, c->size, c->scratch, buf,
+                                                    n, (pt_reduce_op)arg);
     case PT_OP_ALLGATHER:
-        st = be->allgather ? be->allgather(c->ctx, buf, n)
-                           : pt_comm_generic_allgather(be, c->ctx, c->rank, c->size, buf, n);
-        break;
+        return be->allgather ? be->allgather(c->ctx, buf, n)
+                             : pt_comm_generic_allgather(be, c->ctx, c->rank, c->size, buf, n);
     case PT_OP_BROADCAST:
-        st = be->broadcast ? be->broadcast(c->ctx, buf, n, arg)
-                           : pt_comm_generic_broadcast(be, c->ctx, c->rank, c->size, buf, n, arg);
-        break;
+        return be->broadcast ? be->broadcast(c->ctx, buf, n, arg)
+                             : pt_comm_generic_broadcast(be, c->ctx, c->rank, c->size, buf, n, arg);
     case PT_OP_SEND:
-        st = be->send(c->ctx, buf, n, arg, tag);
-        break;
+        return be->send(c->ctx, buf, n, arg, tag);
     case PT_OP_RECV:
-        st = be->recv(c->ctx, buf, n, arg, tag);
-        break;
+        return be->recv(c->ctx, buf, n, arg, tag);
     case PT_OP_BARRIER:
-        st = be->barrier ? be->barrier(c->ctx)
-                         : pt_comm_generic_barrier(be, c->ctx, c->rank, c->size);
-        break;
+        return be->barrier ? be->barrier(c->ctx)
+                           : pt_comm_generic_barrier(be, c->ctx, c->rank, c->size);
     default:
         return pt_error_set(PT_ERR_INTERNAL, "unknown comm op %d", (int)op);
     }
-    if (st == PT_OK) count(c, op, bytes, arg, pt_time_ns() - t0);
+}
+
+static size_t op_bytes(pt_comm_op op, size_t n) {
+    return op == PT_OP_BROADCAST || op == PT_OP_SEND || op == PT_OP_RECV ? n : n * 4;
+}
+
+pt_status comm_run_op(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
+                      uint64_t k) {
+    uint64_t t0 = pt_time_ns();
+    size_t bytes = op_bytes(op, n);
+    if (atomic_load(&c->broken)) {
+        /* queued before the communicator failed: it never runs (and the
+         * recorder says so: the others must read the operation that
+         * failed, not the ones queued behind it) */
+        comm_flight_end(c, k, t0, PT_ERR_COMM);
+        return check_comm(c, op);
+    }
+    comm_flight_start(c, k, t0);
+    pt_status st = PT_OK;
+    if (c->check_order && op != PT_OP_SEND && op != PT_OP_RECV)
+        st = comm_order_check(c, k, op, bytes, op == PT_OP_BROADCAST ? arg : -1);
+    if (st == PT_OK) st = dispatch(c, op, buf, n, arg, tag);
+    uint64_t t1 = pt_time_ns();
+    comm_flight_end(c, k, t1, st);
+    if (st == PT_OK) count(c, op, bytes, arg, t1 - t0);
     /* A failed operation leaves peers out of step: the communicator is
-     * good only for pt_comm_free from here on (comm.h). */
-    if (st == PT_ERR_COMM || st == PT_ERR_TIMEOUT || st == PT_ERR_INTERRUPTED)
+     * good only for pt_comm_free from here on (comm.h). A job fault: this
+     * rank's flight recorder goes to disk (once, if asked for). */
+    if (comm_job_fault(st)) {
         atomic_store(&c->broken, 1);
+        if (st != PT_ERR_INTERRUPTED) comm_flight_dump(pt_error_message());
+    }
     return st;
 }
 
@@ -204,14 +227,31 @@ static pt_status check_args(const pt_comm *c, pt_comm_op op, const void *buf, si
     }
 }
 
+static int peer_of(pt_comm_op op, int arg) {
+    return op == PT_OP_BROADCAST || op == PT_OP_SEND || op == PT_OP_RECV ? arg : -1;
+}
+
 static pt_status blocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag) {
     PT_CHECK(check_args(c, op, buf, n, arg, tag));
+    int f = comm_fault_at(c, op);
+    if (f == FAULT_SKIP) return PT_OK;
+    uint64_t k = comm_flight_issue(c, op, op_bytes(op, n), peer_of(op, arg), tag, 0);
+    if (f == FAULT_HOLD) { /* runs later, after the next operation (a swap) */
+        pt_comm_req *r = NULL;
+        PT_CHECK(comm_enqueue_held(c, op, buf, n, arg, tag, k, 1, &r));
+        comm_fault_hold(r);
+        return PT_OK;
+    }
     uint64_t t0 = pt_time_ns();
     comm_drain(c, comm_drain_mask(c, op));
-    pt_status st = comm_run_op(c, op, buf, n, arg, tag);
+    pt_status st = comm_run_op(c, op, buf, n, arg, tag, k);
     pthread_mutex_lock(&c->mu);
     c->stats.blocked_ns += pt_time_ns() - t0; /* the caller's exposed time */
     pthread_mutex_unlock(&c->mu);
+    if (st == PT_OK)
+        comm_fault_after();
+    else
+        comm_fault_drop_for(NULL); /* the job failed before the held one's turn */
     return st;
 }
 
@@ -220,7 +260,17 @@ static pt_status nonblocking(pt_comm *c, pt_comm_op op, void *buf, size_t n, int
     if (!req) return pt_error_set(PT_ERR_INVALID, "i%s: req is NULL", pt_comm_op_name(op));
     *req = NULL;
     PT_CHECK(check_args(c, op, buf, n, arg, tag));
-    return comm_enqueue(c, op, buf, n, arg, tag, req);
+    int f = comm_fault_at(c, op);
+    if (f == FAULT_SKIP) return comm_req_done(c, op, req); /* never issued: done at once */
+    uint64_t k = comm_flight_issue(c, op, op_bytes(op, n), peer_of(op, arg), tag, pt_time_ns());
+    if (f == FAULT_HOLD) {
+        PT_CHECK(comm_enqueue_held(c, op, buf, n, arg, tag, k, 0, req));
+        comm_fault_hold(*req);
+        return PT_OK;
+    }
+    PT_CHECK(comm_enqueue(c, op, buf, n, arg, tag, k, req));
+    comm_fault_after();
+    return PT_OK;
 }
 
 /* ---- public operations ---------------------------------------------------------- */
@@ -275,14 +325,21 @@ size_t pt_comm_scratch_bytes(void) {
     return PT_COMM_GENERIC_PIECE * sizeof(float);
 }
 
-pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out) {
+/* The communicator around ctx, with its recorder's id and name. */
+static pt_status wrap(const pt_comm_backend *be, void *ctx, int rank, int size, uint64_t id,
+                      const char *role, int index, int sub, int check_order, pt_comm **out) {
     PT_ASSERT(be && out && rank >= 0 && rank < size);
     *out = NULL;
-    pt_comm *c = calloc(1, sizeof *c);
+    pt_comm *c = aligned_alloc(64, sizeof *c); /* the flight ring's records are cache lines */
+    if (c) memset(c, 0, sizeof *c);
     float *scratch = pt_mem_alloc(PT_MEM_COMM, pt_comm_scratch_bytes());
-    if (!c || !scratch) {
+    float *order = check_order && size > 1
+                       ? pt_mem_alloc(PT_MEM_COMM, (size_t)size * ORDER_FLOATS * sizeof(float))
+                       : NULL;
+    if (!c || !scratch || (check_order && size > 1 && !order)) {
         free(c);
         pt_mem_free(scratch);
+        pt_mem_free(order);
         be->free(ctx);
         return pt_error_set(PT_ERR_NOMEM, "out of memory for a communicator");
     }
@@ -291,6 +348,8 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
     c->rank = rank;
     c->size = size;
     c->scratch = scratch;
+    c->check_order = order != NULL;
+    c->order_buf = order;
     /* PT_COMM_GENERIC=1: run every collective through the generic versions
      * on the backend's send/recv (so that tests cover them on any backend). */
     c->generic = pt_knob_int("PT_COMM_GENERIC") == 1;
@@ -301,11 +360,34 @@ pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size,
                                     .free = be->free,
                                     .set_timeout = be->set_timeout,
                                     .fault_reported = be->fault_reported,
-                                    .claim_error_line = be->claim_error_line};
+                                    .claim_error_line = be->claim_error_line,
+                                    .flight_table = be->flight_table,
+                                    .world_rank = be->world_rank,
+                                    .verdict = be->verdict};
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->idle, NULL);
     comm_lanes_init(c);
+    comm_flight_init(c, id, role, index, sub);
     *out = c;
+    return PT_OK;
+}
+
+/* The world's recorder id: the same on every rank of a job. */
+#define WORLD_ID 0x776f726c64ull /* "world" */
+
+pt_status pt_comm_wrap(const pt_comm_backend *be, void *ctx, int rank, int size, pt_comm **out) {
+    return wrap(be, ctx, rank, size, WORLD_ID, "world", -1, 0, 0, out);
+}
+
+pt_status pt_comm_set_check_order(pt_comm *c, int on) {
+    if (!c) return pt_error_set(PT_ERR_INVALID, "set_check_order: communicator is NULL");
+    comm_drain(c, COMM_ALL_LANES);
+    if (on && c->size > 1 && !c->order_buf) {
+        c->order_buf = pt_mem_alloc(PT_MEM_COMM, (size_t)c->size * ORDER_FLOATS * sizeof(float));
+        if (!c->order_buf)
+            return pt_error_set(PT_ERR_NOMEM, "comm.check_order: %d ranks' records", c->size);
+    }
+    c->check_order = on && c->order_buf;
     return PT_OK;
 }
 
@@ -314,19 +396,34 @@ pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm **out) {
     *out = NULL;
     if (!c) return pt_error_set(PT_ERR_INVALID, "split: communicator is NULL");
     comm_drain(c, COMM_ALL_LANES);
+    uint64_t k = comm_flight_issue(c, FL_OP_SPLIT, 0, -1, color, 0);
+    uint64_t t0 = pt_time_ns();
+    comm_flight_start(c, k, t0);
+    pt_status st = c->check_order ? comm_order_check(c, k, FL_OP_SPLIT, 0, -1) : PT_OK;
     void *ctx = NULL;
     int rank = 0, size = 0;
-    PT_CHECK(c->be->split(c->ctx, color, key, &ctx, &rank, &size));
-    return pt_comm_wrap(c->be, ctx, rank, size, out);
+    if (st == PT_OK) st = c->be->split(c->ctx, color, key, &ctx, &rank, &size);
+    comm_flight_end(c, k, pt_time_ns(), st);
+    if (comm_job_fault(st)) {
+        atomic_store(&c->broken, 1);
+        comm_flight_dump(pt_error_message());
+    }
+    if (st != PT_OK) return st;
+    uint64_t id = comm_flight_child_id(c, color);
+    return wrap(c->be, ctx, rank, size, id, c->fl.role, c->fl.index, (int)c->fl.splits,
+                c->check_order, out);
 }
 
 void pt_comm_free(pt_comm *c) {
     if (!c) return;
-    comm_lanes_deinit(c); /* waits for the queued operations */
+    comm_fault_drop_for(c); /* a held operation of c never runs */
+    comm_lanes_deinit(c);   /* waits for the queued operations */
+    comm_flight_deinit(c);
     c->be->free(c->ctx);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->mu);
     pt_mem_free(c->scratch);
+    pt_mem_free(c->order_buf);
     free(c);
 }
 
@@ -353,6 +450,11 @@ void pt_comm_note_step(pt_comm *c, long step) {
 int pt_comm_fault_reported(const pt_comm *c, pt_status st) {
     if (!c || st == PT_OK || !c->be->fault_reported) return 0;
     return c->be->fault_reported(c->ctx, st);
+}
+
+int pt_comm_fault_restartable(pt_status st) {
+    if (st != PT_ERR_COMM && st != PT_ERR_TIMEOUT) return 0;
+    return !strstr(pt_error_message(), COMM_ORDER_MARK); /* every rank's words say so */
 }
 
 int pt_comm_claim_error_line(pt_comm *c) {

@@ -26,6 +26,7 @@
 #ifndef PT_COMM_IMPL_H
 #define PT_COMM_IMPL_H
 
+#include "flight_impl.h"
 #include "partrain/comm.h"
 
 typedef struct pt_comm_backend {
@@ -64,6 +65,27 @@ typedef struct pt_comm_backend {
 
     /* Optional (NULL: 1). pt_comm_claim_error_line's answer. */
     int (*claim_error_line)(void *ctx);
+
+    /* Optional (NULL: the core keeps this rank's progress table in process
+     * memory, and failure messages know only this rank's progress). The
+     * flight recorder's progress table of world rank w (flight_impl.h),
+     * readable by this process, w = -1 this rank's own (where the core
+     * writes): shm, every rank's in the arena; mpi, this rank's own and the
+     * copies its peers' heartbeats bring. NULL when w's is unknown. */
+    pt_flight_table *(*flight_table)(void *ctx, int w);
+
+    /* Optional (NULL: member m is world rank m). The world rank of member
+     * m of this communicator. */
+    int (*world_rank)(void *ctx, int m);
+
+    /* Optional (NULL: the caller's own error only). Make `reason` (about
+     * world rank culprit) the job's verdict, unless a fault was decided
+     * first, so that every rank stops with one line naming the culprit;
+     * returns this rank's error (the job's verdict). noticer: the world
+     * rank that says it (every member of a group may decide alike at once:
+     * one of them speaks). The core's own findings (comm.check_order) use
+     * it. */
+    pt_status (*verdict)(void *ctx, int culprit, int noticer, pt_status st, const char *reason);
 
     /* 1: recv may run on a context while another thread runs send or a
      * collective on it (shm: separate rings per direction). The wrappers
@@ -121,10 +143,10 @@ typedef struct pt_comm_backend_desc {
     pt_status (*self)(const pt_comm_options *opt, const pt_comm_backend **be, void **ctx, int *rank,
                       int *size);
 
-    /* Optional (NULL: the backend cannot start ranks itself). pt_launch's
+    /* Optional (NULL: the backend cannot start ranks itself). pt_launch_job's
      * work (comm.h), for the first backend that has it. */
     pt_status (*launch)(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
-                        int *exit_code);
+                        pt_launch_result *res);
 
     /* Optional (NULL: 0). pt_comm_lazy_bytes' answer (comm.h): bytes of
      * PT_MEM_COMM a communicator of `size` ranks adds at its first

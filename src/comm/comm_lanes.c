@@ -23,6 +23,9 @@ struct pt_comm_req {
     int arg;  /* op / root / peer */
     int tag;
     int lane;
+    uint64_t k;   /* the flight recorder's number of the operation */
+    int held;     /* made, not queued yet (comm_enqueue_held); under c->mu */
+    int detached; /* nobody waits: the lane frees it once run */
     pt_status st;
     char msg[256];
     req_state state;         /* under req_mu */
@@ -39,6 +42,8 @@ static pthread_mutex_t req_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t req_done = PTHREAD_COND_INITIALIZER;
 static pt_comm_req *req_free_list;
 
+static void req_put(pt_comm_req *r);
+
 static void *progress_main(void *p) {
     lane_arg *la = p;
     pt_comm *c = la->c;
@@ -52,7 +57,7 @@ static void *progress_main(void *p) {
 
         pt_error_clear();
         r->t_start = pt_time_ns();
-        r->st = comm_run_op(c, r->op, r->buf, r->n, r->arg, r->tag);
+        r->st = comm_run_op(c, r->op, r->buf, r->n, r->arg, r->tag, r->k);
         r->t_end = pt_time_ns();
         if (r->st != PT_OK) snprintf(r->msg, sizeof r->msg, "%s", pt_error_message());
 
@@ -65,10 +70,14 @@ static void *progress_main(void *p) {
         if (--c->pending[lane] == 0) pthread_cond_broadcast(&c->idle);
         pthread_mutex_unlock(&c->mu);
 
-        pthread_mutex_lock(&req_mu);
-        r->state = REQ_DONE;
-        pthread_cond_broadcast(&req_done);
-        pthread_mutex_unlock(&req_mu);
+        if (r->detached) {
+            req_put(r);
+        } else {
+            pthread_mutex_lock(&req_mu);
+            r->state = REQ_DONE;
+            pthread_cond_broadcast(&req_done);
+            pthread_mutex_unlock(&req_mu);
+        }
         pthread_mutex_lock(&c->mu);
     }
     pthread_mutex_unlock(&c->mu);
@@ -145,22 +154,29 @@ void comm_lanes_deinit(pt_comm *c) {
     for (int l = 0; l < NLANES; l++) pthread_cond_destroy(&c->work[l]);
 }
 
-pt_status comm_enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
-                       pt_comm_req **req) {
+/* A new request for operation k of c (not queued). */
+static pt_status req_make(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
+                          uint64_t k, pt_comm_req **out) {
     pt_comm_req *r = req_get();
     if (!r)
         return pt_error_set(PT_ERR_NOMEM, "out of memory for a %s request", pt_comm_op_name(op));
-    int lane = lane_of(c, op);
-    *r = (pt_comm_req){.c = c, .op = op, .buf = buf, .n = n, .arg = arg, .tag = tag, .lane = lane};
-    pthread_mutex_lock(&c->mu);
-    if (!c->started[lane]) {
-        pt_status st = lane_start(c, lane);
-        if (st != PT_OK) {
-            pthread_mutex_unlock(&c->mu);
-            req_put(r);
-            return st;
-        }
-    }
+    *r = (pt_comm_req){.c = c,
+                       .op = op,
+                       .buf = buf,
+                       .n = n,
+                       .arg = arg,
+                       .tag = tag,
+                       .lane = lane_of(c, op),
+                       .k = k};
+    *out = r;
+    return PT_OK;
+}
+
+/* Queue r on its lane (under c->mu), starting the lane's thread on first use. */
+static pt_status req_queue(pt_comm_req *r) {
+    pt_comm *c = r->c;
+    int lane = r->lane;
+    if (!c->started[lane]) PT_CHECK(lane_start(c, lane));
     c->pending[lane]++;
     if (c->tail[lane])
         c->tail[lane]->next = r;
@@ -168,9 +184,77 @@ pt_status comm_enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, 
         c->head[lane] = r;
     c->tail[lane] = r;
     pthread_cond_signal(&c->work[lane]);
+    return PT_OK;
+}
+
+pt_status comm_enqueue(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag, uint64_t k,
+                       pt_comm_req **req) {
+    pt_comm_req *r = NULL;
+    PT_CHECK(req_make(c, op, buf, n, arg, tag, k, &r));
+    pthread_mutex_lock(&c->mu);
+    pt_status st = req_queue(r);
     pthread_mutex_unlock(&c->mu);
+    if (st != PT_OK) {
+        req_put(r);
+        return st;
+    }
     *req = r;
     return PT_OK;
+}
+
+pt_status comm_enqueue_held(pt_comm *c, pt_comm_op op, void *buf, size_t n, int arg, int tag,
+                            uint64_t k, int detached, pt_comm_req **req) {
+    pt_comm_req *r = NULL;
+    PT_CHECK(req_make(c, op, buf, n, arg, tag, k, &r));
+    r->held = 1;
+    r->detached = detached;
+    *req = r;
+    return PT_OK;
+}
+
+/* r completes with st and msg without running. */
+static void req_fail(pt_comm_req *r, pt_status st, const char *msg) {
+    snprintf(r->msg, sizeof r->msg, "%s", msg);
+    r->st = st;
+    if (r->detached) {
+        req_put(r);
+        return;
+    }
+    pthread_mutex_lock(&req_mu);
+    r->state = REQ_DONE;
+    pthread_cond_broadcast(&req_done);
+    pthread_mutex_unlock(&req_mu);
+}
+
+void comm_release(pt_comm_req *r) {
+    pt_comm *c = r->c;
+    pthread_mutex_lock(&c->mu);
+    int was = r->held;
+    r->held = 0;
+    pt_status st = was ? req_queue(r) : PT_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (st != PT_OK) req_fail(r, st, pt_error_message()); /* no lane: as it would on one */
+}
+
+void comm_drop(pt_comm_req *r) {
+    r->held = 0;
+    char msg[128]; /* the caller's last error stays: this is teardown */
+    snprintf(msg, sizeof msg, "%s: its communicator was freed while PT_FAULT held it",
+             pt_comm_op_name(r->op));
+    req_fail(r, PT_ERR_COMM, msg);
+}
+
+pt_status comm_req_done(pt_comm *c, pt_comm_op op, pt_comm_req **req) {
+    pt_comm_req *r = NULL;
+    PT_CHECK(req_make(c, op, NULL, 0, 0, 0, 0, &r));
+    r->st = PT_OK;
+    r->state = REQ_DONE;
+    *req = r;
+    return PT_OK;
+}
+
+pt_comm *comm_req_comm(const pt_comm_req *req) {
+    return req->c;
 }
 
 void comm_drain(pt_comm *c, int mask) {
@@ -193,6 +277,7 @@ pt_status pt_comm_wait(pt_comm_req *req) {
 
 pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
+    comm_fault_release_for(NULL, req); /* a held request runs now, or never */
     /* the time blocked counts on req's communicator, read only when this
      * thread did block: it is alive while one of its operations runs (a
      * request collected after its communicator's free was done before) */
@@ -217,6 +302,7 @@ pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end
 pt_status pt_comm_test(pt_comm_req *req, int *done) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: req is NULL");
     if (!done) return pt_error_set(PT_ERR_INVALID, "pt_comm_test: done is NULL");
+    comm_fault_release_for(NULL, req); /* polled: a held request runs now */
     pthread_mutex_lock(&req_mu);
     *done = req->state == REQ_DONE;
     pthread_mutex_unlock(&req_mu);

@@ -8,7 +8,7 @@
  *
  * Not here: what a communicator does once made (comm.c), any backend's
  * own code. */
-#include "comm_impl.h"
+#include "communicator_impl.h"
 
 #include <string.h>
 
@@ -59,12 +59,18 @@ static pt_status unknown_backend(const char *name) {
     return pt_error_set(PT_ERR_INVALID, "backend \"%s\" is not one of %s", name, names);
 }
 
+/* The flight recorder learns this process's world rank. */
+static void settle(pt_comm *w) {
+    comm_flight_configure(NULL, pt_comm_rank(w), pt_comm_size(w));
+}
+
 /* Wrap the world that d made and say which backend this process got. */
-static pt_status adopt(const pt_comm_backend *be, void *ctx, int rank, int size, double timeout_s,
-                       pt_comm **out) {
+static pt_status adopt(const pt_comm_backend *be, void *ctx, int rank, int size,
+                       const pt_comm_options *o, pt_comm **out) {
     PT_CHECK(pt_comm_wrap(be, ctx, rank, size, out));
+    settle(*out);
     pt_log_set_rank(rank);
-    PT_INFO("comm: backend %s, rank %d of %d, timeout %.3g s", be->name, rank, size, timeout_s);
+    PT_INFO("comm: backend %s, rank %d of %d, timeout %.3g s", be->name, rank, size, o->timeout_s);
     return PT_OK;
 }
 
@@ -77,6 +83,7 @@ static pt_status world_of_one(const pt_comm_options *o, pt_comm **out) {
         int rank = 0, size = 1;
         PT_CHECK(registry[i]->self(o, &be, &ctx, &rank, &size));
         PT_CHECK(pt_comm_wrap(be, ctx, rank, size, out));
+        settle(*out);
         PT_INFO("comm: no launcher and no mpirun: a world of one (backend %s)", be->name);
         return PT_OK;
     }
@@ -97,7 +104,7 @@ pt_status pt_comm_new(pt_comm **out, const pt_comm_options *opt) {
         void *ctx = NULL;
         int rank = 0, size = 1;
         pt_status st = d->world(&o, &be, &ctx, &rank, &size);
-        if (st == PT_OK) return adopt(be, ctx, rank, size, o.timeout_s, out);
+        if (st == PT_OK) return adopt(be, ctx, rank, size, &o, out);
         /* Asked for by name but not how this process was started: a
          * backend that makes worlds of one (shm) falls through to one,
          * another says why not. */
@@ -106,12 +113,22 @@ pt_status pt_comm_new(pt_comm **out, const pt_comm_options *opt) {
     return world_of_one(&o, out);
 }
 
+pt_status pt_launch_job(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
+                        pt_launch_result *res) {
+    if (!res) return pt_error_set(PT_ERR_INVALID, "pt_launch: the result is NULL");
+    *res = (pt_launch_result){1, 0, -1};
+    for (int i = 0; i < NREG; i++)
+        if (registry[i]->launch) return registry[i]->launch(nproc, fn, arg, opt, res);
+    return pt_error_set(PT_ERR_UNSUPPORTED, "pt_launch: no backend can start ranks");
+}
+
 pt_status pt_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
                     int *exit_code) {
-    for (int i = 0; i < NREG; i++)
-        if (registry[i]->launch) return registry[i]->launch(nproc, fn, arg, opt, exit_code);
-    if (exit_code) *exit_code = 1;
-    return pt_error_set(PT_ERR_UNSUPPORTED, "pt_launch: no backend can start ranks");
+    if (!exit_code) return pt_error_set(PT_ERR_INVALID, "pt_launch: exit_code is NULL");
+    pt_launch_result r;
+    pt_status st = pt_launch_job(nproc, fn, arg, opt, &r);
+    *exit_code = r.exit_code;
+    return st;
 }
 
 size_t pt_comm_lazy_bytes(const char *backend, int size, pt_comm_op op, size_t bytes) {

@@ -55,6 +55,10 @@ static const pt_knob_info knobs[] = {
      "blocking calls under the watchdog; the same on every rank"},
     {"PT_MPI_RING_MIN_KB", PT_KNOB_INT, "256", 0, 1e12, NULL,
      "mpi: smallest collective (KiB) that takes the ring; the same on every rank"},
+    {"PT_FAULT", PT_KNOB_STR, "none", 0, 0, NULL,
+     "tests: one rank misbehaves at one collective, ACTION:rank=R[:group=G]:seq=N with ACTION "
+     "skip, swap, kill or stop (src/comm/comm_fault.c); the first launch of a restarted job "
+     "only"},
 };
 #define NKNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
@@ -62,6 +66,7 @@ static pthread_mutex_t knob_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int knob_ready[NKNOBS]; /* 1: value[i] / choice[i] / from_env[i] are set */
 static double knob_value[NKNOBS];
 static const char *knob_choice[NKNOBS]; /* a string knob's value: one of its choices */
+static char knob_text[NKNOBS][256];     /* a free string knob's (choices NULL) value */
 static int knob_from_env[NKNOBS];
 
 const pt_knob_info *pt_knob_table(int *n) {
@@ -89,6 +94,12 @@ static const char *match_choice(int i, const char *s) {
 /* Parse s as knob i's type into value[i] / choice[i]; 0 when it does not. */
 static int parse(int i, const char *s) {
     const pt_knob_info *k = &knobs[i];
+    if (k->type == PT_KNOB_STR && !k->choices) { /* any text that fits */
+        if (strlen(s) >= sizeof knob_text[i]) return 0;
+        snprintf(knob_text[i], sizeof knob_text[i], "%s", s);
+        knob_choice[i] = knob_text[i];
+        return 1;
+    }
     if (k->type == PT_KNOB_STR) {
         const char *c = match_choice(i, s);
         if (c) knob_choice[i] = c;
@@ -112,7 +123,10 @@ static void load(int i) {
         const char *e = getenv(k->name);
         knob_from_env[i] = e && *e;
         if (knob_from_env[i] && !parse(i, e)) {
-            if (k->type == PT_KNOB_STR)
+            if (k->type == PT_KNOB_STR && !k->choices)
+                fprintf(stderr, "partrain warn: %s is longer than %zu bytes; using %s\n", k->name,
+                        sizeof knob_text[i] - 1, k->def);
+            else if (k->type == PT_KNOB_STR)
                 fprintf(stderr, "partrain warn: %s=%s is not one of %s; using %s\n", k->name, e,
                         k->choices, k->def);
             else

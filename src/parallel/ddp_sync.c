@@ -12,6 +12,7 @@
  *          or (dga) as the correction of delayed gradient averaging.
  *
  * Not here: the buckets (ddp.c), the optimizer (strategies.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,8 @@ struct pt_dp_sync {
     pt_ddp *ddp;
     pt_model *m;
     int k, dga, overlap, microbatches, nslots;
-    float dp;         /* ranks of the group, as the dga rule's factor */
+    float dp; /* ranks of the group, as the dga rule's factor */
+    int dp_rank, dp_size;
     int start;        /* stale: the step the pipeline (re)started at; step s's round is
                          applied at s + k when s >= start */
     float *dga_local; /* dga: (k+1) x P, this rank's gradient of each step in flight */
@@ -113,6 +115,42 @@ static void sync_stats(void *self, pt_sync_stats *out) {
     out->end_ns = d.end_ns;
 }
 
+/* dga: this rank's own gradient of the step in slot `slot`. */
+static float *dga_local(pt_dp_sync *s, int slot) {
+    return s->dga_local + (size_t)slot * pt_model_num_params(s->m);
+}
+
+/* stale's checkpoint state: the rounds in flight, steps [first, step)
+ * (0-based), first = max(step - k, start): each one's all-reduced sum,
+ * alike on every rank, and under dga this rank's own gradient of it.
+ * Saving completes them first (waiting early changes no value: a later
+ * wait of the slot returns at once); loading fills the idle slots. */
+static pt_status stale_state(void *self, pt_state_visit *v) {
+    pt_dp_sync *s = self;
+    if (v->mode == PT_STATE_RESTART) {
+        s->start = (int)v->step;
+        return PT_OK;
+    }
+    if (v->mode == PT_STATE_LOAD) s->start = v->pipeline_start;
+    v->pipeline_start = s->start;
+    long first = v->step - s->k > s->start ? v->step - s->k : s->start;
+    size_t n = pt_model_num_params(s->m);
+    for (long st = first; st < v->step; st++) {
+        int slot = (int)(st % (s->k + 1));
+        if (v->mode == PT_STATE_SAVE) PT_CHECK(pt_ddp_wait(s->ddp, slot));
+        char name[48];
+        snprintf(name, sizeof name, "stale.step_%ld.sum", st);
+        pt_state_region r = {name,       -1,        0, n, pt_ddp_slot_grads(s->ddp, slot),
+                             s->dp_rank, s->dp_size};
+        PT_CHECK(v->region(v, &r));
+        if (!s->dga) continue;
+        snprintf(name, sizeof name, "stale.step_%ld.local", st);
+        r = (pt_state_region){name, s->dp_rank, 0, n, dga_local(s, slot), 0, 1};
+        PT_CHECK(v->region(v, &r));
+    }
+    return PT_OK;
+}
+
 static void sync_free(void *self) {
     pt_dp_sync *s = self;
     pt_ddp_free(s->ddp);
@@ -134,6 +172,7 @@ static const pt_strategy_ops STALE = {.name = "stale",
                                       .grads = sync_grads,
                                       .sync = stale_sync,
                                       .stats = sync_stats,
+                                      .state = stale_state,
                                       .free = sync_free};
 
 pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
@@ -148,7 +187,9 @@ pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m
                       .overlap = o->overlap,
                       .microbatches = o->microbatches,
                       .nslots = o->staleness + 1,
-                      .dp = (float)pt_comm_size(dp)};
+                      .dp = (float)pt_comm_size(dp),
+                      .dp_rank = pt_comm_rank(dp),
+                      .dp_size = pt_comm_size(dp)};
     pt_ddp_options d = {o->bucket_bytes, s->nslots, o->staleness == 0};
     pt_status st = pt_ddp_new(&s->ddp, m, dp, &d);
     if (st == PT_OK && s->dga) {
@@ -168,16 +209,4 @@ pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m
 
 pt_ddp *pt_dp_sync_ddp(pt_dp_sync *s) {
     return s->ddp;
-}
-
-float *pt_dp_sync_dga_local(pt_dp_sync *s, int slot) {
-    return s->dga_local ? s->dga_local + (size_t)slot * pt_model_num_params(s->m) : NULL;
-}
-
-int pt_dp_sync_start(const pt_dp_sync *s) {
-    return s->start;
-}
-
-void pt_dp_sync_set_start(pt_dp_sync *s, int step) {
-    s->start = step;
 }

@@ -50,13 +50,6 @@ void pt_local_sgd_free(pt_local_sgd *l) {
     free(l);
 }
 
-float *pt_local_sgd_anchor(pt_local_sgd *l) {
-    return l->anchor;
-}
-float *pt_local_sgd_momentum(pt_local_sgd *l) {
-    return l->u;
-}
-
 pt_status pt_local_sgd_sync(pt_local_sgd *l, pt_comm *c, float *params) {
     PT_CHECK(pt_comm_allreduce(c, params, l->n, PT_REDUCE_AVG));
     if (!l->nesterov) return PT_OK;
@@ -123,6 +116,26 @@ static void local_stats(void *self, pt_sync_stats *s) {
     e->a = e->z = e->bytes = 0;
 }
 
+/* The outer state, alike on every rank (computed from the averaged
+ * parameters): the anchor and the momentum (nesterov only). The ranks' own
+ * parameters and moments are the optimizer entry's. Restarted: the anchor
+ * is the parameters just loaded, the momentum zero. */
+static pt_status local_state(void *self, pt_state_visit *v) {
+    local_entry *e = self;
+    pt_local_sgd *l = e->l;
+    if (!l->nesterov) return PT_OK;
+    if (v->mode == PT_STATE_RESTART) {
+        memcpy(l->anchor, pt_model_params(e->m), l->n * sizeof(float));
+        memset(l->u, 0, l->n * sizeof(float));
+        return PT_OK;
+    }
+    int r = e->dp ? pt_comm_rank(e->dp) : 0, size = e->dp ? pt_comm_size(e->dp) : 1;
+    pt_state_region a = {"outer.anchor", -1, 0, l->n, l->anchor, r, size};
+    PT_CHECK(v->region(v, &a));
+    pt_state_region u = {"outer.momentum", -1, 0, l->n, l->u, r, size};
+    return v->region(v, &u);
+}
+
 static void local_free(void *self) {
     local_entry *e = self;
     pt_local_sgd_free(e->l);
@@ -133,6 +146,7 @@ static const pt_strategy_ops LOCAL = {.name = "local_sgd",
                                       .begin = local_begin,
                                       .update = local_update,
                                       .stats = local_stats,
+                                      .state = local_state,
                                       .free = local_free};
 
 pt_status pt_local_sgd_strategy(pt_strategy *out, pt_local_sgd **handle, pt_model *m, pt_comm *dp,

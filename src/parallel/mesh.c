@@ -61,11 +61,12 @@ pt_status pt_mesh_new(pt_mesh **out, pt_comm *world, int dp, int tp, int pp) {
      * ranks) and the color shared by exactly its members */
     const struct {
         int size, index, color;
+        const char *role; /* the flight recorder's name: "dp group <color>" */
     } def[PT_MESH_NGROUPS] = {
-        [PT_MESH_TP] = {tp, tp_i, pp_i * dp + dp_i},
-        [PT_MESH_DP] = {dp, dp_i, pp_i * tp + tp_i},
-        [PT_MESH_PP] = {pp, pp_i, dp_i * tp + tp_i},
-        [PT_MESH_MP] = {tp * pp, pp_i * tp + tp_i, dp_i},
+        [PT_MESH_TP] = {tp, tp_i, pp_i * dp + dp_i, "tp"},
+        [PT_MESH_DP] = {dp, dp_i, pp_i * tp + tp_i, "dp"},
+        [PT_MESH_PP] = {pp, pp_i, dp_i * tp + tp_i, "pp"},
+        [PT_MESH_MP] = {tp * pp, pp_i * tp + tp_i, dp_i, "mp"},
     };
     pt_status st = PT_OK;
     for (int g = 0; g < PT_MESH_NGROUPS; g++) {
@@ -75,6 +76,7 @@ pt_status pt_mesh_new(pt_mesh **out, pt_comm *world, int dp, int tp, int pp) {
          * kind of group alike, and split the others in the same order */
         if (def[g].size == 1) continue;
         PT_CHECK_GOTO(st, pt_comm_split(world, def[g].color, def[g].index, &m->comm[g]), fail);
+        pt_comm_set_name(m->comm[g], def[g].role, def[g].color);
         PT_ASSERT_EQ(pt_comm_size(m->comm[g]), def[g].size);
         PT_ASSERT_EQ(pt_comm_rank(m->comm[g]), def[g].index);
     }

@@ -136,3 +136,9 @@ void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c) {
         k->sent[g] += s.bytes_sent[op];
     }
 }
+
+pt_status pt_stack_state(pt_stack *s, pt_state_visit *v) {
+    for (int i = 0; i < s->n; i++)
+        if (s->at[i].ops->state) PT_CHECK(s->at[i].ops->state(s->at[i].self, v));
+    return PT_OK;
+}

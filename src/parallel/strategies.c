@@ -38,6 +38,7 @@ typedef struct {
     pt_adamw *opt;
     pt_model *m;
     pt_trace *trace;
+    pt_state_share share;
 } optimizer;
 
 static pt_status optimizer_update(void *self, pt_update *u) {
@@ -50,14 +51,34 @@ static pt_status optimizer_update(void *self, pt_update *u) {
     return PT_OK;
 }
 
-static const pt_strategy_ops OPTIMIZER = {
-    .name = "optimizer", .update = optimizer_update, .free = free};
+/* The parameters and the state the rule keeps (AdamW m and v, SGD's
+ * momentum as m, or none), each the whole flat buffer; the update count. */
+static pt_status optimizer_state(void *self, pt_state_visit *v) {
+    optimizer *o = self;
+    if (v->mode == PT_STATE_RESTART) return PT_OK;
+    if (v->mode == PT_STATE_SAVE) v->optim_t = pt_adamw_t(o->opt);
+    if (v->mode == PT_STATE_LOAD) pt_adamw_set_t(o->opt, v->optim_t);
+    const char *names[] = {"params", "optim_m", "optim_v"};
+    float *bufs[] = {pt_model_params(o->m), pt_adamw_m(o->opt), pt_adamw_v(o->opt)};
+    for (int k = 0; k < 3; k++) {
+        if (!bufs[k]) continue;
+        pt_state_region r = {names[k],      o->share.replica, 0, pt_model_num_params(o->m), bufs[k],
+                             o->share.copy, o->share.copies};
+        PT_CHECK(v->region(v, &r));
+    }
+    return PT_OK;
+}
 
-pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace) {
+static const pt_strategy_ops OPTIMIZER = {
+    .name = "optimizer", .update = optimizer_update, .state = optimizer_state, .free = free};
+
+pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace,
+                                pt_state_share share) {
     *out = (pt_strategy){0};
+    PT_ASSERT(share.copies >= 1 && share.copy >= 0 && share.copy < share.copies);
     optimizer *o = calloc(1, sizeof *o);
     if (!o) return pt_error_set(PT_ERR_NOMEM, "optimizer");
-    *o = (optimizer){opt, m, trace};
+    *o = (optimizer){opt, m, trace, share};
     *out = (pt_strategy){&OPTIMIZER, o};
     return PT_OK;
 }

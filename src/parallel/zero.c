@@ -66,7 +66,8 @@ struct pt_zero {
     pt_comm *group; /* shard group (owned) */
     pt_comm *cross; /* same index across groups (owned; NULL: one group) */
     int stage, g, grank, overlap, keep;
-    int gindex; /* which shard group: dp rank / g (HSDP: 0..dp/g-1) */
+    int gindex;   /* which shard group: dp rank / g (HSDP: 0..dp/g-1) */
+    int W, wrank; /* the dp group: its size and this rank's index */
     pt_adamw_hparams hp;
     int np; /* modules: 0 embedding, 1..L blocks, L+1 head */
     piece *p;
@@ -162,6 +163,8 @@ pt_status pt_zero_new(pt_zero **out, pt_model *m, pt_comm *world, const pt_zero_
     z->stage = opt->stage;
     z->hp = *hp;
     z->g = g;
+    z->W = W;
+    z->wrank = r;
     z->overlap = opt->overlap;
     z->keep = opt->keep_params;
     z->per_step = opt->per_step;
@@ -504,16 +507,6 @@ uint64_t pt_zero_take_bytes(pt_zero *z) {
 
 /* ---- checkpoints ---- */
 
-/* This rank's slice of module i's parameters (what 0), first (1) or
- * second (2) moments; NULL without them (no slice, or a rule without). */
-static const float *slice_of(pt_zero *z, int i, int what) {
-    piece *pc = &z->p[i];
-    return what == 0   ? pslice(z, i)
-           : !pc->opt  ? NULL
-           : what == 1 ? pt_adamw_m(pc->opt)
-                       : pt_adamw_v(pc->opt);
-}
-
 pt_status pt_zero_gather_params(pt_zero *z, float *full) {
     if (z->stage < 3) {
         memcpy(full, pt_model_params(z->m), pt_model_num_params(z->m) * sizeof(float));
@@ -528,61 +521,38 @@ pt_status pt_zero_gather_params(pt_zero *z, float *full) {
     return PT_OK;
 }
 
-#define TAG_GATHER 41
-
-/* Module i's region (count floats, the root's buf) from the first group's
- * slices. A rank without the state (a rule without moments: every rank
- * alike) sends nothing and the root zeroes the module. */
-pt_status pt_zero_gather_module(pt_zero *z, pt_zero_state what, int i, float *buf) {
-    PT_ASSERT(i >= 0 && i < z->np && (!pt_zero_is_root(z) || buf));
-    if (z->gindex != 0) return PT_OK; /* HSDP: another group's copy of the same state */
-    piece *pc = &z->p[i];
-    const float *s = slice_of(z, i, (int)what);
-    if (z->grank != 0) {
-        if (s && pc->sn) PT_CHECK(pt_comm_send(z->group, s, pc->sn * sizeof(float), 0, TAG_GATHER));
-        return PT_OK;
-    }
-    if (!s) { /* the root's slice comes first: without it the module is empty */
-        memset(buf, 0, pc->count * sizeof(float));
-        return PT_OK;
-    }
-    memcpy(buf + pc->so, s, pc->sn * sizeof(float));
-    for (int r = 1; r < z->g; r++) {
-        size_t so, sn;
-        pt_comm_shard(pc->count, z->g, r, &so, &sn);
-        if (sn) PT_CHECK(pt_comm_recv(z->group, buf + so, sn * sizeof(float), r, TAG_GATHER));
-    }
-    return PT_OK;
-}
-
-int pt_zero_is_root(const pt_zero *z) {
-    return z->gindex == 0 && z->grank == 0;
-}
-
-void pt_zero_load_optim(pt_zero *z, const float *m_full, const float *v_full, int t) {
+/* Per module, in the order params, m, v: what this rank holds. Parameters
+ * that every rank holds whole (stages 1, 2, a module kept whole) are
+ * written a part per dp rank; shards (stage 3's parameters, every stage's
+ * moments) by their holder, spread over HSDP's groups, which hold copies. */
+pt_status pt_zero_state(pt_zero *z, pt_state_visit *v) {
+    if (v->mode == PT_STATE_RESTART) return PT_OK;
+    if (v->mode == PT_STATE_LOAD) PT_CHECK(pt_zero_release_params(z));
     for (int i = 0; i < z->np; i++) {
-        piece *pc = &z->p[i];
-        if (!pc->opt) continue;
-        float *m = pt_adamw_m(pc->opt), *v = pt_adamw_v(pc->opt);
-        if (m && m_full) memcpy(m, m_full + pc->off + pc->so, pc->sn * sizeof(float));
-        if (v && v_full) memcpy(v, v_full + pc->off + pc->so, pc->sn * sizeof(float));
-        pt_adamw_set_t(pc->opt, t);
-    }
-}
-
-void pt_zero_load_params(pt_zero *z, const float *full) {
-    if (z->stage < 3) {
-        memcpy(pt_model_params(z->m), full, pt_model_num_params(z->m) * sizeof(float));
-        return;
-    }
-    pt_zero_release_params(z);
-    for (int i = 0; i < z->np; i++) {
-        piece *pc = &z->p[i];
-        if (pc->whole)
-            memcpy(pc->whole, full + pc->off, pc->count * sizeof(float));
+        pt_adamw *o = z->p[i].opt;
+        if (!o) continue;
+        if (v->mode == PT_STATE_LOAD)
+            pt_adamw_set_t(o, v->optim_t);
         else
-            memcpy(pc->pshard, full + pc->off + pc->so, pc->sn * sizeof(float));
+            v->optim_t = pt_adamw_t(o);
     }
+    static const char *const names[] = {"params", "optim_m", "optim_v"};
+    int ngroups = z->W / z->g;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < z->np; i++) {
+            piece *pc = &z->p[i];
+            pt_state_region r = {names[k], -1, pc->off + pc->so, pc->sn, NULL, z->gindex, ngroups};
+            if (k == 0 && (z->stage < 3 || pc->whole)) { /* whole on every rank */
+                r = (pt_state_region){names[k], -1, pc->off, pc->count, NULL, z->wrank, z->W};
+                r.data = pc->whole ? pc->whole : pt_model_params(z->m) + pc->off;
+            } else if (k == 0) {
+                r.data = pc->pshard;
+            } else if (pc->opt) {
+                r.data = k == 1 ? pt_adamw_m(pc->opt) : pt_adamw_v(pc->opt);
+            }
+            if (r.data && r.n) PT_CHECK(v->region(v, &r));
+        }
+    return PT_OK;
 }
 
 size_t pt_zero_optim_bytes(const pt_zero *z) {

@@ -62,6 +62,10 @@ static void zcounts(void *self, pt_comm_counts *k) {
     pt_zero_counts(((zero_entry *)self)->z, k);
 }
 
+static pt_status zstate(void *self, pt_state_visit *v) {
+    return pt_zero_state(((zero_entry *)self)->z, v);
+}
+
 static void zfree(void *self) {
     zero_entry *e = self;
     pt_zero_free(e->z);
@@ -78,6 +82,7 @@ static const pt_strategy_ops ZERO = {.name = "zero",
                                      .update = zupdate,
                                      .stats = zstats,
                                      .counts = zcounts,
+                                     .state = zstate,
                                      .free = zfree};
 
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,

@@ -348,50 +348,34 @@ static void gpu_rank(const pt_config *c, const unsigned char *whole_of, const st
     }
 }
 
-/* A stage's tables for a save's scratch: its slice, its largest module
- * and its largest tensor (a tp rank's, alike on every tp rank), and the
- * whole size of the largest tensor that tp splits (0: none). */
-typedef struct {
-    double n, module, most, split;
-} save_sizes;
-
-static save_sizes save_sizes_of(const pt_model *m) {
-    save_sizes z = {(double)pt_model_num_params(m), 0, 0, 0};
-    for (int i = 0; i < pt_model_num_modules(m); i++) {
-        size_t off, count;
-        pt_model_module_region(m, i, &off, &count);
-        if ((double)count > z.module) z.module = (double)count;
-    }
-    for (int k = 0; k < pt_model_num_tensors(m); k++) {
-        const pt_param_info *p = pt_model_tensor(m, k);
-        if ((double)p->numel > z.most) z.most = (double)p->numel;
-        if (!pt_shard_whole(&p->shard) && (double)pt_shard_numel(&p->shard) > z.split)
-            z.split = (double)pt_shard_numel(&p->shard);
-    }
-    return z;
-}
-
-/* A checkpoint save's scratch (trainer_ckpt.c, one tensor set at a time):
- * each stage's dp rank 0 receives ZeRO's shards of its slice a module at a
- * time (its largest module);
- * world rank 0, under tp or pp, also streams the whole model's tensors in
- * (tp_full.c): one buffer of a member's largest tensor (tp rank 1 of its
- * own stage, or another stage's) and, under tp, one of the largest tensor
- * tp splits, whole; under stale and local_sgd, afterwards, it receives
- * the other ranks' files through one slice-sized buffer (rank_state.c). */
-static void save_scratch(const pt_config *c, int zero, const save_sizes *z, pt_plan_mem *out) {
-    int p = c->parallel.pp, tp = c->parallel.tp;
-    int files = c->parallel.dp > 1 && strcmp(c->parallel.sync, "sync") != 0;
-    double most = tp > 1 ? z[0].most : 0, split = 0, need = 0;
-    for (int r = 0; r < p; r++) {
-        if (r > 0 && z[r].most > most) most = z[r].most;
-        if (z[r].split > split) split = z[r].split;
+/* A checkpoint save's scratch (trainer_ckpt.c, ckpt_plan.c): a
+ * synchronous save writes every rank's slices from its own buffers and
+ * allocates nothing counted; an asynchronous one (checkpoint.async)
+ * stages the rank's write share: of the sets of the group's one state (the
+ * parameters and the rule's moments, stale's rounds in flight, the outer
+ * step's anchor and momentum) its 1/dp part, and the sets that are its dp
+ * index's own (local SGD's and dga's parameters and moments, dga's local
+ * gradients) whole: n floats a set, n its stage's tp slice (tensors every
+ * tp rank holds whole are split over tp too: this counts them whole). */
+static void save_scratch(const pt_config *c, const double *n, pt_plan_mem *out) {
+    int p = c->parallel.pp, dp = c->parallel.dp, k = c->parallel.staleness;
+    pt_adamw_hparams hp = {0};
+    hp.kind = !strcmp(c->train.optimizer, "sgd") ? PT_OPTIM_SGD : PT_OPTIM_ADAMW;
+    hp.momentum = (float)c->train.momentum;
+    double model = 1 + pt_optim_state_count(&hp), shared = model, own = 0, need = 0;
+    int stale = dp > 1 && !strcmp(c->parallel.sync, "stale");
+    int dga = stale && !strcmp(c->parallel.stale_mode, "dga");
+    if (dp > 1 && !strcmp(c->parallel.sync, "local_sgd")) {
+        shared = !strcmp(c->parallel.outer, "nesterov") ? 2 : 0;
+        own = model;
+    } else if (dga) {
+        shared = k;
+        own = model + k;
+    } else if (stale) {
+        shared = model + k;
     }
     for (int r = 0; r < p; r++) {
-        double f = zero ? z[r].module : 0;
-        if (r == 0 && (tp > 1 || p > 1)) f += split + most;
-        if (r == 0 && files && z[0].n > f) f = z[0].n;
-        out->stage[r].save = f * sizeof(float);
+        out->stage[r].save = c->checkpoint.async ? n[r] * (shared / dp + own) * sizeof(float) : 0;
         if (out->stage[r].total + out->stage[r].save > need)
             need = out->stage[r].total + out->stage[r].save;
     }
@@ -426,10 +410,10 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
     const sched_sum *sums;
     PT_CHECK(pt_plan_stage_scheds(k, &c, sumbuf, &sums));
     double slack = gpu ? GPU_SLACK_BYTES : 0;
-    int dp = c.parallel.dp, zero = dp > 1 ? c.parallel.zero : 0;
+    int dp = c.parallel.dp;
     int g = c.parallel.zero_group > 0 ? c.parallel.zero_group : dp;
     out->n_stage = p;
-    save_sizes zs[PT_PLAN_MAX_STAGES]; /* each stage's tables (its tp rank 0's) */
+    double zs[PT_PLAN_MAX_STAGES]; /* each stage's slice, floats (its tp rank 0's) */
     pt_status err;
     unsigned char *whole = whole_flags(l->zero_whole, c.model.n_layer, &err);
     for (int r = 0; r < p && err == PT_OK; r++) {
@@ -437,7 +421,7 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
         stage_info s;
         err = pt_plan_stage_new(&s, &c, cut, r, recompute_of(rc), &sums[r], gpu, k);
         if (err != PT_OK) break;
-        if (!gpu) zs[r] = save_sizes_of(s.m);
+        if (!gpu) zs[r] = (double)pt_model_num_params(s.m);
         pt_plan_mem_rank *st = &out->stage[r];
         st->slack = slack;
         /* the shard ranks differ by a float or so: pt_comm_shard gives the
@@ -463,6 +447,6 @@ pt_status pt_plan_memory_cached(pt_plan_memory_cache *k, const pt_config *model,
     free(whole);
     PT_CHECK(err);
     out->max.slack = slack;
-    if (!gpu) save_scratch(&c, zero, zs, out);
+    if (!gpu) save_scratch(&c, zs, out);
     return PT_OK;
 }

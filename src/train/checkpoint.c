@@ -45,10 +45,8 @@ static void group_name(char *out, size_t n, const char *prefix, const char *name
         snprintf(out, n, "%s", name);
 }
 
-/* The safetensors header (8-byte length + JSON padded to 8 bytes) of ng
- * groups of the model's tensors, group g's data at g x the flat size. */
-static unsigned char *groups_header(const pt_model *m, const char *const *meta,
-                                    const pt_ckpt_group *groups, int ng, size_t *len) {
+unsigned char *pt_st_header_bytes(const pt_model *m, const char *const *meta,
+                                  const pt_ckpt_group *groups, int ng, size_t *len) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     cJSON *md = cJSON_AddObjectToObject(root, "__metadata__");
@@ -92,77 +90,31 @@ static unsigned char *groups_header(const pt_model *m, const char *const *meta,
     return head;
 }
 
-/* Where a file's data comes from: groups' flat buffers (each from src
- * when set, else its buf), or one group tensor by tensor (tensor). */
-typedef struct {
-    const pt_ckpt_group *groups;
-    int ng;
-    pt_ckpt_source src;
-    pt_st_tensor_source tensor;
-    void *arg;
-} data_source;
-
-/* One group's data from d->tensor, each tensor at its offset: the tensors
- * tile the flat buffer, as the header says and the reader checks. */
-static int write_tensors(FILE *f, const pt_model *m, const data_source *d, pt_status *st) {
-    size_t at = 0;
-    for (int i = 0; i < pt_model_num_tensors(m); i++) {
-        const pt_param_info *t = pt_model_tensor(m, i);
-        const float *data = NULL;
-        PT_ASSERT(t->offset == at);
-        if ((*st = d->tensor(d->arg, i, &data)) != PT_OK) return 0;
-        if (fwrite(data, sizeof(float), t->numel, f) != t->numel) return 0;
-        at += t->numel;
-    }
-    PT_ASSERT(at == pt_model_num_params(m));
-    return 1;
-}
-
-/* The header, then the data, into path through pt_out (a temporary beside
- * it, every write checked, fsynced, renamed over path); a failure removes
- * the temporary and names path: "DIR/.tmp-step_N-PID/model.safetensors:
- * write failed: File too large". */
-static pt_status write_file(const char *path, const pt_model *m, const char *const *meta,
-                            const data_source *d) {
+/* The header, then each group's flat buffer, into path through pt_out (a
+ * temporary beside it, every write checked, fsynced, renamed over path); a
+ * failure removes the temporary and names path. */
+pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
+                             const pt_ckpt_group *groups, int ng) {
     size_t hlen = 0;
-    unsigned char *head = groups_header(m, meta, d->groups, d->ng, &hlen);
+    unsigned char *head = pt_st_header_bytes(m, meta, groups, ng, &hlen);
     if (!head) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
     pt_out *o = NULL;
     pt_status st = pt_out_open(&o, path);
     if (st == PT_OK) st = pt_out_write(o, head, hlen);
     free(head);
-    FILE *f = o ? pt_out_stream(o) : NULL;
     size_t P = pt_model_num_params(m);
-    int ok = st == PT_OK;
-    if (ok && d->tensor) ok = write_tensors(f, m, d, &st);
-    for (int g = 0; ok && !d->tensor && g < d->ng; g++) {
-        const float *data = d->groups[g].buf;
-        if (d->src && (st = d->src(d->arg, g, &data)) != PT_OK) break;
-        ok = fwrite(data, sizeof(float), P, f) == P;
-    }
-    if (st != PT_OK) { /* not the file's fault: the source's error stands */
+    for (int g = 0; st == PT_OK && g < ng; g++)
+        st = pt_out_write(o, groups[g].buf, P * sizeof(float));
+    if (st != PT_OK) {
         pt_out_abort(o);
         return st;
     }
-    return pt_out_commit(o); /* a failed write above fails here, named */
-}
-
-pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
-                             const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg) {
-    data_source d = {.groups = groups, .ng = ng, .src = src, .arg = arg};
-    return write_file(path, m, meta, &d);
+    return pt_out_commit(o);
 }
 
 pt_status pt_safetensors_save(const char *path, const pt_model *m, const float *buf) {
     pt_ckpt_group g = {"", (float *)buf};
-    return pt_st_write_groups(path, m, NULL, &g, 1, NULL, NULL);
-}
-
-pt_status pt_safetensors_save_from(const char *path, const pt_model *m, pt_st_tensor_source src,
-                                   void *arg) {
-    pt_ckpt_group g = {"", NULL};
-    data_source d = {.groups = &g, .ng = 1, .tensor = src, .arg = arg};
-    return write_file(path, m, NULL, &d);
+    return pt_st_write_groups(path, m, NULL, &g, 1);
 }
 
 pt_status pt_safetensors_load(const char *path, const pt_model *m, float *buf) {
@@ -284,6 +236,76 @@ pt_status pt_ckpt_state_fields(const cJSON *root, const char *path, pt_ckpt_stat
     /* optim_t: AdamW's update count (stale delayed applies nothing in its
      * first k steps); older checkpoints lack it: the step */
     if (!json_int(root, "optim_t", 0, &s->optim_t)) s->optim_t = s->step;
+    return PT_OK;
+}
+
+/* A rank-state file's name: "sync" or "replica<d>", d < 2^20. */
+static int valid_file_name(const char *s) {
+    if (!strcmp(s, "sync")) return 1;
+    if (strncmp(s, "replica", 7) != 0) return 0;
+    size_t n = strspn(s + 7, "0123456789");
+    return n >= 1 && n <= 7 && !s[7 + n] && (n == 1 || s[7] != '0');
+}
+
+/* A group's name: what the strategies name their state ("params",
+ * "stale.step_12.sum", "outer.anchor"): letters, digits, '.', '_'. */
+static int valid_group_name(const char *s) {
+    size_t n = strlen(s);
+    return n >= 1 && n < PT_CKPT_PREFIX_MAX &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._") == n;
+}
+
+pt_status pt_ckpt_state_files(const cJSON *root, const char *path, pt_ckpt_files *out,
+                              int *legacy) {
+    memset(out, 0, sizeof *out);
+    *legacy = 0;
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rank_state");
+    const cJSON *files = cJSON_IsObject(rs) ? cJSON_GetObjectItemCaseSensitive(rs, "files") : NULL;
+    if (!files) return PT_OK;
+    if (cJSON_IsString(files)) { /* rank<r>.safetensors: written before sliced checkpoints */
+        *legacy = 1;
+        return PT_OK;
+    }
+    int nf = cJSON_IsObject(files) ? cJSON_GetArraySize(files) : -1;
+    if (nf < 0 || nf > 4096)
+        return pt_error_set(PT_ERR_FORMAT,
+                            "%s: rank_state.files is not an object of at most 4096 "
+                            "files",
+                            path);
+    out->f = calloc((size_t)nf + 1, sizeof *out->f);
+    if (!out->f) return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+    for (const cJSON *f = files->child; f; f = f->next) {
+        const char *bad = NULL;
+        int ng = cJSON_IsArray(f) ? cJSON_GetArraySize(f) : -1;
+        if (strlen(f->string) >= PT_CKPT_FILE_MAX || !valid_file_name(f->string))
+            bad = "a file name (sync or replica<d>)";
+        else if (ng < 1 || ng > PT_CKPT_GROUP_MAX)
+            bad = "an array of 1 to 160 group names";
+        for (int i = 0; i < out->nf && !bad; i++)
+            if (!strcmp(out->f[i].name, f->string)) bad = "a file named once";
+        if (bad) {
+            pt_ckpt_files_deinit(out);
+            return pt_error_set(PT_ERR_FORMAT, "%s: rank_state.files: '%.64s' is not %s", path,
+                                f->string, bad);
+        }
+        pt_ckpt_file *e = &out->f[out->nf++];
+        snprintf(e->name, sizeof e->name, "%s", f->string);
+        e->group = calloc((size_t)ng, sizeof *e->group);
+        if (!e->group) {
+            pt_ckpt_files_deinit(out);
+            return pt_error_set(PT_ERR_NOMEM, "%s: out of memory", path);
+        }
+        for (const cJSON *g = f->child; g; g = g->next) {
+            if (!cJSON_IsString(g) || !valid_group_name(g->valuestring)) {
+                pt_ckpt_files_deinit(out);
+                return pt_error_set(PT_ERR_FORMAT,
+                                    "%s: rank_state.files: %s: a group is not a name of letters, "
+                                    "digits, '.' and '_' under %d bytes",
+                                    path, e->name, PT_CKPT_PREFIX_MAX);
+            }
+            snprintf(e->group[e->ng++], PT_CKPT_PREFIX_MAX, "%s", g->valuestring);
+        }
+    }
     return PT_OK;
 }
 

@@ -60,6 +60,10 @@ static void reached(pt_ckpt_point p) {
     if ((int)p == crash_point) _exit(PT_CKPT_CRASH_EXIT);
 }
 
+void pt_ckpt_reached(pt_ckpt_point p) {
+    reached(p);
+}
+
 /* ---- small file helpers ---- */
 
 static pt_status fsync_path(const char *path, int dir) {
@@ -368,17 +372,6 @@ pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n) {
 
 void pt_ckpt_abort(const char *tmp) {
     remove_entry(tmp, -1);
-}
-
-pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
-                             const float *buf, pt_st_tensor_source src, void *arg) {
-    static const char *const names[] = {"model", "optim_m", "optim_v"};
-    PT_ASSERT(which >= PT_CKPT_MODEL && which <= PT_CKPT_OPTIM_V);
-    char path[PT_CONFIG_STR_MAX + 128];
-    snprintf(path, sizeof path, "%s/%s.safetensors", tmp, names[which]);
-    PT_CHECK(buf ? pt_safetensors_save(path, m, buf) : pt_safetensors_save_from(path, m, src, arg));
-    if (which == PT_CKPT_MODEL) reached(PT_CKPT_AT_PARTIAL);
-    return PT_OK;
 }
 
 pt_status pt_ckpt_write_state(const char *tmp, const char *state_json) {

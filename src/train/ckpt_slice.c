@@ -11,8 +11,9 @@
  * tensor table (pt_st_match: names, dtypes, shapes, tiling), exactly as
  * pt_safetensors_load does; the writer writes through pt_safetensors_save.
  *
- * Not here: moving slices between ranks (the tensor-parallel trainer
- * gathers them on its writer), the checkpoint directory (ckpt_dir.c). */
+ * Not here: the trainer's checkpoints, which every rank writes and reads
+ * by slice in place, in parallel (ckpt_impl.h); the checkpoint directory
+ * (ckpt_dir.c). */
 #include "parse_impl.h"
 #include "train_impl.h"
 

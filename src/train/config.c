@@ -144,13 +144,29 @@ static const key_def keys[] = {
     {"checkpoint.keep", K_INT, OFF(checkpoint.keep), "3", 0, 1e9, NULL,
      "keep the newest K step directories, delete older ones (0: keep all; the one 'latest' "
      "names is always kept)"},
+    {"checkpoint.async", K_BOOL, OFF(checkpoint.async), "false", 0, 1, NULL,
+     "save in the background: the step copies this rank's slices aside and a writer thread "
+     "writes them while training goes on (the next save and the end of the run wait for it)"},
+    {"checkpoint.drop_rank_state", K_BOOL, OFF(checkpoint.drop_rank_state), "false", 0, 1, NULL,
+     "resume: when the checkpoint's per-rank state (stale rounds, dga's local gradients, "
+     "local_sgd's per-rank parameters) cannot carry over to this layout, continue from dp "
+     "index 0's model with that state restarted (not the uninterrupted run) instead of "
+     "refusing"},
     {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
      "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
      "naming it; saves wait for rank 0's writes as long as it is alive"},
+    {"comm.check_order", K_BOOL, OFF(comm.check_order), "false", 0, 1, NULL,
+     "debug: before every collective its group compares (op, bytes, sequence number) across "
+     "its ranks and stops the job at the first mismatch, naming both ranks and both operations "
+     "(one small all-gather per collective)"},
     {"log.metrics", K_STRING, OFF(log.metrics), "", 0, 0, NULL,
      "JSON-lines metrics file (empty: none)"},
     {"log.trace", K_STRING, OFF(log.trace), "", 0, 0, NULL,
      "Chrome trace JSON (one track per rank and one per comm thread; empty: none)"},
+    {"log.flight", K_STRING, OFF(log.flight), "", 0, 0, NULL,
+     "after a job fault (a rank died, stalled or stopped taking part) every surviving rank "
+     "writes its flight recorder here: a directory (DIR/ : DIR/flight-rankR.json) or a prefix "
+     "(PREFIX-rankR.json); partrain flight merges them (empty: none)"},
     {"log.every", K_INT, OFF(log.every), "10", 1, 1e9, NULL, "progress line every N steps"},
     {"log.probe", K_BOOL, OFF(log.probe), "false", 0, 1, NULL,
      "after each step rank 0 times the speed probe (a one-thread product, about 10 ms, outside "
@@ -438,15 +454,6 @@ static pt_status check_pipeline(const pt_config *c) {
         return PT_OK;
     }
     PT_CHECK(pt_schedule_check(name, c->parallel.microbatches, pp, v, nmod));
-    /* the asynchronous modes train under a pipeline (each stage's dp group
-     * runs the mode on its modules), but their per-rank checkpoint files
-     * are written in rank 0's shapes, and a stage's differ */
-    if (strcmp(c->parallel.sync, "sync") != 0 && c->parallel.dp > 1 && c->checkpoint.dir[0])
-        return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "checkpoint.dir: parallel.sync = %s at parallel.dp = %d with "
-                            "parallel.pp = %d has no checkpoints yet (its per-rank files hold "
-                            "one pipeline stage's shapes); unset checkpoint.dir or use sync",
-                            c->parallel.sync, c->parallel.dp, pp);
     /* the cut given: what the trainer will cut (a balanced cut cannot fail
      * once pt_schedule_check passed), its errors naming pp x v when a rank
      * has several chunks */

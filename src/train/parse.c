@@ -383,6 +383,7 @@ pt_status pt_st_match(const char *what, pt_st_header *h, const pt_model *m,
             goto done;
         }
         e->tensor = idx;
+        e->group = g;
         e->dst = groups[g].buf ? groups[g].buf + t->offset : NULL;
     }
     for (size_t i = 0; i < (size_t)n * (size_t)ng; i++)

@@ -39,6 +39,7 @@ typedef struct {
     uint64_t begin, end; /* byte offsets into the data section */
     float *dst;          /* pt_st_match: where its data go (NULL: skipped) */
     int tensor;          /* pt_st_match: the model tensor it holds (-1: a skipped buffer) */
+    int group;           /* pt_st_match: the group it belongs to */
 } pt_st_entry;
 
 typedef struct {

@@ -1,12 +1,13 @@
-/* Full tensors from model-parallel pieces: rank 0 of a model-parallel
- * group (tp x pp: every tp slice of every pipeline stage) receives every
- * member's tensors one at a time and assembles each whole tensor, placing
- * the members' runs (pt_shard_run) where it has them. A checkpoint's
- * writer pulls them as it writes (GPT-2's names and shapes whatever t is);
- * gathering parameters copies them into a flat buffer of the whole model.
+/* Full tensors from model-parallel pieces, for the test seam's gather of
+ * the parameters (pt_trainer_gather_params, the parity harness's oracle
+ * comparison): rank 0 of a model-parallel group (tp x pp: every tp slice
+ * of every pipeline stage) receives every member's tensors one at a time
+ * and assembles each whole tensor, placing the members' runs
+ * (pt_shard_run) where it has them, into a flat buffer of the whole model.
  * Padding rows of wte are in no run, so they never reach a full tensor.
  *
- * Not here: reading a rank's slice back (pt_safetensors_load_slice). */
+ * Not here: checkpoints, which every rank writes and reads by slice
+ * (ckpt_impl.h). */
 #include "trainer_impl.h"
 #include "trainer_test.h"
 
@@ -24,6 +25,12 @@ static pt_status member_table(const pt_trainer *t, int r, pt_model **out) {
     };
     return pt_model_new_opts(out, &c->model, 0, &o);
 }
+
+/* The whole model's tensors one at a time for a sink on the group's rank
+ * 0 (it pulls them from src in order); the others send theirs, each
+ * member's own from own(own_arg, k, ..), every one of them even when the
+ * sink stops early. */
+typedef pt_status (*pt_mp_sink)(void *arg, pt_st_tensor_source src, void *src_arg);
 
 /* ---- streaming: the whole model's tensors one at a time ----
  * The writer pulls t->full's tensors in order; each member sends its own
@@ -137,8 +144,8 @@ static pt_status stream_root(const pt_trainer *t, pt_st_tensor_source own, void 
     return st;
 }
 
-pt_status pt_mp_stream_full(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
-                            pt_mp_sink sink, void *arg) {
+static pt_status stream_full(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
+                             pt_mp_sink sink, void *arg) {
     if (pt_comm_rank(t->mp) == 0) return stream_root(t, own, own_arg, sink, arg);
     PT_CHECK(pt_comm_agree(t->mp, PT_OK)); /* rank 0 is ready to receive */
     for (int k = 0; k < pt_model_num_tensors(t->model); k++) {
@@ -161,9 +168,9 @@ static pt_status flat_tensor(void *arg, int i, const float **data) {
     return PT_OK;
 }
 
-pt_status pt_mp_stream_flat(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
+static pt_status stream_flat(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg) {
     flat f = {t->model, local};
-    return pt_mp_stream_full(t, flat_tensor, &f, sink, arg);
+    return stream_full(t, flat_tensor, &f, sink, arg);
 }
 
 /* pt_mp_gather_full's sink: each tensor to its place in the full buffer. */
@@ -180,7 +187,7 @@ static pt_status copy_full(void *arg, pt_st_tensor_source src, void *src_arg) {
 }
 
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full) {
-    return pt_mp_stream_flat(t, local, copy_full, full);
+    return stream_flat(t, local, copy_full, full);
 }
 
 /* The test seam's (trainer_test.h): every rank's parameters, full, on

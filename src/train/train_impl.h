@@ -1,7 +1,7 @@
 /* Private to the train layer: the checkpoint directory protocol used by the
- * trainer (ckpt_dir.c), the safetensors files of several groups
- * (checkpoint.c) and the per-rank state files of the asynchronous
- * data-parallel modes (rank_state.c). */
+ * trainer (ckpt_dir.c), state.json and the safetensors files of several
+ * groups (checkpoint.c). The sliced writing and reading of checkpoints is
+ * ckpt_impl.h's. */
 #ifndef PT_TRAIN_IMPL_H
 #define PT_TRAIN_IMPL_H
 
@@ -26,8 +26,9 @@ void pt_ckpt_dir_close(int lock_fd); /* -1: no-op */
 
 /* ---- the step directory, in three moves ----
  * pt_ckpt_begin makes a fresh temporary directory DIR/.tmp-step_NNNNNNNN-PID
- * (its path into tmp); files are written into it (pt_ckpt_write_main,
- * pt_ckpt_write_state, rank files); pt_ckpt_commit fsyncs it, renames it to DIR/step_NNNNNNNN (an
+ * (its path into tmp); files are written into it (every rank its slices of
+ * the tensor files, ckpt_write.c; then pt_ckpt_write_state);
+ * pt_ckpt_commit fsyncs it, renames it to DIR/step_NNNNNNNN (an
  * existing one is swapped out atomically, or moved aside where the file
  * system cannot swap) and points DIR/latest at it; pt_ckpt_abort removes it.
  * A crash at any point leaves `latest` naming a complete step directory
@@ -37,14 +38,7 @@ pt_status pt_ckpt_begin(const char *dir, int step, char *tmp, size_t n);
  * its numel floats, valid until the next call. */
 typedef pt_status (*pt_st_tensor_source)(void *arg, int i, const float **data);
 
-/* One main file: model.safetensors, optim_m or optim_v.safetensors (sgd:
- * its momentum buffer as m, or neither), from buf (full-length, laid out
- * like m's flat buffer) or, buf NULL, tensor by tensor from src. One at a
- * time, so that a save gathers and writes one tensor set (or one tensor)
- * before the next. Then state.json. */
-typedef enum { PT_CKPT_MODEL, PT_CKPT_OPTIM_M, PT_CKPT_OPTIM_V } pt_ckpt_file;
-pt_status pt_ckpt_write_main(const char *tmp, pt_ckpt_file which, const pt_model *m,
-                             const float *buf, pt_st_tensor_source src, void *arg);
+/* state.json into tmp (pt_out), once every tensor file is in. */
 pt_status pt_ckpt_write_state(const char *tmp, const char *state_json);
 pt_status pt_ckpt_commit(const char *dir, int step, const char *tmp);
 void pt_ckpt_abort(const char *tmp);
@@ -72,6 +66,8 @@ typedef enum {
 /* crash_at: a pt_ckpt_point, or -1 for none; never_exchange: 1 takes the
  * fallback path (as on a file system without RENAME_EXCHANGE). */
 void pt_ckpt_test_hooks(int crash_at, int never_exchange);
+/* A save passes point p: the process dies there when a test asked. */
+void pt_ckpt_reached(pt_ckpt_point p);
 
 /* Parse a step directory's state.json (caller deletes *out); _parse:
  * from its text, path naming it in messages. Then what it says: its
@@ -82,57 +78,63 @@ pt_status pt_ckpt_state_config(const cJSON *root, const char *path, pt_config *c
 typedef struct {
     int step, optim_t;
     uint64_t key, counter; /* data_rng */
-    int rank_state;        /* 1: rank<r>.safetensors are there */
+    int rank_state;        /* 1: state.json has a rank_state (per-rank state saved) */
     int ranks, pipe_start;
 } pt_ckpt_state;
 pt_status pt_ckpt_state_fields(const cJSON *root, const char *path, pt_ckpt_state *s);
+
+#define PT_CKPT_GROUP_MAX  160 /* 3 + 2 x 64 (staleness at most 64) + 2, with room */
+#define PT_CKPT_PREFIX_MAX 48
+
+/* The files of a checkpoint beside the three main ones (model, optim_m,
+ * optim_v), and the groups of each: what the writers agreed on (rank 0
+ * decides: sync, then replica<d> by d; groups sorted by name), and what
+ * state.json's rank_state.files lists. */
+#define PT_CKPT_FILE_MAX 32 /* a file's name, without ".safetensors" */
+typedef struct {
+    char name[PT_CKPT_FILE_MAX];
+    int ng;
+    char (*group)[PT_CKPT_PREFIX_MAX]; /* malloc'd */
+    uint64_t data_start;               /* the header's bytes (writing only) */
+} pt_ckpt_file;
+typedef struct {
+    pt_ckpt_file *f;
+    int nf;
+} pt_ckpt_files;
+void pt_ckpt_files_deinit(pt_ckpt_files *fs);
+/* state.json's rank_state.files ({"sync": ["outer.anchor", ...],
+ * "replica1": [...]}): each file "sync" or "replica<d>", named once, with
+ * 1 to PT_CKPT_GROUP_MAX groups of letters, digits, '.' and '_'. None:
+ * empty. *legacy: 1 for the string "rank<r>.safetensors" of checkpoints
+ * written before sliced saves (their per-rank files are not read). */
+pt_status pt_ckpt_state_files(const cJSON *root, const char *path, pt_ckpt_files *out, int *legacy);
 
 /* ---- safetensors files of several flat buffers ----
  * A group is one buffer laid out like the model's flat parameters, stored
  * as every model tensor under "<prefix>.<GPT-2 name>" (prefix "": the bare
  * names, as in model.safetensors). Group g's data follows group g-1's. */
-#define PT_CKPT_GROUP_MAX  160 /* 3 + 2 x 64 (staleness at most 64) + 2, with room */
-#define PT_CKPT_PREFIX_MAX 48
 typedef struct {
     char prefix[PT_CKPT_PREFIX_MAX];
     float *buf; /* lent */
 } pt_ckpt_group;
 
-/* Hands out group g's data (the model's parameter count of floats) while
- * writing; *data stays valid until the next call. */
-typedef pt_status (*pt_ckpt_source)(void *arg, int g, const float **data);
-
-/* Write groups to path atomically (temp + fsync + rename). meta: key,
- * value, ... NULL: strings added to __metadata__. src NULL: each group's
- * buf. */
+/* Write groups to path atomically (pt_out: temp + fsync + rename). meta:
+ * key, value, ... NULL: strings added to __metadata__. */
 pt_status pt_st_write_groups(const char *path, const pt_model *m, const char *const *meta,
-                             const pt_ckpt_group *groups, int ng, pt_ckpt_source src, void *arg);
-/* pt_safetensors_save's file, tensor by tensor from src. */
-pt_status pt_safetensors_save_from(const char *path, const pt_model *m, pt_st_tensor_source src,
-                                   void *arg);
+                             const pt_ckpt_group *groups, int ng);
+/* The safetensors header (8-byte length, then the JSON padded with spaces
+ * to a multiple of 8) of ng groups of m's tensors, group g's data at g x
+ * the flat size, tensors in flat order; meta: key, value, ... NULL added
+ * to __metadata__ beside format and n_head. malloc'd (*len bytes), NULL
+ * when out of memory. */
+unsigned char *pt_st_header_bytes(const pt_model *m, const char *const *meta,
+                                  const pt_ckpt_group *groups, int ng, size_t *len);
 /* Read every tensor of every group into its buf; everything is validated as
  * in pt_safetensors_load, and __metadata__ must hold the key, value pairs
  * of meta_want (NULL-terminated; NULL: no check). */
 pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *const *meta_want,
                             const pt_ckpt_group *groups, int ng);
 
-/* ---- per-rank state (rank_state.c) ----
- * Under stale and local_sgd the ranks hold state that differs, or that the
- * main files do not carry: it goes to one file per rank, rankR.safetensors,
- * in the step directory, written by rank 0 (each rank sends it its groups on
- * aux) so that the files join the checkpoint through the same temporary
- * directory and rename. Metadata: rank, ranks, step. */
-
-/* Collective over aux: every rank passes its own groups (at most
- * PT_CKPT_GROUP_MAX); rank 0 writes tmp/rank<r>.safetensors for every r.
- * On rank 0, tmp NULL means the save already failed: the others' data is
- * received and dropped, so that no rank is left waiting. */
-pt_status pt_ckpt_gather_rank_files(pt_comm *aux, const char *tmp, const pt_model *m, int step,
-                                    const pt_ckpt_group *mine, int ng);
-/* Read this rank's stepdir/rank<rank>.safetensors into groups, checking
- * its metadata (rank, ranks, step). Local: no communication. */
-pt_status pt_ckpt_read_rank_file(const char *stepdir, const pt_model *m, int rank, int nranks,
-                                 int step, const pt_ckpt_group *groups, int ng);
 /* Collective over aux (NULL: returns st): every rank learns whether every
  * rank's st was PT_OK; if not, every rank returns the lowest failing rank's
  * status and message, so that all of them report the same one line. */

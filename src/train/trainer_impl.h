@@ -24,12 +24,11 @@ struct pt_trainer {
     pt_pipeline *pipe;    /* the executor, at every layout */
     pt_stack stack;       /* the strategies, in order (trainer_new.c's STACK) */
     pt_adamw *opt;        /* the optimizer entry's (owned here; NULL under ZeRO) */
-    /* lent by their stack entries, for checkpoints */
-    pt_zero *zero;      /* parallel.zero >= 1 with dp > 1 */
-    pt_dp_sync *dps;    /* the data-parallel buckets: sync or stale */
-    pt_local_sgd *lsgd; /* parallel.sync = local_sgd with dp > 1 */
-    sync_mode mode;     /* parallel.sync */
-    int dga;            /* stale with parallel.stale_mode = dga */
+    /* lent by their stack entries (checkpoints ask the stack: the state slots) */
+    pt_zero *zero;   /* parallel.zero >= 1 with dp > 1: the test seam's gather */
+    pt_dp_sync *dps; /* the data-parallel buckets, sync or stale: the log line */
+    sync_mode mode;  /* parallel.sync */
+    int dga;         /* stale with parallel.stale_mode = dga */
     pt_data *train, *val;
     pt_rng data_rng;
     int step;
@@ -56,6 +55,8 @@ struct pt_trainer {
     pt_trace *trace;
     uint64_t trace_t0;
     char *plan_json; /* pt_trainer_set_plan's (owned; NULL: none) */
+    struct pt_ckpt_async *ckpt_async; /* checkpoint.async: the writer thread (ckpt_async.c) */
+    uint64_t ckpt_written;            /* bytes this rank wrote in its last save */
 };
 
 /* ---- the metrics file (trainer_metrics.c) ---- */
@@ -80,25 +81,20 @@ int pt_trainer_planned(const pt_trainer *t, double *step_ms, double *mem_bytes);
 /* The schedule's formula bubble at equal pass times (-1: no pipeline). */
 double pt_trainer_formula_bubble(const pt_trainer *t);
 
+
+/* checkpoint.async: the writers' lane (a split of the world, collective)
+ * and the writer; nothing otherwise (trainer_ckpt.c). */
+pt_status pt_trainer_ckpt_open(pt_trainer *t);
+/* Wait for the save in flight and free the writer (pt_ckpt_async_free). */
+void pt_trainer_ckpt_close(pt_trainer *t);
+
 /* Full tensors on the model-parallel group's rank 0 (full: laid out like
  * the whole tp = 1 model's flat buffer) from every member's buffer local
  * (laid out like its own model: member r = pp_i x tp + tp_i holds tp slice
- * tp_i of stage pp_i's modules, owned[pp_i] of the trainer's table).
- * Collective over t->mp (tp_full.c). */
+ * tp_i of stage pp_i's modules, owned[pp_i] of the trainer's table), one
+ * tensor at a time. Collective over t->mp (tp_full.c): the test seam's
+ * gather of the parameters (checkpoints write by slice, ckpt_impl.h). */
 pt_status pt_mp_gather_full(const pt_trainer *t, const float *local, float *full);
-/* The same tensors one at a time, for a writer: on the group's rank 0,
- * sink(arg, src, src_arg) is called once and pulls the whole model's
- * tensors from src in order; the others send theirs. Each member's own
- * tensors come from own(own_arg, k, ..), k = 0, 1, .. over t->model's,
- * every one of them even when the writer stops early (a source may be a
- * collective: ZeRO's shards gathered module by module). Rank 0's scratch
- * is a member's largest tensor and, tp > 1, the largest tensor tp splits.
- * Collective over t->mp (tp_full.c); _flat takes them from local, laid
- * out like t->model's flat buffer. */
-typedef pt_status (*pt_mp_sink)(void *arg, pt_st_tensor_source src, void *src_arg);
-pt_status pt_mp_stream_full(const pt_trainer *t, pt_st_tensor_source own, void *own_arg,
-                            pt_mp_sink sink, void *arg);
-pt_status pt_mp_stream_flat(const pt_trainer *t, const float *local, pt_mp_sink sink, void *arg);
 
 /* Prefix the last error message with prefix ("prefix: message"); returns st
  * (trainer_new.c). */

@@ -159,7 +159,7 @@ static void write_spread(pt_trainer *t, const char *name, const pt_spread *s,
 static int has_group(const pt_trainer *t, int g) {
     switch (g) {
     case PT_GROUP_DP:
-        return t->dps || t->lsgd;
+        return t->dps || (t->mode == MODE_LOCAL && t->dp_size > 1);
     case PT_GROUP_TP:
         return t->tp != NULL;
     case PT_GROUP_PP:

@@ -46,6 +46,7 @@ static pt_status open_data(pt_data **out, const char *key, const char *path, int
 void pt_trainer_free(pt_trainer *t) {
     if (!t) return;
     if (t->metrics) fclose(t->metrics);
+    pt_trainer_ckpt_close(t); /* waits for a save in flight */
     pt_ckpt_dir_close(t->ckpt_lock);
     pt_stack_free(&t->stack);
     pt_pipeline_free(t->pipe);
@@ -137,7 +138,10 @@ static pt_status optimizer_entry(pt_trainer *t, pt_strategy *out) {
     pt_adamw_hparams hp = hparams(&t->cfg);
     pt_status st = pt_adamw_new(&t->opt, pt_model_num_params(t->model), segs, ntens, &hp);
     free(segs);
-    return st == PT_OK ? pt_optimizer_strategy(out, t->opt, t->model, t->trace) : st;
+    /* each rank's own model under local SGD and dga; else the dp group's one */
+    pt_state_share share = {-1, t->dp_rank, t->dp_size};
+    if (t->mode == MODE_LOCAL || t->dga) share = (pt_state_share){t->dp_rank, 0, 1};
+    return st == PT_OK ? pt_optimizer_strategy(out, t->opt, t->model, t->trace, share) : st;
 }
 
 static pt_status local_entry(pt_trainer *t, pt_strategy *out) {
@@ -146,7 +150,7 @@ static pt_status local_entry(pt_trainer *t, pt_strategy *out) {
     if (!t->dp || t->mode != MODE_LOCAL) return PT_OK;
     pt_local_sgd_options o = {c->parallel.sync_every, !strcmp(c->parallel.outer, "nesterov"),
                               (float)c->parallel.outer_lr, (float)c->parallel.outer_momentum};
-    return pt_local_sgd_strategy(out, &t->lsgd, t->model, t->dp, &o, t->trace);
+    return pt_local_sgd_strategy(out, NULL, t->model, t->dp, &o, t->trace);
 }
 
 static pt_status tied_entry(pt_trainer *t, pt_strategy *out) {
@@ -264,7 +268,10 @@ static pt_status build_mesh(pt_trainer *t, pt_comm *world) {
     t->pp_size = pt_mesh_size(t->mesh, PT_MESH_PP);
     t->local_B = cfg->train.batch_size / t->dp_size;
     t->micro_B = t->local_B / cfg->parallel.microbatches;
-    return t->world ? pt_comm_split(t->world, 0, t->rank, &t->aux) : PT_OK;
+    if (!t->world) return PT_OK;
+    PT_CHECK(pt_comm_split(t->world, 0, t->rank, &t->aux));
+    pt_comm_set_name(t->aux, "aux", -1); /* the flight recorder's name */
+    return PT_OK;
 }
 
 static pt_status open_inputs(pt_trainer *t) {
@@ -372,6 +379,7 @@ pt_status pt_trainer_new_wrapped(pt_trainer **out, const pt_config *cfg, pt_comm
     PT_CHECK_GOTO(st, build_stack(t), fail);
     if (wrap) PT_CHECK_GOTO(st, wrap(t, &t->stack, arg), fail);
     PT_CHECK_GOTO(st, lock_checkpoints(t), fail);
+    PT_CHECK_GOTO(st, pt_trainer_ckpt_open(t), fail);
     *out = t;
     return PT_OK;
 fail:

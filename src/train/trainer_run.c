@@ -135,7 +135,8 @@ static pt_status save_timed(pt_trainer *t, loop_state *L) {
     PT_CHECK(pt_trainer_save(t));
     L->save_s = pt_time_s() - a;
     if (t->rank != 0) return PT_OK;
-    fprintf(stderr, "saved checkpoint %s/step_%08d (%.1f s)\n", t->cfg.checkpoint.dir, t->step,
+    fprintf(stderr, "%s checkpoint %s/step_%08d (%.1f s)\n",
+            t->cfg.checkpoint.async ? "snapshot taken for" : "saved", t->cfg.checkpoint.dir, t->step,
             L->save_s);
     return pt_metrics_save(t, pt_time_s() - L->t_start, L->save_s * 1e3);
 }
@@ -346,6 +347,10 @@ pt_status pt_trainer_run(pt_trainer *t) {
     }
     if (t->val && last_val != t->step) PT_CHECK_GOTO(st, run_validation(t, &L), done);
     if (c->checkpoint.dir[0] && last_save != t->step) PT_CHECK_GOTO(st, save_timed(t, &L), done);
+    /* the run's end waits for the last save (checkpoint.async) */
+    PT_CHECK_GOTO(st, pt_trainer_save_wait(t), done);
+    if (c->checkpoint.dir[0] && c->checkpoint.async && t->rank == 0)
+        fprintf(stderr, "saved checkpoint %s/step_%08d\n", c->checkpoint.dir, t->step);
     if (t->trace) PT_CHECK_GOTO(st, write_trace(t), done);
     if (interrupted) st = pt_error_set(PT_ERR_INTERRUPTED, "interrupted at step %d", t->step);
     summary(t, &L);

@@ -24,4 +24,8 @@ pt_status pt_trainer_new_wrapped(pt_trainer **out, const pt_config *cfg, pt_comm
  * pipeline). */
 pt_status pt_trainer_gather_params(pt_trainer *t, float *out);
 
+/* The bytes this rank wrote in its last checkpoint (of an asynchronous
+ * save: once waited for), its share of the files. */
+uint64_t pt_trainer_ckpt_written(const pt_trainer *t);
+
 #endif

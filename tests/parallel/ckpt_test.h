@@ -3,7 +3,8 @@
  * one that resumes) and the runner that checks every case against one
  * worker; the safetensors header reader; and a save that runs out of
  * memory: each forked rank builds
- * the trainer of oc->cfg, takes one step, and saves with its fail_rank-th
+ * the trainer of oc->cfg, takes one step, and saves (and waits for an
+ * asynchronous save) with its fail_rank-th
  * rank's fail_after-th allocation failing; every rank writes its status,
  * whether the error is shared, and its message to the MAP_SHARED results,
  * which the test compares (every rank must return the same, shared, and
@@ -132,6 +133,8 @@ static inline int rank_oom_save(void *arg) {
     if (st == PT_OK) {
         if (me == oc->fail_rank) pt_mem_fail_after(oc->fail_after);
         st = pt_trainer_save(t);
+        pt_status e = pt_trainer_save_wait(t);
+        if (st == PT_OK) st = e;
         pt_mem_fail_after(0);
     }
     oom->status[me] = st;

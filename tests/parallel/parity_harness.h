@@ -526,6 +526,34 @@ static inline int parity_runs_here(const char *layout) {
     return !use_mpi || parity_layout_world(layout) == pt_comm_size(mpi_world);
 }
 
+/* --mpi-sizes LIST: every world size the build runs this executable at
+ * under mpirun (tests/parallel/CMakeLists.txt), so that a layout no
+ * registration runs fails instead of passing unseen; "" when not given. */
+static char parity_mpi_sizes[64];
+static int parity_ran; /* layouts this process compared with the one worker */
+
+static inline int parity_size_registered(int world) {
+    char want[16];
+    snprintf(want, sizeof want, ",%d,", world);
+    char list[sizeof parity_mpi_sizes + 2];
+    snprintf(list, sizeof list, ",%s,", parity_mpi_sizes);
+    return strstr(list, want) != NULL;
+}
+
+/* Under mpirun with --mpi-sizes: a layout of another world size is
+ * skipped here, and must run at one of the registered sizes. */
+static inline void parity_expect_registered(const char *layout) {
+    if (!use_mpi || !parity_mpi_sizes[0]) return;
+    int world = parity_layout_world(layout);
+    if (parity_size_registered(world)) return;
+    if (is_root())
+        fprintf(
+            stderr,
+            "layout \"%s\" needs %d ranks: no mpirun run of this test has %d (--mpi-sizes %s)\n",
+            layout, world, world, parity_mpi_sizes);
+    CHECK(!"a parity layout is skipped by every mpirun registration");
+}
+
 /* Run `layout` under variant v into *r (the caller frees it; the job used
  * into *j when non-NULL) and compare it with the oracle into *v_out (root
  * only). Collective under mpirun. Returns the run's status. */
@@ -555,7 +583,11 @@ typedef void (*parity_extra_fn)(const char *layout, parity_variant v, const job 
  * (the executable is registered once per world size). */
 static inline void parity_check_variants(const char *layout, parity_extra_fn extra, int first,
                                          int last) {
-    if (!parity_runs_here(layout)) return;
+    if (!parity_runs_here(layout)) {
+        parity_expect_registered(layout);
+        return;
+    }
+    parity_ran++;
     for (int v = first; v <= last; v++) {
         job j;
         result r;
@@ -646,7 +678,10 @@ static inline void parity_expect_same(const result *ref, const result *r, parity
 static int parity_init(int argc, char **argv, const char *name) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* lines in order with the ranks' stderr */
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--mpi")) use_mpi = 1;
+        if (!strcmp(argv[i], "--mpi"))
+            use_mpi = 1;
+        else if (!strcmp(argv[i], "--mpi-sizes") && i + 1 < argc)
+            snprintf(parity_mpi_sizes, sizeof parity_mpi_sizes, "%s", argv[++i]);
     pt_log_set_level(PT_LOG_WARN);
     if (use_mpi) {
         pt_comm_options o = {"mpi", 30};
@@ -676,6 +711,10 @@ static int parity_done(void) {
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     }
     int root = is_root();
+    if (use_mpi && parity_mpi_sizes[0] && !parity_ran) {
+        if (root) fprintf(stderr, "no parity layout has %d ranks\n", pt_comm_size(mpi_world));
+        CHECK(!"an mpirun registration that runs no layout");
+    }
     for (int k = 0; k < parity_noracles; k++) result_free(&parity_oracles[k].r);
     int rc = TEST_DONE();
     if (use_mpi) pt_comm_free(mpi_world);

@@ -42,7 +42,8 @@ fi
 
 # stale and local_sgd checkpoints continue bitwise: a run saving at step 3
 # and going on to 6, then a resume from its step 3 to 6, write the same
-# step 6 (rank 0's model and moments, every rank's file)
+# step 6 (dp index 0's model and moments, the rank-state files: each dp
+# index's own, replica<d>, and what all hold alike, sync)
 resume_check() { # NAME ARGS...
   name=$1
   shift
@@ -52,24 +53,25 @@ resume_check() { # NAME ARGS...
   echo step_00000003 > "$dir/$name/latest"
   "$bin" train "$@" --set parallel.dp=2 --nproc 2 --set checkpoint.dir="$dir/$name" \
     --set checkpoint.every=3 --resume 2> "$dir/err" || fail "$name resume failed: $(cat "$dir/err")"
-  for f in model.safetensors optim_m.safetensors optim_v.safetensors rank0.safetensors \
-    rank1.safetensors; do
+  [ -f "$dir/$name-straight/replica1.safetensors" ] && [ -f "$dir/$name-straight/sync.safetensors" ] ||
+    fail "$name: no rank-state files: $(ls "$dir/$name-straight")"
+  for f in $(cd "$dir/$name-straight" && ls *.safetensors); do
     cmp -s "$dir/$name-straight/$f" "$dir/$name/step_00000006/$f" ||
       fail "$name: $f differs between the straight and the resumed run"
   done
 }
 resume_check stale "$@" --set parallel.sync=stale
 resume_check nesterov "$@" --set parallel.sync=local_sgd --set parallel.outer=nesterov
-# a missing rank file: the resume fails naming it
-rm "$dir/stale/step_00000006/rank1.safetensors"
+# a missing rank-state file: the resume fails naming it
+rm "$dir/stale/step_00000006/replica1.safetensors"
 "$bin" train "$@" --set parallel.dp=2 --nproc 2 --set parallel.sync=stale \
   --set checkpoint.dir="$dir/stale" --set train.steps=8 --resume 2> "$dir/err" &&
-  fail "resume without rank1.safetensors succeeded"
-grep -q "step_00000006/rank1.safetensors: No such file" "$dir/err" ||
+  fail "resume without replica1.safetensors succeeded"
+grep -q "step_00000006/replica1.safetensors: No such file" "$dir/err" ||
   fail "missing rank file message: $(cat "$dir/err")"
 # every rank returns that error: it is printed once (the launcher adds its
 # summary line)
-[ "$(grep -c "rank1.safetensors" "$dir/err")" -le 2 ] &&
+[ "$(grep -c "replica1.safetensors" "$dir/err")" -le 2 ] &&
   [ "$(grep -c "^partrain: rank [0-9]*: " "$dir/err")" -eq 0 ] ||
   fail "the agreed error printed per rank: $(cat "$dir/err")"
 

@@ -148,12 +148,14 @@ static void test_shared_devices(void) {
     pt_plan_result_free(&r);
 }
 
-/* A checkpoint save's scratch counts: a device that holds a ZeRO-3
- * layout's step but not its rank 0 while it saves rejects it, naming the
- * save; one that holds both keeps it. */
+/* A checkpoint save's scratch counts: under checkpoint.async (each rank
+ * stages its write share) a device that holds a ZeRO-3 layout's step but
+ * not its ranks while they save rejects it, naming the save; one that holds
+ * both keeps it. A synchronous save holds nothing. */
 static void test_save_counts(void) {
     pt_config base = small_model();
     base.parallel.dp = 2, base.parallel.zero = 3;
+    base.checkpoint.async = 1;
     snprintf(base.train.recompute, sizeof base.train.recompute, "none");
     const char *fixed[] = {"parallel.dp",   "parallel.tp",     "parallel.pp",
                            "parallel.zero", "model.recompute", "parallel.zero_whole"};
@@ -171,6 +173,10 @@ static void test_save_counts(void) {
     pt_status st = pt_plan_search(&base, fixed, 6, &cl, 2, &r);
     CHECK(st != PT_OK);
     CHECK(strstr(pt_error_message(), "a checkpoint save") != NULL);
+    pt_plan_result_free(&r);
+    base.checkpoint.async = 0; /* the same device holds the synchronous saves */
+    CHECK_OK(pt_plan_search(&base, fixed, 6, &cl, 2, &r));
+    for (int i = 0; i < r.n; i++) CHECK(r.entry[i].mem.save == 0);
     pt_plan_result_free(&r);
 }
 

@@ -1,42 +1,31 @@
-/* A rank that fails inside a checkpoint's collective sequence must not leave
- * its peers waiting: every rank reaches the same verdict at once (one
- * status, the failing rank's message, marked shared so that it is printed
- * once), well within the comm timeout. Allocation failures are injected
- * with the counting allocator (pt_mem_fail_after) on one rank:
- *   - ZeRO-1 at dp 2, rank 0 cannot allocate the module it receives the
- *     shards into (it alone receives them): rank 1 must not be left in its
- *     sends;
- *   - ZeRO-1 and ZeRO-3 at dp 2, rank 1 with no allocation to make: the
- *     save succeeds, since only dp rank 0 holds the full tensors (an
- *     all-gather gave every rank a full copy, dp times the memory);
- *   - ZeRO-3 at dp 2: the save's scratch is one module on rank 0 (the
- *     shards gathered and written a module at a time, not the model, nor
- *     all three tensor sets at once), none on rank 1; and when rank 0's
- *     file cannot be written past its start, rank 1 (6 layers: its slices
- *     outgrow the shm ring) must not be left in its sends;
- *   - tp 2 and pp 2: world rank 0 writes the whole model's tensors as
- *     they stream in, one at a time, its scratch one tensor and one
- *     member's slice of it, not the model; it cannot allocate them, or its
- *     file cannot be written past its start (RLIMIT_FSIZE, with a member's
- *     tensors larger than the shm ring, so that a member not drained stays
- *     in its send): the others must not be left blocked;
- *   - local_sgd at dp 2 (per-rank files), rank 0 cannot allocate the
- *     scratch it receives the rank files through: the others must not be
- *     left blocked in their sends (the model is large enough that a rank
- *     file does not fit the shm ring: a send waits for its receiver).
+/* Sliced saves on two ranks (trainer_ckpt.c, ckpt_write.c): what each rank
+ * holds and writes, and one verdict when a rank fails.
+ *
+ *   - memory: during a synchronous save no category grows on any rank (no
+ *     tensor is copied: every piece is written from the live buffer, and
+ *     the save's tables are a few KiB of metadata); under checkpoint.async
+ *     scratch grows by the staging buffer, exactly the bytes the rank
+ *     writes, and nothing else grows. The
+ *     bytes written: their sum over the ranks is the files' data, each
+ *     element once; at dp 2 (ZeRO or not) and tp 2 each rank writes half
+ *     (to a few elements a tensor), at pp 2 each rank its own stage's.
+ *     Layouts: dp 2, dp 2 ZeRO-1 and ZeRO-3, tp 2, pp 2, dp 2 local_sgd
+ *     nesterov (its replica and sync files beside the main ones).
+ *   - a rank that cannot allocate its staging buffer (async), or whose file
+ *     cannot be written (RLIMIT_FSIZE: rank 0 creating the files, or rank
+ *     1 writing its slices): every rank returns that rank's line, shared,
+ *     within the comm timeout (nobody left waiting in a collective).
  * Also pt_comm_agree itself on 3 ranks: all OK, one failure (status and
- * message of the lowest failing rank, shared), two failures.
- * On 2 busy cores each case takes well under a second; the comm timeout is
- * 8 s, so a rank left waiting shows as PT_ERR_TIMEOUT (or the test's own
- * time limit), never as the expected PT_ERR_NOMEM. */
+ * message of the lowest failing rank, shared), two failures. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "../../src/train/trainer_test.h"
 #include "partrain/comm.h"
 #include "partrain/train.h"
 #include "pt_test.h"
@@ -48,9 +37,10 @@ typedef struct {
     int shared[4];
     double seconds[4];
     char msg[4][256];
-    size_t scratch[4]; /* the save's peak of scratch bytes */
-    size_t nparams[4];
-    size_t module_max[4]; /* the largest module's floats */
+    size_t grew[4][PT_MEM_NCAT]; /* each category's peak in the save, above its level before */
+    uint64_t written[4];
+    size_t nparams[4]; /* this rank's model's (its stage's tp slice) */
+    size_t full;       /* the whole model's */
 } results;
 
 static results *res; /* MAP_SHARED: the ranks write here */
@@ -59,8 +49,16 @@ static char data_path[256], ckpt_dir[256];
 typedef struct {
     pt_config cfg;
     int fail_rank; /* this rank's next allocation fails right before the save */
-    long fsize;    /* > 0: rank 0's files cannot grow past this many bytes in the save */
+    int fsize_rank;
+    long fsize; /* > 0: rank fsize_rank's files cannot grow past this many bytes in the save */
 } save_case;
+
+static void limit_files(long bytes, struct rlimit *was) {
+    getrlimit(RLIMIT_FSIZE, was);
+    signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG */
+    struct rlimit lim = {(rlim_t)bytes, was->rlim_max};
+    setrlimit(RLIMIT_FSIZE, &lim);
+}
 
 static int rank_save(void *arg) {
     const save_case *sc = arg;
@@ -73,27 +71,22 @@ static int rank_save(void *arg) {
     if (st == PT_OK) st = pt_trainer_step(t, NULL);
     double t0 = pt_time_s();
     if (st == PT_OK) {
+        size_t before[PT_MEM_NCAT];
+        for (int c = 0; c < PT_MEM_NCAT; c++) before[c] = pt_mem_current((pt_mem_cat)c);
         pt_mem_reset_peak();
-        size_t before = pt_mem_current(PT_MEM_SCRATCH);
         if (me == sc->fail_rank) pt_mem_fail_after(1);
         struct rlimit was;
-        getrlimit(RLIMIT_FSIZE, &was);
-        if (me == 0 && sc->fsize > 0) {
-            signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG */
-            struct rlimit lim = {(rlim_t)sc->fsize, was.rlim_max};
-            setrlimit(RLIMIT_FSIZE, &lim);
-        }
+        if (me == sc->fsize_rank && sc->fsize > 0) limit_files(sc->fsize, &was);
         st = pt_trainer_save(t);
-        setrlimit(RLIMIT_FSIZE, &was);
+        pt_status e = pt_trainer_save_wait(t);
+        if (st == PT_OK) st = e;
+        if (me == sc->fsize_rank && sc->fsize > 0) setrlimit(RLIMIT_FSIZE, &was);
         pt_mem_fail_after(0);
-        res->scratch[me] = pt_mem_peak(PT_MEM_SCRATCH) - before;
-        const pt_model *m = pt_trainer_model(t);
-        res->nparams[me] = pt_model_num_params(m);
-        for (int i = 0; i < pt_model_num_modules(m); i++) {
-            size_t off, count;
-            pt_model_module_region(m, i, &off, &count);
-            if (count > res->module_max[me]) res->module_max[me] = count;
-        }
+        for (int c = 0; c < PT_MEM_NCAT; c++)
+            res->grew[me][c] = pt_mem_peak((pt_mem_cat)c) - before[c];
+        res->written[me] = pt_trainer_ckpt_written(t);
+        res->nparams[me] = pt_model_num_params(pt_trainer_model(t));
+        res->full = pt_trainer_num_params(t);
     }
     res->seconds[me] = pt_time_s() - t0;
     res->status[me] = st;
@@ -106,15 +99,16 @@ static int rank_save(void *arg) {
 
 /* want: the message every rank must share, with status want_st; NULL:
  * every rank succeeds */
-static void run_save_st(const char *name, save_case *sc, pt_status want_st, const char *want) {
+static void run_save(const char *name, save_case *sc, pt_status want_st, const char *want) {
     memset(res, 0, sizeof *res);
     int code = -1;
     pt_comm_options o = {"shm", TIMEOUT_S};
     CHECK_OK(pt_launch(2, rank_save, sc, &o, &code));
     CHECK_EQ(code, 0);
     for (int r = 0; r < 2; r++) {
-        fprintf(stderr, "  [%s] rank %d: %s after %.2f s: %s\n", name, r,
-                pt_status_name((pt_status)res->status[r]), res->seconds[r], res->msg[r]);
+        fprintf(stderr, "  [%s] rank %d: %s after %.2f s%s%s\n", name, r,
+                pt_status_name((pt_status)res->status[r]), res->seconds[r],
+                res->msg[r][0] ? ": " : "", res->msg[r]);
         CHECK(res->seconds[r] < TIMEOUT_S); /* nobody waited for a timeout */
         if (!want) {
             CHECK_EQ(res->status[r], PT_OK);
@@ -124,16 +118,12 @@ static void run_save_st(const char *name, save_case *sc, pt_status want_st, cons
         CHECK(strstr(res->msg[r], want) != NULL);
         CHECK_EQ(res->shared[r], 1);
     }
-}
-
-static void run_save(const char *name, save_case *sc, const char *want) {
-    run_save_st(name, sc, PT_ERR_NOMEM, want);
+    if (want) CHECK(!strcmp(res->msg[0], res->msg[1]));
 }
 
 static void base_config(pt_config *c) {
     pt_config_defaults(c);
-    /* C 128: a rank file (parameters, 2 moments) of about 1.7 MB per group,
-     * larger than the 1 MiB shm ring */
+    /* C 128: a rank's slices (MBs) larger than the 1 MiB shm ring */
     c->model = (pt_model_config){2, 128, 2, 256, 16};
     c->train.steps = 4;
     c->train.batch_size = 4;
@@ -145,89 +135,84 @@ static void base_config(pt_config *c) {
     snprintf(c->checkpoint.dir, sizeof c->checkpoint.dir, "%s", ckpt_dir);
 }
 
-static void test_zero_save_alloc_fails(void) {
-    save_case sc = {.fail_rank = 0};
-    base_config(&sc.cfg);
-    sc.cfg.parallel.zero = 1;
-    run_save("zero1", &sc, "checkpoint: a module from the shards");
+typedef struct {
+    const char *name, *set[4];
+    int groups; /* the files' groups: model, m, v, and the rank-state files' */
+    int stage;  /* 1: each rank writes its own stage's state, else half of everything */
+} layout;
+
+static const layout layouts[] = {
+    {"dp2", {NULL}, 3, 0},
+    {"dp2 zero1", {"parallel.zero=1", NULL}, 3, 0},
+    {"dp2 zero3", {"parallel.zero=3", NULL}, 3, 0},
+    {"tp2", {"parallel.dp=1", "parallel.tp=2", NULL}, 3, 0},
+    {"pp2", {"parallel.dp=1", "parallel.pp=2", NULL}, 3, 1},
+    /* params, m, v of dp index 0 (main) and 1 (replica1), anchor and momentum (sync) */
+    {"dp2 local_sgd nesterov", {"parallel.sync=local_sgd", "parallel.outer=nesterov", NULL}, 8, 0},
+};
+
+static void apply(save_case *sc, const layout *l) {
+    base_config(&sc->cfg);
+    for (int k = 0; l->set[k]; k++) CHECK_OK(pt_config_set(&sc->cfg, l->set[k]));
 }
 
-static void test_zero_save_only_root_allocates(void) {
-    for (int zero = 1; zero <= 3; zero += 2) {
-        save_case sc = {.fail_rank = 1};
-        base_config(&sc.cfg);
-        sc.cfg.parallel.zero = zero;
-        run_save(zero == 1 ? "zero1, rank 1" : "zero3, rank 1", &sc, NULL);
-    }
+/* Every layout, synchronous and asynchronous: the bytes each rank writes
+ * and what the save held beside the live buffers. */
+static void test_save_memory(void) {
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        for (int async = 0; async <= 1; async++) {
+            save_case sc = {.fail_rank = -1, .fsize_rank = -1};
+            apply(&sc, &layouts[i]);
+            sc.cfg.checkpoint.async = async;
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", layouts[i].name, async ? " async" : "");
+            run_save(name, &sc, PT_OK, NULL);
+            uint64_t total = (uint64_t)layouts[i].groups * res->full * 4;
+            CHECK_EQ(res->written[0] + res->written[1], total);
+            for (int r = 0; r < 2; r++) {
+                uint64_t w = res->written[r];
+                if (layouts[i].stage) /* its own stage: params, m, v */
+                    CHECK_EQ(w, (uint64_t)res->nparams[r] * 12);
+                else /* half, to a few elements a tensor */
+                    CHECK(w > total / 2 - total / 100 && w < total / 2 + total / 100);
+                size_t scratch = res->grew[r][PT_MEM_SCRATCH];
+                CHECK_EQ(scratch, async ? w : 0);
+                for (int c = 0; c < PT_MEM_NCAT; c++)
+                    if (c != PT_MEM_SCRATCH) CHECK_EQ(res->grew[r][c], 0);
+                fprintf(stderr, "    rank %d wrote %.2f of %.2f MB, held %zu B of scratch\n", r,
+                        w / 1e6, total / 1e6, scratch);
+            }
+        }
 }
 
-/* A ZeRO-3 save's scratch: dp rank 0 receives one module at a time (a
- * block: 4 bytes a parameter of it; gathering a tensor set whole took the
- * model's), rank 1 none. Its write failing, rank 1 still sends every
- * module and both learn the error. */
-static void test_zero_save_scratch(void) {
-    save_case sc = {.fail_rank = -1};
-    base_config(&sc.cfg);
-    sc.cfg.parallel.zero = 3;
-    run_save("zero3, scratch", &sc, NULL);
-    fprintf(stderr,
-            "  scratch: rank 0 %zu B, rank 1 %zu B (%zu parameters, a module at most %zu)\n",
-            res->scratch[0], res->scratch[1], res->nparams[0], res->module_max[0]);
-    CHECK_EQ(res->scratch[0], res->module_max[0] * sizeof(float));
-    CHECK(res->module_max[0] < res->nparams[0] / 2);
-    CHECK_EQ(res->scratch[1], 0);
-    save_case w = {.fail_rank = -1, .fsize = 100000};
-    base_config(&w.cfg);
-    w.cfg.model.n_layer = 6;
-    w.cfg.parallel.zero = 3;
-    run_save_st("zero3, write fails", &w, PT_ERR_IO, "model.safetensors");
+/* The staging buffer of an asynchronous save (its one counted
+ * allocation) fails on one rank: every rank returns its line, from the
+ * wait. */
+static void test_save_alloc_fails(void) {
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        for (int r = 0; r < 2; r++) {
+            save_case sc = {.fail_rank = r, .fsize_rank = -1};
+            apply(&sc, &layouts[i]);
+            sc.cfg.checkpoint.async = 1;
+            char name[64];
+            snprintf(name, sizeof name, "%s, rank %d out of memory", layouts[i].name, r);
+            run_save(name, &sc, PT_ERR_NOMEM, "checkpoint.async: staging buffer");
+        }
 }
 
-/* tp 2 and pp 2 of base_config's model (2 layers, C 128, vocab 256): the
- * largest tensor is an MLP matrix, 128 x 512 (65536 floats). tp 2 splits
- * it: rank 0 assembles it whole while it receives rank 1's half (32768
- * floats). pp 2 splits none: rank 0 receives stage 1's largest tensor
- * (h.1's MLP matrix) and writes it from there. Rank 1 sends from its own
- * buffers. Gathering the model first took 4 bytes a parameter. */
-static void test_mp_save_scratch(void) {
-    for (int pp = 1; pp <= 2; pp++) {
-        save_case sc = {.fail_rank = -1};
-        base_config(&sc.cfg);
-        sc.cfg.parallel.dp = 1;
-        sc.cfg.parallel.tp = 3 - pp;
-        sc.cfg.parallel.pp = pp;
-        run_save(pp == 1 ? "tp2, scratch" : "pp2, scratch", &sc, NULL);
-        fprintf(stderr, "  scratch: rank 0 %zu B, rank 1 %zu B\n", res->scratch[0],
-                res->scratch[1]);
-        CHECK_EQ(res->scratch[0], (pp == 1 ? 65536 + 32768 : 65536) * sizeof(float));
-        CHECK_EQ(res->scratch[1], 0);
-    }
-}
-
-static void test_mp_save_fails(void) {
-    save_case sc = {.fail_rank = 0};
-    base_config(&sc.cfg);
-    sc.cfg.parallel.dp = 1;
-    sc.cfg.parallel.tp = 2;
-    run_save("tp2, rank 0 out of memory", &sc, "model-parallel save");
-    /* 6 layers: rank 1's slices (about 1.9 MB) outgrow the 1 MiB ring */
-    for (int pp = 1; pp <= 2; pp++) {
-        save_case w = {.fail_rank = -1, .fsize = 100000};
-        base_config(&w.cfg);
-        w.cfg.model.n_layer = 6;
-        w.cfg.parallel.dp = 1;
-        w.cfg.parallel.tp = 3 - pp;
-        w.cfg.parallel.pp = pp;
-        run_save_st(pp == 1 ? "tp2, write fails" : "pp2, write fails", &w, PT_ERR_IO,
-                    "model.safetensors");
-    }
-}
-
-static void test_rank_files_scratch_fails(void) {
-    save_case sc = {.fail_rank = 0};
-    base_config(&sc.cfg);
-    snprintf(sc.cfg.parallel.sync, sizeof sc.cfg.parallel.sync, "local_sgd");
-    run_save("local_sgd", &sc, "per-rank state buffer");
+/* A file that cannot grow: rank 0's when it creates the files, rank 1's
+ * when it writes its slices (past its first 100 kB). */
+static void test_save_write_fails(void) {
+    for (size_t i = 1; i < 5; i++)
+        for (int r = 0; r < 2; r++) {
+            save_case sc = {.fail_rank = -1, .fsize_rank = r, .fsize = 100000};
+            apply(&sc, &layouts[i]);
+            sc.cfg.checkpoint.async = r;
+            char name[80];
+            snprintf(name, sizeof name, "%s, rank %d's files limited%s", layouts[i].name, r,
+                     r ? " (async)" : "");
+            run_save(name, &sc, PT_ERR_IO, ".safetensors: write failed: File too large");
+        }
 }
 
 /* pt_comm_agree: ranks in `failing` fail with PT_ERR_IO + a message naming
@@ -286,12 +271,9 @@ int main(void) {
     for (int i = 0; i < 400; i++) fprintf(f, "the quick brown fox %d jumps over the lazy dog\n", i);
     fclose(f);
     RUN(test_agree);
-    RUN(test_zero_save_alloc_fails);
-    RUN(test_zero_save_only_root_allocates);
-    RUN(test_zero_save_scratch);
-    RUN(test_mp_save_scratch);
-    RUN(test_mp_save_fails);
-    RUN(test_rank_files_scratch_fails);
+    RUN(test_save_memory);
+    RUN(test_save_alloc_fails);
+    RUN(test_save_write_fails);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpl);

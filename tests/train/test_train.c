@@ -197,13 +197,11 @@ static void test_config(void) {
     CHECK_OK(pt_config_set(&c, "parallel.pp=2"));
     CHECK_OK(pt_config_set(&c, "parallel.sync=local_sgd"));
     CHECK_OK(pt_config_validate(&c));
-    /* the asynchronous modes under a pipeline: no checkpoints yet */
+    /* the asynchronous modes under a pipeline checkpoint too (their
+     * per-rank state in full-tensor terms) */
     CHECK_OK(pt_config_set(&c, "train.batch_size=8"));
     CHECK_OK(pt_config_set(&c, "parallel.dp=2"));
     CHECK_OK(pt_config_set(&c, "checkpoint.dir=/tmp/x"));
-    CHECK(pt_config_validate(&c) == PT_ERR_UNSUPPORTED && msg_has("checkpoint.dir") &&
-          msg_has("parallel.sync = local_sgd"));
-    CHECK_OK(pt_config_set(&c, "parallel.dp=1")); /* nothing asynchronous at dp 1 */
     CHECK_OK(pt_config_validate(&c));
     pt_config_defaults(&c);
     c.train.batch_size = 6;
@@ -565,7 +563,8 @@ static float *copy_params(pt_trainer *t) {
 /* A kill at every point of a save (pt_ckpt_point; the child process
  * _exits there, as a kill would), for a save of a new step and for saving
  * again the step `latest` names (resume at the last step, then save), on
- * the swap path and on the fallback that moves the old copy aside. After
+ * the swap path and on the fallback that moves the old copy aside, and on
+ * the swap path with checkpoint.async (the writer thread's exit). After
  * each: what eval reads (nothing repaired yet) is a complete checkpoint of
  * the step latest names or of the new one, and a new trainer resumes from it
  * bitwise, with no leftover of the killed save. */
@@ -587,88 +586,92 @@ static void test_ckpt_crash_points(void) {
     size_t n = 0;
     c.checkpoint.keep = 1; /* the save prunes step 5 (and 10 after an 11) */
     int cases = 0, crashed = 0;
-    for (int fallback = 0; fallback <= 1; fallback++)
-        for (int resave = 0; resave <= 1; resave++)
-            for (int point = PT_CKPT_AT_BEGUN; point < PT_CKPT_AT_COUNT; point++) {
-                /* the points this save passes */
-                int passes =
-                    point != PT_CKPT_AT_MOVED_ASIDE && point != PT_CKPT_AT_OLD_HALF_REMOVED;
-                if (resave) passes = point != PT_CKPT_AT_MOVED_ASIDE || fallback;
-                int failures = pt_test_failures_;
-                char dir[64];
-                snprintf(dir, sizeof dir, "crash-%d-%d-%d", fallback, resave, point);
-                snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path(dir));
-                sh("cp -r '%s' '%s'", tmp_path("crash-src"), c.checkpoint.dir);
-                fflush(NULL);
-                pid_t pid = fork();
-                if (pid == 0) {
-                    alarm(60); /* a hang fails the case instead of the suite */
-                    pt_ckpt_test_hooks(point, fallback);
-                    pt_trainer *k = NULL;
-                    pt_status st = pt_trainer_new(&k, &c);
-                    if (st == PT_OK) st = pt_trainer_resume(k);
-                    pt_step_info info;
-                    if (st == PT_OK && !resave) st = pt_trainer_step(k, &info);
-                    if (st == PT_OK) st = pt_trainer_save(k);
-                    if (st != PT_OK) fprintf(stderr, "  child: %s\n", pt_error_message());
-                    _exit(st == PT_OK ? 0 : 1);
-                }
-                int ws = 0;
-                CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
-                int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-                CHECK_EQ(code, passes ? PT_CKPT_CRASH_EXIT : 0);
-                cases++;
-                crashed += code == PT_CKPT_CRASH_EXIT;
+    for (int async = 0; async <= 1; async++)
+        for (int fallback = 0; fallback <= 1 - async; fallback++)
+            for (int resave = 0; resave <= 1; resave++)
+                for (int point = PT_CKPT_AT_BEGUN; point < PT_CKPT_AT_COUNT; point++) {
+                    /* the points this save passes */
+                    int passes =
+                        point != PT_CKPT_AT_MOVED_ASIDE && point != PT_CKPT_AT_OLD_HALF_REMOVED;
+                    if (resave) passes = point != PT_CKPT_AT_MOVED_ASIDE || fallback;
+                    int failures = pt_test_failures_;
+                    char dir[64];
+                    snprintf(dir, sizeof dir, "crash-%d-%d-%d-%d", async, fallback, resave, point);
+                    snprintf(c.checkpoint.dir, sizeof c.checkpoint.dir, "%s", tmp_path(dir));
+                    sh("cp -r '%s' '%s'", tmp_path("crash-src"), c.checkpoint.dir);
+                    fflush(NULL);
+                    pid_t pid = fork();
+                    if (pid == 0) {
+                        alarm(60); /* a hang fails the case instead of the suite */
+                        pt_ckpt_test_hooks(point, fallback);
+                        pt_trainer *k = NULL;
+                        pt_config ca = c; /* async: the writer thread dies there */
+                        ca.checkpoint.async = async;
+                        pt_status st = pt_trainer_new(&k, &ca);
+                        if (st == PT_OK) st = pt_trainer_resume(k);
+                        pt_step_info info;
+                        if (st == PT_OK && !resave) st = pt_trainer_step(k, &info);
+                        if (st == PT_OK) st = pt_trainer_save(k);
+                        if (st == PT_OK) st = pt_trainer_save_wait(k);
+                        if (st != PT_OK) fprintf(stderr, "  child: %s\n", pt_error_message());
+                        _exit(st == PT_OK ? 0 : 1);
+                    }
+                    int ws = 0;
+                    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+                    int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+                    CHECK_EQ(code, passes ? PT_CKPT_CRASH_EXIT : 0);
+                    cases++;
+                    crashed += code == PT_CKPT_CRASH_EXIT;
 
-                /* what eval reads: resolve, config, model, before any repair */
-                char stepdir[1200], model[1300];
-                pt_config saved;
-                cJSON *state = NULL;
-                int step = -1;
-                CHECK_OK(pt_checkpoint_resolve(c.checkpoint.dir, stepdir, sizeof stepdir));
-                CHECK_OK(pt_checkpoint_read_config(stepdir, &saved));
-                if (pt_ckpt_read_state(stepdir, &state) == PT_OK) {
-                    cJSON *s = cJSON_GetObjectItemCaseSensitive(state, "step");
-                    step = cJSON_IsNumber(s) ? s->valueint : -1;
-                    cJSON_Delete(state);
-                }
-                CHECK(step == 10 || (step == 11 && !resave));
-                pt_model *m = NULL;
-                CHECK_OK(pt_model_new(&m, &c.model, 1));
-                n = pt_model_num_params(m);
-                snprintf(model, sizeof model, "%s/model.safetensors", stepdir);
-                CHECK_OK(pt_safetensors_load(model, m, pt_model_params(m)));
-                CHECK(!memcmp(pt_model_params(m), step == 11 ? p11 : p10, n * sizeof(float)));
-                pt_model_free(m);
+                    /* what eval reads: resolve, config, model, before any repair */
+                    char stepdir[1200], model[1300];
+                    pt_config saved;
+                    cJSON *state = NULL;
+                    int step = -1;
+                    CHECK_OK(pt_checkpoint_resolve(c.checkpoint.dir, stepdir, sizeof stepdir));
+                    CHECK_OK(pt_checkpoint_read_config(stepdir, &saved));
+                    if (pt_ckpt_read_state(stepdir, &state) == PT_OK) {
+                        cJSON *s = cJSON_GetObjectItemCaseSensitive(state, "step");
+                        step = cJSON_IsNumber(s) ? s->valueint : -1;
+                        cJSON_Delete(state);
+                    }
+                    CHECK(step == 10 || (step == 11 && !resave));
+                    pt_model *m = NULL;
+                    CHECK_OK(pt_model_new(&m, &c.model, 1));
+                    n = pt_model_num_params(m);
+                    snprintf(model, sizeof model, "%s/model.safetensors", stepdir);
+                    CHECK_OK(pt_safetensors_load(model, m, pt_model_params(m)));
+                    CHECK(!memcmp(pt_model_params(m), step == 11 ? p11 : p10, n * sizeof(float)));
+                    pt_model_free(m);
 
-                /* the next run: repairs, resumes bitwise, leaves nothing hidden */
-                pt_trainer *r = new_trainer(&c);
-                if (!r) {
-                    fprintf(stderr, "  ^ fallback %d, resave %d, crash at point %d\n", fallback,
-                            resave, point);
-                    continue;
+                    /* the next run: repairs, resumes bitwise, leaves nothing hidden */
+                    pt_trainer *r = new_trainer(&c);
+                    if (!r) {
+                        fprintf(stderr, "  ^ fallback %d, resave %d, crash at point %d\n", fallback,
+                                resave, point);
+                        continue;
+                    }
+                    CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
+                    CHECK_OK(pt_trainer_resume(r));
+                    int at = pt_trainer_step_count(r);
+                    CHECK(at == 10 || (at == 11 && !resave));
+                    CHECK(!memcmp(pt_model_params(pt_trainer_model(r)), at == 11 ? p11 : p10,
+                                  n * sizeof(float)));
+                    CHECK_OK(pt_trainer_save(r));
+                    /* keep = 1, and what latest names: a step 11 that a kill kept
+                     * latest from naming is the newest, so it stays beside 10 */
+                    char s11[1100];
+                    snprintf(s11, sizeof s11, "%s/step_00000011", c.checkpoint.dir);
+                    int newer = at == 10 && exists(s11);
+                    CHECK_EQ(step_dirs(c.checkpoint.dir), newer ? 2 : 1);
+                    CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
+                    pt_trainer_free(r);
+                    if (pt_test_failures_ != failures)
+                        fprintf(stderr, "  ^ async %d, fallback %d, resave %d, crash at point %d\n",
+                                async, fallback, resave, point);
                 }
-                CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
-                CHECK_OK(pt_trainer_resume(r));
-                int at = pt_trainer_step_count(r);
-                CHECK(at == 10 || (at == 11 && !resave));
-                CHECK(!memcmp(pt_model_params(pt_trainer_model(r)), at == 11 ? p11 : p10,
-                              n * sizeof(float)));
-                CHECK_OK(pt_trainer_save(r));
-                /* keep = 1, and what latest names: a step 11 that a kill kept
-                 * latest from naming is the newest, so it stays beside 10 */
-                char s11[1100];
-                snprintf(s11, sizeof s11, "%s/step_00000011", c.checkpoint.dir);
-                int newer = at == 10 && exists(s11);
-                CHECK_EQ(step_dirs(c.checkpoint.dir), newer ? 2 : 1);
-                CHECK_EQ(hidden_leftovers(c.checkpoint.dir), 0);
-                pt_trainer_free(r);
-                if (pt_test_failures_ != failures)
-                    fprintf(stderr, "  ^ fallback %d, resave %d, crash at point %d\n", fallback,
-                            resave, point);
-            }
     printf("  %d kills at save points, %d cases\n", crashed, cases);
-    CHECK(crashed >= 30);
+    CHECK(crashed >= 45);
     free(p10);
     free(p11);
 }

@@ -30,6 +30,7 @@
 #include "mpi_impl.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,13 @@ pt_status pt_mpi_start(void) {
                 pt_mpi_g.thread_level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE"
                                                            : "MPI_THREAD_FUNNELED");
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    /* A peer that dies leaves its TCP sockets closed: Open MPI's next
+     * write to one raises SIGPIPE, which (left at its default) ended the
+     * surviving ranks of its peer's host at once, without their error or
+     * flight recorder (seen across the simulated hosts). Ignored, the write
+     * fails and the wait names the fault. A handler the program set stays. */
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
     return PT_OK;
 }
 
@@ -193,6 +201,27 @@ static int mpi_fault_reported(void *ctx, pt_status st) {
     return (st == PT_ERR_TIMEOUT || st == PT_ERR_COMM) && pt_mpi_hb_has_verdict();
 }
 
+static pt_flight_table *mpi_flight_table(void *ctx, int w) {
+    (void)ctx;
+    return pt_mpi_hb_table(w);
+}
+
+static int mpi_world_rank(void *ctx, int m) {
+    mpi_ctx *c = ctx;
+    return m >= 0 && m < c->size ? c->world[m] : -1;
+}
+
+static pt_status mpi_verdict(void *ctx, int culprit, int noticer, pt_status st,
+                             const char *reason) {
+    mpi_ctx *c = ctx;
+    pt_mpi_hb_set_verdict(culprit, noticer, st, reason, 1); /* the noticer prints it */
+    if (!pt_mpi_hb.on) { /* no heartbeat to carry it: this rank's own line */
+        c->failed = 1;
+        return pt_error_set(st, "%s", reason);
+    }
+    return pt_mpi_verdict_error(c, "check_order");
+}
+
 static double mpi_set_timeout(void *ctx, double seconds) {
     mpi_ctx *c = ctx;
     double old = c->timeout_s;
@@ -213,6 +242,9 @@ static const pt_comm_backend mpi_backend = {
     .free = mpi_free,
     .set_timeout = mpi_set_timeout,
     .fault_reported = mpi_fault_reported,
+    .flight_table = mpi_flight_table,
+    .world_rank = mpi_world_rank,
+    .verdict = mpi_verdict,
     /* a receive may run beside a send or a collective on the same
      * communicator: MPI matches point-to-point by (source, tag), our
      * collectives use reserved tags, and every MPI call is either
@@ -236,6 +268,8 @@ static pt_status mpi_world(const pt_comm_options *opt, const pt_comm_backend **b
     mpi_ctx tmp = {.comm = MPI_COMM_WORLD, .timeout_s = timeout_s};
     MPI_Comm_rank(MPI_COMM_WORLD, &tmp.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &tmp.size);
+    pt_mpi_g.world_rank = tmp.rank;
+    comm_flight_on_term(pt_mpi_hb_on_term); /* when mpirun ends the job: who is gone */
     PT_CHECK(pt_mpi_barrier(&tmp));
     MPI_Comm w;
     pt_mpi_lock();

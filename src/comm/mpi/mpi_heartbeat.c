@@ -26,15 +26,36 @@
  * watchdog: mpi_watch.c), the operations (mpi_ops.c). */
 #include "mpi_impl.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 pt_mpi_hb_state pt_mpi_hb;
+static pt_flight_table own_table; /* this rank's, sent with every beat */
+
+pt_flight_table *pt_mpi_hb_table(int w) {
+    if (w < 0 || w == pt_mpi_g.world_rank) return &own_table;
+    return pt_mpi_hb.on && pt_mpi_hb.tables && w < pt_mpi_hb.size ? &pt_mpi_hb.tables[w] : NULL;
+}
+
+static const pt_flight_table *get_table(void *arg, int w) {
+    (void)arg;
+    return pt_mpi_hb_table(w);
+}
+
+/* ": dp group 0: allreduce #45 ..." from every rank's table, or "". */
+static void laggards(int culprit, char *out, size_t len) {
+    char why[1024];
+    out[0] = '\0';
+    if (pt_flight_describe(get_table, NULL, pt_mpi_hb.size, culprit, why, sizeof why))
+        snprintf(out, len, ": %s", why);
+}
 
 /* Record the job's verdict unless there is one; the noticer (this process)
  * prints the job's one line. */
-void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char *reason) {
+void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char *reason,
+                           int named) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&pt_mpi_hb.verdict, &expected, 1)) return;
     pt_mpi_hb.culprit = culprit;
@@ -44,18 +65,59 @@ void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char
     atomic_store(&pt_mpi_hb.verdict, 2);
     pt_mpi_g.failed = 1; /* MPI_Finalize would wait for the culprit */
     if (noticed_by == pt_mpi_hb.rank) {
-        fprintf(stderr, "partrain: %s (noticed by rank %d); job stopped\n", reason, noticed_by);
+        char lag[1100] = "";
+        if (!named) laggards(culprit, lag, sizeof lag);
+        fprintf(stderr, "partrain: %s (noticed by rank %d)%s; job stopped\n", reason, noticed_by,
+                lag);
         fflush(stderr);
     }
     pt_ticker_kick(&pt_mpi_hb.tick); /* send it now, not at the next beat */
+}
+
+void pt_mpi_hb_on_term(void) {
+    if (!pt_mpi_hb.on || pt_mpi_hb_has_verdict()) return;
+    uint64_t now = pt_time_ns();
+    double quiet = 3.0 * (double)pt_mpi_hb.period_ns * 1e-9, longest = 0;
+    int gone = -1, lowest = -1, fresh = 0, silent = 0;
+    for (int p = 0; p < pt_mpi_hb.size; p++) {
+        double s = p == pt_mpi_hb.rank ? 0 : pt_mpi_hb_silence(p, now);
+        if (s > quiet) {
+            silent++;
+            if (s > longest) longest = s, gone = p;
+        } else {
+            if (lowest < 0) lowest = p;
+            fresh += p != pt_mpi_hb.rank;
+        }
+    }
+    /* mpirun ends a job whose rank died (or that exited with an error of
+     * its own, which said so): only a silent peer is news, and the lowest
+     * rank that still beats says it. Not when no peer is heard (the
+     * heartbeat itself is stuck: across hosts Open MPI's sends to the dead
+     * rank's broken connection held it up, and every rank named another),
+     * nor when several went silent (mpirun's own line names the rank). */
+    if (gone < 0 || lowest != pt_mpi_hb.rank || !fresh || silent > 1) return;
+    char lag[1100];
+    laggards(gone, lag, sizeof lag);
+    fprintf(stderr,
+            "partrain: rank %d is gone: no heartbeat for %.1f s, and mpirun is ending the job "
+            "(noticed by rank %d)%s; job stopped\n",
+            gone, longest, pt_mpi_hb.rank, lag);
+    fflush(stderr);
 }
 
 int pt_mpi_hb_has_verdict(void) {
     return atomic_load_explicit(&pt_mpi_hb.verdict, memory_order_acquire) == 2;
 }
 
+/* The bytes of m that go out: the header and its used flight slots. */
+static int hb_bytes(const hb_msg *m) {
+    return (int)(offsetof(hb_msg, flight) +
+                 (size_t)(m->nflight > 0 ? m->nflight : 0) * sizeof(pt_flight_snap));
+}
+
 static void hb_fill(hb_msg *m, int left) {
-    memset(m, 0, sizeof *m);
+    memset(m, 0, offsetof(hb_msg, flight));
+    m->nflight = pt_flight_pack(&own_table, m->flight);
     m->waiting_on = left ? HB_LEFT : atomic_load(&pt_mpi_hb.my_wait);
     m->culprit = -1;
     if (pt_mpi_hb_has_verdict()) {
@@ -115,7 +177,7 @@ void pt_mpi_hb_check_stale(void) {
              "rank %d stopped responding: no heartbeat for %.1f s (stopped, frozen, unreachable "
              "or dead; comm.timeout %.3g s)",
              p, age, pt_mpi_hb.live_s);
-    pt_mpi_hb_set_verdict(p, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason);
+    pt_mpi_hb_set_verdict(p, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason, 0);
 }
 
 /* Send every peer the verdict, if there is one, from buffers of its own:
@@ -129,7 +191,7 @@ void pt_mpi_hb_send_verdict(void) {
         if (p == pt_mpi_hb.rank || pt_mpi_hb.freq[p] != MPI_REQUEST_NULL) continue;
         hb_fill(&pt_mpi_hb.fbuf[p], 0);
         pt_mpi_lock();
-        MPI_Isend(&pt_mpi_hb.fbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, pt_mpi_hb.comm,
+        MPI_Isend(&pt_mpi_hb.fbuf[p], hb_bytes(&pt_mpi_hb.fbuf[p]), MPI_BYTE, p, 0, pt_mpi_hb.comm,
                   &pt_mpi_hb.freq[p]);
         pt_mpi_unlock();
     }
@@ -170,17 +232,25 @@ static void hb_round(void) {
         for (int k = 0; k < 64 && pt_mpi_hb.rreq[p] != MPI_REQUEST_NULL; k++) {
             int flag = 0;
             pt_mpi_lock();
-            MPI_Test(&pt_mpi_hb.rreq[p], &flag, MPI_STATUS_IGNORE);
+            int rc = MPI_Test(&pt_mpi_hb.rreq[p], &flag, MPI_STATUS_IGNORE);
             pt_mpi_unlock();
+            if (rc != MPI_SUCCESS) {
+                /* the peer's connection broke (it died, its host went): no
+                 * message came, and its silence must show */
+                pt_mpi_hb.rreq[p] = MPI_REQUEST_NULL;
+                break;
+            }
             if (!flag) break;
             const hb_msg *m = &pt_mpi_hb.rbuf[p];
+            if (m->nflight >= 0 && m->nflight <= PT_FLIGHT_SLOTS)
+                pt_flight_unpack(&pt_mpi_hb.tables[p], m->flight, m->nflight);
             atomic_store(&pt_mpi_hb.peer_wait[p], m->waiting_on);
             atomic_store(&pt_mpi_hb.heard[p], m->waiting_on == HB_LEFT ? UINT64_MAX : now);
             if (m->culprit >= 0 && m->culprit < pt_mpi_hb.size) {
                 char r[HB_REASON];
                 memcpy(r, m->reason, sizeof r);
                 r[sizeof r - 1] = '\0';
-                pt_mpi_hb_set_verdict(m->culprit, m->noticed_by, m->st, r);
+                pt_mpi_hb_set_verdict(m->culprit, m->noticed_by, m->st, r, 1);
             }
             if (m->waiting_on == HB_LEFT) break; /* nothing more comes */
             pt_mpi_lock();
@@ -197,7 +267,7 @@ static void hb_round(void) {
         if (!done) continue; /* the peer does not take them: it may be stopped */
         hb_fill(&pt_mpi_hb.sbuf[p], 0);
         pt_mpi_lock();
-        MPI_Isend(&pt_mpi_hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, pt_mpi_hb.comm,
+        MPI_Isend(&pt_mpi_hb.sbuf[p], hb_bytes(&pt_mpi_hb.sbuf[p]), MPI_BYTE, p, 0, pt_mpi_hb.comm,
                   &pt_mpi_hb.sreq[p]);
         pt_mpi_unlock();
     }
@@ -222,8 +292,10 @@ pt_status pt_mpi_hb_start(MPI_Comm world, int rank, int size, double live_s) {
     pt_mpi_hb.fbuf = calloc(n, sizeof *pt_mpi_hb.fbuf);
     pt_mpi_hb.heard = calloc(n, sizeof *pt_mpi_hb.heard);
     pt_mpi_hb.peer_wait = calloc(n, sizeof *pt_mpi_hb.peer_wait);
+    pt_mpi_hb.tables = calloc(n, sizeof *pt_mpi_hb.tables);
     if (!pt_mpi_hb.sreq || !pt_mpi_hb.rreq || !pt_mpi_hb.sbuf || !pt_mpi_hb.rbuf ||
-        !pt_mpi_hb.freq || !pt_mpi_hb.fbuf || !pt_mpi_hb.heard || !pt_mpi_hb.peer_wait)
+        !pt_mpi_hb.freq || !pt_mpi_hb.fbuf || !pt_mpi_hb.heard || !pt_mpi_hb.peer_wait ||
+        !pt_mpi_hb.tables)
         return pt_error_set(PT_ERR_NOMEM, "mpi: heartbeat state for %d ranks", size);
     pt_mpi_lock();
     int rc = MPI_Comm_dup(world, &pt_mpi_hb.comm);
@@ -279,7 +351,7 @@ void pt_mpi_hb_stop(void) {
         pt_mpi_lock();
         if (!done) MPI_Request_free(&pt_mpi_hb.sreq[p]);
         hb_fill(&pt_mpi_hb.sbuf[p], 1);
-        MPI_Isend(&pt_mpi_hb.sbuf[p], sizeof(hb_msg), MPI_BYTE, p, 0, pt_mpi_hb.comm,
+        MPI_Isend(&pt_mpi_hb.sbuf[p], hb_bytes(&pt_mpi_hb.sbuf[p]), MPI_BYTE, p, 0, pt_mpi_hb.comm,
                   &pt_mpi_hb.sreq[p]);
         if (pt_mpi_hb.rreq[p] != MPI_REQUEST_NULL) {
             MPI_Cancel(&pt_mpi_hb.rreq[p]);

@@ -36,7 +36,8 @@ typedef struct {
     int serialize;        /* 1: every MPI call under pt_mpi_lock (level < MULTIPLE) */
     int failed;           /* an operation failed: skip MPI_Finalize */
     int finalized;
-    int live; /* backend contexts not yet freed */
+    int live;       /* backend contexts not yet freed */
+    int world_rank; /* this process's rank in MPI_COMM_WORLD */
 } pt_mpi_state;
 
 extern pt_mpi_state pt_mpi_g;
@@ -110,6 +111,10 @@ typedef struct {
     int32_t noticed_by;
     int32_t st;
     char reason[HB_REASON];
+    /* the sender's flight recorder progress table (its used slots): every
+     * rank holds the others' as of their last beat */
+    int32_t nflight, pad;
+    pt_flight_snap flight[PT_FLIGHT_SLOTS];
 } hb_msg;
 
 typedef struct {
@@ -119,6 +124,7 @@ typedef struct {
     double live_s;
     uint64_t period_ns;
     pt_ticker tick;                  /* the heartbeat thread (ticker.h): a round every period */
+    pt_flight_table *tables;         /* per peer: its progress table as of its last beat */
     int final_sent;                  /* after a failure: the verdict went out; from here on only
                                         MPI_Test of its sends (hb_stop), nothing that waits */
     MPI_Request *sreq, *rreq, *freq; /* freq: the verdict's last sends, apart from the beats */
@@ -141,8 +147,18 @@ extern pt_mpi_hb_state pt_mpi_hb;
 pt_status pt_mpi_hb_start(MPI_Comm world, int rank, int size, double live_s);
 /* Stop beating and tell the peers this process left. */
 void pt_mpi_hb_stop(void);
-/* Record the job's verdict unless there is one (the noticer prints it). */
-void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char *reason);
+/* Record the job's verdict unless there is one (the noticer prints it,
+ * with the laggards from the flight tables unless named: the reason names
+ * the operation itself). */
+void pt_mpi_hb_set_verdict(int culprit, int noticed_by, pt_status st, const char *reason,
+                           int named);
+/* World rank w's flight recorder table as this process knows it: its own
+ * (w < 0, or this rank), a peer's as of its last beat; NULL: unknown. */
+pt_flight_table *pt_mpi_hb_table(int w);
+/* At SIGTERM (comm_flight_on_term): when a peer went silent (mpirun ends
+ * the job because a rank died) and no verdict was printed, the lowest
+ * rank still beating prints the job's line with the laggards. */
+void pt_mpi_hb_on_term(void);
 int pt_mpi_hb_has_verdict(void);
 /* Seconds since world rank p's last beat (0 when it left). */
 double pt_mpi_hb_silence(int p, uint64_t now);

@@ -21,11 +21,19 @@
 #include <string.h>
 #include <unistd.h>
 
+static const pt_flight_table *get_table(void *arg, int w) {
+    (void)arg;
+    return pt_mpi_hb_table(w);
+}
+
 /* Whom to blame when a wait on c timed out: for point-to-point, follow
  * what each rank waits for from the peer on; for a collective, the first
  * member that waits for nothing (it has not arrived), else the end of the
- * chain from the first member that waits for a particular rank. -1: none
- * found (every member waits in a collective: operations out of order?). */
+ * chain from the first member that waits for a particular rank; when every
+ * member waits in a collective (a deadlock across groups: a rank skipped
+ * one, or issued two in the other order), the flight recorder's laggard:
+ * the first rank that never entered the collective the most ranks wait in.
+ * -1: none found. */
 static int blame(mpi_ctx *c, int peer) {
     if (!pt_mpi_hb.on) return peer >= 0 ? c->world[peer] : -1;
     int me = c->world[c->rank], w = -1;
@@ -43,7 +51,7 @@ static int blame(mpi_ctx *c, int peer) {
         for (int m = 0; m < c->size && w < 0; m++)
             if (m != c->rank && atomic_load(&pt_mpi_hb.peer_wait[c->world[m]]) >= 0)
                 w = c->world[m];
-        if (w < 0) return -1;
+        if (w < 0) return pt_flight_culprit(get_table, NULL, pt_mpi_hb.size);
     }
     for (int hops = 0; hops < pt_mpi_hb.size; hops++) {
         int next = atomic_load(&pt_mpi_hb.peer_wait[w]);
@@ -63,8 +71,11 @@ static int blame(mpi_ctx *c, int peer) {
  *    beside the verdict (seen under load in CI: rank 2's own timeout line
  *    next to rank 0's verdict). Operations out of order end the same way,
  *    later.
- *  - who >= 0: the lowest healthy member notices; the others give its
- *    verdict a moment to arrive, so that the job shows one line. */
+ *  - who >= 0: the lowest healthy rank of the world notices; the others
+ *    give its verdict a moment to arrive, so that the job shows one line.
+ *    Of the world, not of c: with groups, ranks wait on different
+ *    communicators for the same culprit (a dp partner in the group, the
+ *    rest in a world barrier), and two noticers printed two lines. */
 static uint64_t deadline_grace(const mpi_ctx *c, int who, uint64_t now, int *deferred) {
     if (!pt_mpi_hb.on) return 0;
     uint64_t slack = 1000000000ull + 4 * pt_mpi_hb.period_ns;
@@ -75,12 +86,10 @@ static uint64_t deadline_grace(const mpi_ctx *c, int who, uint64_t now, int *def
     }
     if (*deferred & 2) return 0;
     *deferred |= 2;
-    int first = -1;
-    for (int m = 0; m < c->size && first < 0; m++)
-        if (c->world[m] != who &&
-            (m == c->rank || pt_mpi_hb_silence(c->world[m], now) < pt_mpi_hb.live_s / 2))
-            first = m;
-    return first != c->rank ? slack : 0;
+    int first = -1, me = c->world[c->rank];
+    for (int q = 0; q < pt_mpi_hb.size && first < 0; q++)
+        if (q != who && (q == me || pt_mpi_hb_silence(q, now) < pt_mpi_hb.live_s / 2)) first = q;
+    return first != me ? slack : 0;
 }
 
 /* Wait for *req with the context's deadline. peer < 0 for collectives. */
@@ -141,7 +150,7 @@ pt_status pt_mpi_wait_req(mpi_ctx *c, MPI_Request *req, const char *op, int peer
             if (pt_mpi_hb.on && who >= 0) {
                 char reason[HB_REASON];
                 pt_mpi_stall_reason(reason, who, pt_time_ns(), c->timeout_s);
-                pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason);
+                pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason, 0);
                 return pt_mpi_verdict_error(c, op);
             }
             if (peer >= 0)
@@ -253,6 +262,8 @@ void pt_mpi_watch_end(int i) {
 static _Noreturn void watch_end_job(void) {
     fflush(stdout);
     fflush(stderr);
+    comm_flight_dump(pt_mpi_hb_has_verdict() ? pt_mpi_hb.reason
+                                             : "a blocking collective timed out");
     pt_mpi_g.failed = 1;
     pt_mpi_hb.final_sent = 1; /* no more rounds: this is the last message */
     pt_mpi_hb_send_verdict();
@@ -283,7 +294,7 @@ static int watch_slot_check(watch_slot *w, uint64_t now) {
     char reason[HB_REASON];
     if (who >= 0) {
         pt_mpi_stall_reason(reason, who, now, c->timeout_s);
-        pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason);
+        pt_mpi_hb_set_verdict(who, pt_mpi_hb.rank, PT_ERR_TIMEOUT, reason, 0);
     } else {
         fprintf(stderr,
                 "partrain: mpi %s of %zu bytes timed out after %.1f s on rank %d of %d (a rank "

@@ -107,6 +107,23 @@ static int shm_claim_error_line(void *ctx) {
     return none == x->wrank; /* asked twice: still this rank's */
 }
 
+static pt_flight_table *shm_flight_table(void *ctx, int w) {
+    shm_ctx *x = ctx;
+    if (w < 0) w = x->wrank;
+    return w < x->job->nranks ? &x->job->flight[w] : NULL;
+}
+
+static int shm_world_rank(void *ctx, int m) {
+    shm_ctx *x = ctx;
+    return m >= 0 && m < x->n ? x->reg->world_rank[m] : -1;
+}
+
+static pt_status shm_core_verdict(void *ctx, int culprit, int noticer, pt_status st,
+                                  const char *reason) {
+    (void)noticer; /* the arena's lock makes the first the one */
+    return shm_verdict(ctx, culprit, st, -1, reason, 1);
+}
+
 static void shm_note_step(void *ctx, long step) {
     shm_ctx *x = ctx;
     atomic_store_explicit(&x->job->ranks[x->wrank].step, step, memory_order_relaxed);
@@ -187,6 +204,9 @@ static const pt_comm_backend shm_backend = {
     .set_timeout = shm_set_timeout,
     .fault_reported = shm_fault_reported,
     .claim_error_line = shm_claim_error_line,
+    .flight_table = shm_flight_table,
+    .world_rank = shm_world_rank,
+    .verdict = shm_core_verdict,
     .concurrent_p2p = 1, /* recv touches only the rings toward this rank */
 };
 

@@ -62,14 +62,23 @@ void pt_shm_job_rank_info(const pt_shm_job *job, int rank, int *cur_op, int *las
  * noticed (a rank stalled, silent, or gone): *culprit is the world rank at
  * fault, *reason one sentence naming it. 0 otherwise. */
 int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, const char **reason);
+/* Launcher: seconds since world rank w's last heartbeat (0: none yet, or
+ * it stopped beating on purpose). */
+double pt_shm_job_silence(const pt_shm_job *job, int w);
+/* Launcher: world rank w's flight recorder progress table (NULL outside
+ * the job). */
+const pt_flight_table *pt_shm_job_flight(const pt_shm_job *job, int w);
+/* Launcher: 1 when the verdict names the operation itself (no flight
+ * analysis to add). */
+int pt_shm_job_verdict_named(const pt_shm_job *job);
 /* Launcher: the rank that printed the job's error line
  * (pt_comm_claim_error_line), -1 if none did. */
 int pt_shm_job_error_line(const pt_shm_job *job);
 /* In a forked rank: make the world constructor find this job as `rank`. */
 void pt_shm_job_adopt(pt_shm_job *job, int rank, int pid);
-/* The descriptor's launch: pt_launch (comm.h) on this machine. */
+/* The descriptor's launch: pt_launch_job (comm.h) on this machine. */
 pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
-                     int *exit_code);
+                     pt_launch_result *res);
 
 /* Single-copy collectives on shm communicator c: 1 on, -1 off (a member may
  * not read another's memory, or PT_SHM_CMA=0), 0 not decided yet (no

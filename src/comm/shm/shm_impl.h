@@ -101,7 +101,8 @@ struct pt_shm_job {
      * aborted = ABORT_FAULT, so that every wait of every rank returns it. */
     _Atomic int verdict_lock;
     int culprit, noticed_by, verdict_st;
-    char verdict[200];
+    int verdict_named; /* the verdict names the operation itself (comm.check_order) */
+    char verdict[320];
     /* The world rank that prints the job's error line (the first to claim
      * it, pt_comm_claim_error_line), -1 while none has. */
     _Atomic int error_line;
@@ -110,6 +111,9 @@ struct pt_shm_job {
     _Atomic int sleepers;
     char pad2[64];
     shm_rank_info ranks[PT_SHM_MAX_RANKS];
+    /* Every rank's flight recorder progress table (flight_impl.h): the
+     * launcher names the laggards from them after the job. */
+    pt_flight_table flight[PT_SHM_MAX_RANKS];
 };
 
 typedef struct {
@@ -242,8 +246,14 @@ static inline void shm_wake(shm_ctx *x) {
 const char *shm_op_name(int op);
 /* "rank 2" or "rank 1 (world rank 5)". */
 void shm_name_member(const shm_ctx *x, int m, char *out, size_t len);
-/* Error for a job the launcher (or a verdict) stopped, or PT_OK. */
+/* Error for a job the launcher (or a verdict) stopped, or PT_OK. op < 0:
+ * none to name. */
 pt_status shm_check_abort(shm_ctx *x, int op);
+/* Make `reason` (about world rank culprit) the job's verdict unless a fault
+ * was decided first, and return the job's verdict as this rank's error.
+ * named: the reason names the operation itself (no flight analysis is
+ * added to the launcher's line). */
+pt_status shm_verdict(shm_ctx *x, int culprit, pt_status st, int op, const char *reason, int named);
 /* Error when member m is gone (exited, or its pid vanished), else PT_OK. */
 pt_status shm_check_peer(shm_ctx *x, int m, int op);
 /* -1 when the wait is over, else the member being waited for. */

@@ -72,7 +72,8 @@ static void where(const pt_shm_job *job, int r, char *out, size_t len) {
         k = (size_t)snprintf(out, len, " after %s",
                              last == PT_OP_COUNT ? "split" : pt_comm_op_name((pt_comm_op)last));
     if (step >= 0 && k < len) k += (size_t)snprintf(out + k, len - k, " at step %ld", step);
-    if (err[0] && k < len) snprintf(out + k, len - k, " (%s)", err);
+    /* its own error, unless it is the job's verdict or abort echoed back */
+    if (err[0] && !strstr(err, "job stopped") && k < len) snprintf(out + k, len - k, " (%s)", err);
 }
 
 /* Block SIGCHLD, SIGINT and SIGTERM (*set; the mask before: *old), taken
@@ -120,10 +121,147 @@ static double timeout_of(const pt_comm_options *opt) {
     return opt && opt->timeout_s > 0 ? opt->timeout_s : 0;
 }
 
+/* The launcher's view of a running job. */
+typedef struct {
+    pt_shm_job *job;
+    int nproc, alive;
+    pid_t pids[PT_SHM_MAX_RANKS];
+    pt_status st; /* the ranks could not all be started */
+    int first_fail, fail_ws, interrupted, early_exit;
+    char fail_where[512];
+    /* A fault a rank noticed (stalled or silent rank): its verdict names the
+     * culprit, which the launcher kills at once (a stopped process ignores
+     * SIGTERM), so that the job ends within the timeout plus the grace. */
+    int culprit, noticed_by, culprit_killed;
+    char verdict[400], culprit_where[512];
+    double stop_at, term_at;
+    double timeout_s; /* the job's (0: the ranks decide) */
+} supervisor;
+
+/* Reap the ranks that exited. */
+static void reap(supervisor *v) {
+    for (int r = 0; r < v->nproc; r++) {
+        int ws = 0;
+        if (v->pids[r] <= 0) continue;
+        pid_t got = waitpid(v->pids[r], &ws, WNOHANG);
+        if (got == 0 || (got < 0 && errno == EINTR)) continue;
+        if (got < 0) ws = 0x7f00; /* reaped by someone else: exit code 127 */
+        v->pids[r] = 0;
+        v->alive--;
+        int failed = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+        int first = failed && v->first_fail < 0 && !v->interrupted && v->st == PT_OK &&
+                    !(r == v->culprit && v->culprit_killed);
+        if (first) {
+            v->first_fail = r;
+            v->fail_ws = ws;
+            where(v->job, r, v->fail_where, sizeof v->fail_where);
+            v->stop_at = pt_time_s();
+        }
+        if (!failed && v->first_fail < 0 && v->early_exit < 0) v->early_exit = r;
+        pt_shm_job_mark_exit(v->job, r, ws, first);
+    }
+}
+
+/* A verdict published by a rank: a silent culprit (stopped: it ignores
+ * SIGTERM, and would never end) is killed at once; a live one (it waits
+ * for the others in a deadlock, or is busy outside the communicator)
+ * takes the verdict, writes its flight recorder and exits like the
+ * others, or gets SIGTERM after the grace. */
+static void take_verdict(supervisor *v) {
+    const char *reason = NULL;
+    if (v->culprit >= 0 || v->interrupted || v->st != PT_OK ||
+        !pt_shm_job_verdict(v->job, &v->culprit, &v->noticed_by, &reason))
+        return;
+    snprintf(v->verdict, sizeof v->verdict, "%s", reason);
+    if (v->culprit >= 0 && v->culprit < v->nproc) {
+        where(v->job, v->culprit, v->culprit_where, sizeof v->culprit_where);
+        double quiet = v->timeout_s > 0 ? v->timeout_s / 4 : 0.5;
+        if (v->pids[v->culprit] > 0 && v->first_fail != v->culprit &&
+            pt_shm_job_silence(v->job, v->culprit) > quiet) {
+            kill(v->pids[v->culprit], SIGKILL);
+            v->culprit_killed = 1;
+        }
+    }
+    if (v->first_fail < 0) v->stop_at = pt_time_s();
+}
+
+/* Until every rank exited: reap, take verdicts and signals, stop the rest
+ * after a fault (SIGTERM after the grace, SIGKILL after another). */
+static void supervise(supervisor *v, const sigset_t *set) {
+    while (v->alive > 0) {
+        struct timespec ts = {0, 20000000};
+        int sig = sigtimedwait(set, NULL, &ts);
+        if ((sig == SIGINT || sig == SIGTERM) && !v->interrupted) {
+            v->interrupted = sig;
+            pt_shm_job_interrupt(v->job);
+            signal_all(v->pids, v->nproc, SIGTERM);
+            v->stop_at = v->term_at = pt_time_s();
+        }
+        reap(v);
+        take_verdict(v);
+        if (v->alive == 0) break;
+        if (!(v->first_fail >= 0 || v->interrupted || v->st != PT_OK || v->culprit >= 0)) continue;
+        double now = pt_time_s();
+        if (v->term_at == 0 && now > v->stop_at + PT_LAUNCH_GRACE_S) {
+            signal_all(v->pids, v->nproc, SIGTERM);
+            v->term_at = now;
+        }
+        if (v->term_at > 0 && now > v->term_at + PT_LAUNCH_GRACE_S)
+            signal_all(v->pids, v->nproc, SIGKILL);
+    }
+}
+
+static const pt_flight_table *arena_table(void *arg, int w) {
+    return pt_shm_job_flight(arg, w);
+}
+
+/* ": dp group 0: allreduce #45 (1 MiB): rank 2 never arrived; ..." from the
+ * ranks' flight tables, or "". */
+static void laggards(const supervisor *v, int culprit, char *out, size_t len) {
+    char why[1024];
+    out[0] = '\0';
+    if (pt_flight_describe(arena_table, v->job, v->nproc, culprit, why, sizeof why))
+        snprintf(out, len, ": %s", why);
+}
+
+/* The job's one summary line (or none), and how it ended. */
+static void summarize(const supervisor *v, int error_line, int named, const char *lag,
+                      pt_launch_result *res) {
+    *res = (pt_launch_result){0, 0, -1};
+    if (v->interrupted) {
+        const char *abbr = sigabbrev_np(v->interrupted);
+        fprintf(stderr, "partrain: interrupted by SIG%s; stopped %d ranks\n", abbr ? abbr : "?",
+                v->nproc);
+        res->exit_code = 128 + v->interrupted;
+    } else if (v->culprit >= 0 && !(v->first_fail == v->culprit && WIFSIGNALED(v->fail_ws))) {
+        /* The culprit, not whichever rank noticed first and exited (the
+         * culprit itself, when it took the verdict and exited: the verdict
+         * says more; killed by a signal of its own, that says more). */
+        fprintf(stderr, "partrain: %s%s (noticed by rank %d)%s; job stopped\n", v->verdict,
+                named ? "" : v->culprit_where, v->noticed_by, named ? "" : lag);
+        res->exit_code = v->first_fail >= 0 ? exit_code_of(v->fail_ws) : 1;
+        res->fault = !named; /* a stall or a silence, not operations out of order */
+        res->culprit = v->culprit;
+    } else if (v->first_fail >= 0 && error_line >= 0 && WIFEXITED(v->fail_ws)) {
+        res->exit_code = exit_code_of(v->fail_ws); /* the rank's own line said it */
+        res->culprit = v->first_fail;
+    } else if (v->first_fail >= 0) {
+        char why[96], extra[96] = "";
+        describe(v->fail_ws, why, sizeof why);
+        if (v->early_exit >= 0 && v->early_exit != v->first_fail && !strchr(v->fail_where, '('))
+            snprintf(extra, sizeof extra, " (rank %d had already exited with code 0)",
+                     v->early_exit);
+        fprintf(stderr, "partrain: rank %d %s%s%s%s; job stopped\n", v->first_fail, why,
+                v->fail_where, extra, lag);
+        res->exit_code = exit_code_of(v->fail_ws);
+        res->fault = 1;
+        res->culprit = v->first_fail;
+    }
+}
+
 pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_options *opt,
-                     int *exit_code) {
-    if (!exit_code) return pt_error_set(PT_ERR_INVALID, "pt_launch: exit_code is NULL");
-    *exit_code = 1;
+                     pt_launch_result *res) {
+    *res = (pt_launch_result){1, 0, -1};
     if (!fn) return pt_error_set(PT_ERR_INVALID, "pt_launch: fn is NULL");
     if (nproc < 1 || nproc > PT_SHM_MAX_RANKS)
         return pt_error_set(PT_ERR_INVALID, "pt_launch: nproc %d is outside 1..%d", nproc,
@@ -136,106 +274,31 @@ pt_status shm_launch(int nproc, pt_rank_main fn, void *arg, const pt_comm_option
     block_signals(&set, &old, &old_chld);
     fflush(NULL); /* or buffered output would be written once per rank */
 
-    pid_t pids[PT_SHM_MAX_RANKS] = {0};
-    int alive = 0;
-    pt_status st = fork_ranks(nproc, fn, arg, job, &old, pids, &alive);
-
-    int first_fail = -1, fail_ws = 0, interrupted = 0, early_exit = -1;
-    char fail_where[512] = "";
-    /* A fault a rank noticed (stalled or silent rank): its verdict names the
-     * culprit, which the launcher kills at once (a stopped process ignores
-     * SIGTERM), so that the job ends within the timeout plus the grace. */
-    int culprit = -1, noticed_by = -1, culprit_killed = 0;
-    char verdict[256] = "", culprit_where[512] = "";
-    double stop_at = 0, term_at = 0;
-    if (st != PT_OK) { /* could not start them all: stop the ones we have */
+    static supervisor v; /* one job at a time (a single-threaded parent) */
+    memset(&v, 0, sizeof v);
+    v.job = job;
+    v.nproc = nproc;
+    v.timeout_s = timeout_of(opt);
+    v.first_fail = v.early_exit = v.culprit = v.noticed_by = -1;
+    v.st = fork_ranks(nproc, fn, arg, job, &old, v.pids, &v.alive);
+    if (v.st != PT_OK) { /* could not start them all: stop the ones we have */
         pt_shm_job_interrupt(job);
-        signal_all(pids, nproc, SIGTERM);
-        stop_at = term_at = pt_time_s();
+        signal_all(v.pids, nproc, SIGTERM);
+        v.stop_at = v.term_at = pt_time_s();
     }
-    while (alive > 0) {
-        struct timespec ts = {0, 20000000};
-        int sig = sigtimedwait(&set, NULL, &ts);
-        if ((sig == SIGINT || sig == SIGTERM) && !interrupted) {
-            interrupted = sig;
-            pt_shm_job_interrupt(job);
-            signal_all(pids, nproc, SIGTERM);
-            stop_at = term_at = pt_time_s();
-        }
-        for (int r = 0; r < nproc; r++) {
-            int ws = 0;
-            if (pids[r] <= 0) continue;
-            pid_t got = waitpid(pids[r], &ws, WNOHANG);
-            if (got == 0 || (got < 0 && errno == EINTR)) continue;
-            if (got < 0) ws = 0x7f00; /* reaped by someone else: exit code 127 */
-            pids[r] = 0;
-            alive--;
-            int failed = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-            int first = failed && first_fail < 0 && !interrupted && st == PT_OK &&
-                        !(r == culprit && culprit_killed);
-            if (first) {
-                first_fail = r;
-                fail_ws = ws;
-                where(job, r, fail_where, sizeof fail_where);
-                stop_at = pt_time_s();
-            }
-            if (!failed && first_fail < 0 && early_exit < 0) early_exit = r;
-            pt_shm_job_mark_exit(job, r, ws, first);
-        }
-        const char *reason = NULL;
-        if (culprit < 0 && !interrupted && st == PT_OK &&
-            pt_shm_job_verdict(job, &culprit, &noticed_by, &reason)) {
-            snprintf(verdict, sizeof verdict, "%s", reason);
-            if (culprit >= 0 && culprit < nproc) {
-                where(job, culprit, culprit_where, sizeof culprit_where);
-                if (pids[culprit] > 0 && first_fail != culprit) {
-                    kill(pids[culprit], SIGKILL);
-                    culprit_killed = 1;
-                }
-            }
-            if (first_fail < 0) stop_at = pt_time_s();
-        }
-        if (alive == 0) break;
-        if (!(first_fail >= 0 || interrupted || st != PT_OK || culprit >= 0)) continue;
-        double now = pt_time_s();
-        if (term_at == 0 && now > stop_at + PT_LAUNCH_GRACE_S) {
-            signal_all(pids, nproc, SIGTERM);
-            term_at = now;
-        }
-        if (term_at > 0 && now > term_at + PT_LAUNCH_GRACE_S) signal_all(pids, nproc, SIGKILL);
-    }
+    supervise(&v, &set);
     /* Drain what the ranks' exits left pending, then restore the mask. */
     struct timespec zero = {0, 0};
     while (sigtimedwait(&set, NULL, &zero) > 0) {
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);
-    int error_line = pt_shm_job_error_line(job);
+    int error_line = pt_shm_job_error_line(job), named = pt_shm_job_verdict_named(job);
+    char lag[1100] = "";
+    if (v.st == PT_OK && !v.interrupted && (v.culprit >= 0 || v.first_fail >= 0))
+        laggards(&v, v.culprit >= 0 ? v.culprit : v.first_fail, lag, sizeof lag);
     pt_shm_job_unmap(job);
-    if (st != PT_OK) return st;
-
-    if (interrupted) {
-        const char *abbr = sigabbrev_np(interrupted);
-        fprintf(stderr, "partrain: interrupted by SIG%s; stopped %d ranks\n", abbr ? abbr : "?",
-                nproc);
-        *exit_code = 128 + interrupted;
-    } else if (culprit >= 0 && first_fail != culprit) {
-        /* The culprit, not whichever rank noticed first and exited. */
-        fprintf(stderr, "partrain: %s%s (noticed by rank %d); job stopped\n", verdict,
-                culprit_where, noticed_by);
-        *exit_code = first_fail >= 0 ? exit_code_of(fail_ws) : 1;
-    } else if (first_fail >= 0 && error_line >= 0 && WIFEXITED(fail_ws)) {
-        *exit_code = exit_code_of(fail_ws); /* the rank's own line said it */
-    } else if (first_fail >= 0) {
-        char why[96], extra[96] = "";
-        describe(fail_ws, why, sizeof why);
-        if (early_exit >= 0 && early_exit != first_fail && !strchr(fail_where, '('))
-            snprintf(extra, sizeof extra, " (rank %d had already exited with code 0)", early_exit);
-        fprintf(stderr, "partrain: rank %d %s%s%s; job stopped\n", first_fail, why, fail_where,
-                extra);
-        *exit_code = exit_code_of(fail_ws);
-    } else {
-        *exit_code = 0;
-    }
+    if (v.st != PT_OK) return v.st;
+    summarize(&v, error_line, named, lag, res);
     return PT_OK;
 }

@@ -251,6 +251,19 @@ int pt_shm_job_verdict(const pt_shm_job *job, int *culprit, int *noticed_by, con
     return 1;
 }
 
+double pt_shm_job_silence(const pt_shm_job *job, int w) {
+    uint64_t b = atomic_load(&((pt_shm_job *)job)->ranks[w].beat), now = pt_time_ns();
+    return b == 0 || b == BEAT_OFF || now <= b ? 0 : (double)(now - b) * 1e-9;
+}
+
+const pt_flight_table *pt_shm_job_flight(const pt_shm_job *job, int w) {
+    return w >= 0 && w < job->nranks ? &job->flight[w] : NULL;
+}
+
+int pt_shm_job_verdict_named(const pt_shm_job *job) {
+    return job->verdict_named;
+}
+
 int pt_shm_job_error_line(const pt_shm_job *job) {
     return atomic_load(&((pt_shm_job *)job)->error_line);
 }

@@ -39,6 +39,14 @@ const char *shm_op_name(int op) {
     return op == OP_SPLIT ? "split" : pt_comm_op_name((pt_comm_op)op);
 }
 
+/* "allreduce: " (op >= 0), or nothing. */
+static const char *op_prefix(int op) {
+    static _Thread_local char out[48];
+    if (op < 0) return "";
+    snprintf(out, sizeof out, "%s: ", shm_op_name(op));
+    return out;
+}
+
 static void describe_status(int ws, char *out, size_t len) {
     if (WIFSIGNALED(ws)) {
         const char *abbr = sigabbrev_np(WTERMSIG(ws));
@@ -64,14 +72,14 @@ pt_status shm_check_abort(shm_ctx *x, int op) {
     int a = atomic_load_explicit(&x->job->aborted, memory_order_acquire);
     if (a == ABORT_NONE) return PT_OK;
     if (a == ABORT_INTERRUPTED)
-        return pt_error_set(PT_ERR_INTERRUPTED, "%s: job interrupted", shm_op_name(op));
+        return pt_error_set(PT_ERR_INTERRUPTED, "%sjob interrupted", op_prefix(op));
     if (a == ABORT_FAULT)
-        return pt_error_set(x->job->verdict_st, "%s: %s (noticed by rank %d); job stopped",
-                            shm_op_name(op), x->job->verdict, x->job->noticed_by);
+        return pt_error_set(x->job->verdict_st, "%s%s (noticed by rank %d); job stopped",
+                            op_prefix(op), x->job->verdict, x->job->noticed_by);
     int d = atomic_load(&x->job->dead_rank);
     char why[96];
     describe_status(atomic_load(&x->job->ranks[d].wstatus), why, sizeof why);
-    return pt_error_set(PT_ERR_COMM, "%s: world rank %d %s; job stopped", shm_op_name(op), d, why);
+    return pt_error_set(PT_ERR_COMM, "%sworld rank %d %s; job stopped", op_prefix(op), d, why);
 }
 
 /* Error when member m is gone (exited, or its pid vanished), else PT_OK. */
@@ -95,14 +103,15 @@ pt_status shm_check_peer(shm_ctx *x, int m, int op) {
  * rank was first, and return the job's verdict as this rank's error: every
  * rank then fails with the same line, and the launcher's summary names the
  * culprit (not the rank that happened to exit first). */
-static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
-                                 const char *reason) {
+pt_status shm_verdict(shm_ctx *x, int culprit, pt_status st, int op, const char *reason,
+                      int named) {
     pt_shm_job *job = x->job;
     int expected = 0;
     if (atomic_compare_exchange_strong(&job->verdict_lock, &expected, 1)) {
         job->culprit = culprit;
         job->noticed_by = x->wrank;
         job->verdict_st = st;
+        job->verdict_named = named;
         snprintf(job->verdict, sizeof job->verdict, "%s", reason);
         expected = ABORT_NONE;
         atomic_compare_exchange_strong(&job->aborted, &expected, ABORT_FAULT);
@@ -120,7 +129,12 @@ static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
     }
     pt_status e = shm_check_abort(x, op);
     /* Another abort (a death the launcher saw, Ctrl-C) came first: that one. */
-    return e != PT_OK ? e : pt_error_set(st, "%s: %s", shm_op_name(op), reason);
+    return e != PT_OK ? e : pt_error_set(st, "%s%s", op_prefix(op), reason);
+}
+
+static pt_status publish_verdict(shm_ctx *x, int culprit, pt_status st, int op,
+                                 const char *reason) {
+    return shm_verdict(x, culprit, st, op, reason, 0);
 }
 
 /* The rank (not this one) whose heartbeat has been silent longest, if
