@@ -9,6 +9,7 @@
  * dp x tp x pp mesh with everything at once, stale and local SGD against
  * dp alone. --full: the rest of the mesh's combinations. */
 #include "parallel/parity_harness.h"
+#include "../../src/kernels/kernels_impl.h"
 
 #define L3   "model.n_layer=3 "
 #define MESH "parallel.dp=2 parallel.tp=2 parallel.pp=2 "
@@ -176,6 +177,46 @@ static void test_ckpt(void) {
     ckpt_case("parallel.dp=2 parallel.zero=1", "fp32", "bf16", "ck_dfb");
 }
 
+/* The fallback (fp32 products on converted operands), forced as on a CPU
+ * without AVX512_BF16 or AMX (the forked ranks inherit the choice): the
+ * one worker follows the native path's within bf16's difference, and a
+ * layout follows the fallback's one worker within the harness's bounds. */
+static void test_fallback(void) {
+    if (use_mpi) return;
+    const result *native[PARITY_NVARIANTS];
+    for (int v = 0; v < PARITY_NVARIANTS; v++) native[v] = parity_oracle((parity_variant)v);
+    result keep[PARITY_NVARIANTS]; /* the native oracles, before the cache is cleared */
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        keep[v] = *native[v];
+        keep[v].params = NULL;
+    }
+    for (int k = 0; k < parity_noracles; k++) result_free(&parity_oracles[k].r);
+    parity_noracles = 0;
+    int old = pt_gemm_bf16_set_path(PT_BF16_FALLBACK);
+    printf("  bf16 product: %s\n", pt_gemm_bf16_kind());
+    CHECK(strstr(pt_gemm_bf16_kind(), "fallback") != NULL);
+    for (int v = 0; v < PARITY_NVARIANTS; v++) {
+        const result *fb = parity_oracle((parity_variant)v);
+        CHECK(fb != NULL);
+        if (!fb) continue;
+        double worst = 0;
+        int differ = 0;
+        for (int s = 0; s < fb->nsteps; s++) {
+            double d = rel_diff(fb->loss[s], keep[v].loss[s]);
+            worst = d > worst ? d : worst;
+            differ |= fb->loss[s] != keep[v].loss[s];
+        }
+        CHECK(worst < 0.02);
+        printf("  fallback vs native one worker [%s]: loss within %.1e relative%s\n",
+               parity_variant_name[v], worst, differ ? "" : " (bitwise)");
+    }
+    parity_check("parallel.tp=2 parallel.sequence_parallel=true");
+    parity_check("parallel.dp=2 parallel.zero=3");
+    for (int k = 0; k < parity_noracles; k++) result_free(&parity_oracles[k].r);
+    parity_noracles = 0;
+    pt_gemm_bf16_set_path(old);
+}
+
 int main(int argc, char **argv) {
     int full = 0;
     const char *one = NULL; /* --layout L: only L (by hand, with PARITY_STEPS=1) */
@@ -195,8 +236,9 @@ int main(int argc, char **argv) {
         RUN(test_tp);
         RUN(test_pp);
         RUN(test_mesh);
-        RUN(test_modes); /* shm only */
-        RUN(test_ckpt);  /* shm only */
+        RUN(test_modes);    /* shm only */
+        RUN(test_ckpt);     /* shm only */
+        RUN(test_fallback); /* shm only */
     } else {
         RUN(test_full);
     }
