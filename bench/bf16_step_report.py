@@ -28,13 +28,17 @@ def med(rs):
 
 print("| config | threads | partrain fp32 ms | partrain bf16 ms | bf16 / own fp32 | "
       "PyTorch fp32 ms | PyTorch bf16 ms | partrain bf16 vs PyTorch bf16 | "
-      "acts fp32 MiB | acts bf16 MiB | bf16 / fp32 acts |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "partrain CPU ms fp32 / bf16 | acts fp32 MiB | acts bf16 MiB | bf16 / fp32 acts |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for cfg, thr in keys:
     pf, pb = pick("partrain", "fp32", cfg, thr), pick("partrain", "bf16", cfg, thr)
     qf, qb = pick("pytorch", "fp32", cfg, thr), pick("pytorch", "bf16", cfg, thr)
     a32 = max((r.get("acts_peak_mib", 0) for r in pf), default=0)
     a16 = max((r.get("acts_peak_mib", 0) for r in pb), default=0)
-    print("| %s | %d | %.1f | %.1f | **%.2fx** | %.1f | %.1f | **%.2fx** | %.1f | %.1f | %.3f |" % (
-        cfg, thr, med(pf), med(pb), med(pf) / med(pb), med(qf), med(qb), med(qb) / med(pb),
-        a32, a16, a16 / a32 if a32 else float("nan")))
+    # CPU time per step (bench_step's): what the neighbours' load does not stretch
+    c32 = statistics.median(r["cpu_ms_median"] for r in pf) if pf else float("nan")
+    c16 = statistics.median(r["cpu_ms_median"] for r in pb) if pb else float("nan")
+    print("| %s | %d | %.1f | %.1f | **%.2fx** | %.1f | %.1f | **%.2fx** | %.0f / %.0f = %.2fx "
+          "| %.1f | %.1f | %.3f |" % (
+              cfg, thr, med(pf), med(pb), med(pf) / med(pb), med(qf), med(qb), med(qb) / med(pb),
+              c32, c16, c32 / c16, a32, a16, a16 / a32 if a32 else float("nan")))

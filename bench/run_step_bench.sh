@@ -37,7 +37,7 @@ done
 
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 SHARED="$ROOT/../shared"
-PEER="$SHARED/peers/pytorch_gpt_bench.py"
+PEER=${BENCH_PEER:-$SHARED/peers/pytorch_gpt_bench.py} # BENCH_PEER: another checkout's shared/
 PY=/usr/bin/python3
 [ -f "$PEER" ] || { echo "run_step_bench.sh: peer not found at $PEER" >&2; exit 1; }
 BENCH=${BENCH_STEP:-$ROOT/build-bench/bench/bench_step}
