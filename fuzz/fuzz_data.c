@@ -1,8 +1,7 @@
 /* Fuzz target: a data file's bytes through pt_data_parse (the .bin/text
- * rule, llm.c's header, UTF-8, vocabulary), then reads of every window and
- * of sampled windows when the file is long enough. The first input byte
- * picks the file name's suffix and the vocabulary, so that both names and
- * small vocabularies are reached. */
+ * rule, llm.c's two headers (uint16 and uint32 tokens), UTF-8, vocabulary), then reads of every
+ * window and of sampled windows when the file is long enough. The first input byte picks the file
+ * name's suffix and the vocabulary, so that both names and small vocabularies are reached. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +11,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const char *name = data[0] & 1 ? "fuzz.bin" : "fuzz.txt";
-    int vocab = data[0] & 2 ? 256 : (data[0] & 4 ? 50257 : 100);
+    /* bit 3: Llama 3's vocabulary, for llm.c's uint32 token files */
+    int vocab = data[0] & 8 ? 128256 : data[0] & 2 ? 256 : (data[0] & 4 ? 50257 : 100);
     unsigned char *raw = malloc(size); /* taken over by pt_data_parse */
     if (!raw) return 0;
     memcpy(raw, data + 1, size - 1);

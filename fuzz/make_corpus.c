@@ -111,7 +111,8 @@ static void config_seeds(void) {
 }
 
 static void data_seeds(void) {
-    /* selector byte: bit 0 .bin name, bit 1 vocab 256, bit 2 vocab 50257 */
+    /* selector byte: bit 0 .bin name, bit 1 vocab 256, bit 2 vocab 50257,
+     * bit 3 vocab 128256 */
     const char text[] = "the quick brown fox jumps over the lazy dog. caf\xc3\xa9 \xe2\x82\xac";
     put("data", "text.txt", "\x02", 1, text, sizeof text - 1);
     put("data", "nul.txt", "\x02", 1, "ab\0cd", 5);
@@ -126,6 +127,16 @@ static void data_seeds(void) {
     put("data", "tokens.bin", "\x07", 1, bin, sizeof bin);
     put("data", "tokens-as-txt", "\x06", 1, bin, sizeof bin);
     put("data", "text.bin", "\x03", 1, text, sizeof text - 1);
+    /* llm.c's uint32 file (magic 20240801, version 7): ids past a uint16
+     * under Llama 3's vocabulary (selector bit 3), and the same file under
+     * 50257, where its second token is out of range */
+    int32_t w[256] = {20240801, 7, 6}; /* 6 tokens: one window of 4 + 1 read back */
+    unsigned char wide[1024 + 24];
+    memcpy(wide, w, sizeof w);
+    const uint32_t ids[6] = {0, 70000, 128255, 65535, 65536, 1};
+    memcpy(wide + 1024, ids, sizeof ids);
+    put("data", "tokens32.bin", "\x09", 1, wide, sizeof wide);
+    put("data", "tokens32-vocab.bin", "\x05", 1, wide, sizeof wide);
 }
 
 int main(int argc, char **argv) {

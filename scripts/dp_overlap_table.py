@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The overlap table of docs/parallel.md from scripts/run_dp_experiments.sh's
+"""The overlap table of bench/results/history-parallel.md from scripts/run_dp_experiments.sh's
 overlap runs: rank 0's metrics, steps FIRST..last, p25 / median / p75 of the
 step and of each exposed-communication field, for overlap off and on, and
 the fraction of the exposed transfer that overlap hides.

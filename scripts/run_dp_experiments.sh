@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel experiments of docs/parallel.md: on the default dataset
+# Data-parallel experiments of bench/results/history-parallel.md: on the default dataset
 # (configs/default.json; scripts/prepare-data.sh), dp=2 with 1 thread per
 # rank, the same steps (so the same tokens) for each synchronization mode,
 # then exposed communication with overlap on and off. Metrics land in

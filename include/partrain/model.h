@@ -48,8 +48,14 @@
 extern "C" {
 #endif
 
-/* Architecture. All > 0; n_embd % n_head == 0. seq_len is also the number of
- * learned positions (wpe rows). */
+/* The largest model.vocab_size: what a token id's type holds. Ids are int
+ * (32-bit) in batches and kernels, llm.c's wide token files hold uint32
+ * ids checked below the vocabulary, and every size built from V (wte's
+ * V x C, the logits' N x V) is computed in 64 bits. */
+#define PT_VOCAB_MAX 2147483647
+
+/* Architecture. All > 0 (vocab_size <= PT_VOCAB_MAX); n_embd % n_head == 0.
+ * seq_len is also the number of learned positions (wpe rows). */
 typedef struct {
     int n_layer;
     int n_embd;

@@ -293,6 +293,10 @@ void pt_stack_counts(pt_stack *s, pt_comm_counts *k);
 /* Every entry's state slot in stack order (a checkpoint's save, load or
  * restart); the first error stops it. */
 pt_status pt_stack_state(pt_stack *s, pt_state_visit *v);
+/* An entry constructor's start: *out cleared (an entry that holds nothing
+ * at this layout leaves it so) and `size` zeroed bytes for the entry; NULL
+ * with the error set, naming `what`, when out of memory. */
+void *pt_strategy_entry_new(pt_strategy *out, size_t size, const char *what);
 
 /* The entries that are not a synchronizer's own (strategies.c):
  *   optimizer  AdamW or SGD over the whole flat buffer (one worker, sync

@@ -114,6 +114,8 @@ pt_status pt_config_validate_layout(const pt_config *c);
 char *pt_config_to_json(const pt_config *c);
 /* The --help table of keys: name, type, default, doc. */
 void pt_config_print_help(FILE *f);
+/* The same table as markdown (docs/reference.md; partrain train --help=markdown). */
+void pt_config_print_markdown(FILE *f);
 /* The schedule that runs (parallel.schedule; none means 1f1b at pp > 1),
  * and the chunks per pipeline rank (parallel.virtual_stages; 0 means the
  * schedule's own: 2 for interleaved and zbv, else 1). */
@@ -132,10 +134,12 @@ void pt_config_layout(const pt_config *c, char *buf, size_t n);
 
 /* ---- data ------------------------------------------------------------------
  * A token file held in memory: UTF-8 text as bytes (vocab 256), or llm.c's
- * .bin (256 int32 header: magic 20240520, version 1, token count; then
- * uint16 tokens), detected by the magic: a file with the magic is tokens
- * whatever its name, a *.bin name needs the magic, and anything else must be
- * UTF-8 without NUL (docs/untrusted.md). */
+ * .bin (256 int32 header: magic, version, token count; then the tokens):
+ * magic 20240520 with version 1 holds uint16 tokens, magic 20240801 with
+ * version 7 (llm.c's Llama 3 files) uint32 tokens, for vocabularies above
+ * 65,536. Detected by the magic: a file with either magic is tokens
+ * whatever its name, a *.bin name needs one, and anything else must be
+ * UTF-8 without NUL (docs/untrusted.md, "Data files"). */
 typedef struct pt_data pt_data;
 
 /* Errors name the file (missing, unreadable, empty, truncated, a token >=
@@ -151,6 +155,11 @@ void pt_data_sample(const pt_data *d, pt_rng *rng, int B, int T, int *inputs, in
  * (w < pt_data_num_windows). */
 size_t pt_data_num_windows(const pt_data *d, int T);
 void pt_data_window(const pt_data *d, size_t w, int T, int *inputs, int *targets);
+/* Write tokens[0, n) as an llm.c .bin file at path (atomically: a
+ * temporary, fsync, rename): the uint16 file when every token is below
+ * 65,536, else the uint32 one. Errors: n outside [1, 2^31), a negative
+ * token, an unwritable path. */
+pt_status pt_data_write(const char *path, const int *tokens, size_t n);
 
 /* ---- checkpoints -------------------------------------------------------------
  * A checkpoint is a directory DIR/step_NNNNNNNN holding model.safetensors

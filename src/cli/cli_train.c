@@ -208,6 +208,7 @@ static int parse_one(train_args *t, int argc, char **argv, int *i) {
     const char *a = argv[*i], *v = NULL;
     int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 3;
+    if (!strcmp(a, "--help=markdown")) return 4; /* hidden: docs/reference.md's key table */
     if ((r = pt_cli_config_arg(&t->ca, argc, argv, i, "train")) != 0)
         return r < 0 ? 2 : 0; /* applied after the walk: file first, then each --set */
     if ((r = pt_cli_option(argc, argv, i, "--plan", "train", &t->plan)) != 0) return r < 0 ? 2 : 0;
@@ -323,6 +324,11 @@ int pt_cli_train(int argc, char **argv) {
     if (pt_cli_config_args_init(&t.ca, argc) != 0) return 1;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) rc = parse_one(&t, argc, argv, &i);
+    if (rc == 4) {
+        pt_config_print_markdown(stdout);
+        pt_cli_config_args_deinit(&t.ca);
+        return 0;
+    }
     if (rc == 3) {
         usage(stdout);
         pt_cli_config_args_deinit(&t.ca);

@@ -60,8 +60,8 @@ typedef struct {
     uint64_t ran;               /* collectives run (check_order's position) */
     pt_flight_slot *slot;       /* this communicator's slot in the rank's table; NULL: none */
     _Alignas(64) fl_rec ring[FL_RING]; /* a record a cache line */
-    pt_comm *prev, *next; /* the process's live communicators (dumps) */
-    pid_t pid;            /* the process that made it (a forked child skips its parent's) */
+    pt_comm *prev, *next;              /* the process's live communicators (dumps) */
+    pid_t pid; /* the process that made it (a forked child skips its parent's) */
 } comm_flight;
 
 struct pt_comm {

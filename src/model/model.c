@@ -34,10 +34,7 @@ pt_status pt_model_config_validate(const pt_model_config *c) {
         return pt_error_set(PT_ERR_INVALID,
                             "model.n_embd (%d) must be divisible by model.n_head (%d)", c->n_embd,
                             c->n_head);
-    if (c->vocab_size > 65536)
-        return pt_error_set(PT_ERR_INVALID, "model.vocab_size must be <= 65536 (got %d)",
-                            c->vocab_size);
-    return PT_OK;
+    return PT_OK; /* vocab_size <= PT_VOCAB_MAX: an int holds no more */
 }
 
 size_t pt_model_config_num_params(const pt_model_config *c) {

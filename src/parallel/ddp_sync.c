@@ -177,10 +177,8 @@ static const pt_strategy_ops STALE = {.name = "stale",
 
 pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
                               const pt_dp_sync_options *o, pt_trace *trace) {
-    *out = (pt_strategy){0};
-    if (handle) *handle = NULL;
-    pt_dp_sync *s = calloc(1, sizeof *s);
-    if (!s) return pt_error_set(PT_ERR_NOMEM, "data-parallel synchronizer");
+    pt_dp_sync *s = pt_strategy_entry_new(out, sizeof *s, "data-parallel synchronizer");
+    if (!s) return PT_ERR_NOMEM;
     *s = (pt_dp_sync){.m = m,
                       .k = o->staleness,
                       .dga = o->staleness > 0 && o->dga,

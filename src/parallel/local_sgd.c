@@ -151,10 +151,8 @@ static const pt_strategy_ops LOCAL = {.name = "local_sgd",
 
 pt_status pt_local_sgd_strategy(pt_strategy *out, pt_local_sgd **handle, pt_model *m, pt_comm *dp,
                                 const pt_local_sgd_options *o, pt_trace *trace) {
-    *out = (pt_strategy){0};
-    if (handle) *handle = NULL;
-    local_entry *e = calloc(1, sizeof *e);
-    if (!e) return pt_error_set(PT_ERR_NOMEM, "local_sgd");
+    local_entry *e = pt_strategy_entry_new(out, sizeof *e, "local_sgd");
+    if (!e) return PT_ERR_NOMEM;
     pt_status st = pt_local_sgd_new(&e->l, pt_model_params(m), pt_model_num_params(m), o->nesterov,
                                     o->outer_lr, o->outer_momentum);
     if (st != PT_OK) {

@@ -5,6 +5,7 @@
  * Not here: any strategy (ddp.c, zero_strategy.c, strategies.c, tied.c,
  * trace.c, local_sgd.c), the executor (pipeline/runtime.c). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "partrain/parallel.h"
@@ -135,6 +136,13 @@ void pt_comm_counts_add(pt_comm_counts *k, pt_group g, const pt_comm *c) {
         k->comm_ns[g] += s.ns[op];
         k->sent[g] += s.bytes_sent[op];
     }
+}
+
+void *pt_strategy_entry_new(pt_strategy *out, size_t size, const char *what) {
+    *out = (pt_strategy){0};
+    void *e = calloc(1, size);
+    if (!e) pt_error_set(PT_ERR_NOMEM, "%s", what);
+    return e;
 }
 
 pt_status pt_stack_state(pt_stack *s, pt_state_visit *v) {

@@ -74,10 +74,9 @@ static const pt_strategy_ops OPTIMIZER = {
 
 pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt_trace *trace,
                                 pt_state_share share) {
-    *out = (pt_strategy){0};
     PT_ASSERT(share.copies >= 1 && share.copy >= 0 && share.copy < share.copies);
-    optimizer *o = calloc(1, sizeof *o);
-    if (!o) return pt_error_set(PT_ERR_NOMEM, "optimizer");
+    optimizer *o = pt_strategy_entry_new(out, sizeof *o, "optimizer");
+    if (!o) return PT_ERR_NOMEM;
     *o = (optimizer){opt, m, trace, share};
     *out = (pt_strategy){&OPTIMIZER, o};
     return PT_OK;

@@ -153,8 +153,8 @@ pt_status pt_trace_strategy(pt_strategy *out, pt_trace *t, const pt_model *m, in
                             int split) {
     *out = (pt_strategy){0};
     if (!t) return PT_OK;
-    trace_entry *e = calloc(1, sizeof *e);
-    if (!e) return pt_error_set(PT_ERR_NOMEM, "trace");
+    trace_entry *e = pt_strategy_entry_new(out, sizeof *e, "trace");
+    if (!e) return PT_ERR_NOMEM;
     *e = (trace_entry){t, microbatches, split, pt_model_config_of(m)->n_layer, 0, 0};
     *out = (pt_strategy){&TRACE, e};
     return PT_OK;

@@ -87,10 +87,8 @@ static const pt_strategy_ops ZERO = {.name = "zero",
 
 pt_status pt_zero_strategy(pt_strategy *out, pt_zero **handle, pt_model *m, pt_comm *dp,
                            const pt_zero_options *o, const pt_adamw_hparams *hp, pt_trace *trace) {
-    *out = (pt_strategy){0};
-    if (handle) *handle = NULL;
-    zero_entry *e = calloc(1, sizeof *e);
-    if (!e) return pt_error_set(PT_ERR_NOMEM, "zero");
+    zero_entry *e = pt_strategy_entry_new(out, sizeof *e, "zero");
+    if (!e) return PT_ERR_NOMEM;
     pt_status st = pt_zero_new(&e->z, m, dp, o, hp);
     if (st != PT_OK) {
         free(e);

@@ -106,7 +106,7 @@ static const range R_DIM = {1, 16777216, 0, ""}; /* a product's m, n, k */
 static const range R_EMBD = {1, 65536, 0, ""};   /* the config table's limits */
 static const range R_HEADS = {1, 4096, 0, ""};
 static const range R_SEQ = {1, 1048576, 0, ""};
-static const range R_VOCAB = {1, 65536, 0, ""};
+static const range R_VOCAB = {1, PT_VOCAB_MAX, 0, ""};
 static const range R_TOKENS = {1, 1073741824, 0, ""};
 
 /* %g of v without its exponent's + and leading 0s ("1e6", "1e-9"). */

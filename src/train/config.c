@@ -38,8 +38,9 @@ static const key_def keys[] = {
     {"model.n_embd", K_INT, OFF(model.n_embd), "128", 1, 65536, NULL, "channels (C)"},
     {"model.n_head", K_INT, OFF(model.n_head), "4", 1, 4096, NULL,
      "attention heads (NH); must divide n_embd"},
-    {"model.vocab_size", K_INT, OFF(model.vocab_size), "256", 1, 65536, NULL,
-     "vocabulary (V); 256 for byte-level text"},
+    {"model.vocab_size", K_INT, OFF(model.vocab_size), "256", 1, PT_VOCAB_MAX, NULL,
+     "vocabulary (V); 256 for byte-level text; up to 2147483647 (a token id is an int32; ids "
+     "above 65535 need llm.c's uint32 token files)"},
     {"model.seq_len", K_INT, OFF(model.seq_len), "128", 1, 1 << 20, NULL,
      "sequence length (T), also the number of learned positions"},
     {"model.recompute", K_STRING, OFF(train.recompute), "none", 0, 0, "none|selective|full",
@@ -665,6 +666,40 @@ void pt_config_print_help(FILE *f) {
                 def, k->doc);
         if (k->choices) fprintf(f, " (%s)", k->choices);
         fputc('\n', f);
+    }
+}
+
+/* Markdown text with '|' escaped, for a table cell. */
+static void md_cell(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+/* The same table as markdown: docs/reference.md's "Config keys" section is
+ * this text, checked by tests/cli/test_docs.sh. */
+void pt_config_print_markdown(FILE *f) {
+    fprintf(f, "| key | type | default | meaning |\n| --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < NKEYS; i++) {
+        const key_def *k = &keys[i];
+        fprintf(f, "| `%s` | %s | ", k->name,
+                k->type == K_INT     ? "int"
+                : k->type == K_FLOAT ? "float"
+                : k->type == K_BOOL  ? "bool"
+                : k->type == K_LIST  ? "list"
+                                     : "string");
+        if (k->type == K_STRING || k->type == K_LIST)
+            fprintf(f, "`\"%s\"` | ", k->def);
+        else
+            fprintf(f, "`%s` | ", k->def);
+        md_cell(f, k->doc);
+        if (k->choices) {
+            fputs(" (", f);
+            md_cell(f, k->choices);
+            fputc(')', f);
+        }
+        fputs(" |\n", f);
     }
 }
 

@@ -463,8 +463,8 @@ pt_status pt_st_model_config(const char *what, const pt_st_header *h, pt_model_c
                                 what, e->name, max_layers);
         if (layer + 1 > L) L = layer + 1;
     }
-    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 || wte[0] > 65536 ||
-        wte[1] > 65536 || wpe[0] > (1 << 20))
+    if (wte[0] <= 0 || wte[1] <= 0 || wpe[0] <= 0 || wpe[1] != wte[1] || L <= 0 ||
+        wte[0] > PT_VOCAB_MAX || wte[1] > 65536 || wpe[0] > (1 << 20))
         return pt_error_set(PT_ERR_FORMAT, "%s: no GPT-2 model in it (wte, wpe, h.0...)", what);
     /* The head count is not in any shape (c_attn is C x 3C whatever NH is):
      * it must be stated. */

@@ -54,7 +54,7 @@ struct pt_trainer {
     int rank, nranks;      /* in the world */
     pt_trace *trace;
     uint64_t trace_t0;
-    char *plan_json; /* pt_trainer_set_plan's (owned; NULL: none) */
+    char *plan_json;                  /* pt_trainer_set_plan's (owned; NULL: none) */
     struct pt_ckpt_async *ckpt_async; /* checkpoint.async: the writer thread (ckpt_async.c) */
     uint64_t ckpt_written;            /* bytes this rank wrote in its last save */
 };
@@ -80,7 +80,6 @@ pt_status pt_metrics_close(pt_trainer *t, pt_status st);
 int pt_trainer_planned(const pt_trainer *t, double *step_ms, double *mem_bytes);
 /* The schedule's formula bubble at equal pass times (-1: no pipeline). */
 double pt_trainer_formula_bubble(const pt_trainer *t);
-
 
 /* checkpoint.async: the writers' lane (a split of the world, collective)
  * and the writer; nothing otherwise (trainer_ckpt.c). */

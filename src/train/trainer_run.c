@@ -136,8 +136,8 @@ static pt_status save_timed(pt_trainer *t, loop_state *L) {
     L->save_s = pt_time_s() - a;
     if (t->rank != 0) return PT_OK;
     fprintf(stderr, "%s checkpoint %s/step_%08d (%.1f s)\n",
-            t->cfg.checkpoint.async ? "snapshot taken for" : "saved", t->cfg.checkpoint.dir, t->step,
-            L->save_s);
+            t->cfg.checkpoint.async ? "snapshot taken for" : "saved", t->cfg.checkpoint.dir,
+            t->step, L->save_s);
     return pt_metrics_save(t, pt_time_s() - L->t_start, L->save_s * 1e3);
 }
 

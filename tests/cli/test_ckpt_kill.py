@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Crash safety of sliced saves: SIGKILL of the whole job (every rank and
-the launcher, one process group) at random moments of a run that saves
-every step, then a resume: every time, the newest committed checkpoint (the
+the launcher, one process group) at random moments of the saves of a run
+that saves every step (once a random step's save has made its temporary
+directory, after a random delay of up to 4 ms), then a resume: every time, the newest committed checkpoint (the
 one `latest` names) loads and the resumed run ends bitwise where the
 uninterrupted run ends (its last checkpoint's files equal byte for byte).
 
@@ -76,7 +77,22 @@ def main():
             p = subprocess.Popen(base + ["--set", "checkpoint.dir=" + d], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  start_new_session=True)
-            time.sleep(rng.uniform(0.1, 1.0) * span)
+            # a moment of a save: the temporary directory of a random step's
+            # save has appeared, then a random part of a millisecond or a few
+            # (a fixed delay from the start lands after the run's end on a
+            # fast machine and before the first save on a slow one)
+            step = rng.randint(1, STEPS)
+            prefix = ".tmp-step_%08d-" % step
+            deadline = time.time() + 10 * span + 5
+
+            def saving():
+                try:
+                    return any(e.startswith(prefix) for e in os.listdir(d))
+                except FileNotFoundError:
+                    return False
+            while p.poll() is None and not saving() and time.time() < deadline:
+                time.sleep(0.0002)
+            time.sleep(rng.uniform(0.0, 0.004))
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:

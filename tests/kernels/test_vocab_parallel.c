@@ -14,7 +14,8 @@
  *     that do not change with what the padding holds; bitwise the same at 1
  *     and 3 threads.
  * V 37 and 5 (no t divides them; V 5 at t 4 leaves rank 3 only padding),
- * 64, and 2500 (several of exp's 1024-element chunks), t = 1..4. */
+ * 64, 2500 (several of exp's 1024-element chunks) and 70,001 (targets and
+ * ids past a uint16, on the last rank), t = 1..4. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -176,7 +177,7 @@ static void xent_case(int N, int V, int t, int far) {
 }
 
 static void test_xent_against_fused(void) {
-    static const int Vs[] = {37, 64, 5, 2500};
+    static const int Vs[] = {37, 64, 5, 2500, 70001}; /* 70,001: ids past a uint16 */
     for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
         for (int t = 1; t <= 4; t++) {
             xent_case(9, Vs[k], t, 0);
@@ -308,7 +309,7 @@ static void embed_case(int B, int T, int C, int V, int t) {
 }
 
 static void test_embed_against_unsplit(void) {
-    static const int Vs[] = {37, 64, 5};
+    static const int Vs[] = {37, 64, 5, 70001};
     for (size_t k = 0; k < sizeof Vs / sizeof Vs[0]; k++)
         for (int t = 1; t <= 4; t++) embed_case(2, 5, 12, Vs[k], t);
     /* above the parallel threshold, at 3 threads */

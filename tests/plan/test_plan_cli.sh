@@ -135,6 +135,15 @@ expect_fail "fixed tp that no layout takes" 1 "no layout of 2 ranks is valid wit
 # a device of 1 MB (the least a cluster may say) and a 4 MB embedding
 expect_fail "nothing fits" 1 "fits on no layout of 2 ranks: the smallest" \
     "$P" plan --config tiny.json --cluster tiny-mem.json --set model.vocab_size=65536
+# vocabularies of real models plan (Gemma's 256,000); past an int32 token id, one line
+if "$P" plan --config tiny.json --cluster cpu.json --set model.vocab_size=256000 --top 1 \
+    >gemma.txt 2>err && grep -q "^1 " gemma.txt; then
+    ok "vocab 256,000"
+else
+    bad "vocab 256,000" "$(cat gemma.txt err)"
+fi
+expect_fail "vocab past an int32" 1 "model.vocab_size must be in [1, 2147483647]" \
+    "$P" plan --config tiny.json --cluster cpu.json --set model.vocab_size=2147483648
 # a cluster's quantities in their ranges: no inf step, no null in a plan file
 sed 's/"fp32": 5e10/"fp32": 1e-300/' cpu.json >slow.json
 expect_fail "peak_flops of 1e-300" 1 \

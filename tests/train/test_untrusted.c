@@ -326,6 +326,28 @@ static void test_bare_checkpoint(void) {
     pt_model_free(m);
 }
 
+/* A bare checkpoint of a vocabulary past 65,536: wte's shape (70000, 8)
+ * gives vocab_size 70,000 (the cap was 65,536), and the file loads. */
+static void test_bare_checkpoint_wide(void) {
+    const pt_model_config wide = {1, 8, 2, 70000, 4};
+    pt_model *m = NULL;
+    CHECK_OK(pt_model_new(&m, &wide, 1));
+    if (!m) return;
+    pt_model_draw_weights(m, 7);
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", bare_dir("bare_wide"));
+    CHECK_OK(pt_safetensors_save(path, m, pt_model_params(m)));
+    pt_config c;
+    CHECK_OK(pt_checkpoint_read_config(tmp_path("bare_wide"), &c));
+    CHECK_EQ(c.model.vocab_size, 70000);
+    CHECK_EQ(c.model.n_embd, 8);
+    float *back = calloc(pt_model_num_params(m), sizeof(float));
+    CHECK_OK(pt_safetensors_load(path, m, back));
+    CHECK(memcmp(back, pt_model_params(m), pt_model_num_params(m) * sizeof(float)) == 0);
+    free(back);
+    pt_model_free(m);
+}
+
 /* ---- item 12: config JSON ---- */
 
 static void test_config_json(void) {
@@ -463,6 +485,7 @@ int main(void) {
     RUN(test_st_header_bytes);
     RUN(test_st_numbers);
     RUN(test_bare_checkpoint);
+    RUN(test_bare_checkpoint_wide);
     RUN(test_config_json);
     RUN(test_data_rule);
     char cmd[400];
