@@ -156,6 +156,10 @@ static const key_def keys[] = {
     {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
      "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
      "naming it; saves wait for rank 0's writes as long as it is alive"},
+    {"comm.grad_dtype", K_STRING, OFF(comm.grad_dtype), "fp32", 0, 0, "fp32|bf16",
+     "data parallelism's gradient sum on the wire: fp32, or bf16 (half the bytes: each rank's "
+     "gradient rounded to bf16, summed in fp32, the sum rounded to bf16; parallel.zero 0 or 1; "
+     "the gradient norm is computed in fp32 from the sum either way)"},
     {"comm.check_order", K_BOOL, OFF(comm.check_order), "false", 0, 1, NULL,
      "debug: before every collective its group compares (op, bytes, sequence number) across "
      "its ranks and stops the job at the first mismatch, naming both ranks and both operations "
@@ -551,6 +555,13 @@ pt_status pt_config_validate(const pt_config *c) {
                             "train.precision = bf16 with parallel.sequence_parallel needs an even "
                             "model.n_embd (got %d)",
                             c->model.n_embd);
+    if (!strcmp(c->comm.grad_dtype, "bf16") &&
+        (c->parallel.zero >= 2 || !strcmp(c->parallel.sync, "local_sgd")))
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "comm.grad_dtype = bf16 is data parallelism's bucketed gradient sum "
+                            "(parallel.zero 0 or 1, sync or stale): not with %s",
+                            c->parallel.zero >= 2 ? "parallel.zero >= 2 (its reduce-scatter)"
+                                                  : "parallel.sync = local_sgd");
     return pt_config_validate_layout(c);
 }
 
