@@ -60,6 +60,7 @@ struct pt_ddp {
     /* bf16: the rounded bucket (cap) and the shares received (p x share) */
     int bf16;
     pt_bf16 *w16, *r16;
+    pt_comm_req **reqs16; /* 2 p */
 };
 
 pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt) {
@@ -127,7 +128,8 @@ pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options
         for (int k = 0; k < d->nb; k++) big = d->b[k].count > big ? d->b[k].count : big;
         size_t share = big / p + 1;
         d->w16 = pt_mem_alloc(PT_MEM_COMM, (big + p * share) * sizeof(pt_bf16));
-        if (!d->w16) goto nomem;
+        d->reqs16 = calloc(2 * p, sizeof *d->reqs16);
+        if (!d->w16 || !d->reqs16) goto nomem;
         d->r16 = d->w16 + big;
     }
     *out = d;
@@ -147,6 +149,7 @@ void pt_ddp_free(pt_ddp *d) {
         free(sl->reqs);
     }
     pt_mem_free(d->w16);
+    free(d->reqs16);
     free(d->slots);
     free(d->b);
     free(d);
@@ -200,27 +203,30 @@ static float f32_of(pt_bf16 h) {
 }
 
 /* Post the receives, then the sends, then wait for all: reqs (2 p). */
-static pt_status exchange(pt_comm *c, pt_comm_req **reqs, int phase, int k, pt_bf16 *w16,
-                          pt_bf16 *r16, size_t n, size_t share) {
+static pt_status exchange(pt_comm *c, pt_comm_req **reqs, int phase, pt_bf16 *w16, pt_bf16 *r16,
+                          size_t n, size_t share) {
     int p = pt_comm_size(c), me = pt_comm_rank(c), nr = 0;
     size_t off, cnt, moff, mcnt;
     pt_comm_shard(n, p, me, &moff, &mcnt);
     pt_status st = PT_OK;
-    int tag = 0x5b16 + 2 * k + phase;
+    /* one tag a phase: each exchange completes before the next starts, and
+     * a pair's messages of one tag arrive in order (MPI bounds tags at
+     * 32767, so not one a bucket) */
+    int tag = 0x5b16 + phase;
     for (int q = 0; q < p && st == PT_OK; q++) {
         if (q == me) continue;
         pt_comm_shard(n, p, q, &off, &cnt);
         /* phase 0: q's share of my part; phase 1: q's part of the sum */
         void *dst = phase == 0 ? (void *)(r16 + (size_t)q * share) : (void *)(w16 + off);
         size_t bytes = (phase == 0 ? mcnt : cnt) * sizeof(pt_bf16);
-        st = pt_comm_irecv(c, dst, bytes, q, tag, &reqs[nr++]);
+        if ((st = pt_comm_irecv(c, dst, bytes, q, tag, &reqs[nr])) == PT_OK) nr++;
     }
     for (int q = 0; q < p && st == PT_OK; q++) {
         if (q == me) continue;
         pt_comm_shard(n, p, q, &off, &cnt);
         const void *src = phase == 0 ? (const void *)(w16 + off) : (const void *)(w16 + moff);
         size_t bytes = (phase == 0 ? cnt : mcnt) * sizeof(pt_bf16);
-        st = pt_comm_isend(c, src, bytes, q, tag, &reqs[nr++]);
+        if ((st = pt_comm_isend(c, src, bytes, q, tag, &reqs[nr])) == PT_OK) nr++;
     }
     for (int i = 0; i < nr; i++) {
         pt_status e = pt_comm_wait(reqs[i]);
@@ -231,15 +237,14 @@ static pt_status exchange(pt_comm *c, pt_comm_req **reqs, int phase, int k, pt_b
 
 /* g (n) = the sum over the ranks of bf16(g), in fp32 then rounded to bf16
  * (the file's opening comment); blocking. */
-static pt_status allreduce_bf16(pt_ddp *d, float *g, size_t n, int k) {
+static pt_status allreduce_bf16(pt_ddp *d, float *g, size_t n) {
     pt_comm *c = d->c;
     int p = pt_comm_size(c), me = pt_comm_rank(c);
     size_t share = n / (size_t)p + 1, moff, mcnt;
     pt_comm_shard(n, p, me, &moff, &mcnt);
-    pt_comm_req *reqs[2 * 64];
-    if (p > 64) return pt_error_set(PT_ERR_UNSUPPORTED, "comm.grad_dtype = bf16: at most 64 ranks");
+    pt_comm_req **reqs = d->reqs16;
     pt_bf16_from_f32(d->w16, g, n);
-    PT_CHECK(exchange(c, reqs, 0, k, d->w16, d->r16, n, share));
+    PT_CHECK(exchange(c, reqs, 0, d->w16, d->r16, n, share));
     memcpy(d->r16 + (size_t)me * share, d->w16 + moff, mcnt * sizeof(pt_bf16));
     for (size_t i = 0; i < mcnt; i++) { /* my part of the sum, in rank order */
         float sum = 0.0f;
@@ -247,7 +252,7 @@ static pt_status allreduce_bf16(pt_ddp *d, float *g, size_t n, int k) {
         g[moff + i] = sum;
     }
     pt_bf16_from_f32(d->w16 + moff, g + moff, mcnt);
-    PT_CHECK(exchange(c, reqs, 1, k, d->w16, d->r16, n, share));
+    PT_CHECK(exchange(c, reqs, 1, d->w16, d->r16, n, share));
     pt_bf16_to_f32(g, d->w16, n);
     d->stats.bytes += 4 * (uint64_t)(p - 1) * n / (uint64_t)p; /* half an fp32 all-reduce's */
     d->stats.buckets++;
@@ -264,7 +269,7 @@ static pt_status launch(pt_ddp *d, slot *sl) {
     if (d->bf16) {
         sl->reqs[k] = NULL; /* done when it returns */
         uint64_t a = pt_time_ns();
-        st = allreduce_bf16(d, sl->grads + b->offset, b->count, k);
+        st = allreduce_bf16(d, sl->grads + b->offset, b->count);
         uint64_t z = pt_time_ns();
         d->stats.comm_ns += z - a;
         if (z > d->stats.end_ns) d->stats.end_ns = z;
