@@ -8,8 +8,9 @@
  *     ranks (op, bytes or root), or a rank ran #N+1 while its #N stayed
  *     queued (a deferred collective); the earliest such #N, by wall time;
  *  2. otherwise the stuck collective: of those some rank was in when the
- *     job died (running or failed), the one the most ranks were in, the
- *     earliest of equals; its laggards are the members that never issued
+ *     job died (running or failed), one with a laggard before one without
+ *     (every member in it: stopped with the job), then the one the most
+ *     ranks were in, the earliest of equals; its laggards are the members that never issued
  *     it (they issued fewer collectives on the group), or issued it and
  *     never ran it, or left no dump (killed, or stopped and then killed).
  *
@@ -313,8 +314,11 @@ static finding out_of_order(const f_job *j) {
 }
 
 /* The collective the most ranks were in when the job died. */
+static int laggards_of(const f_job *j, const f_comm *g, uint64_t seq, int *lag, int *why, int max);
+
 static finding stuck(const f_job *j) {
     finding f = {0};
+    int f_lags = 0; /* f has a laggard: preferred, as in pt_flight_describe */
     for (int i = 0; i < j->n; i++)
         for (int c = 0; c < j->d[i].ncomms; c++) {
             const f_comm *a = &j->d[i].comms[c];
@@ -329,8 +333,11 @@ static finding stuck(const f_job *j) {
                     if (o2->t0 > 0 && o2->t0 < g.t) g.t = o2->t0;
                     if (o2->t1 > o2->t0 && o2->t1 - o2->t0 > g.waited) g.waited = o2->t1 - o2->t0;
                 }
-                if (!f.kind || g.waiters > f.waiters || (g.waiters == f.waiters && g.t < f.t))
-                    f = g;
+                int lag[64], why[64], lags = laggards_of(j, a, o->seq, lag, why, 64) > 0;
+                if (!f.kind || lags > f_lags ||
+                    (lags == f_lags &&
+                     (g.waiters > f.waiters || (g.waiters == f.waiters && g.t < f.t))))
+                    f = g, f_lags = lags;
             }
         }
     return f;

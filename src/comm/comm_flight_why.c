@@ -4,11 +4,11 @@
  * the job, an mpi rank on the copies its peers' heartbeats brought.
  *
  * Which operation: of the collectives in flight (entered, not completed,
- * or failed), the one the most ranks wait in, the earliest begun of
- * equals. A rank that skipped a collective, or issued two in the other
- * order, or died or stopped before it, leaves the others waiting in one
- * operation while it waits (if at all) alone in another: the many name
- * the operation, the few are the laggards.
+ * or failed), one that a member never entered before one that all did,
+ * then the one the most ranks wait in, the earliest begun of equals. A rank that skipped a
+ * collective, or issued two in the other order, or died or stopped before it, leaves the others
+ * waiting in one operation while it waits (if at all) alone in another: the many name the
+ * operation, the few are the laggards.
  *
  * Not here: the tables (comm_flight.c), the dumps and `partrain flight`,
  * which find the first mismatch in the rings rather than the tables. */
@@ -196,20 +196,27 @@ static void unheard(pt_flight_get get, void *arg, int nranks, const cand *b, int
     put(out, len, k, " not heard from in the group");
 }
 
-/* The collective most ranks wait in (the earliest begun of equals); -1:
- * none in flight. */
-static int best_of(const cand *c, int nc) {
-    int best = -1;
-    for (int j = 0; j < nc; j++)
-        if (best < 0 || c[j].waiters > c[best].waiters ||
-            (c[j].waiters == c[best].waiters && c[j].t < c[best].t))
-            best = j;
+/* The collective most ranks wait in (the earliest begun of equals), among
+ * those a member never entered when there are any: one that every member
+ * entered is in flight only because the job was being stopped (a rank of
+ * another group died while its members were still in it); -1: none in
+ * flight. */
+static int best_of(pt_flight_get get, void *arg, int nranks, const cand *c, int nc) {
+    int best = -1, best_lags = 0;
+    for (int j = 0; j < nc; j++) {
+        char who[160];
+        int lags = missing(get, arg, nranks, c[j].id, c[j].seq, who, sizeof who) > 0;
+        if (best < 0 || lags > best_lags ||
+            (lags == best_lags && (c[j].waiters > c[best].waiters ||
+                                   (c[j].waiters == c[best].waiters && c[j].t < c[best].t))))
+            best = j, best_lags = lags;
+    }
     return best;
 }
 
 int pt_flight_culprit(pt_flight_get get, void *arg, int nranks) {
     cand c[MAX_CAND];
-    int nc = gather(get, arg, nranks, c), best = best_of(c, nc);
+    int nc = gather(get, arg, nranks, c), best = best_of(get, arg, nranks, c, nc);
     if (best < 0) return -1;
     for (int w = 0; w < nranks; w++) {
         pt_flight_snap s = {0};
@@ -222,7 +229,7 @@ int pt_flight_describe(pt_flight_get get, void *arg, int nranks, int culprit, ch
                        size_t len) {
     out[0] = '\0';
     cand c[MAX_CAND];
-    int nc = gather(get, arg, nranks, c), best = best_of(c, nc);
+    int nc = gather(get, arg, nranks, c), best = best_of(get, arg, nranks, c, nc);
     if (best < 0) return describe_p2p(get, arg, nranks, out, len);
     const cand *b = &c[best];
     char name[64], bytes[32];
