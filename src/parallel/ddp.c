@@ -43,6 +43,8 @@ typedef struct {
     int busy;           /* a round is in flight */
     long step;
     uint64_t launch_ns; /* when the last bucket was launched */
+    uint64_t bytes16;   /* bf16 sums done, counted at the round's wait as the fp32 ones */
+    int buckets16;
 } slot;
 
 struct pt_ddp {
@@ -254,8 +256,6 @@ static pt_status allreduce_bf16(pt_ddp *d, float *g, size_t n) {
     pt_bf16_from_f32(d->w16 + moff, g + moff, mcnt);
     PT_CHECK(exchange(c, reqs, 1, d->w16, d->r16, n, share));
     pt_bf16_to_f32(g, d->w16, n);
-    d->stats.bytes += 4 * (uint64_t)(p - 1) * n / (uint64_t)p; /* half an fp32 all-reduce's */
-    d->stats.buckets++;
     return PT_OK;
 }
 
@@ -270,6 +270,9 @@ static pt_status launch(pt_ddp *d, slot *sl) {
         sl->reqs[k] = NULL; /* done when it returns */
         uint64_t a = pt_time_ns();
         st = allreduce_bf16(d, sl->grads + b->offset, b->count);
+        uint64_t p = (uint64_t)pt_comm_size(d->c);
+        sl->bytes16 += 4 * (p - 1) * b->count / p; /* half an fp32 all-reduce's */
+        sl->buckets16++;
         uint64_t z = pt_time_ns();
         d->stats.comm_ns += z - a;
         if (z > d->stats.end_ns) d->stats.end_ns = z;
@@ -308,6 +311,10 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
     if (!sl->busy) return PT_OK;
     pt_status st = PT_OK;
     uint64_t w0 = pt_time_ns();
+    d->stats.bytes += sl->bytes16;
+    d->stats.buckets += sl->buckets16;
+    sl->bytes16 = 0;
+    sl->buckets16 = 0;
     for (int k = 0; k < d->nb; k++) {
         if (!sl->reqs[k]) continue;
         uint64_t a = 0, z = 0;
