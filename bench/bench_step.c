@@ -7,7 +7,13 @@
  * beside the peer); not a test.
  *
  *   bench_step [--config tiny|small|gpt2] [--threads N] [--warmup W]
- *              [--steps S] [--peak-n N] [--json]
+ *              [--steps S] [--peak-n N] [--precision fp32|bf16] [--fallback] [--json]
+ *
+ * --precision bf16: train.precision = bf16 (the peer's --precision bf16 is
+ * torch.autocast); the activation peak (PT_MEM_ACTS) is reported for
+ * either, to compare the two. --fallback: the bf16 products on the
+ * fallback (fp32 products on converted operands), as on a CPU without
+ * AVX512_BF16 or AMX.
  *
  * Reports the median ms/step over S timed steps after W warm-up steps,
  * tokens/s, achieved GFLOP/s and its fraction of this machine's sgemm peak,
@@ -38,6 +44,7 @@
 
 #include "partrain/kernels.h"
 #include "partrain/train.h"
+#include "../src/kernels/bf16_impl.h" /* pt_gemm_bf16_set_path */
 
 typedef struct {
     const char *name;
@@ -114,7 +121,7 @@ static double median(double *x, int n) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_step [--config tiny|small|gpt2] [--threads N] [--warmup W] "
-               "[--steps S] [--peak-n N] [--json]\n");
+               "[--steps S] [--peak-n N] [--precision fp32|bf16] [--fallback] [--json]\n");
 }
 
 static int parse_int(const char *flag, const char *v, int lo, int *out) {
@@ -130,6 +137,7 @@ static int parse_int(const char *flag, const char *v, int lo, int *out) {
 
 int main(int argc, char **argv) {
     const char *cname = "tiny";
+    const char *precision = "fp32";
     int threads = 1, warmup = 3, steps = 10, peak_n = 2048, json = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -144,6 +152,10 @@ int main(int argc, char **argv) {
             rc = parse_int(a, v, 1, &steps), i++;
         else if (!strcmp(a, "--peak-n"))
             rc = parse_int(a, v, 64, &peak_n), i++;
+        else if (!strcmp(a, "--precision") && v && (!strcmp(v, "fp32") || !strcmp(v, "bf16")))
+            precision = v, i++;
+        else if (!strcmp(a, "--fallback"))
+            pt_gemm_bf16_set_path(PT_BF16_FALLBACK);
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -178,6 +190,7 @@ int main(int argc, char **argv) {
     cfg.train.beta2 = 0.999; /* torch.optim.AdamW's default */
     cfg.train.grad_clip = 0.0;
     cfg.train.threads = threads;
+    snprintf(cfg.train.precision, sizeof cfg.train.precision, "%s", precision);
 
     pt_trainer *tr = NULL;
     if (pt_trainer_new(&tr, &cfg) != PT_OK) {
@@ -234,17 +247,20 @@ int main(int argc, char **argv) {
     double tok_s = ntok / (med / 1e3);
     double gflops = fl.total / (med / 1e3) / 1e9;
     double frac = peak > 0 ? gflops / peak : 0;
+    double acts_mib = (double)pt_mem_peak(PT_MEM_ACTS) / 1048576.0;
 
     if (json) {
-        printf("{\"system\": \"partrain\", \"config\": \"%s\", \"threads\": %d, \"n_layer\": %d, "
+        printf("{\"system\": \"partrain\", \"bf16_kind\": \"%s\", \"precision\": \"%s\", "
+               "\"acts_peak_mib\": %.2f, "
+               "\"config\": \"%s\", \"threads\": %d, \"n_layer\": %d, "
                "\"n_embd\": %d, \"n_head\": %d, \"vocab\": %d, \"T\": %d, \"B\": %d, "
                "\"n_params\": %zu, \"flops_per_step\": %.6e, \"flops_linear\": %.6e, "
                "\"flops_head\": %.6e, \"flops_attention_full\": %.6e, \"warmup\": %d, "
                "\"steps\": %d, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
                "\"step_ms_max\": %.3f, \"step_ms_all\": [",
-               bc->name, threads, bc->n_layer, bc->n_embd, bc->n_head, bc->vocab, bc->T, bc->B,
-               n_params, fl.total, fl.linear, fl.head, fl.attention, warmup, steps, med, sorted[0],
-               sorted[steps - 1]);
+               pt_gemm_bf16_kind(), precision, acts_mib, bc->name, threads, bc->n_layer, bc->n_embd,
+               bc->n_head, bc->vocab, bc->T, bc->B, n_params, fl.total, fl.linear, fl.head,
+               fl.attention, warmup, steps, med, sorted[0], sorted[steps - 1]);
         for (int i = 0; i < steps; i++) printf("%s%.1f", i ? ", " : "", ms[i]);
         printf("], \"tokens_per_s\": %.1f, \"gflops\": %.2f, \"sgemm_peak_gflops\": %.2f, "
                "\"sgemm_peak_n\": %d, \"peak_fraction\": %.4f, \"loss_first\": %.4f, "
@@ -252,8 +268,9 @@ int main(int argc, char **argv) {
                tok_s, gflops, peak, peak_n, frac, (double)loss_first, (double)loss_last, cpu_med,
                cpu_share);
     } else {
-        printf("partrain %s: L=%d C=%d NH=%d V=%d T=%d B=%d, %zu params, threads %d\n", bc->name,
-               bc->n_layer, bc->n_embd, bc->n_head, bc->vocab, bc->T, bc->B, n_params, threads);
+        printf("partrain %s (%s): L=%d C=%d NH=%d V=%d T=%d B=%d, %zu params, threads %d\n",
+               bc->name, precision, bc->n_layer, bc->n_embd, bc->n_head, bc->vocab, bc->T, bc->B,
+               n_params, threads);
         printf("  FLOPs/step %.3f G (linears %.3f + LM head %.3f + attention, full T^2, %.3f)\n",
                fl.total / 1e9, fl.linear / 1e9, fl.head / 1e9, fl.attention / 1e9);
         printf("  step median %.1f ms (min %.1f, max %.1f, %d steps after %d warm-up)\n", med,
@@ -263,6 +280,7 @@ int main(int argc, char **argv) {
         printf("  CPU time %.1f ms/step = %.0f%% of %d thread(s) x wall\n", cpu_med,
                100 * cpu_share, threads);
         printf("  loss %.4f -> %.4f\n", (double)loss_first, (double)loss_last);
+        printf("  activation peak %.1f MiB; bf16 product: %s\n", acts_mib, pt_gemm_bf16_kind());
     }
     free(sorted), free(cpu), free(ms), free(inputs), free(targets);
     pt_trainer_free(tr);

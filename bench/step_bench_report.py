@@ -12,6 +12,7 @@ and FLOPs per step from the architecture)."""
 import json, statistics, sys
 
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if r.get("precision", "fp32") == "fp32"]  # bf16: bf16_step_report.py
 for r in rows:
     if r.get("status", "ok") != "ok":
         sys.exit("pytorch run failed: %s" % r.get("error"))

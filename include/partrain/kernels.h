@@ -103,6 +103,119 @@ void pt_bf16_to_f32(float *dst, const pt_bf16 *src, size_t n);
  * operands)". Static storage; for logs. */
 const char *pt_gemm_bf16_kind(void);
 
+/* ---- bf16 kernels of a bf16 model (train.precision = bf16) -----------------
+ * The kernels below with bf16 where a bf16 model keeps bf16: weights (a
+ * bf16 copy of the fp32 master), the activations it saves for backward,
+ * and the operands of every product; fp32 for sums, gradients, LayerNorm
+ * statistics, softmax and the loss. Products take bf16 operands and sum in
+ * fp32 (the private pt_gemm_bf16, on the path pt_gemm_bf16_kind names); an
+ * fp32 gradient operand is rounded to bf16 as the product reads it, and a
+ * bias gradient sums the rounded values the product multiplies. Same
+ * contracts as the fp32 versions otherwise (shapes, _set overwrites,
+ * backward accumulates); the bits depend on the bf16 path (AVX512_BF16,
+ * AMX and the fallback round differently) but, on one path, not on the
+ * thread count. */
+
+/* out (N,OC) = inp @ weight + bias in fp32, and out16 = bf16(out) when
+ * out16 is not NULL. bias may be NULL. */
+void pt_matmul16_forward(float *out, pt_bf16 *out16, const pt_bf16 *inp, const pt_bf16 *weight,
+                         const float *bias, int N, int C, int OC);
+/* out (N,OC) = res + inp @ weight + bias (pt_matmul_forward_res). */
+void pt_matmul16_forward_res(float *out, const float *res, const pt_bf16 *inp,
+                             const pt_bf16 *weight, const float *bias, int N, int C, int OC);
+/* The MLP's c_fc: pre (N,OC) = inp @ weight + bias in fp32 (the caller's
+ * scratch), pre16 = bf16(pre) (kept for backward), out16 = bf16(gelu(pre16))
+ * (pt_gelu_forward16 of pre16, bit for bit). */
+void pt_matmul16_gelu_forward(float *pre, pt_bf16 *pre16, pt_bf16 *out16, const pt_bf16 *inp,
+                              const pt_bf16 *weight, const float *bias, int N, int C, int OC);
+/* out16 (n) = bf16(gelu(pre16)): a recompute of pt_matmul16_gelu_forward's. */
+void pt_gelu_forward16(pt_bf16 *out, const pt_bf16 *pre, size_t n);
+/* dinp (N,C) = dout (N,OC, fp32) @ weight^T, OVERWRITTEN. */
+void pt_matmul16_backward_input_set(float *dinp, const float *dout, const pt_bf16 *weight, int N,
+                                    int C, int OC);
+/* dpre (N,C) = gelu'(pre16) * (dout @ weight^T), OVERWRITTEN. */
+void pt_matmul16_backward_input_gelu_set(float *dpre, const float *dout, const pt_bf16 *weight,
+                                         const pt_bf16 *pre16, int N, int C, int OC);
+/* dweight (C,OC) += inp^T @ dout; dbias (OC) += column sums of bf16(dout)
+ * (dbias may be NULL). dout (N,OC) is fp32 (dout) or bf16 (dout16): one of
+ * the two, the other NULL; the same bits either way when dout16 =
+ * bf16(dout). */
+void pt_matmul16_backward_weight(float *dweight, float *dbias, const float *dout,
+                                 const pt_bf16 *dout16, const pt_bf16 *inp, int N, int C, int OC);
+/* The tied LM head, weight (OC,C): out (N,OC) = inp @ weight^T, row stride
+ * ldo; dinp (N,C) = dout @ weight, OVERWRITTEN; dweight (OC,C) += dout^T @
+ * inp. */
+void pt_matmul16_forward_wt(float *out, long ldo, const pt_bf16 *inp, const pt_bf16 *weight, int N,
+                            int C, int OC);
+void pt_matmul16_backward_wt_input_set(float *dinp, const pt_bf16 *dout, const pt_bf16 *weight,
+                                       int N, int C, int OC);
+void pt_matmul16_backward_wt_weight(float *dweight, const pt_bf16 *dout, const pt_bf16 *inp, int N,
+                                    int C, int OC);
+
+/* LayerNorm with bf16 outputs. Forward: mean, rstd (N) as
+ * pt_layernorm_forward's (the same bits); xhat NULL: out16 (N,C) =
+ * bf16(norm * weight + bias), norm = (x - mean) * rstd in fp32; xhat not
+ * NULL: xhat (N,C) = bf16(norm), kept for a backward that reads it instead
+ * of x, and out16 = bf16(xhat * weight + bias) from the rounded xhat. */
+void pt_layernorm_forward16(pt_bf16 *out16, pt_bf16 *xhat, float *mean, float *rstd,
+                            const float *inp, const float *weight, const float *bias, int N, int C);
+/* A recompute of the forward's out16 (bit for bit): from inp, mean and
+ * rstd (xhat NULL), or from xhat (inp, mean, rstd unused). */
+void pt_layernorm_out16(pt_bf16 *out16, const float *inp, const pt_bf16 *xhat, const float *mean,
+                        const float *rstd, const float *weight, const float *bias, int N, int C);
+/* LayerNorm's backward passes (pt_layernorm_backward_input / _params) from
+ * the kept xhat (bf16) and rstd instead of x, mean and rstd. */
+void pt_layernorm16_backward_input(float *dinp, const float *dres, const float *dout,
+                                   const pt_bf16 *xhat, const float *weight, const float *rstd,
+                                   int N, int C);
+void pt_layernorm16_backward_params(float *dweight, float *dbias, const float *dout,
+                                    const pt_bf16 *xhat, int N, int C);
+
+/* Causal attention on bf16 q, k, v (qkv (B,T,3C) bf16), the products on
+ * bf16 operands: S = Q K^T summed in fp32, the softmax in fp32, P rounded
+ * to bf16 and kept (att, PACKED: pt_attention16_att_elems per (batch,
+ * head) pair, only the causal rows' blocks), out (B,T,C) = bf16(P V).
+ * Backward: dP = dO V^T in fp32, dS = P (dP - rowsum(P dP)) / sqrt(hs)
+ * rounded to bf16, dQ = dS K, dK = dS^T Q, dV = P^T dO summed in fp32 into
+ * dqkv (B,T,3C, fp32, OVERWRITTEN); dout (B,T,C) is fp32. scratch:
+ * pt_attention16_scratch_floats floats (the forward uses it too). */
+void pt_attention16_forward(pt_bf16 *out, pt_bf16 *att, float *scratch, const pt_bf16 *qkv, int B,
+                            int T, int C, int NH);
+void pt_attention16_backward_set(float *dqkv, float *scratch, const float *dout, const pt_bf16 *qkv,
+                                 const pt_bf16 *att, int B, int T, int C, int NH);
+size_t pt_attention16_att_elems(int T);
+size_t pt_attention16_scratch_floats(int B, int T, int C, int NH);
+
+/* The LM head's cross-entropy over a vocabulary slice in BLOCKS of
+ * columns, so that a bf16 model keeps its logits in bf16 and never holds
+ * them all in fp32: this rank's columns [0, Vl) of the padded vocabulary
+ * (its real ones [0, nreal), global ids v0 + j; at t = 1 v0 = 0, nreal =
+ * Vl = V). Per row, stats (N, 4): the running max m, the sum of exp(l - m)
+ * as a double (two floats), and the target's logit (0 where not local).
+ *   _begin:  stats initialized.
+ *   _block:  logits (N, nb, row stride ldl, fp32) of columns [c0, c0+nb):
+ *            stats updated with the fp32 values, l16 (N, Vl) columns
+ *            [c0, c0+nb) = bf16(l - m) with m the max so far (the larger
+ *            logits, which dominate the softmax, lose the least), bmax
+ *            (N, nblk) column blk = that m. Blocks in increasing c0.
+ *   _shift:  after the last block: red (N, 4) = (the sum rescaled to the
+ *            max gmax (N) as two floats, the target's logit, 0): what
+ *            tensor parallelism all-reduces (SUM) after all-gathering the
+ *            ranks' maxima (stats' m) into gmax; at t = 1 gmax is stats'
+ *            m (pt_xent16_local_max copies it).
+ *   _finish: losses (N) = log(sum) + gmax - target logit, in fp32 from
+ *            the fp32 logits; l16 OVERWRITTEN with dloss * (softmax -
+ *            onehot) (bf16, from l16 and bmax), padded columns 0. */
+void pt_xent16_begin(float *stats, int N);
+void pt_xent16_block(float *stats, pt_bf16 *l16, float *bmax, const float *logits, long ldl,
+                     const int *targets, int N, int Vl, int c0, int nb, int blk, int nblk, int v0,
+                     int nreal);
+void pt_xent16_local_max(float *gmax, const float *stats, int N);
+void pt_xent16_shift(float *red, const float *stats, const float *gmax, int N);
+void pt_xent16_finish(float *losses, pt_bf16 *l16, const float *bmax, const float *gmax,
+                      const float *red, const int *targets, int N, int Vl, int nb, int nblk, int v0,
+                      int nreal, float dloss);
+
 /* ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] --------------------
  * out (B,T,C), inp (B,T) token ids in [0, V), wte (V,C), wpe (>=T, C). */
 void pt_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,

@@ -248,6 +248,17 @@ typedef struct {
      * executor): the model keeps no slot of its own (a pipeline stage never
      * does), and pt_model_forward cannot run. */
     int no_slot;
+    /* train.precision = bf16: every matrix product (the linears,
+     * attention's two, the LM head) on bf16 operands summed in fp32, the
+     * weights' from bf16 copies of the fp32 parameters rounded once per
+     * step, at each module's forward of micro-batch 0 (pt_batch.micro);
+     * LayerNorm, softmax, GELU's derivative, the loss and every gradient
+     * in fp32; the activations kept for backward in bf16 but the residual
+     * stream and LayerNorm statistics (about half the bytes: activations.c
+     * sizes them). Parameters, gradients, the flat layout and every hook
+     * are fp32's: strategies see no difference. Needs targets (no logits
+     * for inference: pt_model_logits is fp32's). */
+    int bf16;
 } pt_model_options;
 
 /* The general constructor: pt_model_new_slice is this with tp and tp_rank
@@ -258,6 +269,8 @@ void pt_model_free(pt_model *m);
 /* The tensor-parallel slice the model holds: rank *rank of *size (1, 0 for
  * pt_model_new's). */
 void pt_model_tp(const pt_model *m, int *size, int *rank);
+/* Whether the model computes in bf16 (pt_model_options.bf16). */
+int pt_model_bf16(const pt_model *m);
 /* Whether the model runs sequence parallelism (pt_model_options.sp). */
 int pt_model_sequence_parallel(const pt_model *m);
 /* The tp group's communicator (lent; its size and this rank's index must be

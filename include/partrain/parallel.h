@@ -356,6 +356,9 @@ typedef struct {
     int nslots;          /* in-flight rounds (1: synchronous; k+1: staleness k) */
     int in_place;        /* 1: slot 0 IS the model's gradient buffer (nslots must be 1);
                             0: each slot owns a copy (PT_MEM_COMM), filled bucket by bucket */
+    /* comm.grad_dtype = bf16: each bucket's sum travels in bf16, half the
+     * bytes (ddp.c says how); blocking, at the bucket's launch */
+    int bf16;
 } pt_ddp_options;
 
 /* Buckets for model m over communicator c (both lent, must outlive d). */
@@ -415,6 +418,7 @@ typedef struct {
     int microbatches; /* M: the round opens at micro-batch M-1's first backward */
     int staleness;    /* 0: sync */
     int dga;          /* staleness > 0: delayed gradient averaging */
+    int grad_bf16;    /* comm.grad_dtype = bf16 (pt_ddp_options.bf16) */
 } pt_dp_sync_options;
 pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m, pt_comm *dp,
                               const pt_dp_sync_options *o, pt_trace *trace);

@@ -85,6 +85,7 @@ typedef struct {
     struct {
         double timeout;  /* comm.timeout: seconds before a silent or stalled rank ends the job */
         int check_order; /* comm.check_order: every collective's (op, bytes, #) compared first */
+        char grad_dtype[16]; /* comm.grad_dtype: fp32 | bf16 (the dp gradient reduction's wire) */
     } comm;
     struct {
         char metrics[PT_CONFIG_STR_MAX], trace[PT_CONFIG_STR_MAX];

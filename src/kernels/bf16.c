@@ -118,24 +118,15 @@ PT_TGT_AVX2 static void to_avx2(float *d, const pt_bf16 *s, size_t n) {
     to_scalar(d + i, s + i, n - i);
 }
 
-PT_TGT_AVX512 static inline __m512i round_avx512(__m512i x) {
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                            _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-}
-
 PT_TGT_AVX512 static void from_avx512(pt_bf16 *d, const float *s, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(d + i),
-                            _mm512_cvtepi32_epi16(round_avx512(_mm512_loadu_si512(s + i))));
+                            _mm512_cvtepi32_epi16(pt_bf16_round_avx512(_mm512_loadu_si512(s + i))));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
         _mm512_mask_cvtepi32_storeu_epi16(d + i, m,
-                                          round_avx512(_mm512_maskz_loadu_epi32(m, s + i)));
+                                          pt_bf16_round_avx512(_mm512_maskz_loadu_epi32(m, s + i)));
     }
 }
 
@@ -152,24 +143,14 @@ PT_TGT_AVX512 static void to_avx512(float *d, const pt_bf16 *s, size_t n) {
     }
 }
 
-/* vcvtneps2bf16, with the lanes that hold a float32 subnormal (exponent
- * bits 0, mantissa not 0) redone by the integer rounding. */
-PT_TGT_AVX512BF16 static inline __m256i cvt_avx512bf16(__m512i x) {
-    __m256i r = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
-    __mmask16 sub = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000)) &
-                    _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x007fffff));
-    if (__builtin_expect(sub != 0, 0))
-        r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(round_avx512(x)));
-    return r;
-}
-
 PT_TGT_AVX512BF16 static void from_avx512bf16(pt_bf16 *d, const float *s, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(d + i), cvt_avx512bf16(_mm512_loadu_si512(s + i)));
+        _mm256_storeu_si256((__m256i *)(d + i), pt_bf16_cvt_avx512bf16(_mm512_loadu_si512(s + i)));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm256_mask_storeu_epi16(d + i, m, cvt_avx512bf16(_mm512_maskz_loadu_epi32(m, s + i)));
+        _mm256_mask_storeu_epi16(d + i, m,
+                                 pt_bf16_cvt_avx512bf16(_mm512_maskz_loadu_epi32(m, s + i)));
     }
 }
 #endif

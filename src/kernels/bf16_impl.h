@@ -39,6 +39,33 @@ typedef struct {
 } pt_bf16_cpu;
 const pt_bf16_cpu *pt_bf16_cpu_get(void);
 
+#if PT_BF16_X86
+#include <immintrin.h>
+
+/* 16 floats' bits rounded to bf16 (in the low half of each lane), the
+ * reference's rounding on integers (bf16.c says why). */
+PT_TGT_AVX512 static inline __m512i pt_bf16_round_avx512(__m512i x) {
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+}
+
+/* 16 floats rounded to 16 bf16 with vcvtneps2bf16, with the lanes that hold a float32 subnormal
+ * (exponent bits 0, mantissa not 0) redone by the integer rounding. */
+PT_TGT_AVX512BF16 static inline __m256i pt_bf16_cvt_avx512bf16(__m512i x) {
+    __m256i r = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
+    __mmask16 sub = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000)) &
+                    _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x007fffff));
+    if (__builtin_expect(sub != 0, 0))
+        r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(pt_bf16_round_avx512(x)));
+    return r;
+}
+
+#endif
+
 /* The conversion loops of the path pt_bf16_from_f32 / pt_bf16_to_f32 run,
  * on one thread (for callers already inside a pool job). */
 void pt_bf16_from_f32_serial(pt_bf16 *dst, const float *src, size_t n);
@@ -55,6 +82,7 @@ typedef struct pt_bf16_ukernel pt_bf16_ukernel;
 typedef struct {
     int ta, tb;
     const pt_bf16 *A, *B;
+    const float *Af, *Bf; /* an fp32 operand instead (A or Af, B or Bf), rounded as it is packed */
     long lda, ldb, ldc;
     float *C;
     pt_bf16 *bp; /* the packed B block */
@@ -99,9 +127,9 @@ extern const pt_bf16_ukernel pt_bf16_ukernel_amx;
 #endif
 int pt_bf16_amx_permitted(void);
 
-/* The fallback (gemm_bf16_fallback.c): pt_gemm_bf16's contract on any CPU. */
-void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda,
-                           const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
+/* The fallback (gemm_bf16_fallback.c): pt_gemm_bf16x's contract on any CPU. */
+void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                           const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
                            const pt_gemm_epilogue *e);
 /* Tests: use at most this many floats of the fallback's chunk buffer
  * (clamped to [16384, 4 Mi / 4]), so that small products take several

@@ -16,6 +16,7 @@
 
 #include "fastmath.h"
 #include "kernels_impl.h"
+#include "layernorm_impl.h"
 
 /* Below this many elements a parallel split costs more than it saves. */
 #define PAR_MIN_ELEMS 32768L
@@ -108,52 +109,6 @@ typedef struct {
     int N, C;
 } ln_ctx;
 
-/* Rows of LayerNorm are short (C floats, in L1 once loaded) and the time
- * per row is the wait for the next one from memory: prefetching rows ahead,
- * the output's for writing, keeps the streams going while a row's reductions
- * run (N 2048, C 384, cold: forward 0.61 -> 0.49 ms, backward_res 1.08 ->
- * 0.82 ms per call; 1 row ahead is as good, 4 worse). */
-#define LN_AHEAD 2 /* rows */
-static inline void ln_prefetch(const float *row, int C) {
-    for (int i = 0; i < C; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i);
-}
-/* For a row about to be written: its lines are read in for ownership now,
- * not when the stores reach them. */
-static inline void ln_prefetch_w(float *row, int C) {
-    for (int i = 0; i < C; i += 64 / (int)sizeof(float)) __builtin_prefetch(row + i, 1);
-}
-
-/* Sum of x and of (x - mean)^2 over a row on two vector accumulators: one
- * chain of dependent adds was the critical path of a row. */
-static inline float ln_sum(const float *x, int C) {
-    pt_v8f a0 = pt_v8_splat(0.0f), a1 = pt_v8_splat(0.0f);
-    int i = 0;
-    for (; i + 2 * PT_VW <= C; i += 2 * PT_VW) {
-        a0 += pt_v8_load(x + i);
-        a1 += pt_v8_load(x + i + PT_VW);
-    }
-    for (; i + PT_VW <= C; i += PT_VW) a0 += pt_v8_load(x + i);
-    float v = pt_v8_hsum(a0 + a1);
-    for (; i < C; i++) v += x[i];
-    return v;
-}
-static inline float var_lanes(const float *x, float m, int C) {
-    pt_v8f a0 = pt_v8_splat(0.0f), a1 = pt_v8_splat(0.0f);
-    int i = 0;
-    for (; i + 2 * PT_VW <= C; i += 2 * PT_VW) {
-        pt_v8f d0 = pt_v8_load(x + i) - m, d1 = pt_v8_load(x + i + PT_VW) - m;
-        a0 += d0 * d0;
-        a1 += d1 * d1;
-    }
-    for (; i + PT_VW <= C; i += PT_VW) {
-        pt_v8f dx = pt_v8_load(x + i) - m;
-        a0 += dx * dx;
-    }
-    float v = pt_v8_hsum(a0 + a1);
-    for (; i < C; i++) v += (x[i] - m) * (x[i] - m);
-    return v;
-}
-
 /* The two row means of LayerNorm's backward: mean(w d) and mean(w d norm). */
 typedef struct {
     float dnorm_mean, dnorm_norm_mean;
@@ -239,9 +194,8 @@ static void layernorm_forward_part(void *p, int index, int count) {
         const float *restrict x = c->inp + n * C;
         float *restrict o = c->out + n * C;
         if (n + LN_AHEAD < hi) ln_prefetch(x + LN_AHEAD * C, C);
-        float m = ln_sum(x, C) / C;
-        float v = var_lanes(x, m, C) / C;
-        float s = 1.0f / sqrtf(v + 1e-5f);
+        float m, s;
+        ln_stats(x, C, &m, &s);
         int i = 0;
         for (; i + PT_VW <= C; i += PT_VW)
             pt_v8_store(o + i,

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "epilogue16.h"
 #include "gelu.h"
 #include "kernels_impl.h"
 #include "transpose.h"
@@ -75,17 +76,20 @@ static void epilogue_row(const pt_gemm_epilogue *e, float *c, long i, long j, lo
         }
     }
     if (!last) return;
+    if (e->out16) pt_row_store16(e->out16 + off, c, w);
     if (e->act) {
         float *a = e->act + off;
         for (x = 0; x + PT_VW <= w; x += PT_VW) pt_v8_store(a + x, pt_v8_gelu(pt_v8_load(c + x)));
         for (; x < w; x++) a[x] = pt_gelu(c[x]);
     }
+    if (e->act16) pt_epilogue16_act(e->act16 + off, c, w);
     if (e->pre) {
         const float *p = e->pre + off;
         for (x = 0; x + PT_VW <= w; x += PT_VW)
             pt_v8_store(c + x, pt_v8_gelu_grad(pt_v8_load(p + x)) * pt_v8_load(c + x));
         for (; x < w; x++) c[x] = pt_gelu_grad(p[x]) * c[x];
     }
+    if (e->pre16) pt_epilogue16_pre(e->pre16 + off, c, w);
 }
 
 /* ---- OpenBLAS path --------------------------------------------------------- */
@@ -141,7 +145,7 @@ static void sgemm_blas(int ta, int tb, int M, int N, int K, const float *A, int 
     }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
                 K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-    if (e && (e->act || e->pre)) {
+    if (pt_gemm_epilogue_last(e)) {
         ec.first = 0;
         ec.last = 1;
         pt_pool_run(epilogue_part, &ec, nw);
@@ -312,6 +316,11 @@ static void tile_first(const pt_gemm_epilogue *e, float *c, long ldc, long i0, l
 
 static void tile_last(const pt_gemm_epilogue *e, float *c, long ldc, long i0, long j) {
     long off = i0 * ldc + j;
+    if (e->out16 || e->act16 || e->pre16 || (e->act && e->pre)) {
+        /* the bf16 parts (the bf16 fallback's chunks): row by row */
+        for (int r = 0; r < MR; r++) epilogue_row(e, c + r * ldc, i0 + r, j, ldc, NR, 0, 1, 0);
+        return;
+    }
     if (e->act) {
         float *a = e->act + off;
         for (int r = 0; r < MR; r++, c += ldc, a += ldc) {
@@ -350,7 +359,7 @@ static void compute_part(void *p, int index, int count) {
     const pt_gemm_epilogue *e = g->e;
     /* res + bias go in before the product (the tile may alias res), the
      * activation after the last K block. */
-    int pro = g->first && e && (e->bias || e->res), epi = g->last && e && (e->act || e->pre);
+    int pro = g->first && e && (e->bias || e->res), epi = g->last && pt_gemm_epilogue_last(e);
     int acc = g->acc || pro;
     float edge[MR * NR];
     for (long t = lo; t < hi; t++) {

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "bf16_impl.h"
+#include "epilogue16.h"
 #include "gelu.h"
 
 #if PT_BF16_X86
@@ -113,20 +114,24 @@ static void tile_first(const pt_gemm_epilogue *e, float *c, long ldc, long i0, l
     }
 }
 
-/* Last K block: act = gelu(c), or c = gelu'(pre) * c. */
+/* Last K block, in kernels_impl.h's order: out16 = bf16(c), act =
+ * gelu(c), act16 = bf16(gelu(bf16(c))), c = gelu'(pre) * c, c =
+ * gelu'(pre16) * c. */
 static void tile_last(const pt_gemm_epilogue *e, float *c, long ldc, long i0, long j, int h,
                       int w) {
     for (int r = 0; r < h; r++, c += ldc) {
         long off = (i0 + r) * ldc + j;
-        if (e->act) {
-            pt_gelu_forward(e->act + off, c, (size_t)w);
-            continue;
+        if (e->out16) pt_row_store16(e->out16 + off, c, w);
+        if (e->act) pt_gelu_forward(e->act + off, c, (size_t)w);
+        if (e->act16) pt_epilogue16_act(e->act16 + off, c, w);
+        if (e->pre) {
+            const float *p = e->pre + off;
+            int x = 0;
+            for (; x + PT_VW <= w; x += PT_VW)
+                pt_v8_store(c + x, pt_v8_gelu_grad(pt_v8_load(p + x)) * pt_v8_load(c + x));
+            for (; x < w; x++) c[x] = pt_gelu_grad(p[x]) * c[x];
         }
-        const float *p = e->pre + off;
-        int x = 0;
-        for (; x + PT_VW <= w; x += PT_VW)
-            pt_v8_store(c + x, pt_v8_gelu_grad(pt_v8_load(p + x)) * pt_v8_load(c + x));
-        for (; x < w; x++) c[x] = pt_gelu_grad(p[x]) * c[x];
+        if (e->pre16) pt_epilogue16_pre(e->pre16 + off, c, w);
     }
 }
 
@@ -145,8 +150,10 @@ _Static_assert(KC_MAX % 32 == 0, "K blocks hold whole AMX tiles");
 
 _Static_assert((long)KC_MAX *NC_MAX * sizeof(pt_bf16) <= (long)PT_BF16_SCRATCH_BYTES, "B block");
 
-/* Each worker's packed A tile (fixed size: no kernel allocates). */
+/* Each worker's packed A tile, and its rounded fp32 A tile (fixed size:
+ * no kernel allocates). */
 static _Thread_local pt_bf16 tl_a[PT_BF16_MR_MAX * KC_MAX] __attribute__((aligned(64)));
+static _Thread_local pt_bf16 tl_a32[PT_BF16_MR_MAX * KC_MAX] __attribute__((aligned(64)));
 
 /* Word indices interleaving two vectors x, y of 32 bf16 into pairs:
  * (x0, y0, x1, y1, ...): the low 16 pairs, then the high 16. */
@@ -241,16 +248,72 @@ PT_TGT_AVX512 static void pack_panel_t(pt_bf16 *restrict dst, const pt_bf16_gemm
         }
 }
 
+/* w <= 32 floats at src, rounded to bf16 (lanes past w zero) in one
+ * vector. */
+PT_TGT_AVX512BF16 static inline __m512i row32_f32(const float *src, int w) {
+    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w > 16 ? (1u << (w - 16)) - 1 : 0);
+    __m256i lo = pt_bf16_cvt_avx512bf16(_mm512_maskz_loadu_epi32(m0, src));
+    __m256i hi = pt_bf16_cvt_avx512bf16(_mm512_maskz_loadu_epi32(m1, src + 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* pack_panel_n of an fp32 B (K, N), rounded as it is packed; the column
+ * sums add the rounded values (pack_panel_n's on the rounded B). */
+PT_TGT_AVX512BF16 static void pack_panel_n_f32(pt_bf16 *restrict dst, const pt_bf16_gemm_ctx *g,
+                                               int j0, int w, float *cs) {
+    const float *src = g->Bf + (long)g->pc * g->ldb + g->jc + j0;
+    __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+    __mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w > 16 ? (1u << (w - 16)) - 1 : 0);
+    __m512i lo_idx = _mm512_load_si512(PAIR_LO), hi_idx = _mm512_load_si512(PAIR_HI);
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0;
+    if (cs) c0 = _mm512_maskz_loadu_ps(m0, cs), c1 = _mm512_maskz_loadu_ps(m1, cs + 16);
+    int p = 0;
+    for (; 2 * p < g->kc; p++, src += 2 * g->ldb, dst += 2 * NR) {
+        __m512i x = row32_f32(src, w), y = _mm512_setzero_si512();
+        if (2 * p + 1 < g->kc) y = row32_f32(src + g->ldb, w);
+        _mm512_store_si512(dst, _mm512_permutex2var_epi16(x, lo_idx, y));
+        _mm512_store_si512(dst + NR, _mm512_permutex2var_epi16(x, hi_idx, y));
+        if (cs) {
+            colsum_row(&c0, &c1, x);
+            if (2 * p + 1 < g->kc) colsum_row(&c0, &c1, y);
+        }
+    }
+    for (; 2 * p < g->kcp; p++, dst += 2 * NR) {
+        _mm512_store_si512(dst, _mm512_setzero_si512());
+        _mm512_store_si512(dst + NR, _mm512_setzero_si512());
+    }
+    if (cs) _mm512_mask_storeu_ps(cs, m0, c0), _mm512_mask_storeu_ps(cs + 16, m1, c1);
+}
+
+/* pack_panel_t of an fp32 B (N, K): element by element (no caller on the
+ * training path). */
+static void pack_panel_t_f32(pt_bf16 *restrict dst, const pt_bf16_gemm_ctx *g, int j0, int w) {
+    const float *src = g->Bf + (long)(g->jc + j0) * g->ldb + g->pc;
+    for (int p = 0; 2 * p < g->kcp; p++)
+        for (int j = 0; j < NR; j++) {
+            const float *s = src + (long)j * g->ldb + 2 * p;
+            pt_bf16 *d = dst + ((long)p * NR + j) * 2;
+            d[0] = j < w && 2 * p < g->kc ? pt_bf16_of(s[0]) : 0;
+            d[1] = j < w && 2 * p + 1 < g->kc ? pt_bf16_of(s[1]) : 0;
+        }
+}
+
 /* Panels [plo, phi) of B's block [pc, pc + kc) x [jc, jc + nc) into g->bp. */
 static void pack_panels(const pt_bf16_gemm_ctx *g, long plo, long phi) {
     float *colsum = g->e ? g->e->colsum : NULL;
     for (int j0 = (int)plo * NR; j0 < phi * NR; j0 += NR) {
         int w = g->nc - j0 < NR ? g->nc - j0 : NR;
         pt_bf16 *dst = g->bp + (long)j0 * g->kcp;
-        if (g->tb)
+        float *cs = colsum ? colsum + g->jc + j0 : NULL;
+        if (g->Bf && g->tb)
+            pack_panel_t_f32(dst, g, j0, w);
+        else if (g->Bf)
+            pack_panel_n_f32(dst, g, j0, w, cs);
+        else if (g->tb)
             pack_panel_t(dst, g, j0, w);
         else
-            pack_panel_n(dst, g, j0, w, colsum ? colsum + g->jc + j0 : NULL);
+            pack_panel_n(dst, g, j0, w, cs);
     }
 }
 
@@ -383,6 +446,22 @@ static const pt_bf16_ukernel ukernel_avx512 = {
 
 /* ---- the loop nest ---------------------------------------------------------- */
 
+/* op(A)[i0 .. i0+h, pc .. pc+kc] of an fp32 A, rounded, row-major with row
+ * stride kcp and zeros from kc to kcp: every micro-kernel reads that in
+ * place (AMX's loads a whole 32-deep step, hence the zeros); rows past h
+ * are left as they are (their results are dropped). */
+static void round_a_tile(pt_bf16 *restrict d, const pt_bf16_gemm_ctx *g, int i0, int h) {
+    for (int r = 0; r < h; r++, d += g->kcp) {
+        if (!g->ta) {
+            pt_bf16_from_f32_serial(d, g->Af + (long)(i0 + r) * g->lda + g->pc, (size_t)g->kc);
+        } else {
+            for (int k = 0; k < g->kc; k++)
+                d[k] = pt_bf16_of(g->Af[(long)(g->pc + k) * g->lda + i0 + r]);
+        }
+        for (int k = g->kc; k < g->kcp; k++) d[k] = 0;
+    }
+}
+
 /* Tiles [lo, hi) of A times panels [plo, phi) of the B block: each C
  * tile's sum is the same whichever worker takes it. */
 static void compute_block(const pt_bf16_gemm_ctx *g, long lo, long hi, long plo, long phi) {
@@ -391,15 +470,22 @@ static void compute_block(const pt_bf16_gemm_ctx *g, long lo, long hi, long plo,
     int mr = uk->mr;
     /* res + bias go in before the product (the tile may alias res), the
      * activation after the last K block */
-    int pro = g->first && e && (e->bias || e->res), epi = g->last && e && (e->act || e->pre);
+    int pro = g->first && e && (e->bias || e->res), epi = g->last && pt_gemm_epilogue_last(e);
     int acc = g->acc || pro;
     float edge[PT_BF16_MR_MAX * NR] __attribute__((aligned(64)));
     for (long t = lo; t < hi; t++) {
         int i0 = (int)(t * mr), h = g->M - i0 < mr ? g->M - i0 : mr;
-        int direct = !g->ta && h == mr && g->kc % uk->direct_k == 0;
-        if (!direct) uk->pack_a(tl_a, g, i0, h);
-        const pt_bf16 *a = direct ? g->A + (long)i0 * g->lda + g->pc : tl_a;
-        long la = direct ? g->lda : 0;
+        const pt_bf16 *a;
+        long la;
+        if (g->Af) { /* rounded into a row-major tile, read in place */
+            round_a_tile(tl_a32, g, i0, h);
+            a = tl_a32, la = g->kcp;
+        } else {
+            int direct = !g->ta && h == mr && g->kc % uk->direct_k == 0;
+            if (!direct) uk->pack_a(tl_a, g, i0, h);
+            a = direct ? g->A + (long)i0 * g->lda + g->pc : tl_a;
+            la = direct ? g->lda : 0;
+        }
         for (int j0 = (int)plo * NR; j0 < phi * NR; j0 += NR) {
             float *c = g->C + (long)i0 * g->ldc + g->jc + j0;
             const pt_bf16 *bp = g->bp + (long)j0 * g->kcp;
@@ -481,13 +567,16 @@ static int block_size(int n, int max, int unit) {
     return (b + unit - 1) / unit * unit;
 }
 
-static void gemm_own(const pt_bf16_ukernel *uk, int ta, int tb, int M, int N, int K,
-                     const pt_bf16 *A, int lda, const pt_bf16 *B, int ldb, float beta, float *C,
-                     int ldc, const pt_gemm_epilogue *e) {
+/* serial: on this thread only (pt_gemm_bf16x_serial). */
+static void gemm_own(const pt_bf16_ukernel *uk, int ta, int tb, int M, int N, int K, const void *A,
+                     int a_f32, int lda, const void *B, int b_f32, int ldb, float beta, float *C,
+                     int ldc, const pt_gemm_epilogue *e, int serial) {
     pt_bf16_gemm_ctx g = {.ta = ta,
                           .tb = tb,
-                          .A = A,
-                          .B = B,
+                          .A = a_f32 ? NULL : A,
+                          .B = b_f32 ? NULL : B,
+                          .Af = a_f32 ? A : NULL,
+                          .Bf = b_f32 ? B : NULL,
                           .lda = lda,
                           .ldb = ldb,
                           .ldc = ldc,
@@ -503,7 +592,8 @@ static void gemm_own(const pt_bf16_ukernel *uk, int ta, int tb, int M, int N, in
     long tiles = (M + uk->mr - 1) / uk->mr, panels = (N + NR - 1) / NR;
     /* as gemm.c: few tiles split the panels; under a million multiply-adds
      * the product stays on one thread (a pool run costs microseconds) */
-    int workers = tiles >= MIN_TILES || (long)M * N * K >= 1L << 20 ? pt_kernels_threads() : 1;
+    int workers =
+        !serial && (tiles >= MIN_TILES || (long)M * N * K >= 1L << 20) ? pt_kernels_threads() : 1;
     /* Columns per worker where they split fairly (the busiest worker has
      * at most 1/8 more panels than the average); otherwise each block is
      * packed, then computed, by all workers. */
@@ -525,21 +615,50 @@ static void gemm_own(const pt_bf16_ukernel *uk, int ta, int tb, int M, int N, in
 }
 #endif /* PT_BF16_X86 */
 
-void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda, const pt_bf16 *B,
-                  int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
+static const pt_bf16_ukernel *own_kernel(int path) {
+#if PT_BF16_X86
+#if PT_BF16_AMX_BUILD
+    if (path == PT_BF16_AMX) return &pt_bf16_ukernel_amx;
+#endif
+    if (path != PT_BF16_FALLBACK) return &ukernel_avx512;
+#endif
+    (void)path;
+    return NULL;
+}
+
+void pt_gemm_bf16x(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                   const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
+                   const pt_gemm_epilogue *e) {
     PT_ASSERT(!(e && e->colsum && tb)); /* column sums of a B stored as is only */
     if (M <= 0 || N <= 0) return;
-    int path = path_now();
+    const pt_bf16_ukernel *uk = own_kernel(path_now());
 #if PT_BF16_X86
-    if (K > 0 && path != PT_BF16_FALLBACK) {
-        const pt_bf16_ukernel *uk = &ukernel_avx512;
-#if PT_BF16_AMX_BUILD
-        if (path == PT_BF16_AMX) uk = &pt_bf16_ukernel_amx;
-#endif
-        gemm_own(uk, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+    if (K > 0 && uk) {
+        gemm_own(uk, ta, tb, M, N, K, A, a_f32, lda, B, b_f32, ldb, beta, C, ldc, e, 0);
         return;
     }
 #endif
-    (void)path;
-    pt_gemm_bf16_fallback(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+    (void)uk;
+    pt_gemm_bf16_fallback(ta, tb, M, N, K, A, a_f32, lda, B, b_f32, ldb, beta, C, ldc, e);
+}
+
+int pt_gemm_bf16_serial_ok(void) {
+    return own_kernel(path_now()) != NULL;
+}
+
+void pt_gemm_bf16x_serial(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                          const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
+                          const pt_gemm_epilogue *e) {
+    PT_ASSERT(!(e && e->colsum && tb));
+    const pt_bf16_ukernel *uk = own_kernel(path_now());
+    PT_ASSERT(uk && K > 0); /* pt_gemm_bf16_serial_ok */
+    if (M <= 0 || N <= 0) return;
+#if PT_BF16_X86
+    gemm_own(uk, ta, tb, M, N, K, A, a_f32, lda, B, b_f32, ldb, beta, C, ldc, e, 1);
+#endif
+}
+
+void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda, const pt_bf16 *B,
+                  int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e) {
+    pt_gemm_bf16x(ta, tb, M, N, K, A, 0, lda, B, 0, ldb, beta, C, ldc, e);
 }

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "bf16_impl.h"
+#include "bf16_vec.h"
 
 enum { FK = 512, FN = 1536, CHUNK_FLOATS = 1 << 20 };
 static float g_chunks[CHUNK_FLOATS] __attribute__((aligned(64))); /* 4 MiB, BSS */
@@ -64,6 +65,7 @@ static void chunk_sizes(int M, int N, int K, int *kb, int *nb, int *mb) {
 typedef struct {
     float *colsum;
     const pt_bf16 *B;
+    const float *Bf; /* or an fp32 B */
     long ldb;
     int K, N;
 } colsum_ctx;
@@ -77,51 +79,75 @@ static void colsum_part(void *p, int index, int count) {
     pt_split_range(c->N, index, count, &lo, &hi);
     float *restrict cs = c->colsum;
     for (int k = 0; k < c->K; k++) {
-        const pt_bf16 *restrict b = c->B + k * c->ldb;
-        for (long j = lo; j < hi; j++) {
-            uint32_t u = (uint32_t)b[j] << 16;
-            float f;
-            memcpy(&f, &u, sizeof f);
-            cs[j] += f;
+        if (c->Bf) {
+            const float *restrict b = c->Bf + k * c->ldb;
+            for (long j = lo; j < hi; j++) cs[j] += pt_round16(b[j]);
+            continue;
         }
+        const pt_bf16 *restrict b = c->B + k * c->ldb;
+        for (long j = lo; j < hi; j++) cs[j] += pt_f32_of16(b[j]);
     }
 }
 
-/* colsum (N) += B (K,N)'s rows as float32, in order; columns split over
- * the pool. */
-static void colsum_add(float *colsum, const pt_bf16 *B, long ldb, int K, int N) {
-    colsum_ctx c = {.colsum = colsum, .B = B, .ldb = ldb, .K = K, .N = N};
+/* colsum (N) += B (K,N)'s rows as float32 (an fp32 B's rounded to bf16),
+ * in order; columns split over the pool. */
+static void colsum_add(float *colsum, const void *B, int b_f32, long ldb, int K, int N) {
+    colsum_ctx c = {.colsum = colsum,
+                    .B = b_f32 ? NULL : B,
+                    .Bf = b_f32 ? B : NULL,
+                    .ldb = ldb,
+                    .K = K,
+                    .N = N};
     pt_pool_run(colsum_part, &c, (long)K * N < 65536 || N < 64 ? 1 : pt_kernels_threads());
 }
 
 /* ---- chunk conversion --------------------------------------------------------- */
 
-/* dst (rows, cols), contiguous = src (rows, cols) with row stride lds. */
+/* dst (rows, cols), contiguous = src (rows, cols) with row stride lds, a
+ * bf16 src widened, an fp32 one (f32) rounded to bf16 values. */
 typedef struct {
     float *dst;
-    const pt_bf16 *src;
+    const void *src;
     long lds;
-    int rows, cols;
+    int rows, cols, f32;
 } chunk_ctx;
 
 static void chunk_part(void *p, int index, int count) {
     const chunk_ctx *c = p;
     long lo, hi;
     pt_split_range(c->rows, index, count, &lo, &hi);
-    for (long r = lo; r < hi; r++)
-        pt_bf16_to_f32_serial(c->dst + r * c->cols, c->src + r * c->lds, (size_t)c->cols);
+    for (long r = lo; r < hi; r++) {
+        float *d = c->dst + r * c->cols;
+        if (!c->f32) {
+            pt_bf16_to_f32_serial(d, (const pt_bf16 *)c->src + r * c->lds, (size_t)c->cols);
+            continue;
+        }
+        const float *s = (const float *)c->src + r * c->lds;
+        int x = 0;
+        for (; x + PT_VW <= c->cols; x += PT_VW)
+            pt_v8_store(d + x, pt_v8_round16(pt_v8_load(s + x)));
+        for (; x < c->cols; x++) d[x] = pt_round16(s[x]);
+    }
 }
 
-static void convert_chunk(float *dst, const pt_bf16 *src, long lds, int rows, int cols) {
-    chunk_ctx c = {.dst = dst, .src = src, .lds = lds, .rows = rows, .cols = cols};
+/* src + off elements of its type (bf16 or fp32). */
+static const void *at(const void *src, int f32, long off) {
+    return f32 ? (const void *)((const float *)src + off)
+               : (const void *)((const pt_bf16 *)src + off);
+}
+
+static void convert_chunk(float *dst, const void *src, int f32, long off, long lds, int rows,
+                          int cols) {
+    chunk_ctx c = {
+        .dst = dst, .src = at(src, f32, off), .lds = lds, .rows = rows, .cols = cols, .f32 = f32};
     pt_pool_run(chunk_part, &c, (long)rows * cols < 8192 ? 1 : pt_kernels_threads());
 }
 
 /* ---- the product ------------------------------------------------------------ */
 
 /* pt_sgemm on converted chunks; see the file's header. */
-static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda,
-                    const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
+static void chunked(int ta, int tb, int M, int N, int K, const void *A, int a32, int lda,
+                    const void *B, int b32, int ldb, float beta, float *C, int ldc,
                     const pt_gemm_epilogue *e) {
     int kb, nb, mb;
     chunk_sizes(M, N, K, &kb, &nb, &mb);
@@ -132,15 +158,15 @@ static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int l
             int nc = N - jc < nb ? N - jc : nb;
             /* op(B)[pc .. pc+kc, jc .. jc+nc], in B's storage order */
             if (tb)
-                convert_chunk(fb, B + (long)jc * ldb + pc, ldb, nc, kc);
+                convert_chunk(fb, B, b32, (long)jc * ldb + pc, ldb, nc, kc);
             else
-                convert_chunk(fb, B + (long)pc * ldb + jc, ldb, kc, nc);
+                convert_chunk(fb, B, b32, (long)pc * ldb + jc, ldb, kc, nc);
             for (int ic = 0; ic < M; ic += mb) {
                 int mc = M - ic < mb ? M - ic : mb;
                 if (ta)
-                    convert_chunk(fa, A + (long)pc * lda + ic, lda, kc, mc);
+                    convert_chunk(fa, A, a32, (long)pc * lda + ic, lda, kc, mc);
                 else
-                    convert_chunk(fa, A + (long)ic * lda + pc, lda, mc, kc);
+                    convert_chunk(fa, A, a32, (long)ic * lda + pc, lda, mc, kc);
                 long off = (long)ic * ldc + jc;
                 pt_gemm_epilogue ec = {0};
                 if (e && first) {
@@ -150,6 +176,9 @@ static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int l
                 if (e && last) {
                     ec.act = e->act ? e->act + off : NULL;
                     ec.pre = e->pre ? e->pre + off : NULL;
+                    ec.out16 = e->out16 ? e->out16 + off : NULL;
+                    ec.act16 = e->act16 ? e->act16 + off : NULL;
+                    ec.pre16 = e->pre16 ? e->pre16 + off : NULL;
                 }
                 pt_sgemm(ta, tb, mc, nc, kc, fa, ta ? mc : kc, fb, tb ? kc : nc,
                          first ? beta : 1.0f, C + off, ldc, &ec);
@@ -158,14 +187,14 @@ static void chunked(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int l
     }
 }
 
-void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda,
-                           const pt_bf16 *B, int ldb, float beta, float *C, int ldc,
+void pt_gemm_bf16_fallback(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                           const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
                            const pt_gemm_epilogue *e) {
     if (M <= 0 || N <= 0) return;
-    if (e && e->colsum) colsum_add(e->colsum, B, ldb, K, N);
+    if (e && e->colsum) colsum_add(e->colsum, B, b_f32, ldb, K, N);
     if (K > 0) {
         PT_ASSERT(!atomic_flag_test_and_set(&g_busy)); /* one thread at a time (kernels.h) */
-        chunked(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, e);
+        chunked(ta, tb, M, N, K, A, a_f32, lda, B, b_f32, ldb, beta, C, ldc, e);
         atomic_flag_clear(&g_busy);
         return;
     }

@@ -37,11 +37,24 @@ static inline void pt_split_range(long total, int index, int count, long *lo, lo
  *   pre (M,N):           C = gelu'(pre) * op(A) op(B) (GELU backward)
  *   colsum (N):          colsum += column sums of B, rows in order (B not
  *                        transposed): the bias gradient of a dW product.
- * res, act and pre have C's row stride. */
+ * and in bf16 (train.precision = bf16), after the last K block:
+ *   out16 (M,N):         out16 = bf16(C) (C keeps the float32 values)
+ *   act16 (M,N):         act16 = bf16(gelu(bf16(C))): the GELU of the
+ *                        rounded pre-activation a bf16 model keeps, so
+ *                        that a recompute from it gives the same bits
+ *   pre16 (M,N):         C = gelu'(pre16) * op(A) op(B)
+ * res, act, pre and the bf16 ones have C's row stride. In that order:
+ * out16, act, act16, pre, pre16. */
 typedef struct {
     const float *bias, *res, *pre;
     float *act, *colsum;
+    const pt_bf16 *pre16;
+    pt_bf16 *act16, *out16;
 } pt_gemm_epilogue;
+/* Whether e has work after the last K block. */
+static inline int pt_gemm_epilogue_last(const pt_gemm_epilogue *e) {
+    return e && (e->act || e->pre || e->out16 || e->act16 || e->pre16);
+}
 void pt_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
               float beta, float *C, int ldc, const pt_gemm_epilogue *e);
 /* colsum (N) += column sums of B (K,N) (row stride ldb), rows in order,
@@ -74,6 +87,22 @@ int pt_sgemm_has_own(void);
  * (pt_gemm_bf16_has_path). */
 void pt_gemm_bf16(int ta, int tb, int M, int N, int K, const pt_bf16 *A, int lda, const pt_bf16 *B,
                   int ldb, float beta, float *C, int ldc, const pt_gemm_epilogue *e);
+/* pt_gemm_bf16 with either operand in fp32 (a_f32, b_f32: A, B are float*),
+ * rounded to bf16 as the product reads it: exactly pt_gemm_bf16 on the
+ * rounded operands, without a rounded copy (a gradient in fp32 times a
+ * bf16 weight). Column sums add the ROUNDED values of B, the ones the
+ * product multiplies. */
+void pt_gemm_bf16x(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                   const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
+                   const pt_gemm_epilogue *e);
+/* pt_gemm_bf16x on the calling thread alone, for callers inside a pool job
+ * (attention's (batch, head) pairs): the own paths only (AVX512_BF16, AMX:
+ * pt_gemm_bf16_serial_ok), whose bits do not depend on the split, so it
+ * gives pt_gemm_bf16x's bits. */
+void pt_gemm_bf16x_serial(int ta, int tb, int M, int N, int K, const void *A, int a_f32, int lda,
+                          const void *B, int b_f32, int ldb, float beta, float *C, int ldc,
+                          const pt_gemm_epilogue *e);
+int pt_gemm_bf16_serial_ok(void);
 enum { PT_BF16_AUTO, PT_BF16_AMX, PT_BF16_AVX512, PT_BF16_FALLBACK };
 int pt_gemm_bf16_set_path(int path);
 int pt_gemm_bf16_has_path(int path);

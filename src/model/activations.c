@@ -18,37 +18,84 @@
 
 /* ---- contexts ---- */
 
+/* One buffer of a carve: an activation in the model's precision (act) or
+ * an fp32 one (ptr). */
+typedef struct {
+    pt_act *act;
+    float **ptr;
+    size_t n;
+    unsigned kind;
+    int only;    /* 0: in both precisions; 1: fp32 only; 2: bf16 only */
+    pt_bf16 **h; /* a bf16 buffer (only 2) */
+} carve_buf;
+
+/* Carve bufs' `which` ones from p (NULL: count only); their floats. */
+static size_t carve(const pt_model *m, const carve_buf *buf, size_t nbuf, unsigned which,
+                    float *p) {
+    size_t total = 0;
+    for (size_t k = 0; k < nbuf; k++) {
+        if (!(buf[k].kind & which) || buf[k].only == (m->bf16 ? 1 : 2)) continue;
+        int half = (buf[k].act && m->bf16) || buf[k].h;
+        if (p && buf[k].h)
+            *buf[k].h = (pt_bf16 *)(p + total);
+        else if (p && buf[k].act && half)
+            *buf[k].act = (pt_act){NULL, (pt_bf16 *)(p + total)};
+        else if (p && buf[k].act)
+            *buf[k].act = (pt_act){p + total, NULL};
+        else if (p)
+            *buf[k].ptr = p + total;
+        total += half ? pt_half_floats(buf[k].n) : buf[k].n;
+    }
+    return total;
+}
+
 size_t pt_block_carve(const pt_model *m, int max_B, unsigned which, float *p, pt_module_ctx *c) {
     /* the whole-width buffers (LayerNorms, residual) and this rank's share
-     * of the split ones (tp: heads, MLP columns) */
+     * of the split ones (tp: heads, MLP columns); bf16 keeps the attention
+     * probabilities packed (only the causal blocks) */
     size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
     size_t C = (size_t)m->cfg.n_embd, Cl = C / t, NHl = (size_t)m->cfg.n_head / t;
     size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
-    const struct {
-        float **ptr;
-        size_t n;
-        unsigned kind;
-    } buf[] = {
-        {&c->ln1, R * C, PT_ACTS_KEPT},
-        {&c->ln1_mean, R, PT_ACTS_KEPT},
-        {&c->ln1_rstd, R, PT_ACTS_KEPT},
-        {&c->qkv, N * 3 * Cl, PT_ACTS_KEPT},
-        {&c->att, (size_t)max_B * NHl * T * T, PT_ACTS_DROPPED},
-        {&c->atty, N * Cl, PT_ACTS_KEPT},
-        {&c->res2, R * C, PT_ACTS_KEPT},
-        {&c->ln2, R * C, PT_ACTS_KEPT},
-        {&c->ln2_mean, R, PT_ACTS_KEPT},
-        {&c->ln2_rstd, R, PT_ACTS_KEPT},
-        {&c->fch, N * 4 * Cl, PT_ACTS_KEPT},
-        {&c->fch_gelu, N * 4 * Cl, PT_ACTS_DROPPED},
+    size_t att = m->bf16 ? pt_attention16_att_elems((int)T) : T * T;
+    const carve_buf buf[] = {
+        {&c->ln1, NULL, R * C, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln1_mean, R, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln1_rstd, R, PT_ACTS_KEPT, 0, NULL},
+        {&c->qkv, NULL, N * 3 * Cl, PT_ACTS_KEPT, 0, NULL},
+        {&c->att, NULL, (size_t)max_B * NHl * att, PT_ACTS_DROPPED, 0, NULL},
+        {&c->atty, NULL, N * Cl, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->res2, R * C, PT_ACTS_KEPT, 1, NULL},
+        {&c->ln2, NULL, R * C, PT_ACTS_KEPT, 1, NULL},
+        {NULL, NULL, R * C, PT_ACTS_KEPT, 2, &c->xhat2},
+        {NULL, &c->ln2_mean, R, PT_ACTS_KEPT, 0, NULL},
+        {NULL, &c->ln2_rstd, R, PT_ACTS_KEPT, 0, NULL},
+        {&c->fch, NULL, N * 4 * Cl, PT_ACTS_KEPT, 0, NULL},
+        {&c->fch_gelu, NULL, N * 4 * Cl, PT_ACTS_DROPPED, 0, NULL},
     };
-    size_t total = 0;
-    for (size_t k = 0; k < sizeof buf / sizeof buf[0]; k++) {
-        if (!(buf[k].kind & which)) continue;
-        if (p) *buf[k].ptr = p + total;
-        total += buf[k].n;
-    }
-    return total;
+    return carve(m, buf, sizeof buf / sizeof buf[0], which, p);
+}
+
+/* The head's context: ln_f's output and statistics, the logits (bf16: the
+ * blocked cross-entropy's kept values and block maxima), the losses, and
+ * the cross-entropy's reductions (fp32: tp > 1 only, the fused kernel
+ * needs none at t = 1). */
+static size_t head_carve(const pt_model *m, int max_B, float *p, pt_module_ctx *c) {
+    size_t t = (size_t)m->tp, N = (size_t)max_B * (size_t)m->cfg.seq_len;
+    size_t C = (size_t)m->cfg.n_embd;
+    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
+    size_t R = m->sp ? N / t : N;
+    size_t nblk = m->bf16 ? ((size_t)m->vl + pt_xent_block_cols(m) - 1) / pt_xent_block_cols(m) : 0;
+    size_t xent = m->bf16 ? N * (8 + t) : m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
+    const carve_buf buf[] = {
+        {&c->lnf, NULL, R * C, 1, 0, NULL},     {NULL, &c->lnf_mean, R, 1, 0, NULL},
+        {NULL, &c->lnf_rstd, R, 1, 0, NULL},    {&c->logits, NULL, N * Vl, 1, 0, NULL},
+        {NULL, &c->bmax, N * nblk, 1, 0, NULL}, {NULL, &c->losses, N, 1, 0, NULL},
+        {NULL, &c->xent, xent, 1, 0, NULL},
+    };
+    size_t n = carve(m, buf, sizeof buf / sizeof buf[0], 1, p);
+    if (p && !nblk) c->bmax = NULL;
+    if (p && !xent) c->xent = NULL;
+    return n;
 }
 
 /* What a block's context keeps under each recompute mode. */
@@ -62,20 +109,13 @@ static unsigned block_kept(const pt_model *m) {
  * up to 16 (64 bytes) so that contexts carved one after another stay
  * aligned. */
 static size_t ctx_floats(const pt_model *m, int i, int max_B) {
-    /* the whole-width buffers (LayerNorms, residual) and this rank's share
-     * of the split ones (tp: heads, MLP columns, vocabulary rows) */
-    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd;
-    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
-    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
-    size_t R = m->sp ? N / t : N; /* rows of the LayerNorm and residual regions held */
     size_t total = 0;
     pt_module_ctx dummy = {0};
     pt_module_kind kind = pt_kind_of(m, i);
     if (kind == PT_MODULE_BLOCK)
         total = pt_block_carve(m, max_B, block_kept(m), NULL, &dummy);
     else if (kind == PT_MODULE_HEAD)
-        total = R * C + 2 * R + N * Vl + N + xent;
+        total = head_carve(m, max_B, NULL, &dummy);
     return (total + 15) & ~(size_t)15;
 }
 
@@ -88,11 +128,6 @@ static pt_status ctx_make(pt_module_ctx **out, const pt_model *m, int i, int max
     c->module = i;
     c->kind = pt_kind_of(m, i);
     c->max_B = max_B;
-    size_t t = (size_t)m->tp, T = (size_t)m->cfg.seq_len, N = (size_t)max_B * T;
-    size_t C = (size_t)m->cfg.n_embd;
-    size_t Vl = m->tp > 1 ? (size_t)m->vl : (size_t)m->cfg.vocab_size;
-    size_t xent = m->tp > 1 ? N * (PT_VOCAB_XENT_STATS + t) : 0;
-    size_t R = m->sp ? N / t : N;
     size_t total = ctx_floats(m, i, max_B);
     if (total && mem) {
         c->buf = mem;
@@ -105,22 +140,10 @@ static pt_status ctx_make(pt_module_ctx **out, const pt_model *m, int i, int max
         }
     }
     float *p = c->buf;
-#define TAKE(ptr, n)                                                                               \
-    do {                                                                                           \
-        (ptr) = p;                                                                                 \
-        p += (n);                                                                                  \
-    } while (0)
-    if (c->kind == PT_MODULE_BLOCK) {
-        if (total) p += pt_block_carve(m, max_B, block_kept(m), p, c);
-    } else if (c->kind == PT_MODULE_HEAD) {
-        TAKE(c->lnf, R * C);
-        TAKE(c->lnf_mean, R);
-        TAKE(c->lnf_rstd, R);
-        TAKE(c->logits, N * Vl);
-        TAKE(c->losses, N);
-        if (xent) TAKE(c->xent, xent);
-    }
-#undef TAKE
+    if (total && c->kind == PT_MODULE_BLOCK)
+        p += pt_block_carve(m, max_B, block_kept(m), p, c);
+    else if (c->kind == PT_MODULE_HEAD)
+        p += head_carve(m, max_B, p, c);
     PT_ASSERT((size_t)(p - c->buf) <= total);
     *out = c;
     return PT_OK;
@@ -154,10 +177,24 @@ pt_status pt_module_scratch_new_deferred(pt_module_scratch **out, const pt_model
 }
 
 int pt_block_stash_fit(const pt_model *m) {
+    /* bf16: the dead buffers are bf16, the gradients fp32: all in rem */
+    if (m->bf16) return 0;
     /* att holds max_B NHl T^2 floats, an (N,C) gradient max_B T C */
     size_t T = (size_t)m->cfg.seq_len, NHl = (size_t)(m->cfg.n_head / m->tp);
     size_t fit = NHl * T / (size_t)m->cfg.n_embd;
     return fit < 4 ? (int)fit : 4;
+}
+
+size_t pt_block_stash_extra(const pt_model *m, int max_B) {
+    size_t N = (size_t)max_B * (size_t)m->cfg.seq_len, Cl = (size_t)(m->cfg.n_embd / m->tp);
+    return m->bf16 ? N * 3 * Cl + N * 4 * Cl : 0;
+}
+
+/* The attention backward's workspace, in the model's precision. */
+static size_t att_scratch_floats(const pt_model *m, int max_B) {
+    int T = m->cfg.seq_len, Cl = m->cfg.n_embd / m->tp, NHl = m->cfg.n_head / m->tp;
+    return m->bf16 ? pt_attention16_scratch_floats(max_B, T, Cl, NHl)
+                   : pt_attention_scratch_floats(max_B, T, Cl, NHl);
 }
 
 /* A block's recompute region for max_B (0 under NONE). */
@@ -175,6 +212,8 @@ static void deferred_parts(const pt_model *m, int max_B, unsigned kinds, size_t 
     unsigned ends = (1u << PT_MODULE_EMBEDDING) | (1u << PT_MODULE_HEAD);
     int blocks = (kinds >> PT_MODULE_BLOCK) & 1;
     size_t over = blocks ? (size_t)(4 - pt_block_stash_fit(m)) * NC : 0;
+    if (blocks && m->bf16) /* d_qkv and d_fch too (pt_block_stash_extra) */
+        over += pt_block_stash_extra(m, max_B);
     *rem = kinds & ends ? NC : 0;
     if (over > *rem) *rem = over;
     *rc = blocks ? recomp_floats(m, max_B) : 0;
@@ -190,10 +229,11 @@ size_t pt_module_scratch_bytes(const pt_model *m, int max_B, unsigned deferred_k
     /* whole width: d_res2, d_ln, d_out, d_ln1; this rank's heads and MLP
      * columns: the rest; the attention backward's workspace, sequence
      * parallelism's gathered rows and LayerNorm partial gradient */
-    size_t att = pt_attention_scratch_floats(max_B, m->cfg.seq_len, m->cfg.n_embd / m->tp,
-                                             m->cfg.n_head / m->tp);
+    size_t att = att_scratch_floats(m, max_B);
     size_t sp = m->sp ? N * C + 2 * C : 0;
-    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + recomp_floats(m, max_B)) *
+    size_t ln16 = m->bf16 ? pt_half_floats(N * C) : 0;
+    return (N * C * 4 + N * Cl + N * 3 * Cl + N * 4 * Cl + att + sp + ln16 +
+            recomp_floats(m, max_B)) *
            sizeof(float);
 }
 
@@ -205,8 +245,7 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
     if (!s) return pt_error_set(PT_ERR_NOMEM, "backward scratch");
     size_t C = (size_t)cfg->n_embd, Cl = C / (size_t)m->tp;
     size_t N = (size_t)max_B * (size_t)cfg->seq_len;
-    size_t att =
-        pt_attention_scratch_floats(max_B, cfg->seq_len, cfg->n_embd / m->tp, cfg->n_head / m->tp);
+    size_t att = att_scratch_floats(m, max_B);
     size_t sp = m->sp ? N * C + 2 * C : 0; /* full, ln_g */
     size_t rc = recomp_floats(m, max_B);
     s->buf = pt_mem_alloc(PT_MEM_ACTS, pt_module_scratch_bytes(m, max_B, 0));
@@ -227,6 +266,7 @@ static pt_status scratch_make(pt_module_scratch **out, const pt_model *m, int ma
         s->full = p, p += N * C;
         s->ln_g = p, p += 2 * C;
     }
+    if (m->bf16) s->ln16 = (pt_bf16 *)p, p += pt_half_floats(N * C);
     s->max_B = max_B;
     if (rc) s->recomp = p;
     *out = s;
@@ -261,6 +301,7 @@ static pt_status scratch_make_deferred(pt_module_scratch **out, const pt_model *
     s->att = m->scratch->att;
     s->full = m->scratch->full;
     s->ln_g = m->scratch->ln_g;
+    s->ln16 = m->scratch->ln16;
     s->max_B = max_B;
     *out = s;
     return PT_OK;

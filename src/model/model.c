@@ -117,11 +117,59 @@ void pt_model_tied_wte(pt_model *m, float **params, float **grads, size_t *n) {
     *n = m->tied_p ? m->wte_numel : 0;
 }
 
+/* ---- bf16 weight copies (pt_model_options.bf16) ---- */
+
+/* The bf16 copies' elements: each held block's region, the head's wte. */
+static size_t w16_elems(const pt_model *m) {
+    if (!m->bf16) return 0;
+    size_t n = 0, C = (size_t)m->cfg.n_embd;
+    for (int i = 1; i <= m->cfg.n_layer; i++)
+        if (m->owned[i]) n += m->mod_count[i] + 4 * C; /* ln_2's 2C floats as 4C bf16 */
+    return (n + (m->owned[m->cfg.n_layer + 1] ? m->wte_numel : 0) + 1) & ~(size_t)1;
+}
+
+static pt_status w16_alloc(pt_model *m) {
+    size_t n = w16_elems(m);
+    if (!n) return PT_OK;
+    int L = m->cfg.n_layer;
+    m->w16 = calloc((size_t)L + 2, sizeof *m->w16);
+    m->ln2p = calloc((size_t)L + 2, sizeof *m->ln2p);
+    m->w16_buf = pt_mem_alloc(PT_MEM_PARAMS, n * sizeof(pt_bf16));
+    if (!m->w16 || !m->ln2p || !m->w16_buf) return pt_error_set(PT_ERR_NOMEM, "bf16 weights");
+    float *f = (float *)m->w16_buf; /* the fp32 ln_2 copies first: aligned */
+    for (int i = 1; i <= L; i++)
+        if (m->owned[i]) m->ln2p[i] = f, f += 2 * (size_t)m->cfg.n_embd;
+    pt_bf16 *p = (pt_bf16 *)f;
+    for (int i = 1; i <= L; i++)
+        if (m->owned[i]) m->w16[i] = p, p += m->mod_count[i];
+    if (m->owned[L + 1]) m->wte16 = p;
+    return PT_OK;
+}
+
+void pt_model_round_weights(pt_model *m, int i) {
+    if (!m->bf16) return;
+    pt_module_kind k = pt_kind_of(m, i);
+    if (k == PT_MODULE_BLOCK) {
+        size_t C = (size_t)m->cfg.n_embd;
+        pt_bf16_from_f32(m->w16[i], m->mod_p[i], m->mod_count[i]);
+        memcpy(m->ln2p[i], W(m, i, BLK_LN2_W), C * sizeof(float));
+        memcpy(m->ln2p[i] + C, W(m, i, BLK_LN2_B), C * sizeof(float));
+    }
+    if (k == PT_MODULE_HEAD) pt_bf16_from_f32(m->wte16, HEAD_WTE(m), m->wte_numel);
+}
+
+int pt_model_bf16(const pt_model *m) {
+    return m->bf16;
+}
+
 /* ---- lifecycle ---- */
 
 void pt_model_free(pt_model *m) {
     if (!m) return;
     pt_model_acts_free(m);
+    pt_mem_free(m->w16_buf);
+    free(m->ln2p);
+    free(m->w16);
     pt_mem_free(m->tied_g);
     pt_mem_free(m->tied_p);
     free(m->mod_first);
@@ -179,6 +227,7 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
     m->sp = sp;
     m->recompute = o->recompute;
     m->no_slot = o->no_slot;
+    m->bf16 = o->bf16;
     int L = cfg->n_layer, nmod = L + 2;
     m->tensors =
         calloc((size_t)(EMB_NTENSORS + BLK_NTENSORS * L + HEAD_NTENSORS), sizeof *m->tensors);
@@ -231,6 +280,7 @@ pt_status pt_model_new_opts(pt_model **out, const pt_model_config *cfg, int max_
         memset(m->tied_g, 0, m->wte_numel * sizeof(float));
     }
     for (int i = 0; i < nmod; i++) pt_model_set_module_buffers(m, i, NULL, NULL);
+    PT_CHECK_GOTO(st, w16_alloc(m), fail);
     PT_CHECK_GOTO(st, pt_model_acts_alloc(m), fail);
     *out = m;
     return PT_OK;
@@ -243,7 +293,8 @@ size_t pt_model_buffer_bytes(const pt_model *m, int max_B, pt_mem_cat c) {
     int L = m->cfg.n_layer;
     size_t flat = (m->nparams ? m->nparams : 1) * sizeof(float);
     size_t tied = m->owned[L + 1] && !m->owned[0] ? m->wte_numel * sizeof(float) : 0;
-    if (c == PT_MEM_PARAMS || c == PT_MEM_GRADS) return flat + tied;
+    if (c == PT_MEM_PARAMS) return flat + tied + w16_elems(m) * sizeof(pt_bf16);
+    if (c == PT_MEM_GRADS) return flat + tied;
     if (c != PT_MEM_ACTS || max_B <= 0) return 0;
     return pt_model_acts_bytes(m, max_B);
 }

@@ -70,22 +70,27 @@ static pt_status block_forward(pt_model *m, int i, pt_module_ctx *c, const pt_ba
     int B = b->B, T = b->T, C = m->cfg.n_embd, N = B * T, R = pt_tp_rows_held(m, N);
     int Cl = C / m->tp, NHl = m->cfg.n_head / m->tp;
     pt_module_scratch *s = scratch_of(m, c);
-    const float *ln;
-    pt_layernorm_forward(c->ln1, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
-                         W(m, i, BLK_LN1_B), R, C);
+    pt_act ln;
+    /* bf16: the products' fp32 outputs that nothing keeps go to the
+     * backward scratch's d_qkv and d_fch, free until B writes them */
+    pt_prec_layernorm(m, c->ln1, NULL, c->ln1_mean, c->ln1_rstd, x, W(m, i, BLK_LN1_W),
+                      W(m, i, BLK_LN1_B), R, C);
     PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather"));
-    pt_matmul_forward(c->qkv, ln, W(m, i, BLK_QKV_W), W(m, i, BLK_QKV_B), N, C, 3 * Cl);
-    pt_attention_forward(c->atty, c->att, c->qkv, B, T, Cl, NHl);
-    PT_CHECK(pt_tp_row_linear_res(m, c->res2, x, c->atty, W(m, i, BLK_ATTPROJ_W),
-                                  W(m, i, BLK_ATTPROJ_B), N, Cl, s->d_ln, "attention c_proj sum"));
-    pt_layernorm_forward(c->ln2, c->ln2_mean, c->ln2_rstd, c->res2, W(m, i, BLK_LN2_W),
-                         W(m, i, BLK_LN2_B), R, C);
-    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather"));
-    pt_matmul_gelu_forward(c->fch, c->fch_gelu, ln, W(m, i, BLK_FC_W), W(m, i, BLK_FC_B), N, C,
-                           4 * Cl);
+    pt_prec_linear(m, i, BLK_QKV_W, c->qkv, s->d_qkv, ln, N, C, 3 * Cl);
+    pt_prec_attention(m, c->atty, c->att, s->att, c->qkv, B, T, Cl, NHl);
+    /* bf16 keeps ln_2's xhat instead of res2 and ln2: res2 lives in d_res2
+     * and ln2 in ln16 while the forward reads them */
+    float *res2 = m->bf16 ? s->d_res2 : c->res2;
+    pt_act ln2 = m->bf16 ? (pt_act){NULL, s->ln16} : c->ln2;
+    PT_CHECK(pt_tp_row_linear_res(m, i, BLK_ATTPROJ_W, res2, x, c->atty, N, Cl, s->d_ln,
+                                  "attention c_proj sum"));
+    pt_prec_layernorm(m, ln2, c->xhat2, c->ln2_mean, c->ln2_rstd, res2, W(m, i, BLK_LN2_W),
+                      W(m, i, BLK_LN2_B), R, C);
+    PT_CHECK(pt_tp_col_input(m, s, ln2, N, &ln, "ln_2 all-gather"));
+    pt_prec_linear_gelu(m, i, BLK_FC_W, c->fch, c->fch_gelu, s->d_fch, ln, N, C, 4 * Cl);
     if (!out) return PT_OK;
-    return pt_tp_row_linear_res(m, out, c->res2, c->fch_gelu, W(m, i, BLK_FCPROJ_W),
-                                W(m, i, BLK_FCPROJ_B), N, 4 * Cl, s->d_ln, "MLP c_proj sum");
+    return pt_tp_row_linear_res(m, i, BLK_FCPROJ_W, out, res2, c->fch_gelu, N, 4 * Cl, s->d_ln,
+                                "MLP c_proj sum");
 }
 
 /* B: dout (R,C) -> dx (R,C), leaving in the scratch what W reads: d_fch,
@@ -105,18 +110,17 @@ static pt_status block_input(pt_model *m, int i, pt_module_ctx *c, const pt_batc
      * gradient goes through GELU's derivative as it is written: d_fch is
      * the gradient of c_fc's pre-activation. */
     PT_CHECK(pt_tp_whole_grad(m, s->d_out, dout, N, keep, d_out, "MLP c_proj gradient all-gather"));
-    pt_matmul_backward_input_gelu_set(s->d_fch, *d_out, W(m, i, BLK_FCPROJ_W), c->fch, N, 4 * Cl,
-                                      C);
-    pt_matmul_backward_input_set(s->d_ln, s->d_fch, W(m, i, BLK_FC_W), N, C, 4 * Cl);
+    pt_prec_linear_input_gelu_set(m, i, BLK_FCPROJ_W, s->d_fch, *d_out, c->fch, N, 4 * Cl, C);
+    pt_prec_linear_input_set(m, i, BLK_FC_W, s->d_ln, s->d_fch, N, C, 4 * Cl);
     PT_CHECK(pt_tp_row_sum(m, s->d_ln, N, &d_ln2, "MLP c_fc input-gradient sum"));
-    pt_layernorm_backward_input(d_res2, dout, d_ln2, c->res2, W(m, i, BLK_LN2_W), c->ln2_mean,
-                                c->ln2_rstd, R, C);
+    pt_prec_layernorm_input(m, d_res2, dout, d_ln2, c->res2, c->xhat2, W(m, i, BLK_LN2_W),
+                            c->ln2_mean, c->ln2_rstd, R, C);
     /* attention: res2 = x + attn(x), from the whole d(res2) */
     PT_CHECK(
         pt_tp_whole_grad(m, s->d_res2, NULL, N, 1, &whole, "attention c_proj gradient all-gather"));
-    pt_matmul_backward_input_set(s->d_atty, whole, W(m, i, BLK_ATTPROJ_W), N, Cl, C);
-    pt_attention_backward_set(s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
-    pt_matmul_backward_input_set(s->d_ln1, s->d_qkv, W(m, i, BLK_QKV_W), N, C, 3 * Cl);
+    pt_prec_linear_input_set(m, i, BLK_ATTPROJ_W, s->d_atty, whole, N, Cl, C);
+    pt_prec_attention_backward_set(m, s->d_qkv, s->att, s->d_atty, c->qkv, c->att, B, T, Cl, NHl);
+    pt_prec_linear_input_set(m, i, BLK_QKV_W, s->d_ln1, s->d_qkv, N, C, 3 * Cl);
     if (m->skip_f) /* the test seam: the partial sum, Megatron's f missing */
         d_ln1 = pt_tp_rows(m, s->d_ln1, N);
     else
@@ -132,20 +136,25 @@ static pt_status block_weight(pt_model *m, int i, pt_module_ctx *c, const pt_bat
                               const float *d_out) {
     int C = m->cfg.n_embd, N = b->B * b->T, Cl = C / m->tp;
     pt_module_scratch *s = scratch_of(m, c);
-    const float *ln;
+    pt_act ln;
     /* c_proj's from the whole output gradient (the row-parallel bias's the
      * same on every rank) */
-    pt_matmul_backward_weight(DW(m, i, BLK_FCPROJ_W), DW(m, i, BLK_FCPROJ_B), d_out, c->fch_gelu, N,
-                              4 * Cl, C);
-    PT_CHECK(pt_tp_col_input(m, s, c->ln2, N, &ln, "ln_2 all-gather (weight gradient)"));
-    pt_matmul_backward_weight(DW(m, i, BLK_FC_W), DW(m, i, BLK_FC_B), s->d_fch, ln, N, C, 4 * Cl);
+    pt_prec_linear_weight(m, i, BLK_FCPROJ_W, d_out, c->fch_gelu, N, 4 * Cl, C);
+    pt_act ln2 = c->ln2;
+    if (m->bf16) { /* ln_2's output again, bit for bit, from its xhat (and the
+                    * forward's ln_2 parameters: ZeRO-3 freed the module's) */
+        pt_layernorm_out16(s->ln16, NULL, c->xhat2, NULL, NULL, m->ln2p[i], m->ln2p[i] + C,
+                           pt_tp_rows_held(m, N), C);
+        ln2 = (pt_act){NULL, s->ln16};
+    }
+    PT_CHECK(pt_tp_col_input(m, s, ln2, N, &ln, "ln_2 all-gather (weight gradient)"));
+    pt_prec_linear_weight(m, i, BLK_FC_W, s->d_fch, ln, N, C, 4 * Cl);
     PT_CHECK(pt_tp_ln_params(m, s, DW(m, i, BLK_LN2_W), DW(m, i, BLK_LN2_B), s->d_ln, c->res2,
-                             c->ln2_mean, c->ln2_rstd, N));
-    pt_matmul_backward_weight(DW(m, i, BLK_ATTPROJ_W), DW(m, i, BLK_ATTPROJ_B), s->d_res2, c->atty,
-                              N, Cl, C);
+                             c->xhat2, c->ln2_mean, c->ln2_rstd, N));
+    pt_prec_linear_weight(m, i, BLK_ATTPROJ_W, s->d_res2, c->atty, N, Cl, C);
     PT_CHECK(pt_tp_col_input(m, s, c->ln1, N, &ln, "ln_1 all-gather (weight gradient)"));
-    pt_matmul_backward_weight(DW(m, i, BLK_QKV_W), DW(m, i, BLK_QKV_B), s->d_qkv, ln, N, C, 3 * Cl);
-    return pt_tp_ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in,
+    pt_prec_linear_weight(m, i, BLK_QKV_W, s->d_qkv, ln, N, C, 3 * Cl);
+    return pt_tp_ln_params(m, s, DW(m, i, BLK_LN1_W), DW(m, i, BLK_LN1_B), s->d_ln1, c->in, NULL,
                            c->ln1_mean, c->ln1_rstd, N);
 }
 
@@ -157,18 +166,19 @@ static pt_status block_weight(pt_model *m, int i, pt_module_ctx *c, const pt_bat
 static pt_status head_forward(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b,
                               const float *x, float *out) {
     int N = b->B * b->T, C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
-    const float *lnf;
-    pt_layernorm_forward(c->lnf, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
-                         W(m, i, HEAD_LNF_B), R, C);
-    PT_CHECK(pt_tp_col_input(m, scratch_of(m, c), c->lnf, N, &lnf, "ln_f all-gather"));
-    pt_matmul_forward_wt(c->logits, lnf, HEAD_WTE(m), NULL, N, C, m->vl);
+    pt_module_scratch *s = scratch_of(m, c);
+    pt_act lnf;
+    pt_prec_layernorm(m, c->lnf, NULL, c->lnf_mean, c->lnf_rstd, x, W(m, i, HEAD_LNF_W),
+                      W(m, i, HEAD_LNF_B), R, C);
+    PT_CHECK(pt_tp_col_input(m, s, c->lnf, N, &lnf, "ln_f all-gather"));
+    /* bf16: the logits' fp32 blocks in d_fch (pt_xent_block_cols) */
+    PT_CHECK(pt_prec_head_forward(m, c, b, lnf, s->d_fch));
     if (!b->targets) {
         /* the whole logits are on one rank only in a group of one */
         PT_ASSERT(!out || m->tp == 1);
-        if (out) memcpy(out, c->logits, (size_t)N * m->vl * sizeof(float));
+        if (out) memcpy(out, c->logits.f, (size_t)N * m->vl * sizeof(float));
         return PT_OK;
     }
-    PT_CHECK(pt_tp_xent(m, c, b));
     if (out) memcpy(out, c->losses, (size_t)N * sizeof(float));
     return PT_OK;
 }
@@ -179,8 +189,7 @@ static pt_status head_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch
     int N = b->B * b->T, C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
     pt_module_scratch *s = scratch_of(m, c);
     float *d_lnf;
-    memset(s->d_ln, 0, (size_t)N * C * sizeof(float));
-    pt_matmul_backward_wt_input(s->d_ln, c->logits, HEAD_WTE(m), N, C, m->vl);
+    pt_prec_head_input_set(m, c, s->d_ln, N);
     PT_CHECK(pt_tp_row_sum(m, s->d_ln, N, &d_lnf, "LM head input-gradient sum"));
     memset(dx, 0, (size_t)R * C * sizeof(float));
     pt_layernorm_backward_input(dx, NULL, d_lnf, c->in, W(m, i, HEAD_LNF_W), c->lnf_mean,
@@ -189,12 +198,12 @@ static pt_status head_input(pt_model *m, int i, pt_module_ctx *c, const pt_batch
 }
 
 static pt_status head_weight(pt_model *m, int i, pt_module_ctx *c, const pt_batch *b) {
-    int N = b->B * b->T, C = m->cfg.n_embd;
+    int N = b->B * b->T;
     pt_module_scratch *s = scratch_of(m, c);
-    const float *lnf;
+    pt_act lnf;
     PT_CHECK(pt_tp_col_input(m, s, c->lnf, N, &lnf, "ln_f all-gather (weight gradient)"));
-    pt_matmul_backward_wt_weight(HEAD_DWTE(m), NULL, c->logits, lnf, N, C, m->vl);
-    return pt_tp_ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in,
+    pt_prec_head_weight(m, c, lnf, N);
+    return pt_tp_ln_params(m, s, DW(m, i, HEAD_LNF_W), DW(m, i, HEAD_LNF_B), s->d_ln, c->in, NULL,
                            c->lnf_mean, c->lnf_rstd, N);
 }
 
@@ -219,9 +228,15 @@ static pt_module_scratch block_stash(const pt_model *m, const pt_module_ctx *v,
     PT_ASSERT(fit == 4 || s->rem); /* a scratch for blocks (its kinds) */
     float **big[4] = {&w.d_out, &w.d_res2, &w.d_ln, &w.d_ln1};
     for (int k = 0; k < 4; k++)
-        *big[k] = k < fit ? v->att + (size_t)k * NC : s->rem + (size_t)(k - fit) * NC;
-    w.d_qkv = v->qkv;
-    w.d_fch = v->fch;
+        *big[k] = k < fit ? v->att.f + (size_t)k * NC : s->rem + (size_t)(k - fit) * NC;
+    if (m->bf16) { /* the dead buffers are bf16: d_qkv and d_fch after the four in rem */
+        size_t NCl = (size_t)s->max_B * (size_t)m->cfg.seq_len * (size_t)(m->cfg.n_embd / m->tp);
+        w.d_qkv = s->rem + (size_t)(4 - fit) * NC;
+        w.d_fch = w.d_qkv + 3 * NCl;
+    } else {
+        w.d_qkv = v->qkv.f;
+        w.d_fch = v->fch.f;
+    }
     w.d_atty = NULL; /* B's own */
     return w;
 }
@@ -273,8 +288,11 @@ static pt_status block_recompute(pt_model *m, int i, pt_module_ctx *v, const pt_
     case PT_RECOMPUTE_NONE:
         break;
     case PT_RECOMPUTE_SELECTIVE:
-        pt_attention_forward(s->d_atty, v->att, v->qkv, B, T, Cl, NHl);
-        pt_gelu_forward(v->fch_gelu, v->fch, (size_t)N * 4 * Cl);
+        /* the attention output, kept, rewritten into d_atty (bf16: in its
+         * first half) */
+        pt_prec_attention(m, (pt_act){s->d_atty, (pt_bf16 *)s->d_atty}, v->att, s->att, v->qkv, B,
+                          T, Cl, NHl);
+        pt_prec_gelu(m, v->fch_gelu, v->fch, (size_t)N * 4 * Cl);
         break;
     case PT_RECOMPUTE_FULL:
         return block_forward(m, i, v, b, v->in, NULL);
@@ -299,6 +317,10 @@ static pt_status module_forward(pt_model *m, int i, pt_module_ctx *ctx, const pt
     ctx->B = b->B;
     ctx->T = b->T;
     ctx->in = in;
+    /* bf16: the weights rounded once per step, at the module's first
+     * forward (every schedule runs micro-batch 0's forward of a module
+     * before any other pass of it; ZeRO-3 has gathered them by now) */
+    if (b->micro == 0) pt_model_round_weights(m, i);
     switch (ctx->kind) {
     case PT_MODULE_EMBEDDING:
         return embedding_forward(m, b, out);

@@ -93,5 +93,6 @@ pt_status pt_model_forward(pt_model *m, const pt_batch *b, float *loss) {
 }
 
 const float *pt_model_logits(const pt_model *m) {
-    return m->own->ctx[m->cfg.n_layer + 1]->logits;
+    PT_ASSERT(!m->bf16); /* a bf16 head keeps no fp32 logits */
+    return m->own->ctx[m->cfg.n_layer + 1]->logits.f;
 }

@@ -83,13 +83,21 @@ float *pt_tp_rows(const pt_model *m, float *full, int N) {
     return full + (size_t)m->tp_rank * (size_t)(N / m->tp) * (size_t)m->cfg.n_embd;
 }
 
-pt_status pt_tp_col_input(pt_model *m, pt_module_scratch *s, const float *rows, int N,
-                          const float **whole, const char *what) {
+pt_status pt_tp_col_input(pt_model *m, pt_module_scratch *s, pt_act rows, int N, pt_act *whole,
+                          const char *what) {
     *whole = rows;
     if (!m->sp) return PT_OK;
     size_t R = (size_t)(N / m->tp), C = (size_t)m->cfg.n_embd;
-    memcpy(pt_tp_rows(m, s->full, N), rows, R * C * sizeof(float));
-    *whole = s->full;
+    if (m->bf16) {
+        /* bf16 rows all-gathered as floats, two to one (C even, so every
+         * rank's R C bf16 are whole floats at their place): half the bytes */
+        pt_bf16 *full = (pt_bf16 *)s->full;
+        memcpy(full + (size_t)m->tp_rank * R * C, rows.h, R * C * sizeof(pt_bf16));
+        *whole = (pt_act){NULL, full};
+        return allgather(m, s->full, (size_t)N * C / 2, what);
+    }
+    memcpy(pt_tp_rows(m, s->full, N), rows.f, R * C * sizeof(float));
+    *whole = (pt_act){s->full, NULL};
     return allgather(m, s->full, (size_t)N * C, what);
 }
 
@@ -101,16 +109,16 @@ pt_status pt_tp_row_sum(pt_model *m, float *buf, int N, float **mine, const char
     return named(pt_comm_reduce_scatter(m->tp_comm, buf, NC, PT_REDUCE_SUM), what);
 }
 
-pt_status pt_tp_row_linear_res(pt_model *m, float *out, const float *res, const float *inp,
-                               const float *w, const float *bias, int N, int K, float *tmp,
-                               const char *what) {
+pt_status pt_tp_row_linear_res(pt_model *m, int i, int kw, float *out, const float *res, pt_act inp,
+                               int N, int K, float *tmp, const char *what) {
     int C = m->cfg.n_embd, R = pt_tp_rows_held(m, N);
     if (m->tp == 1) { /* the fast path (above): bias and residual in the epilogue */
-        pt_matmul_forward_res(out, res, inp, w, bias, N, K, C);
+        pt_prec_linear_res(m, i, kw, out, res, inp, N, K, C);
         return PT_OK;
     }
+    const float *bias = W(m, i, kw + 1);
     float *p = m->sp ? tmp : out, *sum;
-    pt_matmul_forward(p, inp, w, NULL, N, K, C);
+    pt_prec_linear_partial(m, i, kw, p, inp, N, K, C);
     PT_CHECK(pt_tp_row_sum(m, p, N, &sum, what));
     for (int n = 0; n < R; n++) {
         float *o = out + (size_t)n * C;
@@ -132,16 +140,25 @@ pt_status pt_tp_whole_grad(pt_model *m, float *full, const float *rows, int N, i
     return m->sp ? allgather(m, full, (size_t)N * C, what) : PT_OK;
 }
 
+/* dw, db += the parameter gradients of R rows. */
+static void ln_params(float *dw, float *db, const float *dout, const float *x, const pt_bf16 *xhat,
+                      const float *mean, const float *rstd, int R, int C) {
+    if (xhat)
+        pt_layernorm16_backward_params(dw, db, dout, xhat, R, C);
+    else
+        pt_layernorm_backward_params(dw, db, dout, x, mean, rstd, R, C);
+}
+
 pt_status pt_tp_ln_params(pt_model *m, pt_module_scratch *s, float *dw, float *db, float *dout,
-                          const float *x, const float *mean, const float *rstd, int N) {
+                          const float *x, const pt_bf16 *xhat, const float *mean, const float *rstd,
+                          int N) {
     int C = m->cfg.n_embd;
     if (!m->sp) {
-        pt_layernorm_backward_params(dw, db, dout, x, mean, rstd, N, C);
+        ln_params(dw, db, dout, x, xhat, mean, rstd, N, C);
         return PT_OK;
     }
     memset(s->ln_g, 0, 2 * (size_t)C * sizeof(float));
-    pt_layernorm_backward_params(s->ln_g, s->ln_g + C, pt_tp_rows(m, dout, N), x, mean, rstd,
-                                 N / m->tp, C);
+    ln_params(s->ln_g, s->ln_g + C, pt_tp_rows(m, dout, N), x, xhat, mean, rstd, N / m->tp, C);
     PT_CHECK(pt_tp_allreduce(m, s->ln_g, 2 * (size_t)C,
                              "sequence-parallel LayerNorm gradient all-reduce"));
     for (int c = 0; c < C; c++) {
@@ -165,20 +182,46 @@ static pt_status row_max(pt_model *m, float *gathered, int N) {
     return PT_OK;
 }
 
-pt_status pt_tp_xent(pt_model *m, pt_module_ctx *c, const pt_batch *b) {
+/* bf16: the blocked cross-entropy (kernels.h, pt_xent16_*): each block of
+ * fp32 logits is computed into tmp (N, nb) and folded into the rows'
+ * statistics; the maxima all-gathered and the sums all-reduced as in fp32
+ * (at t = 1 no collective); dlogits left in bf16 in c->logits. */
+static pt_status xent16(pt_model *m, pt_module_ctx *c, const pt_batch *b, const pt_bf16 *lnf,
+                        float *tmp) {
+    int N = b->B * b->T, C = m->cfg.n_embd, nb = pt_xent_block_cols(m);
+    int nblk = (m->vl + nb - 1) / nb;
+    float *stats = c->xent, *gmax = stats + (size_t)N * 4, *red = gmax + (size_t)N * m->tp;
+    pt_xent16_begin(stats, N);
+    for (int k = 0; k < nblk; k++) {
+        int c0 = k * nb, w = m->vl - c0 < nb ? m->vl - c0 : nb;
+        pt_matmul16_forward_wt(tmp, w, lnf, m->wte16 + (size_t)c0 * C, N, C, w);
+        pt_xent16_block(stats, c->logits.h, c->bmax, tmp, w, b->targets, N, m->vl, c0, w, k, nblk,
+                        m->v0, m->vreal);
+    }
+    pt_xent16_local_max(gmax + (size_t)m->tp_rank * N, stats, N);
+    if (m->tp > 1) PT_CHECK(row_max(m, gmax, N));
+    pt_xent16_shift(red, stats, gmax, N);
+    PT_CHECK(pt_tp_allreduce(m, red, (size_t)N * 4, "cross-entropy sum all-reduce"));
+    pt_xent16_finish(c->losses, c->logits.h, c->bmax, gmax, red, b->targets, N, m->vl, nb, nblk,
+                     m->v0, m->vreal, b->dloss);
+    return PT_OK;
+}
+
+pt_status pt_tp_xent(pt_model *m, pt_module_ctx *c, const pt_batch *b, pt_act lnf, float *tmp) {
     int N = b->B * b->T;
+    if (m->bf16) return xent16(m, c, b, lnf.h, tmp);
+    float *logits = c->logits.f;
     if (m->tp == 1) { /* the fast path (above): one pass, no reduction buffer */
-        pt_softmax_xent_forward_backward(c->losses, c->logits, c->logits, b->targets, N, m->vl,
-                                         b->dloss);
+        pt_softmax_xent_forward_backward(c->losses, logits, logits, b->targets, N, m->vl, b->dloss);
         return PT_OK;
     }
     float *stats = c->xent, *gmax = c->xent + (size_t)N * PT_VOCAB_XENT_STATS;
-    pt_vocab_xent_max(gmax + (size_t)m->tp_rank * N, c->logits, N, m->vl, m->vreal);
+    pt_vocab_xent_max(gmax + (size_t)m->tp_rank * N, logits, N, m->vl, m->vreal);
     PT_CHECK(row_max(m, gmax, N));
-    pt_vocab_xent_sumexp(stats, c->logits, c->logits, gmax, b->targets, N, m->vl, m->v0, m->vreal);
+    pt_vocab_xent_sumexp(stats, logits, logits, gmax, b->targets, N, m->vl, m->v0, m->vreal);
     PT_CHECK(
         pt_tp_allreduce(m, stats, (size_t)N * PT_VOCAB_XENT_STATS, "cross-entropy sum all-reduce"));
-    pt_vocab_xent_finish(c->losses, c->logits, gmax, stats, b->targets, N, m->vl, m->v0, m->vreal,
+    pt_vocab_xent_finish(c->losses, logits, gmax, stats, b->targets, N, m->vl, m->v0, m->vreal,
                          b->dloss);
     return PT_OK;
 }

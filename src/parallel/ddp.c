@@ -13,11 +13,21 @@
  * model's gradients, in place). Staleness k uses k+1 slots: step t's round
  * runs while step t+1 computes into the model's gradients.
  *
+ * comm.grad_dtype = bf16 (pt_ddp_options.bf16): a bucket's sum travels in
+ * bf16, on point-to-point: each rank rounds its gradient to bf16 and sends
+ * every other rank its share of the bucket (pt_comm_shard's), sums the
+ * shares it receives of its own part in fp32 in rank order, rounds the sum
+ * to bf16 and sends it to every other rank: 4 n (p-1)/p bytes a rank, half
+ * the fp32 ring's 8 n (p-1)/p, and the same bf16 sum on every rank. It runs
+ * at the bucket's launch and blocks (no overlap with the backward); the
+ * gradient norm and the optimizer read the fp32 values of those sums.
+ *
  * Not here: averaging (the trainer scales the loss by 1/global tokens, so
  * the SUM is the global mean gradient), clipping, the optimizer. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "partrain/kernels.h"
 #include "partrain/parallel.h"
 
 typedef struct {
@@ -33,6 +43,8 @@ typedef struct {
     int busy;           /* a round is in flight */
     long step;
     uint64_t launch_ns; /* when the last bucket was launched */
+    uint64_t bytes16;   /* bf16 sums done, counted at the round's wait as the fp32 ones */
+    int buckets16;
 } slot;
 
 struct pt_ddp {
@@ -47,6 +59,10 @@ struct pt_ddp {
     char errmsg[256];
     pt_trace *trace;
     pt_sync_stats stats;
+    /* bf16: the rounded bucket (cap) and the shares received (p x share) */
+    int bf16;
+    pt_bf16 *w16, *r16;
+    pt_comm_req **reqs16; /* 2 p */
 };
 
 pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options *opt) {
@@ -63,6 +79,7 @@ pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options
     d->active = -1;
     d->in_place = opt->in_place;
     d->nslots = opt->nslots;
+    d->bf16 = opt->bf16;
     size_t n = pt_model_num_params(m);
     int nmod = pt_model_num_modules(m);
     size_t maxb = n / cap + (size_t)nmod + 1;
@@ -108,6 +125,15 @@ pt_status pt_ddp_new(pt_ddp **out, pt_model *m, pt_comm *c, const pt_ddp_options
             if (!sl->grads) goto nomem;
         }
     }
+    if (d->bf16) {
+        size_t big = 0, p = (size_t)pt_comm_size(c);
+        for (int k = 0; k < d->nb; k++) big = d->b[k].count > big ? d->b[k].count : big;
+        size_t share = big / p + 1;
+        d->w16 = pt_mem_alloc(PT_MEM_COMM, (big + p * share) * sizeof(pt_bf16));
+        d->reqs16 = calloc(2 * p, sizeof *d->reqs16);
+        if (!d->w16 || !d->reqs16) goto nomem;
+        d->r16 = d->w16 + big;
+    }
     *out = d;
     return PT_OK;
 nomem:
@@ -124,6 +150,8 @@ void pt_ddp_free(pt_ddp *d) {
         if (!d->in_place) pt_mem_free(sl->grads);
         free(sl->reqs);
     }
+    pt_mem_free(d->w16);
+    free(d->reqs16);
     free(d->slots);
     free(d->b);
     free(d);
@@ -169,14 +197,89 @@ void pt_ddp_begin(pt_ddp *d, int s, int launch, long step) {
     d->launch_now = launch;
 }
 
+static float f32_of(pt_bf16 h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Post the receives, then the sends, then wait for all: reqs (2 p). */
+static pt_status exchange(pt_comm *c, pt_comm_req **reqs, int phase, pt_bf16 *w16, pt_bf16 *r16,
+                          size_t n, size_t share) {
+    int p = pt_comm_size(c), me = pt_comm_rank(c), nr = 0;
+    size_t off, cnt, moff, mcnt;
+    pt_comm_shard(n, p, me, &moff, &mcnt);
+    pt_status st = PT_OK;
+    /* one tag a phase: each exchange completes before the next starts, and
+     * a pair's messages of one tag arrive in order (MPI bounds tags at
+     * 32767, so not one a bucket) */
+    int tag = 0x5b16 + phase;
+    for (int q = 0; q < p && st == PT_OK; q++) {
+        if (q == me) continue;
+        pt_comm_shard(n, p, q, &off, &cnt);
+        /* phase 0: q's share of my part; phase 1: q's part of the sum */
+        void *dst = phase == 0 ? (void *)(r16 + (size_t)q * share) : (void *)(w16 + off);
+        size_t bytes = (phase == 0 ? mcnt : cnt) * sizeof(pt_bf16);
+        if ((st = pt_comm_irecv(c, dst, bytes, q, tag, &reqs[nr])) == PT_OK) nr++;
+    }
+    for (int q = 0; q < p && st == PT_OK; q++) {
+        if (q == me) continue;
+        pt_comm_shard(n, p, q, &off, &cnt);
+        const void *src = phase == 0 ? (const void *)(w16 + off) : (const void *)(w16 + moff);
+        size_t bytes = (phase == 0 ? cnt : mcnt) * sizeof(pt_bf16);
+        if ((st = pt_comm_isend(c, src, bytes, q, tag, &reqs[nr])) == PT_OK) nr++;
+    }
+    for (int i = 0; i < nr; i++) {
+        pt_status e = pt_comm_wait(reqs[i]);
+        if (st == PT_OK) st = e;
+    }
+    return st;
+}
+
+/* g (n) = the sum over the ranks of bf16(g), in fp32 then rounded to bf16
+ * (the file's opening comment); blocking. */
+static pt_status allreduce_bf16(pt_ddp *d, float *g, size_t n) {
+    pt_comm *c = d->c;
+    int p = pt_comm_size(c), me = pt_comm_rank(c);
+    size_t share = n / (size_t)p + 1, moff, mcnt;
+    pt_comm_shard(n, p, me, &moff, &mcnt);
+    pt_comm_req **reqs = d->reqs16;
+    pt_bf16_from_f32(d->w16, g, n);
+    PT_CHECK(exchange(c, reqs, 0, d->w16, d->r16, n, share));
+    memcpy(d->r16 + (size_t)me * share, d->w16 + moff, mcnt * sizeof(pt_bf16));
+    for (size_t i = 0; i < mcnt; i++) { /* my part of the sum, in rank order */
+        float sum = 0.0f;
+        for (int q = 0; q < p; q++) sum += f32_of(d->r16[(size_t)q * share + i]);
+        g[moff + i] = sum;
+    }
+    pt_bf16_from_f32(d->w16 + moff, g + moff, mcnt);
+    PT_CHECK(exchange(c, reqs, 1, d->w16, d->r16, n, share));
+    pt_bf16_to_f32(g, d->w16, n);
+    return PT_OK;
+}
+
 static pt_status launch(pt_ddp *d, slot *sl) {
     int k = sl->launched++;
     if (k == d->nb - 1) sl->launch_ns = pt_time_ns();
     const bucket *b = &d->b[k];
     const float *g = pt_model_grads(d->m);
     if (!d->in_place) memcpy(sl->grads + b->offset, g + b->offset, b->count * sizeof(float));
-    pt_status st =
-        pt_comm_iallreduce(d->c, sl->grads + b->offset, b->count, PT_REDUCE_SUM, &sl->reqs[k]);
+    pt_status st;
+    if (d->bf16) {
+        sl->reqs[k] = NULL; /* done when it returns */
+        uint64_t a = pt_time_ns();
+        st = allreduce_bf16(d, sl->grads + b->offset, b->count);
+        uint64_t p = (uint64_t)pt_comm_size(d->c);
+        sl->bytes16 += 4 * (p - 1) * b->count / p; /* half an fp32 all-reduce's */
+        sl->buckets16++;
+        uint64_t z = pt_time_ns();
+        d->stats.comm_ns += z - a;
+        if (z > d->stats.end_ns) d->stats.end_ns = z;
+        pt_trace_add(d->trace, b->name, "comm", PT_TRACE_COMM, a, z, sl->step);
+    } else {
+        st = pt_comm_iallreduce(d->c, sl->grads + b->offset, b->count, PT_REDUCE_SUM, &sl->reqs[k]);
+    }
     if (st != PT_OK) {
         sl->reqs[k] = NULL;
         char msg[256];
@@ -208,6 +311,10 @@ pt_status pt_ddp_wait(pt_ddp *d, int s) {
     if (!sl->busy) return PT_OK;
     pt_status st = PT_OK;
     uint64_t w0 = pt_time_ns();
+    d->stats.bytes += sl->bytes16;
+    d->stats.buckets += sl->buckets16;
+    sl->bytes16 = 0;
+    sl->buckets16 = 0;
     for (int k = 0; k < d->nb; k++) {
         if (!sl->reqs[k]) continue;
         uint64_t a = 0, z = 0;

@@ -188,7 +188,7 @@ pt_status pt_dp_sync_strategy(pt_strategy *out, pt_dp_sync **handle, pt_model *m
                       .dp = (float)pt_comm_size(dp),
                       .dp_rank = pt_comm_rank(dp),
                       .dp_size = pt_comm_size(dp)};
-    pt_ddp_options d = {o->bucket_bytes, s->nslots, o->staleness == 0};
+    pt_ddp_options d = {o->bucket_bytes, s->nslots, o->staleness == 0, o->grad_bf16};
     pt_status st = pt_ddp_new(&s->ddp, m, dp, &d);
     if (st == PT_OK && s->dga) {
         size_t bytes = (size_t)s->nslots * pt_model_num_params(m) * sizeof(float);

@@ -75,8 +75,9 @@ static const key_def keys[] = {
     {"train.grad_clip", K_FLOAT, OFF(train.grad_clip), "1.0", 0, 1e9, NULL,
      "clip the global gradient norm to this (0: off)"},
     {"train.precision", K_STRING, OFF(train.precision), "fp32", 0, 0, "fp32|bf16",
-     "number format: fp32 (the CPU runtime's), or bf16 with fp32 master weights (partrain plan: "
-     "planning GPU runs; not for training here)"},
+     "number format: fp32, or bf16 matrix products (summed in fp32) with fp32 master weights, "
+     "optimizer state, gradients, LayerNorm, softmax and loss; bf16 activations kept for "
+     "backward"},
     {"train.seed", K_INT, OFF(train.seed), "1337", 0, 2147483647, NULL,
      "seed of init and batch sampling"},
     {"train.val_every", K_INT, OFF(train.val_every), "50", 0, 1e9, NULL,
@@ -155,6 +156,10 @@ static const key_def keys[] = {
     {"comm.timeout", K_FLOAT, OFF(comm.timeout), "10", 0.1, 1e6, NULL,
      "seconds before a rank that stopped (no heartbeat) or stopped taking part ends the job, "
      "naming it; saves wait for rank 0's writes as long as it is alive"},
+    {"comm.grad_dtype", K_STRING, OFF(comm.grad_dtype), "fp32", 0, 0, "fp32|bf16",
+     "data parallelism's gradient sum on the wire: fp32, or bf16 (half the bytes: each rank's "
+     "gradient rounded to bf16, summed in fp32, the sum rounded to bf16; parallel.zero 0 or 1; "
+     "the gradient norm is computed in fp32 from the sum either way)"},
     {"comm.check_order", K_BOOL, OFF(comm.check_order), "false", 0, 1, NULL,
      "debug: before every collective its group compares (op, bytes, sequence number) across "
      "its ranks and stops the job at the first mismatch, naming both ranks and both operations "
@@ -549,11 +554,21 @@ static pt_status check_zero_whole(const pt_config *c) {
 }
 
 pt_status pt_config_validate(const pt_config *c) {
-    if (strcmp(c->train.precision, "fp32") != 0)
+    /* bf16 under sequence parallelism all-gathers a rank's bf16 rows as
+     * floats, two to one */
+    if (!strcmp(c->train.precision, "bf16") && c->parallel.sequence_parallel &&
+        c->model.n_embd % 2 != 0)
         return pt_error_set(PT_ERR_UNSUPPORTED,
-                            "train.precision = %s is for planning GPU runs (partrain plan); the "
-                            "CPU runtime trains in fp32",
-                            c->train.precision);
+                            "train.precision = bf16 with parallel.sequence_parallel needs an even "
+                            "model.n_embd (got %d)",
+                            c->model.n_embd);
+    if (!strcmp(c->comm.grad_dtype, "bf16") &&
+        (c->parallel.zero >= 2 || !strcmp(c->parallel.sync, "local_sgd")))
+        return pt_error_set(PT_ERR_UNSUPPORTED,
+                            "comm.grad_dtype = bf16 is data parallelism's bucketed gradient sum "
+                            "(parallel.zero 0 or 1, sync or stale): not with %s",
+                            c->parallel.zero >= 2 ? "parallel.zero >= 2 (its reduce-scatter)"
+                                                  : "parallel.sync = local_sgd");
     return pt_config_validate_layout(c);
 }
 

@@ -101,9 +101,12 @@ static pt_status dp_entry(pt_trainer *t, pt_strategy *out) {
     const pt_config *c = &t->cfg;
     *out = (pt_strategy){0};
     if (!t->dp || t->mode == MODE_LOCAL || (c->parallel.zero >= 2)) return PT_OK;
-    pt_dp_sync_options o = {(size_t)(c->parallel.bucket_mb * 1048576.0), c->parallel.overlap,
+    pt_dp_sync_options o = {(size_t)(c->parallel.bucket_mb * 1048576.0),
+                            c->parallel.overlap,
                             c->parallel.microbatches,
-                            t->mode == MODE_STALE ? c->parallel.staleness : 0, t->dga};
+                            t->mode == MODE_STALE ? c->parallel.staleness : 0,
+                            t->dga,
+                            !strcmp(c->comm.grad_dtype, "bf16")};
     return pt_dp_sync_strategy(out, &t->dps, t->model, t->dp, &o, t->trace);
 }
 
@@ -240,7 +243,8 @@ static pt_status build_passes(pt_trainer *t) {
                            .sp = cfg->parallel.sequence_parallel,
                            .owned = t->owned ? t->owned + (size_t)t->pp_rank * (size_t)nmod : NULL,
                            .recompute = pt_config_stage_recompute(cfg, t->pp_rank),
-                           .no_slot = 1};
+                           .no_slot = 1,
+                           .bf16 = !strcmp(cfg->train.precision, "bf16")};
     PT_CHECK(pt_model_new_opts(&t->model, mc, t->micro_B, &mo));
     pt_model_set_tp_comm(t->model, t->tp);
     if (t->mp) PT_CHECK(pt_model_new_slice(&t->full, mc, 0, 1, 0));

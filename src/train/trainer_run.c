@@ -230,6 +230,10 @@ static void say_start(const pt_trainer *t) {
     PT_INFO("world %d (%s), sync %s, %d threads per rank, per-rank batch %d (%d x %d)", t->nranks,
             t->world ? pt_comm_backend_name(t->world) : "single", c->parallel.sync,
             c->train.threads, t->local_B, c->parallel.microbatches, t->micro_B);
+    if (pt_model_bf16(t->model))
+        PT_INFO("precision bf16: matrix products on the %s bf16 kernel, fp32 master weights, "
+                "optimizer state and gradients",
+                pt_gemm_bf16_kind());
     if (t->dps) {
         pt_ddp *d = pt_dp_sync_ddp(t->dps);
         size_t o, n;

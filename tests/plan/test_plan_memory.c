@@ -401,10 +401,15 @@ static void test_precision_and_overflow(void) {
     pt_config c;
     tiny(&c);
     snprintf(c.train.precision, sizeof c.train.precision, "bf16");
-    CHECK(pt_config_validate(&c) != PT_OK);
-    CHECK(!strcmp(pt_error_message(), "train.precision = bf16 is for planning GPU runs (partrain "
-                                      "plan); the CPU runtime trains in fp32"));
+    CHECK_OK(pt_config_validate(&c)); /* the runtime trains in bf16 too */
     CHECK_OK(pt_config_validate_layout(&c));
+    pt_config odd = c; /* but all-gathers bf16 rows as floats under sequence parallelism */
+    odd.model.n_embd = 33;
+    odd.model.n_head = 1;
+    odd.parallel.tp = 1;
+    odd.parallel.sequence_parallel = 1;
+    CHECK(pt_config_validate(&odd) != PT_OK);
+    CHECK(strstr(pt_error_message(), "needs an even model.n_embd (got 33)") != NULL);
     pt_config bad = c;
     bad.parallel.tp = 3; /* the layout rules still hold under bf16 */
     CHECK(pt_config_validate_layout(&bad) != PT_OK);
