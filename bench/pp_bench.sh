@@ -30,7 +30,8 @@
 # speed-up of a runtime that adds nothing on cores that never slow each
 # other; goal = 0.9 * 2 / (1 + formula bubble) (issue 13's; above ideal
 # where the bubble exceeds 0.316) and whether the speed-up meets it,
-# infl = a rank's compute in a step (m v passes of each kind at their mean)
+# ratio = speed-up / ideal (issue 40's: at least 0.9 for gpt2_256 at m 2, 4,
+# 8 under 1f1b and zb1), infl = a rank's compute in a step (m v passes of each kind at their mean)
 # over half the baseline's step (what the split costs beyond the bubble:
 # shared cores, smaller products), stage_acts per stage (MiB, the
 # PT_MEM_ACTS peak). One JSON line per (config, m, schedule).
@@ -39,7 +40,11 @@
 #                     [--micro "2 4 8"] [--schedules "gpipe 1f1b interleaved zb1 zbv"] [--save]
 #
 # Configs: small = L6 C384 NH6 V256 T256 batch 8; gpt2 = L12 C768 NH12 V50257
-# T64 batch 4 (an m that does not divide the batch is skipped, said on stderr).
+# T64 batch 4; gpt2_256 = gpt2 at T256 batch 8 (issue 40's pipeline goal)
+# (an m that does not divide the batch is skipped, said on stderr).
+# PARTRAIN_B=path adds every schedule run by a second binary (rows "S@B",
+# in the same rounds and rotation: an A/B of two builds, interleaved; the
+# baseline and the formula's pass times are the first binary's).
 # interleaved runs with parallel.virtual_stages=2; zbv always has 2 chunks.
 # --save also writes the output to bench/results/pp_<date>.txt.
 # PARTRAIN=path overrides the binary (default: build-bench/src/cli/partrain,
@@ -56,12 +61,16 @@ while [ $# -gt 0 ]; do
     --micro) MICRO=$2; shift 2 ;;
     --schedules) SCHEDULES=$2; shift 2 ;;
     --save) SAVE=1; shift ;;
-    -h | --help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "pp_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 BIN=${PARTRAIN:-$ROOT/build-bench/src/cli/partrain}
+BIN_B=${PARTRAIN_B:-}
+# a stage waits for its neighbour's pass through the pass's length: gpt2_256's
+# passes on a loaded 2-core machine outlast comm.timeout's default 10 s
+TIMEOUT=${PP_BENCH_TIMEOUT:-600}
 if [ -z "${PARTRAIN:-}" ]; then
     cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$ROOT/build-bench" --target partrain -j2 >/dev/null
@@ -87,7 +96,8 @@ shape() { # config -> "L C NH V T batch"
     case "$1" in
     small) echo "6 384 6 256 256 8" ;;
     gpt2) echo "12 768 12 50257 64 4" ;;
-    *) echo "pp_bench.sh: unknown config '$1' (small gpt2)" >&2; exit 2 ;;
+    gpt2_256) echo "12 768 12 50257 256 8" ;;
+    *) echo "pp_bench.sh: unknown config '$1' (small gpt2 gpt2_256)" >&2; exit 2 ;;
     esac
 }
 
@@ -95,21 +105,22 @@ shape() { # config -> "L C NH V T batch"
 # baseline. Appends one JSON line (its medians, pass times, stage_acts) to
 # $TMP/CONFIG_M_SCHED.
 run() {
-    cfg=$1 m=$2 sch=$3 rd=$4
+    cfg=$1 m=$2 sch=$3 rd=$4 bin=$BIN
+    case "$sch" in *@B) bin=$BIN_B ;; esac
     set -- $(shape "$cfg")
     tag="${cfg}_${m}_${sch}_$rd"
     if [ "$sch" = base ]; then
         par="--set parallel.microbatches=1"
     else
-        par="--nproc 2 --set parallel.pp=2 --set parallel.schedule=$sch --set parallel.microbatches=$m"
+        par="--nproc 2 --set parallel.pp=2 --set parallel.schedule=${sch%@B} --set parallel.microbatches=$m"
         par="$par --set log.trace=$TMP/$tag.trace.json"
-        [ "$sch" = interleaved ] && par="$par --set parallel.virtual_stages=2"
+        [ "${sch%@B}" = interleaved ] && par="$par --set parallel.virtual_stages=2"
     fi
     # shellcheck disable=SC2086
-    if ! "$BIN" train $par --set model.n_layer=$1 --set model.n_embd=$2 --set model.n_head=$3 \
+    if ! "$bin" train $par --set model.n_layer=$1 --set model.n_embd=$2 --set model.n_head=$3 \
         --set model.vocab_size=$4 --set model.seq_len=$5 --set train.batch_size=$6 \
         --set train.steps=$((WARMUP + STEPS)) --set train.warmup_steps=0 --set train.lr=3e-4 \
-        --set train.threads=1 --set data.train="$DATA" \
+        --set train.threads=1 --set data.train="$DATA" --set comm.timeout=$TIMEOUT \
         --set log.metrics="$TMP/$tag.jsonl" >"$TMP/$tag.log" 2>&1; then
         echo "pp_bench.sh: run $tag failed; its last lines:" >&2
         tail -3 "$TMP/$tag.log" >&2
@@ -163,6 +174,7 @@ if os.path.exists(trace):
         out[key] = {k: statistics.mean(d for v in s.values() for d in v) for k, s in src.items()}
         out[key + "_stage"] = {k: {p: statistics.mean(v) for p, v in sorted(s.items())}
                                for k, s in src.items()}
+    sch = sch.split("@")[0]
     v = 2 if sch in ("interleaved", "zbv") else 1
     rp = pp_replay.replay(trace, 2, sch, v, warmup)
     out["replay"], out["stage"], out["trace"] = rp["replay"], rp["stage"], trace
@@ -171,9 +183,9 @@ PY
 }
 
 {
-    echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, partrain $(git -C "$ROOT" rev-parse --short HEAD), rounds $ROUNDS, warm-up $WARMUP, timed $STEPS; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
-    printf "%-6s %2s %-11s %9s %7s %7s %7s %6s %6s %6s %6s %6s %6s %4s %5s %6s %-15s %s\n" config m \
-        schedule step_ms speedup bubble formula diff stage replay rt ideal goal met infl times \
+    echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, partrain $(git -C "$ROOT" rev-parse --short HEAD) (A: $BIN${BIN_B:+, B: $BIN_B}), rounds $ROUNDS, warm-up $WARMUP, timed $STEPS; load at start $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf "%-8s %2s %-11s %9s %7s %7s %7s %6s %6s %6s %6s %6s %5s %6s %4s %5s %6s %-15s %s\n" config m \
+        schedule step_ms speedup bubble formula diff stage replay rt ideal ratio goal met infl times \
         stage_acts_MiB "compute_ms F/B/W/BW (stage0 | stage1)"
 } | tee "$OUTFILE"
 for cfg in $CONFIGS; do
@@ -185,6 +197,7 @@ for cfg in $CONFIGS; do
             continue
         fi
         runs="base $SCHEDULES"
+        [ -n "$BIN_B" ] && runs="$runs $(for s in $SCHEDULES; do printf '%s@B ' "$s"; done)"
         nruns=$(echo $runs | wc -w)
         r=1
         while [ "$r" -le "$ROUNDS" ]; do
@@ -195,7 +208,7 @@ for cfg in $CONFIGS; do
             for s in $order; do run "$cfg" "$m" "$s" "$r"; done
             r=$((r + 1))
         done
-        python3 - "$BIN" "$TMP" "$cfg" "$m" "$SCHEDULES" "$ROOT/bench" "$WARMUP" <<'PY' | tee -a "$OUTFILE"
+        python3 - "$BIN" "$TMP" "$cfg" "$m" "$SCHEDULES${BIN_B:+ $(for s in $SCHEDULES; do printf '%s@B ' "$s"; done)}" "$ROOT/bench" "$WARMUP" <<'PY' | tee -a "$OUTFILE"
 import json, statistics, subprocess, sys
 bin_, tmp, cfg, m, schedules = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split()
 sys.path.insert(0, sys.argv[6])
@@ -210,8 +223,9 @@ def times(runs, key="pass_ms"):  # mean over rounds of each kind's mean pass tim
     return {k: statistics.mean(r[key][k] for r in runs if k in r[key]) for k in ks}
 zb1 = times(load("zb1")) if "zb1" in schedules else None
 rows, lines = [], []
-for s in schedules:
-    runs = load(s)
+for label in schedules:
+    runs = load(label)
+    s = label.split("@")[0]
     ms = med(r["step_ms"] for r in runs)
     bub = med(b for r in runs for b in r["bubbles"])
     stage = med(b for r in runs for b in r["stage"])
@@ -234,7 +248,7 @@ for s in schedules:
         u = pp_replay.replay(r["trace"], 2, s, v, warmup, {"F": tf, "B": tb, "W": tw})["uniform"]
         if abs(u - f["bubble"]) > 1e-4:
             sys.exit("pp_bench.sh: %s m %d %s: the replay at the formula's times gives %.6f, "
-                     "the formula %.6f" % (cfg, m, s, u, f["bubble"]))
+                     "the formula %.6f" % (cfg, m, label, u, f["bubble"]))
     speedup = base_ms / ms
     # a rank's passes in a step (m x v of each kind) over half the baseline's step
     infl = m * v * sum(own.values()) / (base_ms / 2)
@@ -247,10 +261,11 @@ for s in schedules:
     ptxt = "/".join("%.0f" % own[k] for k in order) + " (" + \
         "/".join("%.0f" % per[k][0] for k in order) + " | " + \
         "/".join("%.0f" % per[k][1] for k in order) + ")"
-    rows.append("%-6s %2d %-11s %9.1f %6.2fx %7.3f %7.3f %6.3f %6.3f %6.3f %+6.3f %5.2fx %5.2fx %4s %5.2f %6s %-15s %s" % (
-        cfg, m, s, ms, speedup, bub, f["bubble"], abs(bub - f["bubble"]), stage, rep, bub - rep, ideal, goal,
+    rows.append("%-8s %2d %-11s %9.1f %6.2fx %7.3f %7.3f %6.3f %6.3f %6.3f %+6.3f %5.2fx %5.3f %5.2fx %4s %5.2f %6s %-15s %s" % (
+        cfg, m, label, ms, speedup, bub, f["bubble"], abs(bub - f["bubble"]), stage, rep, bub - rep, ideal, speedup / ideal, goal,
         "yes" if speedup >= goal else "no", infl, src, "/".join("%.1f" % a for a in acts), ptxt))
     lines.append(json.dumps({"bench": "pp", "config": cfg, "pp": 2, "microbatches": m, "schedule": s,
+                      "binary": "B" if label.endswith("@B") else "A", "ideal_ratio": speedup / ideal,
                       "virtual_stages": v, "threads_per_rank": 1,
                       "baseline_ms": base_ms, "step_ms": ms, "speedup": speedup,
                       "bubble": bub, "formula_bubble": f["bubble"],

@@ -69,6 +69,13 @@ void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, flo
  * the norm is only reported (no clipping). Equal to pt_optim_grad_sumsq up to
  * rounding (the order of the sum differs). */
 double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr);
+/* Leave [off, off + n) of the window alone from now on: the steps neither
+ * update its parameters nor touch its state (another rank updates them: a
+ * pipeline's tied wte, split between two stages). n = 0: none. The skipped
+ * state stays allocated, so that checkpoints keep the window's layout. */
+void pt_adamw_set_skip(pt_adamw *o, size_t off, size_t n);
+/* The skipped range (*n = 0: none). */
+void pt_adamw_skip(const pt_adamw *o, size_t *off, size_t *n);
 
 /* State, lent: first and second moments (n floats each; SGD: the momentum
  * buffer or NULL, and NULL) and the number of steps taken (checkpoints save

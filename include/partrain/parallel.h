@@ -102,7 +102,8 @@ pt_status pt_trace_write_events(const pt_trace *t, FILE *f, int rank, uint64_t t
  * happens (the entries after it are not called) and is the step's error.
  * A NULL slot is skipped. Lifecycle: pt_stack_push each entry in order ->
  * per step: begin, the passes' points, end, sync, norm (inside an
- * update), update, stats -> pt_stack_free (frees the entries in reverse). */
+ * update), update, stats; around a checkpoint: state -> pt_stack_free
+ * (frees the entries in reverse). */
 
 /* The stack's view of a step, set before its first pass. */
 typedef struct {
@@ -127,7 +128,9 @@ typedef struct {
      * the stack's norm entries in order (NULL: one model replica, nothing to sum) */
     pt_status (*reduce_norm)(void *arg, double parts[2], double *sumsq);
     void *norm_arg;
-    float norm; /* out: the global gradient norm before clipping */
+    float norm;   /* out: the global gradient norm before clipping */
+    double sumsq; /* out: its square as summed (an entry that updates parameters
+                     of its own after the optimizer clips them alike) */
 } pt_update;
 
 /* One rank's communication figures of a step (entries add theirs). */
@@ -316,14 +319,24 @@ pt_status pt_optimizer_strategy(pt_strategy *out, pt_adamw *opt, pt_model *m, pt
 pt_status pt_tp_norm_strategy(pt_strategy *out, pt_comm *tp);
 pt_status pt_pp_norm_strategy(pt_strategy *out, pt_comm *pp);
 /* The tied embedding's sync across a pipeline, "tied" (tied.c): the head's
- * stage keeps a copy of wte, refreshed from the embedding's stage before
- * each step's (and validation's) first forward; the head's gradient of it
- * goes back after its last backward and is added to the embedding's before
- * module 0's gradient is final. Collective over pp (lent; NULL: no entry):
+ * stage keeps a copy of wte. Collective over pp (lent; NULL: no entry):
  * emb_stage and head_stage are the pp ranks holding modules 0 and L+1; an
- * empty entry where they coincide or this rank is neither. */
+ * empty entry where they coincide or this rank is neither. With opt (the
+ * stage's optimizer over its whole flat buffer, lent; hp its rule) the two
+ * stages split wte's update by rows (tied_split.c: each updates half,
+ * exchanging the gradient's and the parameters' halves); with opt NULL
+ * (data parallelism, ZeRO) the embedding's stage updates all of it: the
+ * copy is refreshed from it before each step's (and validation's) first
+ * forward, and the head's gradient goes back after its last backward, to
+ * be added before module 0's gradient is final. */
 pt_status pt_tied_strategy(pt_strategy *out, pt_model *m, pt_comm *pp, int emb_stage,
-                           int head_stage);
+                           int head_stage, pt_adamw *opt, const pt_adamw_hparams *hp);
+/* Rows of wte's (local) rows the first stage updates under the split: the
+ * first half, rounded up; the last stage updates the rest. */
+size_t pt_tied_split_rows(int rows);
+/* tied_split.c's entry over c (given up: the entry owns it, also on failure). */
+pt_status pt_tied_split_new(pt_strategy *out, pt_model *m, pt_comm *c, int emb_here, int peer,
+                            pt_adamw *opt, const pt_adamw_hparams *hp);
 /* The stack entry "trace" (empty for a NULL t): one event per module
  * pass, "fwd h.3 mb1", "bwd head" (B under split), "W h.0"; pushed last so
  * that its clock starts after the other entries' before points. */

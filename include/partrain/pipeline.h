@@ -217,6 +217,12 @@ typedef struct {
      * pass ends no earlier than the head's gradient lands (tied_send after
      * the head's last weight pass), then adds it (tied_add > 0). */
     double tied_send, tied_add;
+    /* Per rank (p entries; NULL: none): its optimizer update after the
+     * step's passes. The gradient norm's all-reduce over the pipeline joins
+     * the ranks first, so the step ends at the passes' end plus the
+     * longest update (pt_sched_step_end): a stage's whole step is its
+     * passes and its update, the tied wte's share included. */
+    const double *update;
 } pt_sched_times;
 
 /* A pass as the simulator placed it. */
@@ -227,6 +233,7 @@ typedef struct {
 
 typedef struct {
     double makespan;      /* out: the last pass's end */
+    double step;          /* out: the step's end, updates included (pt_sched_step_end) */
     double *busy;         /* in: NULL, or p entries for each rank's seconds in passes */
     pt_sched_slot *slots; /* in: NULL, or room for every rank's passes */
     int nslots;           /* out: the passes placed into slots */
@@ -239,6 +246,9 @@ typedef struct {
  * one line naming the stuck ranks' passes on a deadlock, or a pass missing,
  * duplicated or of a kind the schedule does not run. */
 pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sched_result *out);
+/* The step's end from the passes' end and each of p ranks' update (NULL:
+ * none): makespan + the longest update (pt_sched_times.update). */
+double pt_sched_step_end(double makespan, const double *update, int p);
 
 /* ---- pipeline stages (stages.c) ----------------------------------------------- */
 /* Stage k of a p-stage pipeline holds modules [first, last] (0 the
@@ -247,7 +257,8 @@ pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sc
  * held, the last stage's copy of the tied wte included. */
 typedef struct {
     int first, last;
-    double cost;
+    double cost;   /* passes, plus the update where the cut weighs the step */
+    double update; /* of which the update (pt_stage_split_step; else 0) */
     size_t params;
 } pt_stage;
 
@@ -272,6 +283,24 @@ pt_status pt_stage_split(const pt_model_config *cfg, int p, const char *layers, 
  * chunks when v > 1, and pt_schedule_build_stage's for the m given. */
 pt_status pt_stage_split_for(const pt_model_config *cfg, const char *name, int p, int v, int m,
                              const char *layers, pt_stage *out);
+/* A pipeline rank's step beside its passes, for the cut that balances the
+ * whole step: update, the flops per sequence (the passes' units) that
+ * updating one parameter costs; tied_split, whether the first and the last
+ * stage update half of the tied wte each (tied_split.c), else the first
+ * all of it. */
+typedef struct {
+    double update;
+    int tied_split;
+} pt_stage_step;
+/* The step over `sequences` a step per pipeline (a dp rank's batch), for
+ * AdamW (sgd 0) or SGD, at dp ranks (the wte update is split at dp 1). */
+pt_stage_step pt_stage_step_of(int sgd, double sequences, int dp);
+/* pt_stage_split_for with each module's cost its whole step's: its passes
+ * and its share of the update (step NULL: the passes only, as
+ * pt_stage_split_for). The cut the trainer runs and the planner weighs. */
+pt_status pt_stage_split_step(const pt_model_config *cfg, const pt_stage_step *step,
+                              const char *name, int p, int v, int m, const char *layers,
+                              pt_stage *out);
 /* Parameters (floats) of module i of cfg (0 the embedding, 1..L the
  * blocks, L + 1 the head; the tied wte not in the head's, which a stage
  * of its own adds: pt_stage.params). */
@@ -329,9 +358,12 @@ pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *b, double *l
 pt_status pt_pipeline_forward(pt_pipeline *q, const pt_batch *b, float *loss);
 
 typedef struct {
-    uint64_t busy_ns;    /* the last step's passes' work (their waits excluded) */
-    uint64_t span_ns;    /* its first pass to the end of its last send */
-    uint64_t wait_ns;    /* waiting for neighbours inside it */
+    uint64_t busy_ns; /* the last step's passes' work (their waits excluded) */
+    uint64_t span_ns; /* its first pass to the end of its last send */
+    uint64_t wait_ns; /* waiting for neighbours inside it */
+    /* of the span, before its first pass's work began (its input) and
+     * after its last pass's work ended (its sends completing) */
+    uint64_t lead_ns, tail_ns;
     uint64_t sent_bytes; /* to other stages since the pipeline was made */
     uint64_t comm_ns;    /* its transfers' time, start to completion, since it was made */
 } pt_pipeline_stats;

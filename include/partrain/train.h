@@ -37,6 +37,7 @@
 #include "partrain/core.h"
 #include "partrain/model.h"
 #include "partrain/optim.h"
+#include "partrain/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +123,10 @@ void pt_config_print_markdown(FILE *f);
  * schedule's own: 2 for interleaved and zbv, else 1). */
 const char *pt_config_schedule(const pt_config *c);
 int pt_config_virtual_stages(const pt_config *c);
+/* What a pipeline rank's step holds beside its passes, for the stage cut
+ * (pt_stage_split_step) at dp ranks: train.batch_size / dp sequences a
+ * step, train.optimizer's update. */
+pt_stage_step pt_config_stage_step(const pt_config *c, int dp);
 /* The recompute mode of pipeline rank pp_rank: its entry of
  * model.stage_recompute, or model.recompute when that is empty. c valid. */
 pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank);
@@ -302,6 +307,11 @@ typedef struct {
     uint64_t pp_comm_bytes; /* bytes this rank sent to its neighbour stages this step */
     uint64_t stage_acts[PT_STEP_MAX_STAGES]; /* per stage: the largest PT_MEM_ACTS peak of
                                                 its ranks this step (rank 0 only) */
+    /* per stage: the most any of its ranks idled outside its passes this
+     * step, ms (rank 0 only): waiting for its first pass's input, for its
+     * last sends, and blocked before and after the passes (the tied wte's
+     * exchange, the norm over the stages while another stage works) */
+    double stage_idle_ms[PT_STEP_MAX_STAGES];
     /* Where the step's time went: this rank's parts (they add up to step_ms) */
     double part_ms[PT_NPARTS];
     /* Rank 0 only, over every rank of the world (nranks of them): each

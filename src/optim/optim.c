@@ -19,6 +19,7 @@ struct pt_adamw {
     int nsegs;
     pt_adamw_hparams hp;
     int t;
+    size_t skip_off, skip_n; /* [skip_off, skip_off + skip_n): left alone */
 };
 
 pt_status pt_adamw_new(pt_adamw **out, size_t n, const pt_optim_segment *segs, int nsegs,
@@ -64,14 +65,42 @@ int pt_optim_state_count(const pt_adamw_hparams *hp) {
     return 2;
 }
 
+/* Segment i's pieces outside the skipped range into out (up to 2, each a
+ * segment of the window); returns their count. */
+static int pieces(const pt_adamw *o, int i, pt_optim_segment out[2]) {
+    pt_optim_segment s = o->segs[i];
+    size_t a = o->skip_off, z = o->skip_off + o->skip_n, end = s.offset + s.n;
+    if (o->skip_n == 0 || z <= s.offset || a >= end) {
+        out[0] = s;
+        return 1;
+    }
+    int k = 0;
+    if (a > s.offset) out[k++] = (pt_optim_segment){s.offset, a - s.offset, s.decay};
+    if (z < end) out[k++] = (pt_optim_segment){z, end - z, s.decay};
+    return k;
+}
+
+void pt_adamw_set_skip(pt_adamw *o, size_t off, size_t n) {
+    PT_ASSERT(off + n <= o->n);
+    o->skip_off = off;
+    o->skip_n = n;
+}
+
+void pt_adamw_skip(const pt_adamw *o, size_t *off, size_t *n) {
+    *off = o->skip_off;
+    *n = o->skip_n;
+}
+
 /* SGD on the window: per segment, its decay flag picks the weight decay. */
 static void sgd_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
-    for (int i = 0; i < o->nsegs; i++) {
-        const pt_optim_segment *s = &o->segs[i];
-        pt_sgd_update(params + s->offset, grads + s->offset, o->m ? o->m + s->offset : NULL,
-                      (long)s->n, lr, o->hp.momentum, s->decay ? o->hp.weight_decay : 0.0f,
-                      grad_scale);
-    }
+    pt_optim_segment piece[2];
+    for (int i = 0; i < o->nsegs; i++)
+        for (int j = 0, k = pieces(o, i, piece); j < k; j++) {
+            const pt_optim_segment *s = &piece[j];
+            pt_sgd_update(params + s->offset, grads + s->offset, o->m ? o->m + s->offset : NULL,
+                          (long)s->n, lr, o->hp.momentum, s->decay ? o->hp.weight_decay : 0.0f,
+                          grad_scale);
+        }
 }
 
 void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, float grad_scale) {
@@ -80,12 +109,14 @@ void pt_adamw_step(pt_adamw *o, float *params, const float *grads, float lr, flo
         sgd_step(o, params, grads, lr, grad_scale);
         return;
     }
-    for (int i = 0; i < o->nsegs; i++) {
-        const pt_optim_segment *s = &o->segs[i];
-        pt_adamw_update(params + s->offset, grads + s->offset, o->m + s->offset, o->v + s->offset,
-                        (long)s->n, lr, o->hp.beta1, o->hp.beta2, o->hp.eps,
-                        s->decay ? o->hp.weight_decay : 0.0f, o->t, grad_scale);
-    }
+    pt_optim_segment piece[2];
+    for (int i = 0; i < o->nsegs; i++)
+        for (int j = 0, k = pieces(o, i, piece); j < k; j++) {
+            const pt_optim_segment *s = &piece[j];
+            pt_adamw_update(params + s->offset, grads + s->offset, o->m + s->offset,
+                            o->v + s->offset, (long)s->n, lr, o->hp.beta1, o->hp.beta2, o->hp.eps,
+                            s->decay ? o->hp.weight_decay : 0.0f, o->t, grad_scale);
+        }
 }
 
 double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float lr) {
@@ -93,18 +124,23 @@ double pt_adamw_step_sumsq(pt_adamw *o, float *params, const float *grads, float
     if (o->hp.kind == PT_OPTIM_SGD) {
         /* SGD reads each element once anyway: the sum first, per segment (the
          * same slices as the fused AdamW pass, so the same bits) */
+        pt_optim_segment piece[2];
         for (int i = 0; i < o->nsegs; i++)
-            sumsq += pt_sum_squares(grads + o->segs[i].offset, (long)o->segs[i].n);
+            for (int j = 0, k = pieces(o, i, piece); j < k; j++)
+                sumsq += pt_sum_squares(grads + piece[j].offset, (long)piece[j].n);
         pt_adamw_step(o, params, grads, lr, 1.0f);
         return sumsq;
     }
     o->t++;
-    for (int i = 0; i < o->nsegs; i++) {
-        const pt_optim_segment *s = &o->segs[i];
-        sumsq += pt_adamw_update_sumsq(params + s->offset, grads + s->offset, o->m + s->offset,
-                                       o->v + s->offset, (long)s->n, lr, o->hp.beta1, o->hp.beta2,
-                                       o->hp.eps, s->decay ? o->hp.weight_decay : 0.0f, o->t, 1.0f);
-    }
+    pt_optim_segment piece[2];
+    for (int i = 0; i < o->nsegs; i++)
+        for (int j = 0, k = pieces(o, i, piece); j < k; j++) {
+            const pt_optim_segment *s = &piece[j];
+            sumsq +=
+                pt_adamw_update_sumsq(params + s->offset, grads + s->offset, o->m + s->offset,
+                                      o->v + s->offset, (long)s->n, lr, o->hp.beta1, o->hp.beta2,
+                                      o->hp.eps, s->decay ? o->hp.weight_decay : 0.0f, o->t, 1.0f);
+        }
     return sumsq;
 }
 

@@ -10,21 +10,22 @@
  * programming over the L + 2 modules). Memory per stage (parameters; the
  * tied wte on the last stage too) is reported beside it.
  *
+ * The cut a pipeline runs weighs each stage's WHOLE step (pt_stage_step):
+ * its passes, and its optimizer update, which is memory-bound: a cost per
+ * parameter it updates, in the passes' units, over the sequences a step
+ * runs. The tied wte's update counts where it runs: half on the first
+ * stage and half on the last where the two split it (tied_split.c), else
+ * whole on the first. gpt2 at pp 2 (seq_len 64, batch 4) by its passes:
+ * embedding + 9 blocks | 3 blocks + head, 102 M of the 124 M parameters
+ * updated on rank 0 (tens of ms after the passes while rank 1 waits).
+ *
  * Not here: running stages (the pipeline schedules), the planner's memory
  * model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "partrain/pipeline.h"
-
-/* Forward + backward work of module i, in flops per sequence. */
-static double module_cost(const pt_model_config *c, int i) {
-    double C = c->n_embd, T = c->seq_len, V = c->vocab_size;
-    if (i == 0) return 3.0 * T * C;
-    if (i <= c->n_layer) return 3.0 * (24.0 * T * C * C + 4.0 * T * T * C);
-    return 3.0 * 2.0 * T * C * V;
-}
+#include "partrain/parallel.h"
 
 size_t pt_stage_module_params(const pt_model_config *c, int i) {
     size_t C = (size_t)c->n_embd;
@@ -33,13 +34,53 @@ size_t pt_stage_module_params(const pt_model_config *c, int i) {
     return 2 * C;
 }
 
-static void fill(const pt_model_config *c, pt_stage *s, int first, int last, int is_last) {
+/* Parameters whose update module i's stage runs: its own, the tied wte's
+ * rows split between the embedding's and the head's (the head's module
+ * carries the second half: with one stage the two add up to wte). */
+static double module_updated(const pt_model_config *c, const pt_stage_step *s, int i) {
+    double own = (double)pt_stage_module_params(c, i), C = c->n_embd;
+    if (!s || !s->tied_split || (i != 0 && i <= c->n_layer)) return own;
+    double hi = (double)(c->vocab_size - (int)pt_tied_split_rows(c->vocab_size)) * C;
+    return i == 0 ? own - hi : own + hi;
+}
+
+/* Module i's work in a step, in flops per sequence: forward + backward,
+ * and with a step given its share of the update. */
+static double module_cost(const pt_model_config *c, const pt_stage_step *step, int i) {
+    double C = c->n_embd, T = c->seq_len, V = c->vocab_size, f;
+    if (i == 0)
+        f = 3.0 * T * C;
+    else if (i <= c->n_layer)
+        f = 3.0 * (24.0 * T * C * C + 4.0 * T * T * C);
+    else
+        f = 3.0 * 2.0 * T * C * V;
+    return step ? f + step->update * module_updated(c, step, i) : f;
+}
+
+/* Flops the passes run in the time one parameter's update takes: AdamW
+ * reads a parameter, its gradient and two moments and writes three (28
+ * bytes), SGD 12, and the next step's gradient reset writes 4 more. On
+ * this 2-core Xeon (AVX-512) one thread updates a parameter in 0.80 ns
+ * (AdamW, calibrate's adamw_s; 40 GB/s with the reset) while its sgemm
+ * runs at 165 GFLOP/s (docs/benchmarks.md): about 4 flops a byte. */
+#define FLOPS_PER_UPDATE_BYTE 4.0
+
+pt_stage_step pt_stage_step_of(int sgd, double sequences, int dp) {
+    double bytes = (sgd ? 12.0 : 28.0) + 4.0;
+    return (pt_stage_step){bytes * FLOPS_PER_UPDATE_BYTE / (sequences > 0 ? sequences : 1),
+                           dp <= 1};
+}
+
+static void fill(const pt_model_config *c, const pt_stage_step *step, pt_stage *s, int first,
+                 int last, int is_last) {
     s->first = first;
     s->last = last;
     s->cost = 0;
+    s->update = 0;
     s->params = 0;
     for (int i = first; i <= last; i++) {
-        s->cost += module_cost(c, i);
+        s->cost += module_cost(c, step, i);
+        if (step) s->update += step->update * module_updated(c, step, i);
         s->params += pt_stage_module_params(c, i);
     }
     /* the tied LM head reads wte: the last stage keeps a copy */
@@ -118,7 +159,8 @@ static int least_cut(const double *a, const double *pre, int from, int j, int *c
 }
 
 /* pt_stage_split, p = pp x v stages (v names them in messages). */
-static pt_status split(const pt_model_config *c, int p, int v, const char *layers, pt_stage *out) {
+static pt_status split(const pt_model_config *c, const pt_stage_step *step, int p, int v,
+                       const char *layers, pt_stage *out) {
     int nmod = c->n_layer + 2;
     if (p < 1 || p > nmod) {
         char what[128];
@@ -134,7 +176,7 @@ static pt_status split(const pt_model_config *c, int p, int v, const char *layer
         pt_status st = parse_layers(c, p, v, layers, blocks);
         for (int k = 0, next = 1; st == PT_OK && k < p; k++) {
             int first = k == 0 ? 0 : next, last = next + blocks[k] - 1 + (k == p - 1);
-            fill(c, &out[k], first, last, k == p - 1);
+            fill(c, step, &out[k], first, last, k == p - 1);
             next += blocks[k];
         }
         free(blocks);
@@ -153,7 +195,7 @@ static pt_status split(const pt_model_config *c, int p, int v, const char *layer
     }
 #define AT(k, j) ((size_t)(k) * (size_t)(nmod + 1) + (size_t)(j))
     pre[0] = 0;
-    for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, i);
+    for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, step, i);
     for (int j = 0; j <= nmod; j++) best[AT(1, j)] = pre[j], cut[AT(1, j)] = 0;
     for (int k = 2; k <= p; k++)
         for (int j = k, cross = k - 1; j <= nmod; j++) { /* stage k holds [i, j) */
@@ -164,7 +206,7 @@ static pt_status split(const pt_model_config *c, int p, int v, const char *layer
         }
     for (int k = p, j = nmod; k >= 1; k--) {
         int i = cut[AT(k, j)];
-        fill(c, &out[k - 1], i, j - 1, k == p);
+        fill(c, step, &out[k - 1], i, j - 1, k == p);
         j = i;
     }
 #undef AT
@@ -175,7 +217,7 @@ static pt_status split(const pt_model_config *c, int p, int v, const char *layer
 }
 
 pt_status pt_stage_split(const pt_model_config *c, int p, const char *layers, pt_stage *out) {
-    return split(c, p, 1, layers, out);
+    return split(c, NULL, p, 1, layers, out);
 }
 
 void pt_stage_describe(const pt_model_config *c, int p, const pt_stage *s, char *buf, size_t n) {
@@ -205,6 +247,7 @@ typedef struct {
     int G, p, nmod;
     const int *rank_of; /* virtual stage -> rank */
     const double *pre;  /* prefix sums of the modules' costs */
+    const double *upre; /* and of their updates' (part of pre) */
     int *cur, *best;    /* starts of virtual stages 1..G-1 */
     double best_rank, best_stage;
     double *part;       /* per rank: the cost of its stages closed so far */
@@ -301,14 +344,18 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
     double best_end = -1;
     for (int k = 0; st == PT_OK && k < n && k < CUT_SIMULATED; k++) {
         const int *at = x->cand + (size_t)order[k].i * (size_t)(G - 1);
+        double upd[CUT_MAX_RANKS] = {0};
         for (int g = 0; g < G; g++) {
             int a = g ? at[g - 1] : 0, b = g + 1 < G ? at[g] : x->nmod;
-            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod]);
+            double u = (x->upre[b] - x->upre[a]) / x->pre[x->nmod];
+            t[0][g] = t[1][g] = t[2][g] = 1.0 / 3 * ((x->pre[b] - x->pre[a]) / x->pre[x->nmod] - u);
+            upd[x->rank_of[g]] += u;
         }
+        times.update = upd;
         pt_sched_result res = {0};
         st = pt_sched_simulate(lists, &times, &res);
-        if (st == PT_OK && (best_end < 0 || below(res.makespan, best_end))) {
-            best_end = res.makespan;
+        if (st == PT_OK && (best_end < 0 || below(res.step, best_end))) {
+            best_end = res.step;
             memcpy(x->best, at, (size_t)(G - 1) * sizeof *at);
         }
     }
@@ -319,8 +366,14 @@ static pt_status simulate_cuts(search *x, const char *schedule, int m, int v) {
 
 pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int p, int v, int m,
                              const char *layers, pt_stage *out) {
+    return pt_stage_split_step(c, NULL, schedule, p, v, m, layers, out);
+}
+
+pt_status pt_stage_split_step(const pt_model_config *c, const pt_stage_step *step,
+                              const char *schedule, int p, int v, int m, const char *layers,
+                              pt_stage *out) {
     int G = p * v, nmod = c->n_layer + 2;
-    PT_CHECK(split(c, G, v, layers, out));
+    PT_CHECK(split(c, step, G, v, layers, out));
     /* one chunk a rank, or the cut given: as it is */
     if (v == 1 || (layers && *layers) || G > PT_SCHEDULE_MAX_VIRTUAL * 64) return PT_OK;
     /* Several chunks a rank: what a rank works is the SUM of its chunks,
@@ -338,7 +391,7 @@ pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int
     if (total > 2000000) return PT_OK;
     int rank_of[PT_SCHEDULE_MAX_VIRTUAL * 64];
     for (int g = 0; g < G; g++) rank_of[g] = pt_schedule_locate(schedule, p, v, g, NULL);
-    double *pre = malloc((size_t)(nmod + 1) * sizeof *pre);
+    double *pre = malloc(2 * (size_t)(nmod + 1) * sizeof *pre), *upre = pre + nmod + 1;
     int *cur = malloc((size_t)G * sizeof *cur), *best = malloc((size_t)G * sizeof *best);
     int *cand = malloc((size_t)CUT_CANDIDATES * (size_t)G * sizeof *cand);
     double *cand_stage = malloc((size_t)CUT_CANDIDATES * sizeof *cand_stage);
@@ -348,9 +401,12 @@ pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int
         st = pt_error_set(PT_ERR_NOMEM, "stage split");
         goto done;
     }
-    pre[0] = 0;
-    for (int i = 0; i < nmod; i++) pre[i + 1] = pre[i] + module_cost(c, i);
-    search x = {G, p, nmod, rank_of, pre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
+    pre[0] = upre[0] = 0;
+    for (int i = 0; i < nmod; i++) {
+        pre[i + 1] = pre[i] + module_cost(c, step, i);
+        upre[i + 1] = upre[i] + (step ? step->update * module_updated(c, step, i) : 0);
+    }
+    search x = {G, p, nmod, rank_of, pre, upre, cur, best, 0, 0, part, 0, cand, 0, cand_stage};
     /* the per-stage cut is the one to beat */
     for (int k = 1; k < G; k++) best[k - 1] = cur[k - 1] = out[k].first;
     score(&x, best, &x.best_rank, &x.best_stage);
@@ -361,7 +417,7 @@ pt_status pt_stage_split_for(const pt_model_config *c, const char *schedule, int
         st = simulate_cuts(&x, schedule, m, v);
     for (int k = 0; st == PT_OK && k < G; k++) {
         int a = k ? best[k - 1] : 0, b = k + 1 < G ? best[k] : nmod;
-        fill(c, &out[k], a, b - 1, k == G - 1);
+        fill(c, step, &out[k], a, b - 1, k == G - 1);
     }
 done:
     free(pre);

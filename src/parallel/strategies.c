@@ -13,8 +13,14 @@ pt_status pt_update_apply(pt_update *u, pt_adamw *opt, const pt_model *m, float 
                           const float *grads, size_t off, size_t n) {
     double sumsq;
     if (u->reduce_norm) { /* the norm over the tp group and the stages, each parameter once */
-        double parts[2];
-        pt_grad_sumsq_parts(m, grads, off, n, parts);
+        double parts[2], rest[2];
+        size_t so, sn; /* the window's part another rank updates (and counts) */
+        pt_adamw_skip(opt, &so, &sn);
+        pt_grad_sumsq_parts(m, grads, off, sn ? so : n, parts);
+        if (sn) {
+            pt_grad_sumsq_parts(m, grads + so + sn, off + so + sn, n - so - sn, rest);
+            parts[0] += rest[0], parts[1] += rest[1];
+        }
         pt_status st = u->reduce_norm(u->norm_arg, parts, &sumsq);
         if (st != PT_OK) {
             char msg[512];
@@ -29,6 +35,7 @@ pt_status pt_update_apply(pt_update *u, pt_adamw *opt, const pt_model *m, float 
         pt_adamw_step(opt, params, grads, u->lr, pt_optim_clip_scale(sumsq, u->clip));
     }
     u->norm = (float)sqrt(sumsq);
+    u->sumsq = sumsq;
     return PT_OK;
 }
 

@@ -8,7 +8,9 @@
  * gradient is final (before data parallelism's bucket launches, before
  * ZeRO's reduce-scatter: the stack's order puts this entry after theirs,
  * and an AFTER point runs in reverse). Only the embedding's stage
- * optimizes wte; the copy follows it (Megatron's shared embedding).
+ * optimizes wte; the copy follows it (Megatron's shared embedding). This
+ * is the entry where data parallelism or ZeRO own the update; elsewhere
+ * the two stages split wte's update (tied_split.c).
  *
  * Not here: the activations between stages (pipeline/runtime.c). */
 #include <stdio.h>
@@ -136,7 +138,7 @@ static const pt_strategy_ops TIED = {.name = "tied",
                                      .free = tied_free};
 
 pt_status pt_tied_strategy(pt_strategy *out, pt_model *m, pt_comm *pp, int emb_stage,
-                           int head_stage) {
+                           int head_stage, pt_adamw *opt, const pt_adamw_hparams *hp) {
     *out = (pt_strategy){0};
     if (!pp) return PT_OK;
     /* collective over pp: every rank splits, those without a part free it */
@@ -147,6 +149,9 @@ pt_status pt_tied_strategy(pt_strategy *out, pt_model *m, pt_comm *pp, int emb_s
         pt_comm_free(c);
         return PT_OK;
     }
+    if (opt)
+        return pt_tied_split_new(out, m, c, r == emb_stage, r == emb_stage ? head_stage : emb_stage,
+                                 opt, hp);
     tied *t = calloc(1, sizeof *t);
     if (!t) {
         pt_comm_free(c);

@@ -179,8 +179,9 @@ pt_status pt_plan_stage_cut(pt_plan_memory_cache *k, const pt_config *c, pt_stag
     size_t n = 0;
     if (k) {
         /* the micro-batches weigh only a cut of several chunks a rank */
-        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d/%s", name, p, v, v > 1 ? m : 0,
-                             c->parallel.stage_layers);
+        n = (size_t)snprintf(key, sizeof key, "%s/%d/%d/%d/%s/%d/%d/%s", name, p, v, v > 1 ? m : 0,
+                             c->parallel.stage_layers, c->parallel.dp, c->train.batch_size,
+                             c->train.optimizer);
         if (n >= sizeof key) n = sizeof key - 1;
         const pt_stage *hit = table_get(&k->cuts, key, n, bytes_hash(key, n));
         if (hit) {
@@ -189,7 +190,8 @@ pt_status pt_plan_stage_cut(pt_plan_memory_cache *k, const pt_config *c, pt_stag
             return PT_OK;
         }
     }
-    PT_CHECK(pt_stage_split_for(&c->model, name, p, v, m, c->parallel.stage_layers, buf));
+    pt_stage_step step = pt_config_stage_step(c, c->parallel.dp); /* the trainer's cut */
+    PT_CHECK(pt_stage_split_step(&c->model, &step, name, p, v, m, c->parallel.stage_layers, buf));
     *cut = buf;
     if (!k) return PT_OK;
     pt_stage *own = malloc(sizeof *own * (size_t)p * (size_t)v);

@@ -39,6 +39,7 @@ typedef struct cut_node {
      * v > 1) */
     int m;
     const pt_sched *sched;
+    int dp; /* the update weighs a step over batch / dp sequences */
     struct cut_node *next;
     pt_stage st[];
 } cut_node;

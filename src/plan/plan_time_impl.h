@@ -34,6 +34,12 @@ typedef struct {
      * differ (trainer_pipe.c), else 0: each way's transfer, and the add of
      * the head's gradient into the embedding's */
     double tied_s, tied_add;
+    /* where the two stages split wte's update (dp 1, tied_split.c; tied_s
+     * and tied_add are then 0): the exchange after the passes, each way a
+     * half of the gradient and of the rows, and the half's add; and wte's
+     * floats a rank holds (tp shard), of which the head's rows */
+    int tied_split;
+    double tied_x, wte, wte_hi;
     int p, v, m, stride, dpn; /* pipeline shape; mesh stride of pp; devices a node */
     int rank_of[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL]; /* virtual stage -> pp rank */
     double makespan;                         /* the pipeline's step, passes and p2p */

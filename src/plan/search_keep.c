@@ -156,17 +156,18 @@ pt_status pt_plan_search_cut(plan_search *s, const pt_plan_layout *l, const pt_s
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1, m = v > 1 ? l->microbatches : 0;
     const pt_sched *d = v > 1 ? pt_sched_find(l->schedule) : NULL;
     cut_node **head = &s->cut[l->pp][v], *c = *head;
-    while (c && (c->m != m || c->sched != d)) c = c->next;
+    while (c && (c->m != m || c->sched != d || c->dp != l->dp)) c = c->next;
     if (!c) {
         c = malloc(sizeof *c + sizeof c->st[0] * (size_t)l->pp * (size_t)v);
         if (!c) return pt_error_set(PT_ERR_NOMEM, "plan: stage cut");
-        pt_status e = pt_stage_split_for(&s->base->model, l->schedule, l->pp, v, l->microbatches,
-                                         l->stage_layers, c->st);
+        pt_stage_step step = pt_config_stage_step(s->base, l->dp); /* the trainer's cut */
+        pt_status e = pt_stage_split_step(&s->base->model, &step, l->schedule, l->pp, v,
+                                          l->microbatches, l->stage_layers, c->st);
         if (e != PT_OK) {
             free(c);
             return e;
         }
-        c->m = m, c->sched = d;
+        c->m = m, c->sched = d, c->dp = l->dp;
         c->next = *head;
         *head = c;
     }

@@ -22,7 +22,11 @@
  * over the threads, never faster than its bytes over the profile's
  * memory_bw times the threads, and a read of the gradients for their norm
  * where the runtime does not fuse it, plus the gradients' reset (a
- * memset); without a profile 28 bytes a parameter over memory_bw. Ranks
+ * memset); without a profile 28 bytes a parameter over memory_bw. Each
+ * pipeline rank updates what it holds, the tied wte's rows split between
+ * the first and the last stage at dp 1 (tied_split.c, with their exchange
+ * after the passes), and the step waits for the longest update
+ * (pt_sched_step_end: the stage cut's rule too). Ranks
  * beyond the cluster's devices share them: compute slows by world /
  * devices while every rank computes, less while a pipeline's stages wait
  * in a bubble (the simulator's shared run; on a measured machine a pass
@@ -115,6 +119,39 @@ static int same_node(const pt_plan_pipe *pp, int ra, int rb) {
     return (long)ra * pp->stride / pp->dpn == (long)rb * pp->stride / pp->dpn;
 }
 
+/* The tied wte's figures into pp (rank_of, slow, stride set), el bytes an
+ * element, bytes_s the elementwise rate. */
+static void tied_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl, double el,
+                       double bytes_s, pt_plan_pipe *pp) {
+    /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
+     * head's at the step's first forward and waits for the send before
+     * going on; the head's sends its gradient back after the head's last
+     * backward, which the embedding's waits for and adds in its own last.
+     * The message is the vocabulary shard, from beyond the caches: gpt2's
+     * 154 MB took 22 ms at the first forward of a pipeline step on the
+     * 2-core machine, and the add 12 ms. Every dp and tp rank of the
+     * embedding's stage sends its own at once: ranks beyond the devices
+     * share them (gpt2 at dp 2 x pp 2 on 2 cores: 48.5 ms at the first
+     * forward, where 2 ranks took 22). */
+    int re = pp->rank_of[0], rh = pp->rank_of[pp->G - 1], p = pp->p;
+    double V = c->model.vocab_size, C = c->model.n_embd;
+    pp->wte = V * C / l->tp;
+    pp->wte_hi = (V - (double)pt_tied_split_rows(c->model.vocab_size)) * C / l->tp;
+    if (p > 1 && re != rh) {
+        const pt_link *lk = same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node;
+        double wb = pp->wte * el;
+        pp->tied_split = l->dp == 1;
+        if (pp->tied_split) { /* tied_split.c: halves both ways, after the passes */
+            double hb = pp->wte_hi * el;
+            pp->tied_x =
+                2 * pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, hb, lk) + 3 * hb / bytes_s;
+        } else {
+            pp->tied_s = pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb, lk);
+            pp->tied_add = 3 * wb / bytes_s; /* read both, write one */
+        }
+    }
+}
+
 pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
                              pt_plan_pipe *pp) {
     int v = l->virtual_stages > 0 ? l->virtual_stages : 1;
@@ -124,8 +161,9 @@ pt_status pt_plan_pipe_times(const pt_config *c, const pt_plan_layout *l, const 
                             "is beyond the planner's %d x %d stages",
                             l->pp, v, PT_PLAN_MAX_STAGES, PT_SCHEDULE_MAX_VIRTUAL);
     pt_stage st[PT_PLAN_MAX_STAGES * PT_SCHEDULE_MAX_VIRTUAL];
-    PT_CHECK(
-        pt_stage_split_for(&c->model, l->schedule, l->pp, v, l->microbatches, l->stage_layers, st));
+    pt_stage_step step = pt_config_stage_step(c, l->dp); /* the trainer's cut */
+    PT_CHECK(pt_stage_split_step(&c->model, &step, l->schedule, l->pp, v, l->microbatches,
+                                 l->stage_layers, st));
     return pt_plan_pipe_times_split(c, l, cl, st, pp);
 }
 
@@ -211,23 +249,7 @@ pt_status pt_plan_pipe_times_split(const pt_config *c, const pt_plan_layout *l,
     double act = N * c->model.n_embd * r.el / (l->sequence_parallel ? l->tp : 1);
     pp->p2p_intra = act / pt_plan_link_bw(cl, &cl->intra_node) + cl->intra_node.latency;
     pp->p2p_inter = act / pt_plan_link_bw(cl, &cl->inter_node) + cl->inter_node.latency;
-    /* The tied wte (trainer_pipe.c): the embedding's rank sends it to the
-     * head's at the step's first forward and waits for the send before
-     * going on; the head's sends its gradient back after the head's last
-     * backward, which the embedding's waits for and adds in its own last.
-     * The message is the vocabulary shard, from beyond the caches: gpt2's
-     * 154 MB took 22 ms at the first forward of a pipeline step on the
-     * 2-core machine, and the add 12 ms. Every dp and tp rank of the
-     * embedding's stage sends its own at once: ranks beyond the devices
-     * share them (gpt2 at dp 2 x pp 2 on 2 cores: 48.5 ms at the first
-     * forward, where 2 ranks took 22). */
-    int re = pp->rank_of[0], rh = pp->rank_of[G - 1];
-    if (p > 1 && re != rh) {
-        double wb = (double)c->model.vocab_size * c->model.n_embd / l->tp * r.el;
-        pp->tied_s = pt_plan_coll_s(cl, pp->slow, PT_PROFILE_P2P, 2, wb,
-                                    same_node(pp, re, rh) ? &cl->intra_node : &cl->inter_node);
-        pp->tied_add = 3 * wb / r.bytes_s; /* read both, write one */
-    }
+    tied_times(c, l, cl, r.el, r.bytes_s, pp);
     for (int g = 0; g < G; g++) {
         int rk = pp->rank_of[g];
         pp->tp_busy[rk] += l->microbatches * pp->tp[g];
@@ -307,7 +329,8 @@ pt_status pt_plan_pipe_simulate(const pt_plan_layout *l, pt_plan_pipe *pp, int w
                         pp->slow,
                         with_p2p ? hop : NULL,
                         with_p2p ? pp->tied_s : 0,
-                        pp->tied_add};
+                        pp->tied_add,
+                        NULL}; /* the updates: pt_plan_time_finish, per variant */
     PT_CHECK_GOTO(st, pt_sched_simulate(lists, &t, &out), done);
     *makespan = out.makespan;
     if (slots) {
@@ -319,6 +342,19 @@ done:
     free(built);
     free(out.slots);
     return st;
+}
+
+/* Parameters rank r updates (its tp shard): those it holds, less the tied
+ * wte's copy on the head's rank, with the split's rows moved from the
+ * embedding's rank to the head's, and their exchange's time in
+ * parameter-updates' worth added by the caller (tied_x). */
+static double updated(const pt_plan_pipe *pp, int r) {
+    int G = pp->G, re = pp->rank_of[0], rh = pp->rank_of[G - 1];
+    double u = pp->stage_params[r];
+    if (r == rh && pp->first[G - 1] > 0) u -= pp->wte; /* stages.c counts the copy */
+    if (pp->tied_split && r == re) u -= pp->wte_hi;
+    if (pp->tied_split && r == rh) u += pp->wte_hi;
+    return u;
 }
 
 void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_cluster *cl,
@@ -385,7 +421,6 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
         if (l->zero >= 2 && zg < dp) /* HSDP: the shard across the replicas */
             dp_s += pt_plan_coll_s(cl, slow, AR, dp / zg, (params - whole) / zg * gb, repl);
     }
-    double upd = params / (l->zero > 0 ? zg : 1);
     int adam = strcmp(c->train.optimizer, "sgd") != 0;
     double rate = pr ? (adam ? pr->adamw_s : pr->sgd_s) : 0, per;
     double bw = pr ? pr->memory_bw : 0;
@@ -410,8 +445,17 @@ void pt_plan_time_finish(const pt_config *c, const pt_plan_layout *l, const pt_c
     /* and the gradients' reset at the step's start, a memset of every
      * gradient the rank holds, on one thread (4 bytes written; gpt2's 124
      * M: 16-24 ms between a step's update and the next step's forward) */
-    double reset = pr ? params * sizeof(float) / bw : 0;
-    out->optim_s = (upd * per + reset) * pp->slow;
+    double upd[PT_PLAN_MAX_STAGES];
+    for (int r = 0; r < pp->p; r++) {
+        double held = pp->stage_params[r];
+        double reset = pr ? held * sizeof(float) / bw : 0;
+        upd[r] = (updated(pp, r) / (l->zero > 0 ? zg : 1) * per + reset) * pp->slow;
+        if (pp->tied_split && (r == pp->rank_of[0] || r == pp->rank_of[pp->G - 1]))
+            upd[r] += pp->tied_x;
+    }
+    /* every rank's update after the passes (the norm's all-reduce joins
+     * them): the step waits for the longest, the simulator's rule */
+    out->optim_s = pt_sched_step_end(0, upd, pp->p);
     out->comm_s[PT_MESH_TP] = pp->tp_busy[k];
     out->comm_s[PT_MESH_DP] = dp_s;
     out->comm_s[PT_MESH_PP] = pp->makespan - pp->makespan_nop2p;

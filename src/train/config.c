@@ -465,8 +465,9 @@ static pt_status check_pipeline(const pt_config *c) {
     if (!c->parallel.stage_layers[0]) return PT_OK;
     pt_stage *st = malloc((size_t)(pp * v) * sizeof *st);
     if (!st) return pt_error_set(PT_ERR_NOMEM, "stage split");
-    pt_status s = pt_stage_split_for(&c->model, name, pp, v, c->parallel.microbatches,
-                                     c->parallel.stage_layers, st);
+    pt_stage_step step = pt_config_stage_step(c, c->parallel.dp);
+    pt_status s = pt_stage_split_step(&c->model, &step, name, pp, v, c->parallel.microbatches,
+                                      c->parallel.stage_layers, st);
     free(st);
     return s;
 }
@@ -496,6 +497,12 @@ static pt_status check_stage_recompute(const pt_config *c) {
                             "%d (one per pipeline rank)",
                             c->train.stage_recompute, n, n == 1 ? "" : "s", c->parallel.pp);
     return PT_OK;
+}
+
+pt_stage_step pt_config_stage_step(const pt_config *c, int dp) {
+    dp = dp > 0 ? dp : 1;
+    return pt_stage_step_of(!strcmp(c->train.optimizer, "sgd"), (double)c->train.batch_size / dp,
+                            dp);
 }
 
 pt_recompute pt_config_stage_recompute(const pt_config *c, int pp_rank) {

@@ -227,13 +227,16 @@ pt_status pt_metrics_step(pt_trainer *t, const pt_step_info *info, double elapse
     for (size_t i = 0; i < sizeof cats / sizeof cats[0]; i++)
         pt_metrics_printf(t, "\"%s\":%zu,", pt_mem_cat_name(cats[i]), t->mem_cur[cats[i]]);
     pt_metrics_printf(t, "\"total\":%zu}", t->mem_cur_total);
-    if (t->pp) { /* the bubble (mean over ranks) and each stage's activation peak */
+    if (t->pp) { /* the bubble (mean over ranks), each stage's activation peak and idle time */
         pt_metrics_printf(t, ",\"bubble\":%.6f,\"bubble_formula\":%.6f,\"pp_comm_bytes\":%llu",
                           info->bubble, pt_trainer_formula_bubble(t),
                           (unsigned long long)info->pp_comm_bytes);
         pt_metrics_printf(t, ",\"stage_acts\":[");
         for (int k = 0; k < info->stages && k < PT_STEP_MAX_STAGES; k++)
             pt_metrics_printf(t, "%s%llu", k ? "," : "", (unsigned long long)info->stage_acts[k]);
+        pt_metrics_printf(t, "],\"stage_idle_ms\":[");
+        for (int k = 0; k < info->stages && k < PT_STEP_MAX_STAGES; k++)
+            pt_metrics_printf(t, "%s%.3f", k ? "," : "", info->stage_idle_ms[k]);
         pt_metrics_printf(t, "]");
     }
     if (info->probe_flops_s > 0)

@@ -161,7 +161,10 @@ static pt_status tied_entry(pt_trainer *t, pt_strategy *out) {
     int emb = pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, 0, &c);
     int head =
         pt_schedule_locate(t->sched.name, t->sched.stages, t->sched.virtual_stages, G - 1, &c);
-    return pt_tied_strategy(out, t->model, t->pp, emb, head);
+    /* the update split between the two stages where each stage's
+     * optimizer is its own whole buffer (tied_split.c) */
+    pt_adamw_hparams hp = hparams(&t->cfg);
+    return pt_tied_strategy(out, t->model, t->pp, emb, head, t->dp ? NULL : t->opt, &hp);
 }
 
 static pt_status tp_norm_entry(pt_trainer *t, pt_strategy *out) {
@@ -204,8 +207,10 @@ static pt_status cut_stages(pt_trainer *t) {
     int p = t->pp_size, v = t->sched.virtual_stages, G = p * v, nmod = cfg->model.n_layer + 2;
     t->stages = malloc((size_t)G * sizeof *t->stages);
     if (!t->stages) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");
-    PT_CHECK(pt_stage_split_for(&cfg->model, t->sched.name, p, v, t->sched.microbatches,
-                                cfg->parallel.stage_layers, t->stages));
+    /* balanced by each stage's whole step: its passes and its update */
+    pt_stage_step step = pt_config_stage_step(cfg, t->dp_size);
+    PT_CHECK(pt_stage_split_step(&cfg->model, &step, t->sched.name, p, v, t->sched.microbatches,
+                                 cfg->parallel.stage_layers, t->stages));
     if (p == 1) return PT_OK;
     t->owned = calloc((size_t)p * (size_t)nmod, 1);
     if (!t->owned) return pt_error_set(PT_ERR_NOMEM, "pipeline stages");

@@ -261,15 +261,19 @@ static void progress(const pt_trainer *t, const loop_state *L, const pt_step_inf
                      int start) {
     const pt_config *c = &t->cfg;
     double elapsed = pt_time_s() - L->t_start;
-    char eta[32], share[64] = "";
+    char eta[32], share[160] = "";
     format_eta(eta, sizeof eta, elapsed / (t->step - start) * (c->train.steps - t->step));
     double wall = info->wall.mean > 0 ? info->wall.mean : 1;
     double comm =
         info->part[PT_PART_DP].mean + info->part[PT_PART_TP].mean + info->part[PT_PART_ZERO].mean;
-    if (t->nranks > 1 && t->pp)
-        snprintf(share, sizeof share, "  comm %.0f%%  pp wait %.0f%%", 100 * comm / wall,
-                 100 * info->part[PT_PART_PP].mean / wall);
-    else if (t->nranks > 1)
+    if (t->nranks > 1 && t->pp) {
+        int len = snprintf(share, sizeof share, "  comm %.0f%%  pp wait %.0f%%  idle ms",
+                           100 * comm / wall, 100 * info->part[PT_PART_PP].mean / wall);
+        /* each stage's idle time outside its passes */
+        for (int k = 0; k < info->stages && k < 8 && len < (int)sizeof share; k++)
+            len += snprintf(share + len, sizeof share - (size_t)len, "%s%.0f", k ? "/" : " ",
+                            info->stage_idle_ms[k]);
+    } else if (t->nranks > 1)
         snprintf(share, sizeof share, "  comm %.0f%%", 100 * comm / wall);
     fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  %.0f tok/s  %.1f ms%s  ETA %s\n", t->step,
             c->train.steps, (double)info->loss, (double)info->lr, info->tokens_per_s, info->step_ms,

@@ -28,6 +28,7 @@ typedef struct {
     double peak_total, cur_total;
     double peak[PT_MEM_NCAT], cur[PT_MEM_NCAT];
     double wall_ns, part_ns[PT_NPARTS]; /* the step's time and its parts (split_time) */
+    double idle_ns;                     /* idle outside its passes (split_time) */
     double overlap_ns[PT_NGROUPS], sent[PT_NGROUPS], comm_ns[PT_NGROUPS];
 } rank_stats;
 
@@ -36,6 +37,7 @@ typedef struct {
     double loss_sum, nloss, busy_sum, span_max, last_launch, first_end;
     int nranks; /* merged */
     uint64_t stage_acts[PT_STEP_MAX_STAGES];
+    double stage_idle_ms[PT_STEP_MAX_STAGES];
     pt_spread wall, part[PT_NPARTS], overlap[PT_NGROUPS];
     double sent[PT_NGROUPS], comm_ns[PT_NGROUPS];
     double rank_wall_ms[PT_STEP_MAX_RANKS], rank_part_ms[PT_STEP_MAX_RANKS][PT_NPARTS];
@@ -86,6 +88,8 @@ static void merge(pt_trainer *t, step_stats *m, const rank_stats *o) {
     int sg = (int)o->stage;
     if (sg >= 0 && sg < PT_STEP_MAX_STAGES && (uint64_t)o->peak[PT_MEM_ACTS] > m->stage_acts[sg])
         m->stage_acts[sg] = (uint64_t)o->peak[PT_MEM_ACTS];
+    if (sg >= 0 && sg < PT_STEP_MAX_STAGES && o->idle_ns / 1e6 > m->stage_idle_ms[sg])
+        m->stage_idle_ms[sg] = o->idle_ns / 1e6;
     if ((size_t)o->peak_total > t->mem_peak_total) t->mem_peak_total = (size_t)o->peak_total;
     if ((size_t)o->cur_total > t->mem_cur_total) t->mem_cur_total = (size_t)o->cur_total;
     for (int k = 0; k < PT_MEM_NCAT; k++) {
@@ -161,6 +165,14 @@ static void split_time(const pt_trainer *t, const mark *mk, rank_stats *r) {
         r->sent[g] = (double)(k4->sent[g] - k0->sent[g]);
         r->comm_ns[g] = (double)(k4->comm_ns[g] - k0->comm_ns[g]);
     }
+    /* idle outside the passes: before the first pass's work and after the
+     * last's (inside the executor's span), and blocked before and after
+     * the passes (a stage waiting through another's update shows here) */
+    double around = 0;
+    for (int g = 0; g < PT_NGROUPS; g++)
+        around += (double)(k1->blocked_ns[g] - k0->blocked_ns[g]) +
+                  (double)(k4->blocked_ns[g] - k2->blocked_ns[g]);
+    r->idle_ns = (double)(mk[M_END].ps.lead_ns + mk[M_END].ps.tail_ns) + around;
     double busy = (double)mk[M_END].ps.busy_ns;
     double passes = (double)(mk[M_PASSES_END].ns - mk[M_PASSES].ns);
     double wait = passes > busy ? passes - busy : 0;
@@ -274,7 +286,7 @@ static void fill_info(const pt_trainer *t, pt_step_info *info, double ms, float 
         if (m->span_max > 0) info->bubble = 1 - m->busy_sum / m->nranks / m->span_max;
     }
     for (int k = 0; k < t->pp_size && k < PT_STEP_MAX_STAGES; k++)
-        info->stage_acts[k] = m->stage_acts[k];
+        info->stage_acts[k] = m->stage_acts[k], info->stage_idle_ms[k] = m->stage_idle_ms[k];
     fill_times(info, mine, m);
 }
 

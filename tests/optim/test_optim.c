@@ -122,8 +122,50 @@ static void test_segments(void) {
     CHECK_EQ(pt_mem_current(PT_MEM_OPTIM), 0);
 }
 
+/* A skipped range (a pipeline's tied wte rows another stage updates):
+ * its parameters and state untouched, every other element bitwise what a
+ * step without the skip gives, across segment boundaries; the sum of
+ * squares leaves it out. AdamW and SGD with momentum. */
+static void test_skip(void) {
+    enum { N = 40 };
+    pt_optim_segment segs[3] = {{0, 10, 1}, {10, 20, 0}, {30, 10, 1}};
+    for (int kind = 0; kind < 2; kind++) {
+        pt_adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f, kind ? PT_OPTIM_SGD : PT_OPTIM_ADAMW,
+                               0.9f};
+        pt_adamw *a = NULL, *b = NULL;
+        CHECK_OK(pt_adamw_new(&a, N, segs, 3, &hp));
+        CHECK_OK(pt_adamw_new(&b, N, segs, 3, &hp));
+        pt_adamw_set_skip(b, 7, 26); /* [7, 33): into the first segment, past the second */
+        size_t off, n;
+        pt_adamw_skip(b, &off, &n);
+        CHECK(off == 7 && n == 26);
+        float pa[N], pb[N], g[N];
+        for (int i = 0; i < N; i++) pa[i] = pb[i] = 0.1f * (float)(i - 20), g[i] = 0.01f * (i % 7);
+        double whole = 0, rest = 0;
+        for (int step = 0; step < 3; step++) {
+            pt_adamw_step(a, pa, g, 1e-2f, 0.5f);
+            whole = pt_adamw_step_sumsq(a, pa, g, 1e-2f);
+            pt_adamw_step(b, pb, g, 1e-2f, 0.5f);
+            rest = pt_adamw_step_sumsq(b, pb, g, 1e-2f);
+        }
+        double want = 0;
+        for (int i = 0; i < N; i++)
+            if (i < 7 || i >= 33) want += (double)g[i] * g[i];
+        CHECK_NEAR(rest, want, 1e-9, 1e-6);
+        CHECK(whole > rest);
+        for (int i = 0; i < N; i++) {
+            int skipped = i >= 7 && i < 33;
+            CHECK(skipped ? pb[i] == 0.1f * (float)(i - 20) : pb[i] == pa[i]);
+            CHECK(skipped ? pt_adamw_m(b)[i] == 0 : pt_adamw_m(b)[i] == pt_adamw_m(a)[i]);
+        }
+        pt_adamw_free(a);
+        pt_adamw_free(b);
+    }
+}
+
 int main(void) {
     RUN(test_schedule);
+    RUN(test_skip);
     RUN(test_clip);
     RUN(test_adamw);
     RUN(test_sgd);

@@ -15,8 +15,9 @@
  *                  test seam: the collective lives inside the module)
  *   tp_norm        "tp_norm": the tensors every tp rank holds whole counted
  *                  once per rank in the gradient norm
- *   pp_tied        "tied": the head's half of the tied wte's gradient never
- *                  added on the embedding's stage
+ *   pp_tied        "tied": the other stage's part of the tied wte's
+ *                  gradient never added (the whole update: the head's on
+ *                  the embedding's stage; split: each stage's rows)
  *   pp_norm        "pp_norm": each stage's gradient norm its own
  * A plant on a layout without its entry is an error (a self-check that
  * plants nothing would pass). Header-only and static, like the harness. */
@@ -91,10 +92,27 @@ static pt_status plant_grads_point(void *self, const pt_hook_point *p) {
     return PT_OK;
 }
 
+/* The stage's wte gradient (the embedding's, or the head's copy). */
+static float *plant_wte_grads(plant *w, size_t *n) {
+    float *p, *g;
+    pt_model_tied_wte(w->m, &p, &g, n);
+    return g ? g : plant_grads(w, 0, n);
+}
+
 static pt_status plant_sync(void *self, pt_update *u) {
     plant *w = self;
-    PT_CHECK(w->in.ops->sync ? w->in.ops->sync(w->in.self, u) : PT_OK);
     size_t n = 0;
+    /* pp_tied under the split update: the other stage's rows are added here */
+    float *g = w->kind == P_PP_TIED && w->in.ops->sync ? plant_wte_grads(w, &n) : NULL;
+    if (g && (!w->keep || w->keep_n != n)) {
+        free(w->keep);
+        w->keep = malloc(n * sizeof(float));
+        w->keep_n = n;
+        if (!w->keep) return pt_error_set(PT_ERR_NOMEM, "plant");
+    }
+    if (g) memcpy(w->keep, g, n * sizeof(float));
+    PT_CHECK(w->in.ops->sync ? w->in.ops->sync(w->in.self, u) : PT_OK);
+    if (g) memcpy(g, w->keep, n * sizeof(float));
     if (w->kind == P_SKIP && w->keep) memcpy(plant_grads(w, 1, &n), w->keep, w->keep_n * 4);
     if (w->kind == P_DOUBLE) {
         int head = pt_model_num_modules(w->m) - 1;
@@ -107,8 +125,10 @@ static pt_status plant_sync(void *self, pt_update *u) {
 static pt_status plant_norm(void *self, double parts[2]) {
     plant *w = self;
     if (w->kind == P_PP_NORM) return PT_OK; /* the stage's own */
-    parts[0] += parts[1];                   /* P_TP_NORM: whole tensors counted per rank */
-    parts[1] = 0;
+    if (w->kind == P_TP_NORM) {             /* whole tensors counted per rank */
+        parts[0] += parts[1];
+        parts[1] = 0;
+    }
     return w->in.ops->norm(w->in.self, parts);
 }
 
@@ -126,6 +146,7 @@ PLANT_FORWARD(before_weight, const pt_hook_point *)
 PLANT_FORWARD(after_weight, const pt_hook_point *)
 PLANT_FORWARD(end, const pt_step_begin *)
 PLANT_FORWARD(update, pt_update *)
+PLANT_FORWARD(state, pt_state_visit *)
 
 static void plant_stats(void *self, pt_sync_stats *s) {
     plant *w = self;
@@ -179,6 +200,7 @@ static pt_status plant_wrap(pt_trainer *t, pt_stack *stack, void *arg) {
         PLANT_SLOT(stats, plant_stats);
         PLANT_SLOT(counts, plant_counts);
         PLANT_SLOT(norm, plant_norm);
+        PLANT_SLOT(state, plant_state);
 #undef PLANT_SLOT
         o->begin = plant_begin;
         o->grads = plant_grads_point;

@@ -197,7 +197,8 @@ static void check(int L, int p, int m, const char *sched, const char *rc) {
     remove(tmp_path("stage_acts"));
     int v = pt_config_virtual_stages(&j.cfg);
     pt_stage stages[64];
-    CHECK_OK(pt_stage_split_for(&j.cfg.model, sched, p, v, m, "", stages));
+    pt_stage_step step = pt_config_stage_step(&j.cfg, j.cfg.parallel.dp); /* the trainer's cut */
+    CHECK_OK(pt_stage_split_step(&j.cfg.model, &step, sched, p, v, m, "", stages));
     for (int r = 0; r < p; r++) {
         size_t want = expected(&j.cfg, r, stages, sched);
         if (got[r] != want || r == 0)

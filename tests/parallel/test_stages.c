@@ -271,8 +271,44 @@ static void test_ranks_simulated(void) {
             }
 }
 
+/* The cut by the whole step (pt_stage_split_step): gpt2 at seq_len 64,
+ * batch 4, pp 2 is embedding + 9 blocks | 3 blocks + head by its passes
+ * (the head weighs about 5.4 blocks), 102 M parameters updated on rank 0;
+ * with each stage's update (AdamW, the tied wte split) embedding + 8 |
+ * 4 + head. Each stage's update is the cost per parameter times what it
+ * updates (the tied wte's halves on the two stages), the stage's cost its
+ * passes plus that; the simulator's step ends at the passes plus the
+ * longest update. */
+static void test_whole_step(void) {
+    pt_model_config c = {12, 768, 12, 50257, 64};
+    pt_stage s[2];
+    CHECK_OK(pt_stage_split_for(&c, "1f1b", 2, 1, 2, "", s));
+    CHECK_EQ(s[0].last, 9);
+    CHECK(s[0].update == 0 && s[1].update == 0);
+    pt_stage_step st = pt_stage_step_of(0, 4, 1);
+    CHECK(st.tied_split && st.update > 0);
+    CHECK_OK(pt_stage_split_step(&c, &st, "1f1b", 2, 1, 2, "", s));
+    CHECK_EQ(s[0].last, 8);
+    double C = 768, V = 50257, hi = (V - (double)pt_tied_split_rows(50257)) * C;
+    double blk = 12 * C * C + 13 * C;
+    CHECK_NEAR(s[0].update, st.update * (V * C + 64 * C - hi + 8 * blk), 1e-9, 0);
+    CHECK_NEAR(s[1].update, st.update * (4 * blk + 2 * C + hi), 1e-9, 0);
+    pt_stage q[2]; /* the same cut by its passes alone: the cost less the update */
+    CHECK_OK(pt_stage_split_for(&c, "1f1b", 2, 1, 2, "8,4", q));
+    for (int k = 0; k < 2; k++) CHECK_NEAR(s[k].cost - s[k].update, q[k].cost, 1e-9, 0);
+    /* without the split (dp > 1) all of wte on the first stage */
+    pt_stage_step whole = pt_stage_step_of(0, 4, 2);
+    CHECK(!whole.tied_split);
+    CHECK_OK(pt_stage_split_step(&c, &whole, "1f1b", 2, 1, 2, "8,4", s));
+    CHECK_NEAR(s[1].update, whole.update * (4 * blk + 2 * C), 1e-9, 0);
+    double upd[3] = {1, 3, 2};
+    CHECK_NEAR(pt_sched_step_end(10, upd, 3), 13, 1e-12, 0);
+    CHECK_NEAR(pt_sched_step_end(10, NULL, 3), 10, 1e-12, 0);
+}
+
 int main(void) {
     RUN(test_balanced_is_best);
+    RUN(test_whole_step);
     RUN(test_ranks_balanced);
     RUN(test_ranks_simulated);
     RUN(test_override);

@@ -428,6 +428,24 @@ static void test_profile_optimizer(void) {
     prof.adamw_s = 1e-9; /* 2 threads, faster than their bytes: 28 / 2e10 */
     CHECK_OK(pt_plan_time_predict(&c, &l, &cl, &t));
     CHECK_NEAR(t.optim_s, P * 32 / 2e10 + reset, 0, 1e-9);
+    /* pp 2: each rank updates what it holds, the tied wte's rows split
+     * between the two at dp 1 (tied_split.c) with their exchange; the step
+     * waits for the longer update. The embedding's rank holds wte, wpe and
+     * its blocks, the head's its blocks, ln_f and wte's copy (not updated:
+     * its rows are) */
+    pt_plan_layout q = layout(1, 1, 2, "1f1b", 1, 2);
+    q.threads = 1;
+    pt_plan_pipe *pp = calloc(1, sizeof *pp);
+    CHECK_OK(pt_plan_pipe_predict(&c, &q, &cl, pp));
+    double V = c.model.vocab_size, wte = V * C, hi = (V - (double)pt_tied_split_rows((int)V)) * C;
+    CHECK(pp->tied_split && pp->first[1] > 0);
+    double upd0 = pp->stage_params[0] - hi, upd1 = pp->stage_params[1] - wte + hi;
+    double u0 = upd0 * 32 / 1e10 + pp->stage_params[0] * 4 / 1e10 + pp->tied_x;
+    double u1 = upd1 * 32 / 1e10 + pp->stage_params[1] * 4 / 1e10 + pp->tied_x;
+    pt_plan_time_finish(&c, &q, &cl, pp, &t);
+    CHECK_NEAR(t.optim_s, u0 > u1 ? u0 : u1, 0, 1e-9);
+    CHECK_NEAR(t.step_s, pp->makespan + t.optim_s, 1e-12, 0);
+    free(pp);
 }
 
 /* On a measured machine whose cores the ranks' threads fill, ZeRO-3's
@@ -584,12 +602,25 @@ static void test_tied_embedding(void) {
     free(pp);
 
     /* from the model: the vocabulary shard over the link (no profile), and
-     * nothing where one rank holds both (zbv's V puts the head on rank 0) */
+     * nothing where one rank holds both (zbv's V puts the head on rank 0).
+     * At dp 1 the two stages split wte's update (tied_split.c): nothing at
+     * the first forward or the last backward; after the passes each way a
+     * half of the gradient and of the rows, and the half's add */
     pt_cluster cl = hand_cluster(1, 8);
     pt_config c = small_model();
     pt_plan_pipe *q = calloc(1, sizeof *q);
-    pt_plan_layout t = layout(1, 2, 2, "1f1b", 1, 2);
+    pt_plan_layout h = layout(1, 2, 2, "1f1b", 1, 2);
+    CHECK_OK(pt_plan_pipe_times(&c, &h, &cl, q));
+    double V = c.model.vocab_size;
+    double hb = (V - (double)pt_tied_split_rows((int)V)) * c.model.n_embd / 2 * 4;
+    double one = hb / (cl.intra_node.bw * cl.efficiency.comm) + cl.intra_node.latency;
+    CHECK(q->tied_split && q->tied_s == 0 && q->tied_add == 0);
+    CHECK_NEAR(q->tied_x, 2 * one + 3 * hb / (cl.device.memory_bw * cl.efficiency.elementwise),
+               1e-12, 0);
+    /* with data parallelism the embedding's stage updates all of it (tied.c) */
+    pt_plan_layout t = layout(2, 2, 2, "1f1b", 1, 2);
     CHECK_OK(pt_plan_pipe_times(&c, &t, &cl, q));
+    CHECK(!q->tied_split && q->tied_x == 0);
     double wb = (double)c.model.vocab_size * c.model.n_embd / 2 * 4;
     CHECK_NEAR(q->tied_s, wb / (cl.intra_node.bw * cl.efficiency.comm) + cl.intra_node.latency,
                1e-12, 0);
@@ -608,9 +639,8 @@ static void test_tied_embedding(void) {
     prof.comm = pc, prof.n_comm = 2;
     pt_cluster two = hand_cluster(1, 2);
     two.profile = &prof;
-    pt_plan_layout pair = layout(1, 1, 2, "1f1b", 1, 2), shared = layout(2, 1, 2, "1f1b", 1, 2);
-    CHECK_OK(pt_plan_pipe_times(&c, &pair, &two, q));
-    double lone = q->tied_s;
+    pt_plan_layout shared = layout(2, 1, 2, "1f1b", 1, 2);
+    double lone = pt_plan_coll_s(&two, 1, PT_PROFILE_P2P, 2, wb * 2, &two.intra_node);
     CHECK(lone > 1e-5 && lone < 0.1);
     CHECK_OK(pt_plan_pipe_times(&c, &shared, &two, q));
     CHECK_NEAR(q->tied_s, 2 * lone, 1e-12, 0);

@@ -3,7 +3,8 @@
  * ZeRO communication, optimizer, other) add up to the rank's own step time,
  * measured apart from them, within 2%; none is negative; the min, max and
  * slowest rank of each part are those of its per-rank list; the layout's
- * groups are there with their traffic. Layouts: dp 2 x pp 2 (the
+ * groups are there with their traffic; a pipeline's stages each report
+ * their idle time outside the passes, within their step. Layouts: dp 2 x pp 2 (the
  * acceptance's), dp 2 x tp 2, and dp 2 under ZeRO-3 (a part each for its
  * pipeline waits, tp collectives and gathers). The oracle: each rank's step
  * time is its own clock from the step's start to its update's end, the
@@ -126,6 +127,17 @@ static double check_file(const char *path, const char *want_group, double *sums)
                         path, step, r, sum[r], wall[r], 100 * d);
             CHECK(d <= 0.02);
             if (step > 1) wall_sum[r] += wall[r];
+        }
+        /* pipeline runs: each stage's idle time outside its passes, within
+         * the step of its slowest rank (ranks r and r + 1 at dp 2) and not
+         * negative; the last stage waits for its first input every step */
+        const cJSON *idle = cJSON_GetObjectItemCaseSensitive(o, "stage_idle_ms");
+        CHECK((idle != NULL) == (cJSON_GetObjectItemCaseSensitive(o, "bubble") != NULL));
+        for (int k = 0; idle && k < cJSON_GetArraySize(idle); k++) {
+            double x = cJSON_GetArrayItem(idle, k)->valuedouble;
+            double most = fmax(wall[2 * k], wall[2 * k + 1]);
+            CHECK(x >= 0 && x <= most * 1.001);
+            if (k == cJSON_GetArraySize(idle) - 1) CHECK(x > 0);
         }
         /* rank 0's own step time is the line's step_ms */
         CHECK_NEAR(num(o, "step_ms"), wall[0], 1e-3, 0);

@@ -81,8 +81,9 @@ struct pt_pipeline {
     pt_trace *trace;
     /* the last step's waits for neighbours, and the span of its passes */
     uint64_t wait_ns, span0, span1;
-    uint64_t compute_ns; /* when the current pass's work began (its wait done) */
-    uint64_t busy_ns;    /* the step's passes' work */
+    uint64_t first_ns, last_ns; /* the step's first pass's work began, its last's ended */
+    uint64_t compute_ns;        /* when the current pass's work began (its wait done) */
+    uint64_t busy_ns;           /* the step's passes' work */
 };
 
 /* st, with "pipeline what: " before the message when it failed. */
@@ -450,7 +451,7 @@ static void trace_pass(pt_pipeline *q, const pt_pass *ps, const char *name, uint
 pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *pb, double *loss_sum) {
     const pt_schedule *sc = q->sched;
     q->wait_ns = q->busy_ns = 0;
-    q->span0 = pt_time_ns();
+    q->span0 = q->first_ns = q->last_ns = pt_time_ns();
     pt_status st = PT_OK;
     for (int k = 0; k < sc->npass && st == PT_OK; k++) {
         const char *name = "";
@@ -458,6 +459,8 @@ pt_status pt_pipeline_step(pt_pipeline *q, const pt_pipeline_batch *pb, double *
         st = run_pass(q, &sc->pass[k], pb, loss_sum, &name);
         uint64_t done = pt_time_ns();
         q->busy_ns += done - q->compute_ns;
+        if (k == 0) q->first_ns = q->compute_ns;
+        q->last_ns = done;
         if (q->trace && st == PT_OK) trace_pass(q, &sc->pass[k], name, a, done, pb->step);
     }
     pt_status e = drain(q);
@@ -486,6 +489,8 @@ void pt_pipeline_get_stats(const pt_pipeline *q, pt_pipeline_stats *s) {
     s->busy_ns = q->busy_ns;
     s->span_ns = q->span1 > q->span0 ? q->span1 - q->span0 : 0;
     s->wait_ns = q->wait_ns;
+    s->lead_ns = q->first_ns > q->span0 ? q->first_ns - q->span0 : 0;
+    s->tail_ns = q->span1 > q->last_ns ? q->span1 - q->last_ns : 0;
     pt_comm_counts k = {0};
     for (int kind = 0; kind < K_NKIND; kind++)
         for (int d = 0; d < q->v; d++) pt_comm_counts_add(&k, PT_GROUP_PP, q->c[kind][d]);

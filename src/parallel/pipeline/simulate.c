@@ -6,7 +6,9 @@
  * schedules' bubbles and makespans (pt_schedule_simulate, bench schedule),
  * weighs the stage cuts (stages.c), and is the pipeline half of the
  * planner's time model (plan/time.c hands it each pass's time on its
- * cluster, the transfers between ranks and the tied embedding's).
+ * cluster, the transfers between ranks and the tied embedding's). A
+ * step's end adds each rank's update after the passes (pt_sched_step_end:
+ * the cut and the planner weigh a stage's whole step by the same rule).
  *
  * Two ways to run the same passes, sharing the dependencies (next_ready)
  * and the bookkeeping (pass_done):
@@ -328,6 +330,12 @@ static pt_status run_shared(sim *x, shared_rank *k, int total) {
     return PT_OK;
 }
 
+double pt_sched_step_end(double makespan, const double *update, int p) {
+    double most = 0;
+    for (int r = 0; update && r < p; r++) most = fmax(most, update[r]);
+    return makespan + most;
+}
+
 pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sched_result *out) {
     int m = s[0].microbatches, p = s[0].stages, v = s[0].virtual_stages, G = p * v, total = 0;
     sim x = {.s = s, .t = t, .m = m, .p = p, .v = v, .G = G, .head_final = -1, .out = out};
@@ -361,6 +369,7 @@ pt_status pt_sched_simulate(const pt_schedule *s, const pt_sched_times *t, pt_sc
         PT_CHECK_GOTO(st, deadlock(&x), done);
     }
     for (int r = 0; r < p; r++) out->makespan = fmax(out->makespan, x.clock[r]);
+    out->step = pt_sched_step_end(out->makespan, t->update, p);
 done:
     pt_mem_free(k);
     pt_mem_free(cnt);
