@@ -149,6 +149,23 @@ static double lazy_comm(const pt_config *c, const stage_info *s, int zero, int g
     return total;
 }
 
+/* The tied wte (tied.c, tied_split.c): without data parallelism the two
+ * stages split its update by rows, each receiving the other's part of its
+ * rows' gradient, the head's stage with an optimizer of its own over its
+ * rows; else the embedding's receives the head's whole gradient. */
+static void tied_wte(const pt_config *c, const stage_info *s, int nstate, double tied,
+                     double *cat) {
+    int dp = c->parallel.dp;
+    size_t C = (size_t)c->model.n_embd;
+    size_t nw = s->emb_here ? pt_model_tensor(s->m, 0)->numel : (size_t)(tied / sizeof(float));
+    size_t lo = pt_tied_split_rows((int)(nw / C)) * C;
+    if (dp > 1)
+        cat[PT_MEM_COMM] += s->emb_here ? (double)nw * sizeof(float) : 0;
+    else
+        cat[PT_MEM_COMM] += (double)(s->emb_here ? lo : nw - lo) * sizeof(float);
+    if (dp == 1 && !s->emb_here) cat[PT_MEM_OPTIM] += (double)nstate * (nw - lo) * sizeof(float);
+}
+
 /* Rank (stage s, shard rank 0 of g: the largest) of an fp32 run into cat[];
  * whole: parallel.zero_whole's flag per module (NULL: none). */
 static void cpu_rank(const pt_config *c, const stage_info *s, const unsigned char *whole, int g,
@@ -255,22 +272,7 @@ static void cpu_rank(const pt_config *c, const stage_info *s, const unsigned cha
     if (dp > 1 && local && !strcmp(c->parallel.outer, "nesterov"))
         cat[PT_MEM_OPTIM] += 2.0 * (double)n * sizeof(float);
     cat[PT_MEM_COMM] += lazy_comm(c, s, zero, gsz);
-    if (s->tied_peer) {
-        /* the tied wte (tied.c, tied_split.c): without data parallelism the
-         * two stages split its update by rows, each receiving the other's
-         * part of its rows' gradient, the head's stage with an optimizer of
-         * its own over its rows; else the embedding's receives the head's
-         * whole gradient */
-        size_t C = (size_t)c->model.n_embd;
-        size_t nw = s->emb_here ? pt_model_tensor(m, 0)->numel : (size_t)(tied / sizeof(float));
-        size_t lo = pt_tied_split_rows((int)(nw / C)) * C;
-        if (dp > 1)
-            cat[PT_MEM_COMM] += s->emb_here ? (double)nw * sizeof(float) : 0;
-        else
-            cat[PT_MEM_COMM] += (double)(s->emb_here ? lo : nw - lo) * sizeof(float);
-        if (dp == 1 && !s->emb_here)
-            cat[PT_MEM_OPTIM] += (double)nstate * (nw - lo) * sizeof(float);
-    }
+    if (s->tied_peer) tied_wte(c, s, nstate, tied, cat);
     /* the pass list */
     cat[PT_MEM_SCRATCH] = (double)s->sched.bytes;
 }

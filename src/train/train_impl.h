@@ -140,4 +140,10 @@ pt_status pt_st_read_groups(const char *path, const pt_model *m, const char *con
  * status and message, so that all of them report the same one line. */
 pt_status pt_ckpt_agree(pt_comm *aux, pt_status st);
 
+/* ---- the pipeline keys' checks (config_stage.c), run by
+ * pt_config_validate_layout: one line each ---- */
+pt_status pt_config_check_pipeline(const pt_config *c);
+pt_status pt_config_check_stage_recompute(const pt_config *c);
+pt_status pt_config_check_zero_whole(const pt_config *c);
+
 #endif
