@@ -203,6 +203,9 @@ pt_status pt_comm_isend(pt_comm *c, const void *buf, size_t bytes, int peer, int
 pt_status pt_comm_irecv(pt_comm *c, void *buf, size_t bytes, int peer, int tag, pt_comm_req **req);
 /* Waits for completion, returns the operation's status and frees req. */
 pt_status pt_comm_wait(pt_comm_req *req);
+/* pt_comm_wait on *req and clear it; PT_OK when *req is NULL (nothing
+ * posted, or waited for already). */
+pt_status pt_comm_wait_once(pt_comm_req **req);
 /* pt_comm_wait that also reports when the progress thread started and
  * finished the operation (pt_time_ns clock; either pointer may be NULL), for
  * traces and the time the communication thread spent on it. */
@@ -240,6 +243,9 @@ void pt_comm_reset_stats(pt_comm *c);
 /* Bytes this rank has sent on c since its creation (or the last reset):
  * the sum of bytes_sent over every operation. NULL: 0. */
 uint64_t pt_comm_sent_bytes(const pt_comm *c);
+/* The bytes sent on c since *seen's reading of pt_comm_sent_bytes; *seen
+ * becomes the new reading (a step's traffic, counted once). */
+uint64_t pt_comm_sent_since(const pt_comm *c, uint64_t *seen);
 
 /* ---- launcher (shm backend) ----------------------------------------------------------
  * Forks nproc ranks on this machine, each running fn(arg) with the shm world

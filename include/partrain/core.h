@@ -53,6 +53,9 @@ const char *pt_status_str(pt_status s);
 pt_status pt_error_set(pt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The calling thread's last message ("" when none). Valid until the next set. */
 const char *pt_error_message(void);
+/* st itself when PT_OK; else the last error becomes "<prefix>: <message>"
+ * (prefix formatted from fmt) and st is returned. */
+pt_status pt_error_wrap(pt_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Forget the calling thread's last message. */
 void pt_error_clear(void);
 /* Mark the last message as one that every rank of the job returns alike (an

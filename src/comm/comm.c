@@ -50,6 +50,12 @@ uint64_t pt_comm_sent_bytes(const pt_comm *c) {
     return b;
 }
 
+uint64_t pt_comm_sent_since(const pt_comm *c, uint64_t *seen) {
+    uint64_t now = pt_comm_sent_bytes(c), d = now - *seen;
+    *seen = now;
+    return d;
+}
+
 void pt_comm_reset_stats(pt_comm *c) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);

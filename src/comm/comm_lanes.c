@@ -275,6 +275,13 @@ pt_status pt_comm_wait(pt_comm_req *req) {
     return pt_comm_wait_timed(req, NULL, NULL);
 }
 
+pt_status pt_comm_wait_once(pt_comm_req **req) {
+    if (!*req) return PT_OK;
+    pt_status st = pt_comm_wait(*req);
+    *req = NULL;
+    return st;
+}
+
 pt_status pt_comm_wait_timed(pt_comm_req *req, uint64_t *start_ns, uint64_t *end_ns) {
     if (!req) return pt_error_set(PT_ERR_INVALID, "pt_comm_wait: req is NULL");
     comm_fault_release_for(NULL, req); /* a held request runs now, or never */

@@ -52,6 +52,16 @@ pt_status pt_error_set(pt_status s, const char *fmt, ...) {
     return s;
 }
 
+pt_status pt_error_wrap(pt_status st, const char *fmt, ...) {
+    if (st == PT_OK) return st;
+    char prefix[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return pt_error_set(st, "%s: %s", prefix, last_error);
+}
+
 const char *pt_error_trail(void) {
     return trail;
 }

@@ -30,17 +30,11 @@ typedef struct {
 } tied;
 
 static pt_status named(pt_status st, const char *what) {
-    if (st == PT_OK) return st;
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", pt_error_message());
-    return pt_error_set(st, "pipeline %s: %s", what, msg);
+    return pt_error_wrap(st, "pipeline %s", what);
 }
 
 static pt_status wait(pt_comm_req **r, const char *what) {
-    if (!*r) return PT_OK;
-    pt_status st = pt_comm_wait(*r);
-    *r = NULL;
-    return named(st, what);
+    return named(pt_comm_wait_once(r), what);
 }
 
 /* The head's stage posts the receive of wte (and in a step the embedding's
@@ -110,9 +104,7 @@ static pt_status tied_end(void *self, const pt_step_begin *b) {
 
 static void tied_stats(void *self, pt_sync_stats *s) {
     tied *t = self;
-    uint64_t now = pt_comm_sent_bytes(t->c);
-    s->pp_bytes += now - t->sent_seen;
-    t->sent_seen = now;
+    s->pp_bytes += pt_comm_sent_since(t->c, &t->sent_seen);
 }
 
 static void tied_counts(void *self, pt_comm_counts *k) {

@@ -50,17 +50,11 @@ typedef struct {
 } tied_split;
 
 static pt_status named(pt_status st, const char *what) {
-    if (st == PT_OK) return st;
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", pt_error_message());
-    return pt_error_set(st, "pipeline %s: %s", what, msg);
+    return pt_error_wrap(st, "pipeline %s", what);
 }
 
 static pt_status wait(pt_comm_req **r, const char *what) {
-    if (!*r) return PT_OK;
-    pt_status st = pt_comm_wait(*r);
-    *r = NULL;
-    return named(st, what);
+    return named(pt_comm_wait_once(r), what);
 }
 
 /* This stage's wte and its gradient: the embedding's own, or the copy. */
@@ -220,9 +214,7 @@ static pt_status split_state(void *self, pt_state_visit *v) {
 
 static void split_stats(void *self, pt_sync_stats *s) {
     tied_split *t = self;
-    uint64_t now = pt_comm_sent_bytes(t->c);
-    s->pp_bytes += now - t->sent_seen;
-    t->sent_seen = now;
+    s->pp_bytes += pt_comm_sent_since(t->c, &t->sent_seen);
 }
 
 static void split_counts(void *self, pt_comm_counts *k) {

@@ -28,6 +28,14 @@ static void test_status(void) {
     pt_error_mark_shared();
     pt_error_clear();
     CHECK(!pt_error_is_shared());
+    /* pt_error_wrap: PT_OK passes untouched; an error gets the prefix */
+    pt_error_set(PT_ERR_IO, "left alone");
+    CHECK_EQ(pt_error_wrap(PT_OK, "pipeline %s", "send"), PT_OK);
+    CHECK(!strcmp(pt_error_message(), "left alone"));
+    pt_error_set(PT_ERR_IO, "peer gone");
+    CHECK_EQ(pt_error_wrap(PT_ERR_IO, "pipeline %s", "send of wte"), PT_ERR_IO);
+    CHECK(!strcmp(pt_error_message(), "pipeline send of wte: peer gone"));
+    pt_error_clear();
 }
 
 /* The file:line trail of PT_CHECK: the message never changes. */
